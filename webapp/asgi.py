@@ -1,0 +1,21 @@
+"""ASGI entry point: HTTP (Django) and websockets (Channels) in one process."""
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+django_http = get_asgi_application()  # sets Django up before the imports below touch models
+
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+from webapp.api.limits import UploadSizeLimit  # noqa: E402
+from webapp.api.ws_auth import SessionOrTokenAuth  # noqa: E402
+from webapp.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": UploadSizeLimit(django_http),
+        "websocket": AllowedHostsOriginValidator(SessionOrTokenAuth(URLRouter(websocket_urlpatterns))),
+    }
+)

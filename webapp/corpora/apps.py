@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class CorporaConfig(AppConfig):
+    name = "webapp.corpora"
+    label = "corpora"

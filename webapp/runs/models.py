@@ -1,0 +1,112 @@
+"""Training runs, their metric history, log lines and checkpoints.
+
+The Run row is the source of truth for a run's state: a worker claims it atomically
+(queued -> running) and a redelivered task finds it already claimed and does nothing.
+"""
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from django.conf import settings
+from django.db import models
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    CRASHED = "crashed", "Crashed"
+
+
+FINISHED_STATES = {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.CRASHED}
+
+
+class Run(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
+    name = models.CharField(max_length=200)
+    corpus = models.ForeignKey("corpora.Corpus", on_delete=models.PROTECT, related_name="runs")
+    tokenizer = models.ForeignKey("corpora.Tokenizer", on_delete=models.PROTECT, related_name="runs")
+    architecture = models.CharField(max_length=40)
+    preset = models.CharField(max_length=40)
+    objectives = models.JSONField(default=list)
+    config = models.JSONField(default=dict)  # the full trainer RunConfig as a dict
+    queue = models.CharField(max_length=20, default="cpu")
+    cloned_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL)
+
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    error = models.TextField(blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    claimed_by = models.CharField(max_length=200, blank=True)  # worker host/pid that owns the run
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    current_step = models.PositiveIntegerField(default=0)
+    max_steps = models.PositiveIntegerField(default=0)
+    tokens_seen = models.BigIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def folder(self) -> Path:
+        return Path(settings.STORAGE_ROOT) / "runs" / str(self.id)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_STATES
+
+
+class MetricPoint(models.Model):
+    """One metric event: a step of one split with its values ({"loss": .., "lr": ..})."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metrics")
+    step = models.PositiveIntegerField()
+    split = models.CharField(max_length=10)  # "train" or "valid"
+    values = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["step", "split"]
+        constraints = [models.UniqueConstraint(fields=["run", "split", "step"], name="unique_metric_step")]
+        indexes = [models.Index(fields=["run", "step"])]
+
+
+class LogLine(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="log_lines")
+    text = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+
+class Checkpoint(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.PositiveIntegerField()
+    path = models.CharField(max_length=500)  # relative to STORAGE_ROOT
+    metrics = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "step"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="unique_checkpoint_step")]
+
+    def __str__(self) -> str:
+        return f"{self.run.name} @ step {self.step}"
+
+    @property
+    def owner_id(self) -> int:
+        return self.run.owner_id
+
+    @property
+    def folder(self) -> Path:
+        return Path(settings.STORAGE_ROOT) / self.path
