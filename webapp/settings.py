@@ -164,3 +164,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
+
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # A file (not memory) for the test database, so worker processes started by the tests share it.
+    DATABASES["default"]["TEST"] = {"NAME": str(STORAGE_ROOT / "test-db.sqlite3")}

@@ -1,0 +1,16 @@
+# One image for the web process and the workers.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
+    DJANGO_SETTINGS_MODULE=webapp.settings_production STORAGE_ROOT=/data
+
+WORKDIR /app
+COPY requirements.txt .
+# The CUDA build of PyTorch from PyPI; it runs on CPU-only hosts too.
+RUN pip install --no-cache-dir -r requirements.txt
+
+COPY . .
+RUN SECRET_KEY=build-only python manage.py collectstatic --noinput
+
+EXPOSE 8000
+CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "webapp.asgi:application"]

@@ -1,0 +1,104 @@
+"""Real processes for end-to-end tests: a Celery worker and a Daphne web server.
+
+They run against the test database that pytest-django created and the suite's Redis, so a
+run launched through the HTTP API is trained by a real worker and streamed over a real
+websocket. Started once per session, stopped at the end.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _database_url(db: dict) -> str:
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    user = db.get("USER") or ""
+    password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+    auth = f"{user}{password}@" if user else ""
+    return f"postgres://{auth}{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
+
+
+@dataclass
+class LiveStack:
+    url: str
+    ws_url: str
+    storage: Path
+    log_dir: Path
+
+    def logs(self) -> str:
+        out = []
+        for f in sorted(self.log_dir.glob("*.log")):
+            out.append(f"----- {f.name} -----\n" + f.read_text(errors="replace")[-6000:])
+        return "\n".join(out)
+
+
+@pytest.fixture(scope="session")
+def live_stack(django_db_setup, django_db_blocker, tmp_path_factory):
+    from django.conf import settings
+
+    import redis
+
+    # Start from an empty broker so no message from an earlier session is picked up.
+    redis.Redis.from_url(settings.REDIS_URL).flushdb()
+
+    log_dir = tmp_path_factory.mktemp("live-logs")
+    env = dict(
+        os.environ,
+        DATABASE_URL=_database_url(settings.DATABASES["default"]),
+        REDIS_URL=settings.REDIS_URL,
+        STORAGE_ROOT=str(settings.STORAGE_ROOT),
+        DJANGO_SETTINGS_MODULE="webapp.settings",
+        CELERY_TASK_ALWAYS_EAGER="0",
+        PYTHONUNBUFFERED="1",
+        ALLOWED_HOSTS="localhost,127.0.0.1",
+    )
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "cpu,gpu", "--concurrency", "2",
+             "--prefetch-multiplier", "1", "-O", "fair", "--loglevel", "INFO", "-n", f"test-{os.getpid()}@%h"],
+            cwd=ROOT, env=env, stdout=open(log_dir / "worker.log", "wb"), stderr=subprocess.STDOUT,
+        ),
+        subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "webapp.asgi:application"],
+            cwd=ROOT, env=env, stdout=open(log_dir / "web.log", "wb"), stderr=subprocess.STDOUT,
+        ),
+    ]
+    stack = LiveStack(
+        url=f"http://127.0.0.1:{port}", ws_url=f"ws://127.0.0.1:{port}", storage=Path(settings.STORAGE_ROOT), log_dir=log_dir
+    )
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                break
+        except OSError:
+            if any(p.poll() is not None for p in procs):
+                break
+            time.sleep(0.2)
+    if any(p.poll() is not None for p in procs):
+        pytest.fail("The live stack did not start:\n" + stack.logs())
+    yield stack
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        try:
+            p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            p.kill()
