@@ -94,7 +94,8 @@ def main() -> None:
 
         procs.append(
             subprocess.Popen(
-                [PY, "-m", "daphne", "-b", args.host, "-p", str(args.port), "webapp.asgi:application"],
+                [PY, "-m", "uvicorn", "webapp.asgi:application", "--host", args.host, "--port", str(args.port),
+                 "--ws", "websockets", "--lifespan", "off", "--no-access-log", "--timeout-graceful-shutdown", "5"],
                 cwd=ROOT, env=env, start_new_session=True,
             )
         )

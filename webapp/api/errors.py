@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -39,12 +39,12 @@ def exception_handler(exc, context):
         )
     if isinstance(exc, exceptions.NotAuthenticated):
         message = "Log in, or send 'Authorization: Token <key>' (POST /api/auth/token/ returns your key)."
-    elif isinstance(exc, exceptions.NotFound):
+    elif isinstance(exc, (exceptions.NotFound, Http404)):
         message = "Not found. It does not exist, or it is not yours."
     else:
         message = _flatten(response.data)
     body = {"error": message}
-    if isinstance(response.data, dict) and not isinstance(exc, (exceptions.NotFound, exceptions.NotAuthenticated)):
+    if isinstance(response.data, dict) and not isinstance(exc, (exceptions.NotFound, Http404, exceptions.NotAuthenticated)):
         body["fields"] = response.data
     response.data = body
     return response

@@ -1,0 +1,184 @@
+"""Training throughput: our models against transformers' on the same configuration and batches.
+
+    .venv/bin/python bench/train_throughput.py --model bert-mini --steps 20
+    .venv/bin/python bench/train_throughput.py --model bert-base --device cuda --bf16
+
+Both models start from the same weights (ours exported and loaded into transformers), see
+the same random batches (15% of positions labelled for MLM, random NSP labels), and train
+with AdamW. Steps alternate between the two models so that machine noise hits both alike.
+Prints tokens/s for each and the ratio ours/theirs; on CUDA also MFU
+(6 * parameters * tokens/s / peak FLOP/s).
+
+A new architecture (roberta, albert, electra, t5, gpt) is one more `Entry` in ARCHITECTURES.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere in the repo
+
+from models_lib import hf  # noqa: E402
+from models_lib.bert import BERT_PRESETS, BertConfig, BertForPreTraining  # noqa: E402
+
+Batch = dict[str, torch.Tensor]
+
+
+@dataclass
+class Entry:
+    presets: dict                                     # preset name -> config fields
+    build_ours: Callable[[str, int], torch.nn.Module]  # (preset, vocab) -> our model
+    build_theirs: Callable[[torch.nn.Module], torch.nn.Module]  # our model -> transformers model, same weights
+    make_batch: Callable[[int, int, int, torch.Generator], Batch]  # (B, T, vocab, generator) -> batch
+    ours_loss: Callable[[torch.nn.Module, Batch], torch.Tensor]
+    theirs_loss: Callable[[torch.nn.Module, Batch], torch.Tensor]
+
+
+# --- BERT --------------------------------------------------------------------------------------
+
+def bert_ours(preset: str, vocab: int) -> torch.nn.Module:
+    return BertForPreTraining(BertConfig.from_preset(preset, vocab_size=vocab))
+
+
+def bert_theirs(ours: torch.nn.Module) -> torch.nn.Module:
+    import transformers
+
+    with tempfile.TemporaryDirectory() as folder:
+        hf.to_pretrained(ours, folder)
+        return transformers.BertForPreTraining.from_pretrained(folder)
+
+
+def mlm_nsp_batch(B: int, T: int, vocab: int, g: torch.Generator) -> Batch:
+    input_ids = torch.randint(5, vocab, (B, T), generator=g)
+    token_type_ids = torch.zeros(B, T, dtype=torch.long)
+    token_type_ids[:, T // 2:] = 1  # segment B is the second half
+    chosen = torch.rand(B, T, generator=g) < 0.15
+    chosen[:, 0] = False  # never [CLS]
+    mlm_labels = torch.where(chosen, input_ids, torch.full_like(input_ids, -100))
+    return dict(input_ids=input_ids, attention_mask=torch.ones(B, T, dtype=torch.long),
+                token_type_ids=token_type_ids, mlm_labels=mlm_labels,
+                nsp_labels=torch.randint(0, 2, (B,), generator=g))
+
+
+def bert_ours_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
+    return model(b["input_ids"], b["attention_mask"], b["token_type_ids"],
+                 mlm_labels=b["mlm_labels"], nsp_labels=b["nsp_labels"]).loss
+
+
+def bert_theirs_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
+    return model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], token_type_ids=b["token_type_ids"],
+                 labels=b["mlm_labels"], next_sentence_label=b["nsp_labels"]).loss
+
+
+ARCHITECTURES: dict[str, Entry] = {
+    "bert": Entry(BERT_PRESETS, bert_ours, bert_theirs, mlm_nsp_batch, bert_ours_loss, bert_theirs_loss),
+}
+
+
+# --- harness -----------------------------------------------------------------------------------
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="bert-mini", help="a preset name, e.g. bert-mini, bert-base")
+    p.add_argument("--vocab", type=int, default=30522)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--steps", type=int, default=20, help="timed steps per model")
+    p.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast")
+    p.add_argument("--peak-flops", type=float, default=989e12, help="device peak FLOP/s for MFU (H100 bf16 dense)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = leave as is)")
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--only", choices=["ours", "theirs"], help="time one implementation only")
+    return p.parse_args()
+
+
+def find_entry(preset: str) -> Entry:
+    for entry in ARCHITECTURES.values():
+        if preset in entry.presets:
+            return entry
+    names = [n for e in ARCHITECTURES.values() for n in e.presets]
+    raise SystemExit(f"unknown model {preset!r}; choose one of {', '.join(names)}")
+
+
+class Runner:
+    """One model with its optimizer; `step(batch)` trains once and returns (seconds, loss)."""
+
+    def __init__(self, name: str, model: torch.nn.Module, loss_fn, args: argparse.Namespace):
+        self.name, self.model, self.loss_fn, self.args = name, model.to(args.device).train(), loss_fn, args
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+        self.params = sum(p.numel() for p in model.parameters())  # shared/tied tensors counted once
+        self.seconds = 0.0
+        self.losses: list[float] = []
+
+    def step(self, batch: Batch, timed: bool) -> None:
+        sync = torch.cuda.synchronize if self.args.device == "cuda" else (lambda: None)
+        sync()
+        start = time.perf_counter()
+        with torch.autocast(self.args.device, dtype=torch.bfloat16, enabled=self.args.bf16):
+            loss = self.loss_fn(self.model, batch)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        sync()
+        if timed:
+            self.seconds += time.perf_counter() - start
+        self.losses.append(loss.item())
+
+
+def main() -> None:
+    args = parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # both implementations get the same setting
+        torch.backends.cudnn.allow_tf32 = True
+    entry = find_entry(args.model)
+
+    torch.manual_seed(args.seed)
+    ours = entry.build_ours(args.model, args.vocab)
+    theirs = entry.build_theirs(ours) if args.only != "ours" else None  # built on the CPU, same weights
+    runners = []
+    if args.only != "theirs":
+        runners.append(Runner("ours", ours, entry.ours_loss, args))
+    if theirs is not None:
+        runners.append(Runner("transformers", theirs, entry.theirs_loss, args))
+
+    g = torch.Generator().manual_seed(args.seed + 1)
+    batches = [{k: v.to(args.device) for k, v in entry.make_batch(args.batch_size, args.seq_len, args.vocab, g).items()}
+               for _ in range(4)]
+    print(f"{args.model}: {runners[0].params / 1e6:.1f}M parameters, batch {args.batch_size} x {args.seq_len}, "
+          f"vocab {args.vocab}, device {args.device}{' bf16' if args.bf16 else ''}, "
+          f"threads {torch.get_num_threads()}, {args.warmup} warmup + {args.steps} timed steps each")
+
+    for i in range(args.warmup + args.steps):
+        batch = batches[i % len(batches)]
+        # Alternate who goes first, so neither always runs on a cache the other warmed.
+        for runner in (runners if i % 2 == 0 else runners[::-1]):
+            torch.manual_seed(args.seed + i)  # same dropout stream for both
+            runner.step(batch, timed=i >= args.warmup)
+
+    tokens = args.steps * args.batch_size * args.seq_len
+    rates = {}
+    for r in runners:
+        rates[r.name] = tokens / r.seconds
+        line = (f"{r.name:>12}: {rates[r.name]:10.0f} tokens/s  ({r.seconds / args.steps * 1000:.0f} ms/step; "
+                f"loss first {r.losses[0]:.3f} last {r.losses[-1]:.3f})")
+        if args.device == "cuda":
+            line += f"  MFU {6 * r.params * rates[r.name] / args.peak_flops:.1%}"
+        print(line)
+    if len(rates) == 2:
+        print(f"ratio ours/transformers: {rates['ours'] / rates['transformers']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Native checkpoints: folder/model.safetensors + folder/model_config.json.
+
+model_config.json is {"family": "bert", "class": "BertForPreTraining", "config": {...}}; the
+family registry below maps it back to the config and model classes, so other families
+(t5, gpt, ...) plug in with one `register_family(...)` call.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import safetensors.torch
+import torch
+from torch import nn
+
+from .bert import BertConfig, BertForPreTraining, BertModel
+
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "model_config.json"
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    config_cls: type  # has to_dict() / from_dict(d)
+    model_classes: tuple[type, ...]  # the first is built when model_config.json names no class
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def register_family(name: str, config_cls: type, *model_classes: type) -> None:
+    FAMILIES[name] = Family(name, config_cls, tuple(model_classes))
+
+
+register_family("bert", BertConfig, BertForPreTraining, BertModel)
+
+
+def _family_of(model: nn.Module) -> Family:
+    for family in FAMILIES.values():
+        if type(model) in family.model_classes:
+            return family
+    raise ValueError(f"{type(model).__name__} is not a model class of any registered family "
+                     f"({', '.join(FAMILIES)}).")
+
+
+def save_model(model: nn.Module, folder: str | Path) -> Path:
+    """Write the weights and the config; returns the folder. Tied or shared weights are stored once."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    family = _family_of(model)
+    meta = {"family": family.name, "class": type(model).__name__, "config": model.config.to_dict()}
+    # save_model (not save_file) de-duplicates parameters that several modules share (ALBERT).
+    safetensors.torch.save_model(model, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
+    (folder / CONFIG_NAME).write_text(json.dumps(meta, indent=2) + "\n")
+    return folder
+
+
+def read_model_config(folder: str | Path) -> dict:
+    """The parsed model_config.json, with a clear error when the folder is not a checkpoint."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is not a folder, so it holds no model checkpoint.")
+    missing = [n for n in (CONFIG_NAME, WEIGHTS_NAME) if not (folder / n).is_file()]
+    if missing:
+        raise ValueError(f"{folder} is not a model checkpoint: {' and '.join(missing)} missing.")
+    try:
+        meta = json.loads((folder / CONFIG_NAME).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{folder / CONFIG_NAME} is not valid JSON ({exc}).") from exc
+    if not isinstance(meta, dict) or meta.get("family") not in FAMILIES or not isinstance(meta.get("config"), dict):
+        raise ValueError(f"{folder / CONFIG_NAME} does not name a known model family "
+                         f"({', '.join(FAMILIES)}) with a config.")
+    return meta
+
+
+def load_model(folder: str | Path, map_location: str | torch.device = "cpu") -> nn.Module:
+    """Rebuild the model class named in model_config.json and load its weights (in eval mode)."""
+    folder = Path(folder)
+    meta = read_model_config(folder)
+    family = FAMILIES[meta["family"]]
+    classes = {cls.__name__: cls for cls in family.model_classes}
+    name = meta.get("class", family.model_classes[0].__name__)
+    if name not in classes:
+        raise ValueError(f"{folder / CONFIG_NAME} names the class {name!r}, which the {family.name} family "
+                         f"does not have ({', '.join(classes)}).")
+    model = classes[name](family.config_cls.from_dict(meta["config"]))
+    try:
+        safetensors.torch.load_model(model, str(folder / WEIGHTS_NAME), strict=True)
+    except RuntimeError as exc:  # missing, unexpected or mis-shaped tensors
+        raise ValueError(f"The weights in {folder / WEIGHTS_NAME} do not fit its model_config.json: {exc}") from exc
+    return model.to(map_location).eval()

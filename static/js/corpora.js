@@ -1,0 +1,69 @@
+// Small helpers of the corpus, tokenizer and account pages:
+//  - live progress of pending/processing jobs (polls the JSON API every second),
+//  - confirmation of destructive forms (data-confirm), copy buttons (data-copy).
+(function () {
+  "use strict";
+
+  function pollJob(el) {
+    var url = el.dataset.jobUrl;
+    var bar = el.querySelector(".progress > div");
+    var percent = el.querySelector(".job-percent");
+    var label = el.querySelector(".job-label");
+    var hint = el.querySelector(".job-hint");
+    var failures = 0;
+
+    function tick() {
+      fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" })
+        .then(function (r) {
+          if (!r.ok) throw new Error("HTTP " + r.status);
+          return r.json();
+        })
+        .then(function (job) {
+          failures = 0;
+          var p = Math.max(0, Math.min(100, Math.round(job.progress || 0)));
+          if (bar) bar.style.width = p + "%";
+          if (bar && bar.parentElement) bar.parentElement.setAttribute("aria-valuenow", p);
+          if (percent) percent.textContent = p + " %";
+          if (label) label.textContent = job.status === "pending" ? "Waiting for a worker…" : "Processing…";
+          if (hint && job.status !== "pending") hint.hidden = true;
+          if (job.status === "ready" || job.status === "failed") {
+            window.location.reload();
+            return;
+          }
+          setTimeout(tick, 1000);
+        })
+        .catch(function () {
+          failures += 1; // the server restarting: keep trying, more slowly
+          setTimeout(tick, Math.min(10000, 1000 * (1 + failures)));
+        });
+    }
+    setTimeout(tick, 1000);
+  }
+
+  document.querySelectorAll(".job[data-job-url]").forEach(pollJob);
+
+  document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+    form.addEventListener("submit", function (event) {
+      if (!window.confirm(form.dataset.confirm)) event.preventDefault();
+    });
+  });
+
+  document.querySelectorAll("[data-copy]").forEach(function (button) {
+    button.addEventListener("click", function () {
+      var field = document.querySelector(button.dataset.copy);
+      if (!field) return;
+      field.select();
+      var done = function () {
+        var old = button.textContent;
+        button.textContent = "Copied";
+        setTimeout(function () { button.textContent = old; }, 1500);
+      };
+      if (navigator.clipboard && window.isSecureContext) {
+        navigator.clipboard.writeText(field.value).then(done);
+      } else {
+        document.execCommand("copy");
+        done();
+      }
+    });
+  });
+})();

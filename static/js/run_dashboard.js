@@ -1,0 +1,295 @@
+// Run dashboard: draw the metric history, then follow the run live over its websocket.
+//
+// Every point is kept per split in a Map step -> values, so a point is never drawn twice:
+// live events usually extend the traces (Plotly.extendTraces); a late point that falls
+// before the newest one (a catch-up after a reconnect) redraws that chart in order.
+(function () {
+  "use strict";
+  const dataEl = document.getElementById("dashboard-data");
+  if (!dataEl || typeof Plotly === "undefined") return;
+  const run = JSON.parse(dataEl.textContent);
+  const urls = document.getElementById("dashboard-urls").dataset;
+  const ACTIVE = new Set(["queued", "running"]);
+  const RESUMABLE = new Set(["cancelled", "crashed", "failed"]);
+
+  // ---- charts ---------------------------------------------------------------------------
+  const CHARTS = [
+    { id: "loss", traces: [["train", "loss", "train"], ["valid", "loss", "validation"]] },
+    { id: "mlm_acc", traces: [["train", "mlm_acc", "train"], ["valid", "mlm_acc", "validation"]], percent: true },
+    { id: "nsp_acc", traces: [["train", "nsp_acc", "train"], ["valid", "nsp_acc", "validation"]], percent: true },
+    { id: "lr", traces: [["train", "lr", "learning rate"]], exponent: true },
+    { id: "grad_norm", traces: [["train", "grad_norm", "gradient norm"]] },
+    { id: "tokens_per_s", traces: [["train", "tokens_per_s", "tokens / s"]] },
+    { id: "memory_mb", traces: [["train", "memory_mb", "MB"]] },
+  ].filter((c) => document.getElementById("chart-" + c.id));
+  const COLORS = { train: "#3f5bd9", valid: "#e0692b" };
+
+  const series = { train: new Map(), valid: new Map() };
+  const newest = { train: -1, valid: -1 };
+
+  function layout(chart) {
+    const el = document.getElementById("chart-" + chart.id);
+    return {
+      title: { text: el.dataset.title, font: { size: 14 }, x: 0.02 },
+      margin: { l: 56, r: 16, t: 36, b: 36 },
+      xaxis: { title: { text: "step", font: { size: 11 } }, rangemode: "tozero" },
+      yaxis: chart.percent ? { tickformat: ".0%", rangemode: "tozero" } : chart.exponent ? { exponentformat: "e" } : {},
+      legend: { orientation: "h", x: 1, xanchor: "right", y: 1.12 },
+      hovermode: "x unified",
+      showlegend: chart.traces.length > 1,
+    };
+  }
+
+  function traceData(split, key) {
+    const x = [], y = [];
+    for (const step of Array.from(series[split].keys()).sort((a, b) => a - b)) {
+      const v = series[split].get(step)[key];
+      if (v !== null && v !== undefined) { x.push(step); y.push(v); }
+    }
+    return { x, y };
+  }
+
+  function drawChart(chart) {
+    const traces = chart.traces.map(([split, key, name]) => ({
+      ...traceData(split, key), name, type: "scatter", mode: split === "valid" ? "lines+markers" : "lines",
+      line: { color: COLORS[split], width: 2 }, marker: { size: 5 },
+    }));
+    Plotly.react("chart-" + chart.id, traces, layout(chart), { responsive: true, displaylogo: false });
+  }
+
+  function drawAll() { CHARTS.forEach(drawChart); }
+
+  function addPoints(points) {
+    const appended = [];
+    let outOfOrder = false;
+    for (const p of points) {
+      const s = series[p.split];
+      if (!s || s.has(p.step)) continue; // already drawn
+      s.set(p.step, p.values || {});
+      if (p.step > newest[p.split]) { newest[p.split] = p.step; appended.push(p); } else { outOfOrder = true; }
+    }
+    if (outOfOrder) drawAll();
+    else if (appended.length) extend(appended);
+    if (appended.length || outOfOrder) updateStats();
+  }
+
+  function extend(points) {
+    for (const chart of CHARTS) {
+      const xs = chart.traces.map(() => []), ys = chart.traces.map(() => []);
+      chart.traces.forEach(([split, key], i) => {
+        for (const p of points) {
+          const v = p.split === split ? (p.values || {})[key] : undefined;
+          if (v !== null && v !== undefined) { xs[i].push(p.step); ys[i].push(v); }
+        }
+      });
+      const idx = chart.traces.map((_, i) => i).filter((i) => xs[i].length);
+      if (idx.length) {
+        Plotly.extendTraces("chart-" + chart.id, { x: idx.map((i) => xs[i]), y: idx.map((i) => ys[i]) }, idx);
+      }
+    }
+  }
+
+  function dropAfter(step) {
+    for (const split of ["train", "valid"]) {
+      for (const s of Array.from(series[split].keys())) if (s > step) series[split].delete(s);
+      newest[split] = Math.max(-1, ...series[split].keys());
+    }
+    drawAll();
+  }
+
+  // ---- numbers on the page --------------------------------------------------------------
+  const fmt = {
+    loss: (v) => v.toFixed(4),
+    acc: (v) => (100 * v).toFixed(1) + "%",
+    int: (v) => Math.round(v).toLocaleString(),
+    duration: (s) => {
+      s = Math.max(0, Math.round(s));
+      if (s < 60) return s + "s";
+      if (s < 3600) return Math.floor(s / 60) + "m " + String(s % 60).padStart(2, "0") + "s";
+      return Math.floor(s / 3600) + "h " + String(Math.floor((s % 3600) / 60)).padStart(2, "0") + "m";
+    },
+  };
+
+  function last(split) {
+    const step = newest[split];
+    return step >= 0 ? series[split].get(step) : null;
+  }
+
+  function setStat(name, text) {
+    const el = document.querySelector(`[data-stat="${name}"]`);
+    if (el && text !== undefined) el.textContent = text;
+  }
+
+  function updateStats() {
+    const t = last("train"), v = last("valid");
+    const num = (obj, key, f) => (obj && typeof obj[key] === "number" ? f(obj[key]) : undefined);
+    setStat("loss", num(t, "loss", fmt.loss));
+    setStat("valid_loss", num(v, "loss", fmt.loss));
+    setStat("perplexity", num(v, "perplexity", (x) => x.toFixed(1)));
+    setStat("mlm_acc", num(v, "mlm_acc", fmt.acc) || num(t, "mlm_acc", fmt.acc));
+    setStat("tokens_per_s", num(t, "tokens_per_s", fmt.int));
+    if (t && newest.train > state.step) setStep(newest.train);
+    updateEta();
+    document.getElementById("charts-empty").hidden = newest.train >= 0 || newest.valid >= 0;
+  }
+
+  // ---- run state --------------------------------------------------------------------------
+  const state = {
+    status: run.status, step: run.step, maxSteps: run.max_steps, finished: run.finished,
+    cancelRequested: run.cancel_requested,
+  };
+
+  function setStep(step) {
+    state.step = step;
+    document.getElementById("run-step").textContent = `step ${step.toLocaleString()} / ${state.maxSteps.toLocaleString()}`;
+    const pct = state.maxSteps ? Math.min(100, (100 * step) / state.maxSteps) : 0;
+    document.getElementById("run-progress-bar").style.width = pct.toFixed(1) + "%";
+  }
+
+  function updateEta() {
+    const el = document.getElementById("run-eta");
+    const t = last("train");
+    if (state.finished) el.textContent = state.status === "succeeded" ? "Finished" : "";
+    else if (state.status === "queued") el.textContent = "Waiting for a worker";
+    else if (t && typeof t.eta_s === "number") el.textContent = "about " + fmt.duration(t.eta_s) + " left";
+    else el.textContent = "";
+  }
+
+  function applyStatus(msg) {
+    state.status = msg.status;
+    state.finished = !!msg.finished;
+    state.cancelRequested = !!msg.cancel_requested;
+    if (typeof msg.max_steps === "number") state.maxSteps = msg.max_steps;
+    if (typeof msg.step === "number") setStep(msg.step);
+    const badge = document.getElementById("run-status");
+    badge.className = "badge " + msg.status;
+    badge.textContent = msg.status_label || msg.status;
+    refreshButtons();
+    const errorBox = document.getElementById("run-error");
+    errorBox.hidden = !msg.error;
+    if (msg.error) {
+      document.getElementById("run-error-title").textContent = msg.status === "crashed" ? "The run crashed" : "The run failed";
+      document.getElementById("run-error-text").textContent = msg.error;
+      document.getElementById("run-error-hint").textContent = hasCheckpoints()
+        ? "Resume continues from the last checkpoint." : "Clone the run to start it again.";
+    }
+    const note = document.getElementById("run-note");
+    if (msg.status === "queued") { note.hidden = false; note.textContent = "Waiting for a worker to pick the run up."; }
+    else if (msg.status === "running" && state.cancelRequested) { note.hidden = false; note.textContent = "Stopping: the run saves a checkpoint, then ends."; }
+    else note.hidden = true;
+    updateEta();
+  }
+
+  function refreshButtons() {
+    document.getElementById("cancel-form").hidden = !ACTIVE.has(state.status) || state.cancelRequested;
+    document.getElementById("resume-form").hidden = !(RESUMABLE.has(state.status) && hasCheckpoints());
+  }
+
+  // ---- checkpoints and log ------------------------------------------------------------------
+  function hasCheckpoints() { return !!document.querySelector("#checkpoints-body tr"); }
+
+  function addCheckpoint(c) {
+    const body = document.getElementById("checkpoints-body");
+    if (body.querySelector(`tr[data-step="${c.step}"]`)) return;
+    const row = document.createElement("tr");
+    row.dataset.step = c.step;
+    const m = c.metrics || {};
+    const loss = (split) => (m[split] && typeof m[split].loss === "number" ? m[split].loss.toFixed(4) : "–");
+    const cells = [String(c.step), loss("train"), loss("valid"),
+      c.created_at ? new Date(c.created_at).toLocaleTimeString() : ""];
+    for (const text of cells) { const td = document.createElement("td"); td.textContent = text; row.appendChild(td); }
+    const td = document.createElement("td"), a = document.createElement("a");
+    a.href = c.explore_url; a.textContent = "Explore"; td.appendChild(a); row.appendChild(td);
+    const after = Array.from(body.children).find((r) => Number(r.dataset.step) > c.step);
+    body.insertBefore(row, after || null);
+    document.getElementById("checkpoints-empty").hidden = true;
+  }
+
+  let lastLogId = run.last_log_id || 0;
+  function appendLog(msg) {
+    if (msg.id && msg.id <= lastLogId) return;
+    if (msg.id) lastLogId = msg.id;
+    const pre = document.getElementById("run-log");
+    const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
+    const span = document.createElement("span");
+    const time = msg.time ? new Date(msg.time).toLocaleTimeString([], { hour12: false }) : "";
+    span.textContent = `[${time}] ${msg.text}\n`;
+    pre.appendChild(span);
+    while (pre.children.length > 500) pre.removeChild(pre.firstChild);
+    if (atBottom) pre.scrollTop = pre.scrollHeight;
+  }
+
+  // ---- history and catch-up over HTTP --------------------------------------------------------
+  async function fetchJson(url) {
+    const response = await fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" });
+    if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
+    return response.json();
+  }
+
+  async function fetchMetrics(since) {
+    const url = since === undefined ? urls.metrics : `${urls.metrics}?since=${since}`;
+    const body = await fetchJson(url);
+    addPoints(body.points);
+  }
+
+  async function catchUp(since) {
+    // What was published while we were away; a second pass picks up points the worker
+    // had not written to the database yet (it writes in batches about every second).
+    try {
+      await fetchMetrics(since);
+      const detail = await fetchJson(urls.run);
+      if (detail.last_checkpoint) addCheckpoint(detail.last_checkpoint);
+      setTimeout(() => fetchMetrics(since).catch(() => {}), 1500);
+    } catch (e) { /* the next reconnect tries again */ }
+  }
+
+  // ---- websocket ---------------------------------------------------------------------------
+  const wsState = document.getElementById("ws-state");
+  let socket = null, retry = 0, everOpened = false, resumeFrom = -1;
+
+  function connect() {
+    const scheme = location.protocol === "https:" ? "wss:" : "ws:";
+    socket = new WebSocket(`${scheme}//${location.host}/ws/runs/${run.run_id}/`);
+    socket.onopen = () => {
+      retry = 0;
+      wsState.textContent = "Live.";
+      const since = everOpened ? resumeFrom : Math.max(newest.train, newest.valid);
+      everOpened = true;
+      catchUp(Math.max(-1, since - 1));
+    };
+    socket.onmessage = (event) => {
+      const msg = JSON.parse(event.data);
+      switch (msg.type) {
+        case "hello": applyStatus(msg); break;
+        case "metrics": addPoints([msg]); break;
+        case "heartbeat":
+          if (msg.step > state.step) setStep(msg.step);
+          setStat("tokens_seen", fmt.int(msg.tokens_seen));
+          break;
+        case "log": appendLog(msg); break;
+        case "checkpoint": addCheckpoint(msg); refreshButtons(); break;
+        case "status":
+          if (msg.resumed_from !== undefined && msg.resumed_from !== null) dropAfter(msg.resumed_from);
+          applyStatus(msg);
+          if (msg.finished) catchUp(Math.max(newest.train, newest.valid) - 1);
+          break;
+      }
+    };
+    socket.onclose = () => {
+      resumeFrom = Math.max(newest.train, newest.valid);
+      if (state.finished && everOpened) { wsState.textContent = "The run has finished."; return; }
+      const delay = Math.min(30000, 1000 * 2 ** retry) * (0.75 + Math.random() / 2);
+      retry += 1;
+      wsState.textContent = retry > 5
+        ? `Live updates unavailable (still retrying; are you logged in?). Next try in ${Math.round(delay / 1000)} s.`
+        : `Connection lost; reconnecting in ${Math.round(delay / 1000)} s…`;
+      setTimeout(connect, delay);
+    };
+  }
+
+  drawAll();
+  setStep(state.step);
+  fetchMetrics()
+    .catch(() => { wsState.textContent = "Could not load the metric history; retrying live."; })
+    .finally(() => { if (!(state.finished && newest.train >= 0)) connect(); else wsState.textContent = "The run has finished."; });
+})();

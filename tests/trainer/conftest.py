@@ -1,0 +1,72 @@
+"""Shared data for the trainer tests: a small demo corpus, cleaned, tokenized and sharded once."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+CORPUS_BYTES = 200_000
+VOCAB_SIZE = 2000
+
+
+def write_small_demo_corpus(path: Path, n_bytes: int = CORPUS_BYTES) -> Path:
+    """The demo corpus cut after the last whole document within n_bytes."""
+    from trainer.corpus import write_demo_corpus
+
+    full = write_demo_corpus(path.parent / "demo_full.txt")
+    text = full.read_text(encoding="utf-8")
+    cut = text.rfind("\n\n", 0, n_bytes)
+    path.write_text(text[: cut if cut > 0 else n_bytes] + "\n", encoding="utf-8")
+    full.unlink()
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_corpus_file(tmp_path_factory) -> Path:
+    return write_small_demo_corpus(tmp_path_factory.mktemp("raw") / "demo.txt")
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory, small_corpus_file) -> Path:
+    """A tokenizer folder with shards/{train,valid} built from ~200 KB of the demo corpus."""
+    from trainer.corpus import CleaningOptions, ingest
+    from trainer.shards import encode_corpus
+    from trainer.tokenization import train_tokenizer
+
+    base = tmp_path_factory.mktemp("prepared")
+    corpus_dir, tok_dir = base / "corpus", base / "tokenizer"
+    ingest(small_corpus_file, corpus_dir, original_filename="demo.txt", options=CleaningOptions(),
+           valid_fraction=0.1, seed=0)
+    train_tokenizer(corpus_dir, tok_dir, algorithm="wordpiece", vocab_size=VOCAB_SIZE, lowercase=True)
+    encode_corpus(corpus_dir, tok_dir)
+    return tok_dir
+
+
+def tiny_config(**changes):
+    """bert-tiny shrunk to hidden 64: a few steps take well under a second on a CPU."""
+    from trainer.config import RunConfig
+
+    base = dict(preset="bert-tiny", model_overrides={"hidden_size": 64, "num_heads": 2},
+                objectives=["mlm", "nsp"], max_steps=40, batch_size=16, seq_len=64, lr=2e-3,
+                warmup_steps=4, eval_every=20, eval_batches=4, checkpoint_every=20, log_every=5,
+                seed=0, device="cpu", num_threads=1)
+    base.update(changes)
+    return RunConfig(**base)
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory, tokenizer_dir):
+    """40 steps of MLM + NSP; checkpoints at 20 and 40. -> (result, sink, run folder)."""
+    from trainer.engine import train
+    from trainer.sinks import ListSink
+
+    out = tmp_path_factory.mktemp("run")
+    sink = ListSink()
+    result = train(tiny_config(), data_dir=tokenizer_dir, out_dir=out, sink=sink)
+    return result, sink, out
+
+
+@pytest.fixture(scope="session")
+def make_config():
+    """tiny_config as a fixture (test modules cannot import conftest under importlib mode)."""
+    return tiny_config

@@ -1,0 +1,138 @@
+"""The run websocket (/ws/runs/<id>/) through the real ASGI application and the real Redis channel layer."""
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+
+from tests.webapp.test_runs_helpers import make_run
+from webapp.asgi import application
+from webapp.runs.events import send_run_event
+from webapp.runs.models import RunStatus
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ORIGIN = (b"origin", b"http://localhost")
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def session_headers(client) -> list[tuple[bytes, bytes]]:
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+    return [ORIGIN, (b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode())]
+
+
+def token_headers(user) -> list[tuple[bytes, bytes]]:
+    from rest_framework.authtoken.models import Token
+
+    token, _ = Token.objects.get_or_create(user=user)
+    return [ORIGIN, (b"authorization", f"Token {token.key}".encode())]
+
+
+def connect(run_id, headers):
+    """Open a socket, return (connected, close code or first message), and close it."""
+    async def go():
+        comm = WebsocketCommunicator(application, f"/ws/runs/{run_id}/", headers=headers)
+        connected, code = await comm.connect(timeout=5)
+        if not connected:
+            return False, code
+        hello = await comm.receive_json_from(timeout=5)
+        await comm.disconnect()
+        return True, hello
+    return async_to_sync(go)()
+
+
+def test_the_owner_connects_with_a_session_cookie_and_gets_a_hello(alice, alice_client):
+    run = make_run(alice, status=RunStatus.RUNNING, current_step=7)
+    connected, hello = connect(run.id, session_headers(alice_client))
+    assert connected
+    assert hello == {"type": "hello", "status": "running", "status_label": "Running", "step": 7, "max_steps": 20,
+                     "error": "", "cancel_requested": False, "finished": False}
+
+
+def test_the_owner_connects_with_an_api_token(alice):
+    run = make_run(alice)
+    connected, hello = connect(run.id, token_headers(alice))
+    assert connected and hello["status"] == "queued"
+
+
+def test_an_anonymous_visitor_is_closed_with_4403(alice):
+    run = make_run(alice)
+    assert connect(run.id, [ORIGIN]) == (False, 4403)
+    assert connect(run.id, [ORIGIN, (b"authorization", b"Token not-a-token")]) == (False, 4403)
+
+
+def test_another_user_is_closed_with_4403(alice, bob, bob_client):
+    run = make_run(alice)
+    assert connect(run.id, session_headers(bob_client)) == (False, 4403)
+    assert connect(run.id, token_headers(bob)) == (False, 4403)
+
+
+def test_a_missing_run_is_closed_with_4403(alice_client):
+    assert connect(uuid.uuid4(), session_headers(alice_client)) == (False, 4403)
+
+
+def test_a_foreign_origin_is_refused(alice, alice_client):
+    run = make_run(alice)
+    headers = [h for h in session_headers(alice_client) if h[0] != b"origin"]
+    connected, _ = connect(run.id, [(b"origin", b"http://evil.example"), *headers])
+    assert not connected
+    connected, _ = connect(run.id, headers)  # no Origin header at all
+    assert not connected
+
+
+def test_group_events_are_forwarded_by_type(alice, alice_client):
+    run = make_run(alice, status=RunStatus.RUNNING)
+    other = make_run(alice, status=RunStatus.RUNNING)
+
+    async def go():
+        comm = WebsocketCommunicator(application, f"/ws/runs/{run.id}/", headers=session_headers(alice_client))
+        assert (await comm.connect(timeout=5))[0]
+        await comm.receive_json_from(timeout=5)  # hello
+        send = sync_to_async(send_run_event)
+        await send(other.id, {"type": "run.log", "id": 1, "text": "not for this socket", "time": None})
+        await send(run.id, {"type": "run.metrics", "step": 5, "split": "train", "values": {"loss": 2.5}})
+        await send(run.id, {"type": "run.log", "id": 9, "text": "Validation at step 5.", "time": "2025-01-01T00:00:00"})
+        await send(run.id, {"type": "run.checkpoint", "id": "c1", "step": 5, "metrics": {}, "created_at": None,
+                            "explore_url": "/explore/?checkpoint=c1"})
+        await send(run.id, {"type": "run.heartbeat", "step": 6, "tokens_seen": 600})
+        await send(run.id, {"type": "run.status", "status": "succeeded", "status_label": "Succeeded", "error": "",
+                            "step": 6, "max_steps": 6, "cancel_requested": False, "finished": True})
+        received = [await comm.receive_json_from(timeout=5) for _ in range(5)]
+        assert await comm.receive_nothing(timeout=0.2)
+        await comm.send_json_to({"type": "ping"})
+        pong = await comm.receive_json_from(timeout=5)
+        await comm.disconnect()
+        return received, pong
+
+    received, pong = async_to_sync(go)()
+    assert received[0] == {"type": "metrics", "step": 5, "split": "train", "values": {"loss": 2.5}}
+    assert received[1] == {"type": "log", "id": 9, "text": "Validation at step 5.", "time": "2025-01-01T00:00:00"}
+    assert received[2]["type"] == "checkpoint" and received[2]["explore_url"] == "/explore/?checkpoint=c1"
+    assert received[3] == {"type": "heartbeat", "step": 6, "tokens_seen": 600}
+    assert received[4]["type"] == "status" and received[4]["status"] == "succeeded" and received[4]["finished"]
+    assert pong == {"type": "pong"}
+
+
+def test_cancelling_a_queued_run_publishes_its_new_status(alice, alice_client):
+    from webapp.runs.services import run_cancel
+
+    run = make_run(alice)
+
+    async def go():
+        comm = WebsocketCommunicator(application, f"/ws/runs/{run.id}/", headers=session_headers(alice_client))
+        assert (await comm.connect(timeout=5))[0]
+        await comm.receive_json_from(timeout=5)
+        await sync_to_async(run_cancel)(run=run)
+        message = await comm.receive_json_from(timeout=5)
+        await comm.disconnect()
+        return message
+
+    message = async_to_sync(go)()
+    assert message["type"] == "status" and message["status"] == "cancelled" and message["finished"]

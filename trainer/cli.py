@@ -1,0 +1,223 @@
+"""Stand-alone training: `python -m trainer run config.yaml [--resume]` (no Django, no Redis).
+
+The YAML file holds the RunConfig fields plus:
+  corpus:      path of a raw .txt or .jsonl corpus (relative paths: from the YAML file's folder)
+  tokenizer:   {algorithm: wordpiece, vocab_size: 8000, lowercase: true}
+  output_dir:  where everything goes (relative paths: from the YAML file's folder)
+  cleaning:    optional C4 rules, e.g. {terminal_punct: true, min_words: true}
+  valid_fraction: optional share of documents held out for validation (default 0.05)
+
+output_dir/ gets corpus/ (cleaned text), tokenizer/ (tokenizer + shards/), checkpoints/ and
+metrics.jsonl. Preparation steps whose outputs exist are skipped. Ctrl-C stops after the
+current step and saves a checkpoint; `--resume` continues from the latest one. A problem
+the user can fix is printed as one line on stderr and the exit code is 2.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import signal
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from trainer.errors import ConfigError, UserError
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
+RUN_FILE_KEYS = ("corpus", "tokenizer", "output_dir", "cleaning", "valid_fraction")
+TOKENIZER_DEFAULTS = {"algorithm": "wordpiece", "vocab_size": 8000, "lowercase": True}
+
+
+@dataclass
+class RunFile:
+    """A parsed run YAML: where the data is, how to tokenize it, and the RunConfig."""
+
+    corpus: Path
+    output_dir: Path
+    config: Any  # RunConfig
+    tokenizer: dict[str, Any] = field(default_factory=lambda: dict(TOKENIZER_DEFAULTS))
+    cleaning: dict[str, bool] = field(default_factory=dict)
+    valid_fraction: float = 0.05
+
+    @property
+    def corpus_dir(self) -> Path:
+        return self.output_dir / "corpus"
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.output_dir / "tokenizer"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer", description="Train language models from the command line.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = sub.add_parser("run", help="prepare the corpus and tokenizer, then train, as a YAML file says")
+    run.add_argument("config", type=Path, help="the run's YAML file (see examples/bert-tiny.yaml)")
+    run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
+    demo = sub.add_parser("demo-corpus", help="write a small English corpus (Python docstrings) to a .txt file")
+    demo.add_argument("out", type=Path, help="the .txt file to write")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "run":
+            return cmd_run(args.config, resume=args.resume)
+        return cmd_demo_corpus(args.out)
+    except UserError as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def cmd_demo_corpus(out: Path) -> int:
+    from trainer.corpus import write_demo_corpus
+
+    path = write_demo_corpus(out)
+    print(f"Wrote the demo corpus to {path} ({path.stat().st_size / 1e6:.1f} MB).")
+    return 0
+
+
+def cmd_run(config_path: Path, *, resume: bool) -> int:
+    run_file = load_run_file(config_path)
+    prepare(run_file)
+    from trainer.engine import train  # imports torch: after the cheap checks
+    from trainer.sinks import ConsoleSink
+
+    stop = StopFlag()
+    with stop.installed():
+        result = train(run_file.config, data_dir=run_file.tokenizer_dir, out_dir=run_file.output_dir,
+                       sink=ConsoleSink(run_file.output_dir, max_steps=run_file.config.max_steps),
+                       should_stop=stop, resume=resume)
+    if result.last_checkpoint is not None:
+        print(f"Checkpoints are in {result.last_checkpoint.parent} (latest: {result.last_checkpoint.name}).")
+    if result.status == "cancelled":
+        print(f"Stopped at step {result.final_step}. Continue with: python -m trainer run {config_path} --resume")
+        return EXIT_INTERRUPTED
+    return 0
+
+
+# ---------------------------------------------------------------------------- the YAML file
+def load_run_file(path: Path) -> RunFile:
+    from trainer import registry
+    from trainer.config import RunConfig
+    from trainer.corpus import CleaningOptions
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"The config file {path} does not exist.")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path} is not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must be a YAML mapping of settings (corpus:, output_dir:, ...).")
+    for key in ("corpus", "output_dir"):
+        if not data.get(key):
+            raise ConfigError(f"{path} needs a `{key}:` setting.")
+    here = path.resolve().parent
+    corpus = (here / str(data["corpus"])).resolve()
+    if not corpus.is_file():
+        raise ConfigError(f"The corpus file {corpus} does not exist (corpus: in {path.name}; "
+                          f"`python -m trainer demo-corpus FILE` writes one).")
+    tokenizer = data.get("tokenizer") or {}
+    if not isinstance(tokenizer, dict) or set(tokenizer) - set(TOKENIZER_DEFAULTS):
+        raise ConfigError(f"tokenizer: takes {', '.join(TOKENIZER_DEFAULTS)}; got {tokenizer!r}.")
+    cleaning = data.get("cleaning") or {}
+    rules = [f.name for f in dataclasses.fields(CleaningOptions)]
+    if not isinstance(cleaning, dict) or set(cleaning) - set(rules):
+        raise ConfigError(f"cleaning: maps rule names ({', '.join(rules)}) to true/false; got {cleaning!r}.")
+    config = RunConfig.from_dict({k: v for k, v in data.items() if k not in RUN_FILE_KEYS})
+    tok = {**TOKENIZER_DEFAULTS, **tokenizer}
+    registry.validate_tokenizer(config, tok["algorithm"])
+    try:
+        valid_fraction = float(data.get("valid_fraction", 0.05))
+    except (TypeError, ValueError):
+        raise ConfigError("valid_fraction must be a number such as 0.05.") from None
+    return RunFile(corpus=corpus, output_dir=(here / str(data["output_dir"])).resolve(), config=config,
+                   tokenizer=tok, cleaning=dict(cleaning), valid_fraction=valid_fraction)
+
+
+# ---------------------------------------------------------------------------- preparation
+def prepare(run: RunFile) -> None:
+    """corpus -> cleaned text -> tokenizer -> shards, skipping the steps already done."""
+    from trainer.corpus import CleaningOptions, ingest
+    from trainer.shards import encode_corpus
+    from trainer.tokenization import train_tokenizer
+
+    run.output_dir.mkdir(parents=True, exist_ok=True)
+    check_stamp(run)
+    if not (run.corpus_dir / "stats.json").is_file():
+        print(f"Cleaning and splitting {run.corpus.name} ...", flush=True)
+        result = ingest(run.corpus, run.corpus_dir, original_filename=run.corpus.name,
+                        options=CleaningOptions.from_dict(run.cleaning), valid_fraction=run.valid_fraction)
+        s = result.stats
+        total = s.get("total", s)
+        print(f"  {_fmt_stats(total)}", flush=True)
+    if not (run.tokenizer_dir / "tokenizer.json").is_file():
+        print(f"Training a {run.tokenizer['algorithm']} tokenizer ({run.tokenizer['vocab_size']:,} tokens) ...", flush=True)
+        stats = train_tokenizer(run.corpus_dir, run.tokenizer_dir, algorithm=run.tokenizer["algorithm"],
+                                vocab_size=int(run.tokenizer["vocab_size"]), lowercase=bool(run.tokenizer["lowercase"]))
+        print(f"  vocabulary {stats['vocab_size']:,}, {stats.get('tokens_per_word', 0):.2f} tokens per word, "
+              f"unknown rate {stats.get('unk_rate', 0):.2%}", flush=True)
+    if not (run.tokenizer_dir / "shards" / "train" / "shard.json").is_file():
+        print("Encoding the corpus into token shards ...", flush=True)
+        stats = encode_corpus(run.corpus_dir, run.tokenizer_dir)
+        print(f"  {stats['train']['n_tokens']:,} training tokens, {stats['valid']['n_tokens']:,} validation tokens",
+              flush=True)
+
+
+def check_stamp(run: RunFile) -> None:
+    """Refuse to mix prepared data of one corpus/tokenizer with a YAML that asks for another."""
+    stamp = run.output_dir / "prepared.json"
+    wanted = {"corpus": str(run.corpus), "corpus_bytes": run.corpus.stat().st_size,
+              "tokenizer": run.tokenizer, "cleaning": run.cleaning, "valid_fraction": run.valid_fraction}
+    if stamp.is_file():
+        had = json.loads(stamp.read_text(encoding="utf-8"))
+        changed = [k for k in wanted if had.get(k) != wanted[k]]
+        if changed:
+            raise ConfigError(f"{run.output_dir} was prepared with other {', '.join(changed)} settings; "
+                              f"use a new output_dir (or delete that folder) to start over.")
+    else:
+        stamp.write_text(json.dumps(wanted, indent=2) + "\n", encoding="utf-8")
+
+
+def _fmt_stats(s: dict) -> str:
+    parts = [f"{s[k]:,} {k}" for k in ("documents", "sentences", "words") if isinstance(s.get(k), int)]
+    return ", ".join(parts) or "done"
+
+
+# ---------------------------------------------------------------------------- Ctrl-C
+class StopFlag:
+    """should_stop for train(): the first Ctrl-C (or SIGTERM) asks for a checkpoint and a stop,
+    a second Ctrl-C aborts at once."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+
+    def __call__(self) -> bool:
+        return self.requested
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.requested = True
+        print("\nStopping after this step and saving a checkpoint (Ctrl-C again to abort) ...",
+              file=sys.stderr, flush=True)
+
+    def installed(self) -> "StopFlag":
+        return self
+
+    def __enter__(self) -> "StopFlag":
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,143 @@
+"""A demo corpus that needs no download: the docstrings of Python's standard library.
+
+One document per docstring (of a module, class, function or method), each paragraph of
+prose on one line, documents separated by a blank line — the ``.txt`` format ``ingest``
+reads. Doctest examples, code-like paragraphs, reStructuredText blocks and tiny docstrings
+are left out. The module list is fixed and walked in sorted order, so the output is the
+same every time for a given Python version (about 1 MB on Python 3.11).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import re
+import tempfile
+import warnings
+from pathlib import Path
+
+# Standard-library modules that import without side effects on every platform (a few, like
+# builtins and math, are built in: their C-level docstrings are prose too).
+DEMO_MODULES = (
+    "abc", "argparse", "ast", "asyncio.base_events", "asyncio.events", "asyncio.locks",
+    "asyncio.queues", "asyncio.streams", "asyncio.tasks", "base64", "bdb", "builtins", "bz2",
+    "calendar", "cmath", "cmd", "code", "codecs", "collections", "collections.abc",
+    "concurrent.futures._base", "configparser", "contextlib", "csv", "dataclasses",
+    "datetime", "difflib", "dis", "doctest", "email.charset", "email.feedparser",
+    "email.header", "email.message", "email.parser", "email.utils", "enum", "fileinput",
+    "fractions", "ftplib", "functools", "getopt", "gettext", "gzip", "hashlib", "heapq",
+    "hmac", "html.parser", "http.client", "http.cookiejar", "http.cookies", "http.server",
+    "imaplib", "importlib.abc", "importlib.metadata", "importlib.util", "inspect", "io",
+    "ipaddress", "itertools", "json", "json.decoder", "json.encoder", "linecache", "locale",
+    "logging", "logging.config", "logging.handlers", "lzma", "mailbox", "math", "mimetypes",
+    "modulefinder", "multiprocessing.connection", "multiprocessing.managers", "netrc",
+    "ntpath", "numbers", "operator", "optparse", "os", "pathlib", "pdb", "pickle",
+    "pickletools", "pkgutil", "platform", "plistlib", "poplib", "posixpath", "pprint",
+    "profile", "pstats", "py_compile", "pyclbr", "queue", "quopri", "random", "re", "runpy",
+    "sched", "secrets", "selectors", "shelve", "shlex", "shutil", "signal", "smtplib",
+    "socket", "socketserver", "ssl", "statistics", "string", "struct", "subprocess",
+    "symtable", "sys", "sysconfig", "tabnanny", "tarfile", "tempfile", "textwrap",
+    "threading", "time", "timeit", "tokenize", "trace", "traceback", "tracemalloc", "types",
+    "typing", "unicodedata", "unittest.case", "unittest.loader", "unittest.mock",
+    "unittest.result", "urllib.parse", "urllib.request", "urllib.robotparser", "uuid",
+    "warnings", "weakref", "wsgiref.handlers", "wsgiref.util", "xml.dom.minidom",
+    "xml.etree.ElementTree", "xml.sax.handler", "xml.sax.saxutils", "xml.sax.xmlreader",
+    "xmlrpc.client", "xmlrpc.server", "zipfile", "zipimport", "zlib",
+)  # fmt: skip
+
+MIN_DOC_WORDS = 12  # smaller docstrings ("Return self.") teach nothing
+MIN_PARAGRAPH_WORDS = 4
+_CODE_CHARS = set("=[]{}<>*#@$%^&|\\~;")  # not () _ `: docstrings name functions in prose
+_CODE_START = re.compile(r"^(>>>|\.\.\.|\$ |def |class |import |from \S+ import |return |if |for |@)")
+_FIELD_LIST = re.compile(r"^(:\w+|\.\. |[-*+] |\w[\w ,*]*\s+--\s|\w+ *: *$)")
+
+
+def write_demo_corpus(path: Path) -> Path:
+    """Write the demo corpus to ``path`` (a ``.txt`` file, or a folder to put it in)."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "python_stdlib_docstrings.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".demo-", suffix=".txt", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
+            for i, doc in enumerate(demo_documents()):
+                if i:
+                    fh.write("\n")
+                fh.write("\n".join(doc) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def demo_documents() -> list[list[str]]:
+    """The demo corpus as documents, each a list of one-line paragraphs."""
+    seen: set[str] = set()
+    docs = []
+    for docstring in _docstrings():
+        paragraphs = _prose_paragraphs(docstring)
+        if sum(len(p.split()) for p in paragraphs) < MIN_DOC_WORDS:
+            continue
+        key = "\n".join(paragraphs)
+        if key not in seen:
+            seen.add(key)
+            docs.append(paragraphs)
+    return docs
+
+
+def _docstrings():
+    with warnings.catch_warnings():  # deprecated modules and attributes warn when touched
+        warnings.simplefilter("ignore")
+        for name in DEMO_MODULES:
+            try:
+                module = importlib.import_module(name)
+            except Exception:  # an optional C extension is missing (e.g. _ssl): skip it
+                continue
+            yield module.__doc__
+            for obj in _members(module, module.__name__):
+                yield obj.__doc__
+                if inspect.isclass(obj):
+                    for member in _members(obj, None):
+                        yield member.__doc__
+
+
+def _members(owner, module_name: str | None) -> list:
+    """Routines and classes defined in ``owner`` (a module: not imported ones), by name."""
+    out = []
+    for name, value in sorted(vars(owner).items()):
+        if name.startswith("__") and name != "__init__":  # dunders repeat object's docstrings
+            continue
+        if isinstance(value, (staticmethod, classmethod)):
+            value = value.__func__
+        if isinstance(value, property):
+            value = value.fget
+        if not (inspect.isroutine(value) or inspect.isclass(value)):
+            continue
+        if module_name is not None and getattr(value, "__module__", None) != module_name:
+            continue
+        out.append(value)
+    return out
+
+
+def _prose_paragraphs(docstring: str | None) -> list[str]:
+    if not isinstance(docstring, str):
+        return []
+    paragraphs = []
+    for block in re.split(r"\n\s*\n", inspect.cleandoc(docstring)):
+        lines = block.split("\n")
+        if any(line.startswith((" ", "\t")) for line in lines):
+            continue  # indented: code, argument lists, tables
+        if any(_CODE_START.match(line) or _FIELD_LIST.match(line) for line in lines):
+            continue
+        text = " ".join(block.split())
+        if len(text.split()) < MIN_PARAGRAPH_WORDS or not text.endswith((".", "?", "!")):
+            continue
+        if text.endswith("::") or sum(c in _CODE_CHARS for c in text) > 0.06 * len(text):
+            continue
+        if "{" in text or "}" in text:
+            continue
+        paragraphs.append(text)
+    return paragraphs

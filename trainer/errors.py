@@ -1,0 +1,31 @@
+"""Errors whose message is safe to show a person.
+
+Code in ``trainer`` raises a :class:`UserError` subclass when the cause is something the
+user can fix (a bad upload, an impossible setting, a missing checkpoint). The message is
+one or two plain sentences that say what is wrong and, where possible, what to do.
+Any other exception is a bug and is reported as such by the caller.
+"""
+
+
+class UserError(Exception):
+    """A problem the user caused and can fix; ``str(error)`` is shown to them as is."""
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class CorpusError(UserError):
+    """The uploaded corpus cannot be used (unreadable, wrong format, too small, ...)."""
+
+
+class TokenizerError(UserError):
+    """The tokenizer cannot be trained, loaded or used with the given settings or files."""
+
+
+class ConfigError(UserError):
+    """A run configuration is invalid or its settings do not go together."""
+
+
+class InferenceError(UserError):
+    """An explorer request cannot be answered (no [MASK], text too long, checkpoint missing)."""

@@ -1,0 +1,148 @@
+"""Use a checkpoint: fill in [MASK]s, judge sentence pairs, list a run's checkpoints.
+
+Models are loaded on the CPU and kept in a small per-process LRU cache keyed by the folder
+and its weights file's mtime (a re-written checkpoint is reloaded). Every problem the user
+can fix raises InferenceError with a sentence saying what to do.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from trainer import checkpoints
+from trainer.errors import InferenceError, UserError
+
+CACHE_SIZE = 4
+
+_cache: "OrderedDict[tuple[str, int], _Loaded]" = OrderedDict()
+_lock = threading.Lock()
+
+
+@dataclass
+class _Loaded:
+    model: nn.Module
+    tokenizer: Any  # trainer.tokenization.TokenizerBundle
+    state: dict     # trainer_state.json ({} for imported models)
+
+    @property
+    def max_positions(self) -> int:
+        return int(self.model.config.max_positions)
+
+
+def list_checkpoints(run_folder: str | Path) -> list[tuple[int, Path]]:
+    """[(step, folder)] of a run's complete checkpoints, oldest first."""
+    return checkpoints.list_checkpoints(Path(run_folder))
+
+
+def fill_mask(checkpoint_dir: str | Path, text: str, top_k: int = 5) -> list[dict]:
+    """Predictions for each [MASK] in `text`:
+    [{"position": token index, "predictions": [{"token", "id", "prob"}, ...top_k, most likely first]}]."""
+    loaded = _load(checkpoint_dir)
+    tok = loaded.tokenizer
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= tok.vocab_size:
+        raise InferenceError(f"top_k must be a whole number between 1 and {tok.vocab_size} (the vocabulary size).")
+    text = _nonempty(text, "Type a text with [MASK] where a word should be predicted.")
+    mask_token = tok.tok.id_to_token(tok.mask_id)
+    text = re.sub(re.escape(mask_token), mask_token, text, flags=re.IGNORECASE)  # accept [mask]
+    enc = tok.tok.encode(text)
+    ids = enc.ids
+    positions = [i for i, t in enumerate(ids) if t == tok.mask_id]
+    if not positions:
+        raise InferenceError(f"The text has no {mask_token}; write {mask_token} where a word should be predicted.")
+    _check_length(len(ids), loaded)
+    with torch.inference_mode():
+        out = loaded.model(torch.tensor([ids]), token_type_ids=torch.zeros(1, len(ids), dtype=torch.long))
+        probs = torch.softmax(out.mlm_logits[0, positions].float(), dim=-1)  # (M, V)
+        top = probs.topk(top_k, dim=-1)
+    return [
+        {"position": pos,
+         "predictions": [{"token": tok.tok.id_to_token(int(i)), "id": int(i), "prob": float(p)}
+                         for p, i in zip(top.values[m], top.indices[m])]}
+        for m, pos in enumerate(positions)
+    ]
+
+
+def next_sentence(checkpoint_dir: str | Path, text_a: str, text_b: str) -> dict[str, float]:
+    """How likely `text_b` follows `text_a`: {"is_next": p, "not_next": 1 - p}."""
+    loaded = _load(checkpoint_dir)
+    objectives = loaded.state.get("config", {}).get("objectives")
+    if objectives is not None and "nsp" not in objectives:
+        raise InferenceError("This model was trained without next sentence prediction, so it cannot judge "
+                             "sentence pairs. Pick a checkpoint of a run with the NSP objective.")
+    text_a = _nonempty(text_a, "Type a first sentence (A).")
+    text_b = _nonempty(text_b, "Type a second sentence (B).")
+    enc = loaded.tokenizer.tok.encode(text_a, text_b)
+    _check_length(len(enc.ids), loaded)
+    with torch.inference_mode():
+        out = loaded.model(torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids]))
+        if out.nsp_logits is None:
+            raise InferenceError("This model has no next-sentence head.")
+        p = float(torch.softmax(out.nsp_logits[0].float(), dim=-1)[0])  # index 0 = IsNext
+    return {"is_next": p, "not_next": 1.0 - p}
+
+
+def clear_cache() -> None:
+    with _lock:
+        _cache.clear()
+
+
+# ---------------------------------------------------------------------------- loading
+def _load(checkpoint_dir: str | Path) -> _Loaded:
+    folder = Path(checkpoint_dir)
+    if not folder.is_dir():
+        raise InferenceError(f"The checkpoint {folder.name} does not exist (any more).")
+    missing = [n for n in checkpoints.MODEL_FILES + checkpoints.TOKENIZER_FILES if not (folder / n).is_file()]
+    if missing:
+        raise InferenceError(f"The checkpoint {folder.name} is incomplete: {', '.join(missing)} "
+                             f"{'is' if len(missing) == 1 else 'are'} missing.")
+    key = (str(folder.resolve()), (folder / "model.safetensors").stat().st_mtime_ns)
+    with _lock:
+        if key in _cache:
+            _cache.move_to_end(key)
+            return _cache[key]
+    loaded = _read(folder)
+    with _lock:
+        _cache[key] = loaded
+        _cache.move_to_end(key)
+        while len(_cache) > CACHE_SIZE:
+            _cache.popitem(last=False)
+    return loaded
+
+
+def _read(folder: Path) -> _Loaded:
+    from models_lib.checkpoint import load_model
+    from trainer.tokenization import load_tokenizer
+
+    try:
+        model = load_model(folder, map_location="cpu").eval()
+    except ValueError as e:
+        raise InferenceError(f"The checkpoint {folder.name} cannot be loaded: {e}") from None
+    if not hasattr(model, "mlm_head"):
+        raise InferenceError(f"The checkpoint {folder.name} holds a model without a language-model head.")
+    try:
+        tokenizer = load_tokenizer(folder)
+    except UserError as e:
+        raise InferenceError(f"The checkpoint {folder.name} has an unusable tokenizer: {e}") from None
+    state_path = folder / checkpoints.STATE_NAME
+    state = json.loads(state_path.read_text(encoding="utf-8")) if state_path.is_file() else {}
+    return _Loaded(model, tokenizer, state)
+
+
+def _check_length(n_tokens: int, loaded: _Loaded) -> None:
+    if n_tokens > loaded.max_positions:
+        raise InferenceError(f"The text is {n_tokens} tokens long (with the special tokens), but this model "
+                             f"reads at most {loaded.max_positions}. Shorten it.")
+
+
+def _nonempty(text: Any, message: str) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise InferenceError(message)
+    return text.strip()

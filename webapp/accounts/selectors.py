@@ -1,0 +1,83 @@
+"""Reads for the start page: the getting-started checklist and recent work."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.urls import NoReverseMatch, reverse
+
+from webapp.corpora.models import JobStatus
+from webapp.corpora.selectors import corpora_for, tokenizers_for
+
+
+def _url(name: str, *args, fallback: str) -> str:
+    """Reverse a URL of another app; its pages may not be wired yet in every checkout."""
+    try:
+        return reverse(name, args=args)
+    except NoReverseMatch:
+        return fallback
+
+
+@dataclass
+class Step:
+    number: int
+    title: str
+    text: str
+    done: bool
+    url: str
+    action: str
+
+
+@dataclass
+class Dashboard:
+    steps: list[Step]
+    corpora: list = field(default_factory=list)
+    tokenizers: list = field(default_factory=list)
+    runs: list = field(default_factory=list)
+
+    @property
+    def next_step(self) -> Step | None:
+        return next((s for s in self.steps if not s.done), None)
+
+
+def dashboard_for(user: AbstractBaseUser, *, recent: int = 5) -> Dashboard:
+    corpora = corpora_for(user)
+    tokenizers = tokenizers_for(user)
+    runs = user.runs.all().order_by("-created_at")
+
+    ready_corpus = corpora.filter(status=JobStatus.READY).first()
+    ready_tokenizer = tokenizers.filter(status=JobStatus.READY).first()
+    has_run = runs.exists()
+    from webapp.runs.models import Checkpoint  # the runs app owns checkpoints
+
+    has_checkpoint = Checkpoint.objects.filter(run__owner=user).exists()
+
+    new_run_url = _url("runs:new", fallback="/runs/new/")
+    if ready_tokenizer is not None:
+        new_run_url += f"?tokenizer={ready_tokenizer.id}"
+    steps = [
+        Step(1, "Add a corpus",
+             "Upload a .txt or .jsonl file of your own, or start with the demo corpus.",
+             ready_corpus is not None, reverse("corpora:list"), "Go to corpora"),
+        Step(2, "Train a tokenizer",
+             "Learn a WordPiece vocabulary on a ready corpus and encode it into token shards.",
+             ready_tokenizer is not None,
+             reverse("corpora:detail", args=[ready_corpus.id]) + "#train-tokenizer" if ready_corpus
+             else reverse("corpora:tokenizer-list"),
+             "Train a tokenizer"),
+        Step(3, "Launch a run",
+             "Pick an architecture and objectives, then follow the training curves live.",
+             has_run, new_run_url, "Launch a run"),
+        Step(4, "Explore a checkpoint",
+             "Fill in masked words and score sentence pairs with the model you trained.",
+             has_checkpoint, _url("explorer:index", fallback="/explore/"), "Open the explorer"),
+    ]
+    recent_runs = [
+        {"run": r, "url": _url("runs:detail", r.id, fallback=f"/runs/{r.id}/")} for r in runs[:recent]
+    ]
+    return Dashboard(
+        steps=steps,
+        corpora=list(corpora[:recent]),
+        tokenizers=list(tokenizers.select_related("corpus")[:recent]),
+        runs=recent_runs,
+    )

@@ -1,0 +1,158 @@
+"""Pages for corpora and tokenizers. Reads go through selectors, writes through services."""
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
+
+from webapp.corpora import display
+from webapp.corpora.forms import CorpusUploadForm, TokenizerForm, VOCAB_DEFAULT
+from webapp.corpora.models import Corpus, JobStatus
+from webapp.corpora.selectors import corpora_for, corpus_get, tokenizer_get, tokenizers_for
+from webapp.corpora.services import (
+    ActionRefused,
+    corpus_create_demo,
+    corpus_create_from_upload,
+    corpus_delete,
+    tokenizer_create,
+    tokenizer_delete,
+)
+from webapp.corpora.uploads import human_bytes
+
+
+def _is_xhr(request: HttpRequest) -> bool:
+    return request.headers.get("x-requested-with") == "XMLHttpRequest"
+
+
+@login_required
+def corpus_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "corpora/corpus_list.html", {"corpora": corpora_for(request.user)})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def corpus_upload(request: HttpRequest) -> HttpResponse:
+    form = CorpusUploadForm(request.POST or None, request.FILES or None)
+    if request.method == "POST":
+        if form.is_valid():
+            uploaded = form.cleaned_data["file"]
+            corpus = corpus_create_from_upload(
+                owner=request.user, name=form.cleaned_data["name"], uploaded_file=uploaded,
+                original_filename=uploaded.name, options=form.options,
+            )
+            url = reverse("corpora:detail", args=[corpus.id])
+            if _is_xhr(request):
+                return JsonResponse({"id": str(corpus.id), "redirect": url}, status=201)
+            messages.success(request, f"“{corpus.name}” was uploaded and is being processed.")
+            return redirect(url)
+        if _is_xhr(request):
+            errors = {name: [e["message"] for e in errs] for name, errs in form.errors.get_json_data().items()}
+            first = next(iter(errors.values()))[0]
+            return JsonResponse({"error": first, "fields": errors}, status=400)
+    return render(request, "corpora/corpus_upload.html", {
+        "form": form,
+        "max_bytes": settings.UPLOAD_MAX_BYTES,
+        "max_human": human_bytes(settings.UPLOAD_MAX_BYTES),
+    })
+
+
+@login_required
+@require_POST
+def corpus_demo(request: HttpRequest) -> HttpResponse:
+    corpus = corpus_create_demo(owner=request.user)
+    messages.success(request, "The demo corpus is being built from the Python standard library's docstrings.")
+    return redirect("corpora:detail", pk=corpus.id)
+
+
+def _corpus_page(request: HttpRequest, corpus: Corpus, form: TokenizerForm | None = None,
+                 status: int = 200) -> HttpResponse:
+    if form is None:
+        form = TokenizerForm(initial={"vocab_size": VOCAB_DEFAULT})
+    return render(request, "corpora/corpus_detail.html", {
+        "corpus": corpus,
+        "in_flight": corpus.status in (JobStatus.PENDING, JobStatus.PROCESSING),
+        "stats": display.corpus_stats(corpus.stats),
+        "removed": display.removed_rows(corpus.removed, corpus.options),
+        "options": display.chosen_rules(corpus.options),
+        "tokenizers": tokenizers_for(request.user, corpus=corpus),
+        "form": form,
+        "size": human_bytes(corpus.size_bytes),
+    }, status=status)
+
+
+@login_required
+def corpus_detail(request: HttpRequest, pk) -> HttpResponse:
+    return _corpus_page(request, corpus_get(request.user, pk))
+
+
+@login_required
+@require_POST
+def tokenizer_new(request: HttpRequest, pk) -> HttpResponse:
+    corpus = corpus_get(request.user, pk)
+    form = TokenizerForm(request.POST)
+    if form.is_valid():
+        try:
+            tokenizer = tokenizer_create(owner=request.user, corpus=corpus, **form.cleaned_data)
+        except ActionRefused as refused:  # the corpus is not ready: the page explains it
+            messages.error(request, str(refused))
+            return redirect("corpora:detail", pk=corpus.id)
+        messages.success(request, f"Training “{tokenizer.name}”.")
+        return redirect("corpora:tokenizer-detail", pk=tokenizer.id)
+    return _corpus_page(request, corpus, form=form, status=400)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def corpus_delete_view(request: HttpRequest, pk) -> HttpResponse:
+    corpus = corpus_get(request.user, pk)
+    if request.method == "POST":
+        try:
+            corpus_delete(corpus=corpus)
+        except ActionRefused as refused:
+            messages.error(request, str(refused))
+            return redirect("corpora:detail", pk=corpus.id)
+        messages.success(request, f"“{corpus.name}” and its tokenizers were deleted.")
+        return redirect("corpora:list")
+    return render(request, "corpora/confirm_delete.html", {
+        "object": corpus, "kind": "corpus", "cancel_url": reverse("corpora:detail", args=[corpus.id]),
+        "also": [t.name for t in corpus.tokenizers.all()], "runs": corpus.runs.count(),
+    })
+
+
+@login_required
+def tokenizer_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "corpora/tokenizer_list.html", {"tokenizers": tokenizers_for(request.user)})
+
+
+@login_required
+def tokenizer_detail(request: HttpRequest, pk) -> HttpResponse:
+    tokenizer = tokenizer_get(request.user, pk)
+    return render(request, "corpora/tokenizer_detail.html", {
+        "tokenizer": tokenizer,
+        "in_flight": tokenizer.status in (JobStatus.PENDING, JobStatus.PROCESSING),
+        "stats": display.tokenizer_stats(tokenizer.stats),
+        "shards": display.shard_rows(tokenizer.stats.get("shards")),
+    })
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def tokenizer_delete_view(request: HttpRequest, pk) -> HttpResponse:
+    tokenizer = tokenizer_get(request.user, pk)
+    if request.method == "POST":
+        try:
+            tokenizer_delete(tokenizer=tokenizer)
+        except ActionRefused as refused:
+            messages.error(request, str(refused))
+            return redirect("corpora:tokenizer-detail", pk=tokenizer.id)
+        messages.success(request, f"The tokenizer “{tokenizer.name}” was deleted.")
+        return redirect("corpora:tokenizer-list")
+    return render(request, "corpora/confirm_delete.html", {
+        "object": tokenizer, "kind": "tokenizer",
+        "cancel_url": reverse("corpora:tokenizer-detail", args=[tokenizer.id]),
+        "also": [], "runs": tokenizer.runs.count(),
+    })

@@ -1,0 +1,150 @@
+"""JSON API for runs: launch, list, follow (metrics, checkpoints), cancel, resume, clone, export."""
+from __future__ import annotations
+
+from django.http import Http404, HttpResponse
+from django.utils.text import slugify
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import exceptions, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from webapp.corpora.models import Corpus, Tokenizer
+from webapp.runs import launch, selectors, services
+from webapp.runs.models import Run
+from webapp.runs.serializers import (
+    CheckpointSerializer, MetricPointSerializer, MetricsQuerySerializer, MetricsSerializer, RunCloneSerializer,
+    RunCreateSerializer, RunSerializer,
+)
+
+ERROR = OpenApiResponse(description='{"error": "<a sentence>"}')
+
+
+class Conflict(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_detail = "The run is not in a state that allows this."
+
+
+def owned_run(request: Request, run_id) -> Run:
+    """The user's run, or a 404 in the API's words."""
+    try:
+        return selectors.run_get(request.user, run_id)
+    except Http404:
+        raise exceptions.NotFound() from None
+
+
+def _state_change(action, run: Run) -> Run:
+    try:
+        return action(run=run)
+    except services.RunStateError as e:
+        raise Conflict(str(e)) from None
+
+
+def _owned(model, user, pk, field: str):
+    if pk is None:
+        return None
+    obj = model.objects.filter(pk=pk, owner=user).first()
+    if obj is None:
+        raise exceptions.ValidationError({field: f"No {field} of yours has the id {pk}."})
+    return obj
+
+
+class RunListCreateView(APIView):
+    @extend_schema(responses=RunSerializer(many=True), summary="Your runs, newest first")
+    def get(self, request: Request) -> Response:
+        return Response(RunSerializer(selectors.runs_for(request.user), many=True).data)
+
+    @extend_schema(request=RunCreateSerializer, responses={201: RunSerializer, 400: ERROR}, summary="Launch a run")
+    def post(self, request: Request) -> Response:
+        ser = RunCreateSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        data = dict(ser.validated_data)
+        values, yaml_name = launch.launch_values(data, config_yaml=data.get("config_yaml", ""))
+        run = services.run_create(
+            owner=request.user, name=data.get("name") or yaml_name,
+            corpus=_owned(Corpus, request.user, data.get("corpus"), "corpus"),
+            tokenizer=_owned(Tokenizer, request.user, data["tokenizer"], "tokenizer"),
+            architecture=values.pop("architecture"), preset=values.pop("preset"),
+            objectives=values.pop("objectives"), training=values,
+        )
+        return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+class RunDetailView(APIView):
+    @extend_schema(responses={200: RunSerializer, 404: ERROR}, summary="One run")
+    def get(self, request: Request, run_id) -> Response:
+        return Response(RunSerializer(owned_run(request, run_id)).data)
+
+
+class RunMetricsView(APIView):
+    @extend_schema(parameters=[MetricsQuerySerializer], responses={200: MetricsSerializer, 404: ERROR},
+                   summary="Metric points after a step (both splits, ordered by step)")
+    def get(self, request: Request, run_id) -> Response:
+        run = owned_run(request, run_id)
+        query = MetricsQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        points = list(selectors.metrics_since(run, query.validated_data.get("since")))
+        return Response({
+            "status": run.status, "current_step": run.current_step, "max_steps": run.max_steps,
+            "last_step": points[-1].step if points else None,
+            "points": MetricPointSerializer(points, many=True).data,
+        })
+
+
+class RunCheckpointsView(APIView):
+    @extend_schema(responses={200: CheckpointSerializer(many=True), 404: ERROR}, summary="A run's checkpoints")
+    def get(self, request: Request, run_id) -> Response:
+        run = owned_run(request, run_id)
+        return Response(CheckpointSerializer(run.checkpoints.order_by("step"), many=True).data)
+
+
+class RunCancelView(APIView):
+    @extend_schema(request=None, responses={200: RunSerializer, 404: ERROR, 409: ERROR},
+                   summary="Cancel (a running run stops after saving a checkpoint)")
+    def post(self, request: Request, run_id) -> Response:
+        run = _state_change(services.run_cancel, owned_run(request, run_id))
+        return Response(RunSerializer(run).data)
+
+
+class RunResumeView(APIView):
+    @extend_schema(request=None, responses={200: RunSerializer, 404: ERROR, 409: ERROR},
+                   summary="Resume a cancelled, crashed or failed run from its last checkpoint")
+    def post(self, request: Request, run_id) -> Response:
+        run = _state_change(services.run_resume, owned_run(request, run_id))
+        return Response(RunSerializer(run).data)
+
+
+class RunCloneView(APIView):
+    @extend_schema(request=RunCloneSerializer, responses={201: RunSerializer, 400: ERROR, 404: ERROR},
+                   summary="Launch a new run with the same data and config")
+    def post(self, request: Request, run_id) -> Response:
+        run = owned_run(request, run_id)
+        ser = RunCloneSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        clone = services.run_clone(run=run, owner=request.user, name=ser.validated_data.get("name") or None)
+        return Response(RunSerializer(clone).data, status=status.HTTP_201_CREATED)
+
+
+class RunConfigYamlView(APIView):
+    @extend_schema(responses={(200, "application/yaml"): OpenApiTypes.STR, 404: ERROR},
+                   summary="The run's config as YAML (re-importable)")
+    def get(self, request: Request, run_id) -> HttpResponse:
+        return config_yaml_response(owned_run(request, run_id))
+
+
+class RegistryView(APIView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT},
+                   summary="What can be trained: architectures, presets, objectives, field defaults and bounds")
+    def get(self, request: Request) -> Response:
+        return Response({**launch.registry_json(), "launch_defaults": launch.launch_defaults()})
+
+
+def config_yaml_response(run: Run) -> HttpResponse:
+    from trainer.config import RunConfig
+
+    text = f"# LM Workbench run “{run.name}” ({run.id})\n" + RunConfig.from_dict(run.config).to_yaml()
+    response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
+    filename = f"{slugify(run.name) or 'run'}.yaml"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response

@@ -1,0 +1,15 @@
+from django.urls import path
+
+from webapp.runs import api
+
+urlpatterns = [
+    path("runs/", api.RunListCreateView.as_view(), name="api-runs"),
+    path("runs/<uuid:run_id>/", api.RunDetailView.as_view(), name="api-run"),
+    path("runs/<uuid:run_id>/metrics/", api.RunMetricsView.as_view(), name="api-run-metrics"),
+    path("runs/<uuid:run_id>/checkpoints/", api.RunCheckpointsView.as_view(), name="api-run-checkpoints"),
+    path("runs/<uuid:run_id>/cancel/", api.RunCancelView.as_view(), name="api-run-cancel"),
+    path("runs/<uuid:run_id>/resume/", api.RunResumeView.as_view(), name="api-run-resume"),
+    path("runs/<uuid:run_id>/clone/", api.RunCloneView.as_view(), name="api-run-clone"),
+    path("runs/<uuid:run_id>/config.yaml", api.RunConfigYamlView.as_view(), name="api-run-config-yaml"),
+    path("registry/", api.RegistryView.as_view(), name="api-registry"),
+]

@@ -1,0 +1,79 @@
+"""Reads for runs. Every lookup by id goes through the owner, so another user's id is a 404."""
+from __future__ import annotations
+
+import uuid
+
+from django.db.models import QuerySet
+from django.http import Http404
+
+from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run
+from webapp.runs.services import mark_stale_runs  # noqa: F401 - reads refresh crash detection first
+
+__all__ = ["runs_for", "run_get", "metrics_since", "log_tail", "checkpoint_get", "checkpoints_for",
+           "latest_checkpoint", "mark_stale_runs"]
+
+
+def _as_uuid(value) -> uuid.UUID:
+    try:
+        return value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))
+    except (TypeError, ValueError, AttributeError):
+        raise Http404("Not found.") from None
+
+
+def runs_for(user) -> QuerySet[Run]:
+    """The user's runs, newest first (stale running ones are marked crashed first)."""
+    if not user.is_authenticated:
+        return Run.objects.none()
+    mark_stale_runs()
+    return Run.objects.filter(owner=user).select_related("corpus", "tokenizer").order_by("-created_at")
+
+
+def run_get(user, run_id) -> Run:
+    """One of the user's runs; Http404 for a missing run or another user's."""
+    if not user.is_authenticated:
+        raise Http404("Not found.")
+    pk = _as_uuid(run_id)
+    mark_stale_runs()
+    try:
+        return Run.objects.select_related("corpus", "tokenizer").get(pk=pk, owner=user)
+    except Run.DoesNotExist:
+        raise Http404("Not found.") from None
+
+
+def metrics_since(run: Run, since_step: int | None = None) -> QuerySet[MetricPoint]:
+    """Metric points with step > since_step (all when None), ordered by step, both splits."""
+    qs = MetricPoint.objects.filter(run=run)
+    if since_step is not None:
+        qs = qs.filter(step__gt=since_step)
+    return qs.order_by("step", "split")
+
+
+def log_tail(run: Run, limit: int = 200) -> list[LogLine]:
+    """The last `limit` log lines, oldest first."""
+    return list(reversed(LogLine.objects.filter(run=run).order_by("-id")[:limit]))
+
+
+def checkpoint_get(user, checkpoint_id) -> Checkpoint:
+    if not user.is_authenticated:
+        raise Http404("Not found.")
+    pk = _as_uuid(checkpoint_id)
+    try:
+        return Checkpoint.objects.select_related("run").get(pk=pk, run__owner=user)
+    except Checkpoint.DoesNotExist:
+        raise Http404("Not found.") from None
+
+
+def checkpoints_for(user, run: Run | None = None) -> QuerySet[Checkpoint]:
+    """The user's checkpoints (of one run when given), grouped by run, newest run first."""
+    if not user.is_authenticated:
+        return Checkpoint.objects.none()
+    qs = Checkpoint.objects.filter(run__owner=user).select_related("run")
+    if run is not None:
+        qs = qs.filter(run=run)
+    return qs.order_by("-run__created_at", "run_id", "-step")
+
+
+def latest_checkpoint(user) -> Checkpoint | None:
+    if not user.is_authenticated:
+        return None
+    return Checkpoint.objects.filter(run__owner=user).select_related("run").order_by("-created_at").first()

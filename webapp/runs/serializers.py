@@ -1,0 +1,119 @@
+"""API shapes of runs, metric points and checkpoints (also the OpenAPI schema's components)."""
+from __future__ import annotations
+
+from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from webapp.runs import launch
+from webapp.runs.models import Checkpoint, MetricPoint, Run
+
+
+class CheckpointSerializer(serializers.ModelSerializer):
+    run = serializers.UUIDField(source="run_id", read_only=True)
+    files_present = serializers.SerializerMethodField()
+    explore_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Checkpoint
+        fields = ["id", "run", "step", "metrics", "created_at", "files_present", "explore_url"]
+
+    def get_files_present(self, obj: Checkpoint) -> bool:
+        return obj.folder.is_dir()
+
+    def get_explore_url(self, obj: Checkpoint) -> str:
+        return f"{reverse('explorer:index')}?checkpoint={obj.id}"
+
+
+class RunSerializer(serializers.ModelSerializer):
+    status_label = serializers.CharField(source="get_status_display", read_only=True)
+    progress = serializers.SerializerMethodField()
+    last_checkpoint = serializers.SerializerMethodField()
+    dashboard_url = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Run
+        fields = [
+            "id", "name", "status", "status_label", "error", "architecture", "preset", "objectives", "queue",
+            "corpus", "tokenizer", "cloned_from", "current_step", "max_steps", "progress", "tokens_seen",
+            "cancel_requested", "config", "created_at", "started_at", "finished_at", "heartbeat_at",
+            "last_checkpoint", "dashboard_url",
+        ]
+        read_only_fields = fields
+
+    def get_progress(self, obj: Run) -> float:
+        return round(min(1.0, obj.current_step / obj.max_steps), 4) if obj.max_steps else 0.0
+
+    @extend_schema_field(CheckpointSerializer(allow_null=True))
+    def get_last_checkpoint(self, obj: Run) -> dict | None:
+        ckpt = obj.checkpoints.order_by("-step").first()
+        return CheckpointSerializer(ckpt).data if ckpt else None
+
+    def get_dashboard_url(self, obj: Run) -> str:
+        return reverse("runs:detail", args=[obj.id])
+
+
+class MetricPointSerializer(serializers.ModelSerializer):
+    values = serializers.DictField(child=serializers.FloatField(allow_null=True))
+
+    class Meta:
+        model = MetricPoint
+        fields = ["step", "split", "values"]
+
+
+class MetricsSerializer(serializers.Serializer):
+    status = serializers.CharField()
+    current_step = serializers.IntegerField()
+    max_steps = serializers.IntegerField()
+    last_step = serializers.IntegerField(allow_null=True, help_text="The highest step in `points` (null when empty).")
+    points = MetricPointSerializer(many=True)
+
+
+class MetricsQuerySerializer(serializers.Serializer):
+    since = serializers.IntegerField(required=False, min_value=-1,
+                                     help_text="Return only points with a step greater than this.")
+
+
+def _training_field(name: str) -> serializers.Field:
+    spec = launch.registry_json()["fields"][name]
+    kwargs = {"required": False, "help_text": spec.get("help", "")}
+    default = launch.field_default(name)
+    if "choices" in spec:
+        return serializers.ChoiceField(choices=spec["choices"], **kwargs)
+    bounds = {k2: spec[k1] for k1, k2 in (("min", "min_value"), ("max", "max_value")) if k1 in spec}
+    if isinstance(default, bool):
+        return serializers.BooleanField(**kwargs)
+    if isinstance(default, int):
+        return serializers.IntegerField(**kwargs, **{k: int(v) for k, v in bounds.items()})
+    return serializers.FloatField(**kwargs, **bounds)
+
+
+class _RunCreateBase(serializers.Serializer):
+
+    name = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    corpus = serializers.UUIDField(required=False, allow_null=True,
+                                   help_text="Defaults to the corpus the tokenizer was trained on.")
+    tokenizer = serializers.UUIDField(help_text="A ready tokenizer of yours (its shards are the training data).")
+    architecture = serializers.CharField(required=False)
+    preset = serializers.CharField(required=False)
+    objectives = serializers.ListField(child=serializers.CharField(), required=False)
+    config_yaml = serializers.CharField(
+        required=False, allow_blank=True,
+        help_text="A run config in YAML (as from GET /api/runs/<id>/config.yaml); explicit fields override it.",
+    )
+    model_overrides = serializers.DictField(required=False, help_text="Model config fields that replace the preset's.")
+
+
+# The training fields are generated from the registry (defaults, bounds and help in one place).
+RunCreateSerializer = type(
+    "RunCreateSerializer", (_RunCreateBase,),
+    {
+        "__doc__": "Launch a run. Only the tokenizer is required; every other field has a default.",
+        "__module__": __name__,
+        **{name: _training_field(name) for name in launch.TRAINING_FIELDS},
+    },
+)
+
+
+class RunCloneSerializer(serializers.Serializer):
+    name = serializers.CharField(required=False, allow_blank=True, max_length=200)

@@ -1,0 +1,309 @@
+"""Writes for runs: create, cancel, resume, clone, execute (in a worker), reap crashed runs.
+
+Views, the API and the Celery task call these; each takes keyword arguments only.
+User-caused problems raise trainer.errors.UserError subclasses with a sentence to show.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import DateTimeField, F, Q, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from trainer import registry
+from trainer.config import RunConfig
+from trainer.errors import ConfigError, UserError
+from webapp.corpora.models import Corpus, JobStatus, Tokenizer
+from webapp.runs.events import send_run_event, status_event
+from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run, RunStatus
+from webapp.runs.sink import DatabaseChannelsSink, StopCheck
+
+log = logging.getLogger(__name__)
+
+CHOICE_FIELDS = ("architecture", "preset", "objectives")
+RESUMABLE_STATES = (RunStatus.CANCELLED, RunStatus.CRASHED, RunStatus.FAILED)
+
+
+class RunStateError(UserError):
+    """The run is not in a state that allows this action."""
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+def config_fields() -> set[str]:
+    return {f.name for f in dataclasses.fields(RunConfig)}
+
+
+def build_config(*, architecture: str, preset: str, objectives, training: dict | None = None) -> RunConfig:
+    """A validated RunConfig from the launch choices plus training settings (RunConfig defaults fill the rest)."""
+    training = dict(training or {})
+    for key in CHOICE_FIELDS:
+        training.pop(key, None)
+    config = RunConfig.from_dict(
+        {**training, "architecture": architecture, "preset": preset, "objectives": list(objectives or [])}
+    )
+    registry.validate(config)
+    return config
+
+
+def training_settings(config: RunConfig) -> dict[str, Any]:
+    """Everything in a config except the architecture/preset/objectives choices."""
+    data = config.to_dict()
+    return {k: v for k, v in data.items() if k not in CHOICE_FIELDS}
+
+
+def queue_for(config: RunConfig) -> str:
+    if config.device == "cuda":
+        return "gpu"
+    if config.device == "cpu":
+        return "cpu"
+    return getattr(settings, "RUN_DEFAULT_QUEUE", "cpu") or "cpu"
+
+
+def _check_data(*, owner, corpus: Corpus | None, tokenizer: Tokenizer) -> Corpus:
+    if tokenizer is None:
+        raise ConfigError("Choose a tokenizer.")
+    if tokenizer.owner_id != owner.pk:
+        raise ConfigError("That tokenizer does not exist, or it is not yours.")
+    corpus = corpus or tokenizer.corpus
+    if corpus.owner_id != owner.pk:
+        raise ConfigError("That corpus does not exist, or it is not yours.")
+    if tokenizer.corpus_id != corpus.pk:
+        raise ConfigError(f"The tokenizer '{tokenizer.name}' was trained on another corpus, not on '{corpus.name}'.")
+    if corpus.status != JobStatus.READY:
+        raise ConfigError(f"The corpus '{corpus.name}' is not ready yet ({corpus.get_status_display().lower()}).")
+    if tokenizer.status != JobStatus.READY:
+        raise ConfigError(
+            f"The tokenizer '{tokenizer.name}' is not ready yet ({tokenizer.get_status_display().lower()})."
+        )
+    return corpus
+
+
+def _enqueue(run: Run, *, resume: bool = False) -> None:
+    from trainer.tasks import train_run
+
+    run_id, queue = str(run.id), run.queue
+    transaction.on_commit(lambda: train_run.apply_async(args=[run_id], queue=queue))
+
+
+def _publish_on_commit(run: Run) -> None:
+    payload, run_id = status_event(run), run.id
+    transaction.on_commit(lambda: send_run_event(run_id, payload))
+
+
+# -- create, cancel, resume, clone ----------------------------------------------------------
+
+@transaction.atomic
+def run_create(*, owner, name: str = "", corpus: Corpus | None, tokenizer: Tokenizer, architecture: str,
+               preset: str, objectives, training: dict | None = None, cloned_from: Run | None = None) -> Run:
+    """Validate the choices, store the run with its full config, enqueue it on commit."""
+    corpus = _check_data(owner=owner, corpus=corpus, tokenizer=tokenizer)
+    config = build_config(architecture=architecture, preset=preset, objectives=objectives, training=training)
+    registry.validate_tokenizer(config, tokenizer.algorithm)
+    name = (name or "").strip() or f"{config.preset} on {corpus.name}"
+    run = Run.objects.create(
+        owner=owner, name=name[:200], corpus=corpus, tokenizer=tokenizer,
+        architecture=config.architecture, preset=config.preset, objectives=list(config.objectives),
+        config=config.to_dict(), queue=queue_for(config), max_steps=config.max_steps, cloned_from=cloned_from,
+    )
+    _enqueue(run)
+    return run
+
+
+@transaction.atomic
+def run_cancel(*, run: Run) -> Run:
+    """A queued run is cancelled at once; a running one is asked to stop (it saves a checkpoint first)."""
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    if run.status == RunStatus.QUEUED:
+        run.status = RunStatus.CANCELLED
+        run.finished_at = timezone.now()
+        run.save(update_fields=["status", "finished_at"])
+        LogLine.objects.create(run=run, text="Cancelled before it started.")
+    elif run.status == RunStatus.RUNNING:
+        if not run.cancel_requested:
+            run.cancel_requested = True
+            run.save(update_fields=["cancel_requested"])
+            LogLine.objects.create(run=run, text="Cancel requested; stopping after a checkpoint.")
+    else:
+        raise RunStateError(f"This run has already finished ({run.get_status_display().lower()}).")
+    _publish_on_commit(run)
+    return run
+
+
+@transaction.atomic
+def run_resume(*, run: Run) -> Run:
+    """Queue a stopped run again; the worker continues from its last checkpoint."""
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    if run.status not in RESUMABLE_STATES:
+        raise RunStateError(
+            f"Only a cancelled, crashed or failed run can be resumed; this one is {run.get_status_display().lower()}."
+        )
+    if not run.checkpoints.exists():
+        raise RunStateError("This run has no checkpoint to resume from. Clone it to start again from step 0.")
+    run.status = RunStatus.QUEUED
+    run.error = ""
+    run.cancel_requested = False
+    run.claimed_by = ""
+    run.heartbeat_at = None
+    run.finished_at = None
+    run.save(update_fields=["status", "error", "cancel_requested", "claimed_by", "heartbeat_at", "finished_at"])
+    LogLine.objects.create(run=run, text="Resume requested; waiting for a worker.")
+    _enqueue(run, resume=True)
+    _publish_on_commit(run)
+    return run
+
+
+@transaction.atomic
+def run_clone(*, run: Run, owner, name: str | None = None) -> Run:
+    """A new queued run with the same data and config (starting from step 0)."""
+    if run.owner_id != owner.pk:
+        raise ConfigError("That run does not exist, or it is not yours.")
+    config = RunConfig.from_dict(run.config)
+    return run_create(
+        owner=owner, name=name or f"{run.name} (copy)", corpus=run.corpus, tokenizer=run.tokenizer,
+        architecture=config.architecture, preset=config.preset, objectives=config.objectives,
+        training=training_settings(config), cloned_from=run,
+    )
+
+
+# -- execution (in a Celery worker) ---------------------------------------------------------
+
+def resume_point(run_folder: Path) -> tuple[int, Path] | None:
+    """(step, folder) of the newest checkpoint a resume continues from, or None."""
+    from trainer import checkpoints
+
+    folder = checkpoints.latest_resumable(run_folder)
+    if folder is None:
+        return None
+    return int(checkpoints.read_state(folder)["step"]), folder
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def run_execute(*, run_id) -> None:
+    """Claim a queued run, train it with a database+websocket sink, record how it ended.
+
+    A redelivered task finds the row no longer queued and returns without doing anything.
+    """
+    from trainer.engine import train  # imports torch: only workers pay for it
+
+    me = worker_name()
+    now = timezone.now()
+    claimed = Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
+        status=RunStatus.RUNNING, claimed_by=me, heartbeat_at=now, started_at=Coalesce(F("started_at"), Value(now, output_field=DateTimeField())),
+        finished_at=None, cancel_requested=False, error="",
+    )
+    if not claimed:
+        log.info("Run %s is not queued (already claimed, cancelled or deleted); nothing to do.", run_id)
+        return
+    run = Run.objects.select_related("tokenizer").get(pk=run_id)
+    sink = DatabaseChannelsSink(run.id, claimed_by=me)
+    status, error, final_step = RunStatus.FAILED, "", run.current_step
+    try:
+        config = RunConfig.from_dict(run.config)
+        from trainer.checkpoints import list_checkpoints
+
+        resume = bool(list_checkpoints(run.folder))  # the engine refuses to train over old checkpoints
+        resume_from = resume_point(run.folder) if resume else None
+        _prepare_history(run, resume_from)
+        if resume_from:
+            sink.log(f"Resuming on {me} from the checkpoint at step {resume_from[0]}.")
+        else:
+            sink.log(f"Started on {me} ({run.queue} queue).")
+        send_run_event(run.id, {**status_event(run), "resumed_from": resume_from[0] if resume_from else None})
+        run.folder.mkdir(parents=True, exist_ok=True)
+        result = train(
+            config, data_dir=run.tokenizer.folder, out_dir=run.folder, sink=sink,
+            should_stop=StopCheck(run.id, claimed_by=me), resume=resume,
+        )
+        status = RunStatus.CANCELLED if result.status == "cancelled" else RunStatus.SUCCEEDED
+        final_step = result.final_step
+    except UserError as exc:
+        error = str(exc)
+    except Exception as exc:  # noqa: BLE001 - any bug becomes a failed run with a sentence, never a stuck one
+        log.exception("Run %s stopped with an internal error", run_id)
+        error = f"Training stopped with an internal error: {type(exc).__name__}: {exc}"
+        _safe_log(sink, "".join(traceback.format_exception(exc)).rstrip())
+    finally:
+        _finish(run, sink, me=me, status=status, error=error, final_step=final_step)
+
+
+def _prepare_history(run: Run, resume_from: tuple[int, Path] | None) -> None:
+    """Drop metric points the resumed run will produce again (logged after its last checkpoint)."""
+    if resume_from:
+        step = resume_from[0]
+        MetricPoint.objects.filter(run=run, step__gt=step).delete()
+        Run.objects.filter(pk=run.pk).update(current_step=step)
+        run.current_step = step
+    else:
+        MetricPoint.objects.filter(run=run).delete()  # a fresh start: no stale history
+
+
+def _safe_log(sink: DatabaseChannelsSink, text: str) -> None:
+    try:
+        sink.log(text)
+    except Exception:  # noqa: BLE001 - the database itself may be what failed
+        log.warning("Could not write a log line", exc_info=True)
+
+
+def _finish(run: Run, sink: DatabaseChannelsSink, *, me: str, status: str, error: str, final_step: int) -> None:
+    try:
+        sink.close()
+    except Exception:  # noqa: BLE001
+        log.exception("Could not write the last metric points of run %s", run.id)
+    if error:
+        _safe_log(sink, error)
+    else:
+        _safe_log(sink, f"Finished: {RunStatus(status).label.lower()} at step {final_step}.")
+    updates: dict[str, Any] = {
+        "status": status, "error": error, "finished_at": timezone.now(), "cancel_requested": False,
+        "heartbeat_at": timezone.now(),
+    }
+    if not error:
+        updates["current_step"] = final_step
+    # Only the worker that owns the run records its end (a resume elsewhere may have taken it over).
+    Run.objects.filter(pk=run.pk, claimed_by=me).update(**updates)
+    try:
+        run.refresh_from_db()
+    except Run.DoesNotExist:
+        return  # deleted while it trained
+    send_run_event(run.id, status_event(run))
+
+
+# -- crash detection ------------------------------------------------------------------------
+
+def mark_stale_runs(*, now=None) -> int:
+    """Mark running runs whose worker went silent as crashed; returns how many."""
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=int(getattr(settings, "RUN_HEARTBEAT_TIMEOUT_S", 120)))
+    stale = Run.objects.filter(status=RunStatus.RUNNING).filter(
+        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff)
+    )
+    count = 0
+    for run in stale:
+        seen = run.heartbeat_at or run.started_at
+        message = (
+            f"The worker stopped sending heartbeats (last seen {seen:%Y-%m-%d %H:%M:%S} UTC on "
+            f"{run.claimed_by or 'an unknown worker'})."
+        )
+        changed = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, heartbeat_at=run.heartbeat_at).update(
+            status=RunStatus.CRASHED, error=message, finished_at=now
+        )
+        if changed:
+            count += 1
+            run.refresh_from_db()
+            LogLine.objects.create(run=run, text=message)
+            send_run_event(run.id, status_event(run))
+    return count

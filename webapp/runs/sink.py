@@ -1,0 +1,182 @@
+"""DatabaseChannelsSink: the trainer's MetricsSink that the web app hands to the engine.
+
+Metric points are buffered and written in batches (the engine may emit many per second);
+each event is also published at once to the run's websocket group, so the dashboard is
+live while the database catches up within a second. Log lines and checkpoints are rare
+and written straight away.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Callable
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from webapp.runs.events import send_run_event
+from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run, RunStatus
+
+log = logging.getLogger(__name__)
+
+# How often the sink writes (module constants so tests can make them immediate).
+FLUSH_EVERY_S = 1.0        # buffered metric points are written at least this often...
+FLUSH_POINTS = 50          # ...or as soon as this many are waiting
+HEARTBEAT_EVERY_S = 2.0    # the run row's heartbeat/step/tokens are updated at most this often
+STOP_CHECK_EVERY_S = 1.0   # should_stop() reads cancel_requested at most this often
+
+
+def clean_values(values: dict) -> dict[str, float | None]:
+    """JSON-safe metric values: plain floats, NaN/inf as None (PostgreSQL rejects NaN in jsonb)."""
+    out: dict[str, float | None] = {}
+    for key, value in values.items():
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            continue
+        out[str(key)] = number if math.isfinite(number) else None
+    return out
+
+
+def clean_nested(value):
+    """Checkpoint metrics ({"train": {...}, "valid": {...}}) made JSON-safe, nesting kept."""
+    if isinstance(value, dict):
+        return {str(k): clean_nested(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_nested(v) for v in value]
+    if isinstance(value, (str, bool)) or value is None:
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return number if math.isfinite(number) else None
+
+
+def storage_relative(path: Path) -> str:
+    """A checkpoint path as stored on the row: relative to STORAGE_ROOT when it lies inside it."""
+    path = Path(path).resolve()
+    try:
+        return str(path.relative_to(Path(settings.STORAGE_ROOT).resolve()))
+    except ValueError:
+        return str(path)
+
+
+class DatabaseChannelsSink:
+    """Implements trainer.sinks.MetricsSink for one claimed run."""
+
+    def __init__(
+        self,
+        run_id,
+        *,
+        claimed_by: str,
+        flush_every_s: float | None = None,
+        flush_points: int | None = None,
+        heartbeat_every_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.run_id = run_id
+        self.claimed_by = claimed_by
+        self.flush_every_s = FLUSH_EVERY_S if flush_every_s is None else flush_every_s
+        self.flush_points = FLUSH_POINTS if flush_points is None else flush_points
+        self.heartbeat_every_s = HEARTBEAT_EVERY_S if heartbeat_every_s is None else heartbeat_every_s
+        self.clock = clock
+        self._buffer: list[MetricPoint] = []
+        self._last_flush = clock()
+        self._last_heartbeat = -math.inf
+
+    # -- MetricsSink ---------------------------------------------------------------------
+    def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
+        values = clean_values(values)
+        self._buffer.append(MetricPoint(run_id=self.run_id, step=int(step), split=split, values=values))
+        send_run_event(self.run_id, {"type": "run.metrics", "step": int(step), "split": split, "values": values})
+        self._maybe_flush()
+
+    def log(self, text: str) -> None:
+        line = LogLine.objects.create(run_id=self.run_id, text=str(text))
+        send_run_event(self.run_id, {"type": "run.log", "id": line.id, "text": line.text,
+                                     "time": line.created_at.isoformat()})
+
+    def checkpoint(self, step: int, path: Path, metrics: dict) -> None:
+        self.flush()  # the chart and the checkpoint table agree on what exists up to this step
+        ckpt, _ = Checkpoint.objects.update_or_create(
+            run_id=self.run_id, step=int(step),
+            defaults={"path": storage_relative(path), "metrics": clean_nested(metrics or {})},
+        )
+        send_run_event(self.run_id, checkpoint_event(ckpt))
+
+    def heartbeat(self, step: int, tokens_seen: int) -> None:
+        now = self.clock()
+        self._maybe_flush(now)
+        if now - self._last_heartbeat < self.heartbeat_every_s:
+            return
+        self._last_heartbeat = now
+        # A run the reaper wrongly marked crashed (a very long step) comes back to life here;
+        # a run another worker has claimed since (resumed elsewhere) is left alone.
+        Run.objects.filter(
+            Q(status=RunStatus.RUNNING) | Q(status=RunStatus.CRASHED), pk=self.run_id, claimed_by=self.claimed_by
+        ).update(
+            status=RunStatus.RUNNING, heartbeat_at=timezone.now(), current_step=int(step),
+            tokens_seen=int(tokens_seen), finished_at=None,
+        )
+        send_run_event(self.run_id, {"type": "run.heartbeat", "step": int(step), "tokens_seen": int(tokens_seen)})
+
+    def close(self) -> None:
+        self.flush()
+
+    # -- batching --------------------------------------------------------------------------
+    def _maybe_flush(self, now: float | None = None) -> None:
+        if not self._buffer:
+            return
+        now = self.clock() if now is None else now
+        if len(self._buffer) >= self.flush_points or now - self._last_flush >= self.flush_every_s:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write buffered points; a step already stored (a resumed run) is skipped, not duplicated."""
+        self._last_flush = self.clock()
+        if not self._buffer:
+            return
+        points, self._buffer = self._buffer, []
+        MetricPoint.objects.bulk_create(points, ignore_conflicts=True, batch_size=500)
+
+
+def checkpoint_event(ckpt: Checkpoint) -> dict:
+    from django.urls import reverse
+
+    return {
+        "type": "run.checkpoint",
+        "id": str(ckpt.id),
+        "step": ckpt.step,
+        "metrics": ckpt.metrics,
+        "created_at": ckpt.created_at.isoformat() if ckpt.created_at else None,
+        "explore_url": f"{reverse('explorer:index')}?checkpoint={ckpt.id}",
+    }
+
+
+class StopCheck:
+    """The engine's should_stop(): True once a cancel is requested (or another worker took the run).
+
+    The engine asks every step; the row is read at most once per `every_s` seconds.
+    """
+
+    def __init__(self, run_id, *, claimed_by: str, every_s: float | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.run_id = run_id
+        self.claimed_by = claimed_by
+        self.every_s = STOP_CHECK_EVERY_S if every_s is None else every_s
+        self.clock = clock
+        self._checked_at = -math.inf
+        self._stop = False
+
+    def __call__(self) -> bool:
+        now = self.clock()
+        if self._stop or now - self._checked_at < self.every_s:
+            return self._stop
+        self._checked_at = now
+        row = Run.objects.filter(pk=self.run_id).values("cancel_requested", "claimed_by").first()
+        self._stop = row is None or row["cancel_requested"] or row["claimed_by"] != self.claimed_by
+        return self._stop

@@ -1,0 +1,36 @@
+"""Template helpers shared by the runs and explorer pages."""
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from django import template
+from django.urls import reverse
+from django.utils.html import format_html
+
+register = template.Library()
+
+
+@register.simple_tag
+def plotly_script() -> str:
+    """<script> for plotly.js served from the plotly package; the version in the URL busts the cache."""
+    try:
+        v = version("plotly")
+    except PackageNotFoundError:  # pragma: no cover - plotly is a requirement
+        v = "0"
+    return format_html('<script src="{}?v={}"></script>', reverse("runs:plotly-js"), v)
+
+
+@register.filter
+def percent(value: float) -> str:
+    try:
+        return f"{100 * float(value):.0f}%"
+    except (TypeError, ValueError):
+        return ""
+
+
+@register.simple_tag
+def progress_of(run) -> float:
+    """0..100 for a progress bar."""
+    if not run.max_steps:
+        return 0.0
+    return round(min(100.0, 100.0 * run.current_step / run.max_steps), 1)

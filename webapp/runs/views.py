@@ -1,0 +1,173 @@
+"""Pages: the run list, the launch form (with YAML import), the live dashboard, and actions."""
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from trainer.config import RunConfig
+from trainer.errors import UserError
+from webapp.corpora.models import JobStatus, Tokenizer
+from webapp.runs import launch, selectors, services
+from webapp.runs.api import config_yaml_response
+from webapp.runs.forms import RunForm, YamlImportForm
+from webapp.runs.models import RunStatus
+
+
+@login_required
+def run_list(request: HttpRequest) -> HttpResponse:
+    runs = list(selectors.runs_for(request.user))
+    return render(request, "runs/list.html", {
+        "runs": runs,
+        "active": any(r.status in (RunStatus.QUEUED, RunStatus.RUNNING) for r in runs),
+    })
+
+
+@login_required
+def run_new(request: HttpRequest) -> HttpResponse:
+    import_form = YamlImportForm()
+    if request.method == "POST" and "config_file" in request.FILES:
+        import_form = YamlImportForm(request.POST, request.FILES)
+        form = RunForm(user=request.user, initial=_initial_from_get(request))
+        if import_form.is_valid():
+            form = RunForm(user=request.user, initial={**form.initial, **_initial_from_config(
+                import_form.config, import_form.name)})
+            messages.success(request, f"Settings loaded from {import_form.cleaned_data['config_file'].name}. "
+                                      "Choose the corpus and tokenizer, check the settings, then launch.")
+            import_form = YamlImportForm()
+    elif request.method == "POST":
+        form = RunForm(request.POST, user=request.user)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                run = services.run_create(
+                    owner=request.user, name=data["name"], corpus=data["corpus"], tokenizer=data["tokenizer"],
+                    architecture=data["architecture"], preset=data["preset"], objectives=data["objectives"],
+                    training=form.training_settings(),
+                )
+            except UserError as e:
+                form.add_error(None, str(e))
+            else:
+                messages.success(request, f"Run “{run.name}” is queued on the {run.queue} queue.")
+                return redirect("runs:detail", run_id=run.id)
+    else:
+        form = RunForm(user=request.user, initial=_initial_from_get(request))
+    return render(request, "runs/new.html", {
+        "form": form, "import_form": import_form, "registry": launch.registry_json(),
+        "has_tokenizers": Tokenizer.objects.filter(owner=request.user, status=JobStatus.READY).exists(),
+    })
+
+
+def _initial_from_get(request: HttpRequest) -> dict:
+    """?tokenizer=<id> preselects a tokenizer and its corpus; ?from=<run id> copies a run's settings."""
+    initial: dict = {}
+    if request.GET.get("from"):
+        run = selectors.run_get(request.user, request.GET["from"])
+        initial.update(_initial_from_config(RunConfig.from_dict(run.config), f"{run.name} (copy)"))
+        initial.update(corpus=run.corpus_id, tokenizer=run.tokenizer_id)
+    if request.GET.get("tokenizer"):
+        tokenizer = Tokenizer.objects.filter(owner=request.user, pk=_uuid_or_none(request.GET["tokenizer"])).first()
+        if tokenizer is not None:
+            initial.update(corpus=tokenizer.corpus_id, tokenizer=tokenizer.id)
+    return initial
+
+
+def _uuid_or_none(value: str):
+    import uuid
+
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        return None
+
+
+def _initial_from_config(config: RunConfig, name: str = "") -> dict:
+    values, extra = launch.split_config(config)
+    initial = {**values, "extra_settings": json.dumps(extra) if extra else ""}
+    if name:
+        initial["name"] = name
+    return initial
+
+
+@login_required
+def run_detail(request: HttpRequest, run_id) -> HttpResponse:
+    run = selectors.run_get(request.user, run_id)
+    checkpoints = list(run.checkpoints.order_by("step"))
+    log_lines = selectors.log_tail(run)
+    return render(request, "runs/detail.html", {
+        "run": run,
+        "checkpoints": checkpoints,
+        "log_lines": log_lines,
+        "config_yaml": RunConfig.from_dict(run.config).to_yaml(),
+        "can_resume": run.status in services.RESUMABLE_STATES and bool(checkpoints),
+        "dashboard": {
+            "run_id": str(run.id), "status": run.status, "status_label": run.get_status_display(),
+            "step": run.current_step, "max_steps": run.max_steps, "error": run.error,
+            "cancel_requested": run.cancel_requested, "finished": run.is_finished,
+            "objectives": run.objectives, "last_log_id": log_lines[-1].id if log_lines else 0,
+        },
+    })
+
+
+@login_required
+@require_POST
+def run_cancel(request: HttpRequest, run_id) -> HttpResponse:
+    run = selectors.run_get(request.user, run_id)
+    try:
+        run = services.run_cancel(run=run)
+    except UserError as e:
+        messages.error(request, str(e))
+    else:
+        if run.status == RunStatus.CANCELLED:
+            messages.success(request, "The run was cancelled before it started.")
+        else:
+            messages.success(request, "Cancel requested: the run saves a checkpoint and stops.")
+    return redirect("runs:detail", run_id=run.id)
+
+
+@login_required
+@require_POST
+def run_resume(request: HttpRequest, run_id) -> HttpResponse:
+    run = selectors.run_get(request.user, run_id)
+    try:
+        services.run_resume(run=run)
+    except UserError as e:
+        messages.error(request, str(e))
+    else:
+        messages.success(request, "The run is queued again and continues from its last checkpoint.")
+    return redirect("runs:detail", run_id=run.id)
+
+
+@login_required
+@require_POST
+def run_clone(request: HttpRequest, run_id) -> HttpResponse:
+    run = selectors.run_get(request.user, run_id)
+    try:
+        clone = services.run_clone(run=run, owner=request.user, name=request.POST.get("name") or None)
+    except UserError as e:
+        messages.error(request, f"Could not clone the run: {e}")
+        return redirect("runs:detail", run_id=run.id)
+    messages.success(request, f"Cloned into “{clone.name}”, queued on the {clone.queue} queue.")
+    return redirect("runs:detail", run_id=clone.id)
+
+
+@login_required
+@require_GET
+def run_config_yaml(request: HttpRequest, run_id) -> HttpResponse:
+    return config_yaml_response(selectors.run_get(request.user, run_id))
+
+
+@require_GET
+def plotly_js(request: HttpRequest) -> FileResponse:
+    """plotly.js from the plotly Python package's own bundle (no CDN); the URL carries the version."""
+    bundle = resources.files("plotly") / "package_data" / "plotly.min.js"
+    if not bundle.is_file():
+        raise Http404("plotly.js is not bundled with the installed plotly package.")
+    response = FileResponse(bundle.open("rb"), content_type="text/javascript; charset=utf-8")
+    response["Cache-Control"] = "public, max-age=31536000, immutable"
+    return response
