@@ -58,8 +58,3 @@ def anon_api():
 
     return APIClient()
 
-
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    """Creating users dominates many tests with the real hasher; MD5 is fine for tests."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

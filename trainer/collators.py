@@ -307,11 +307,14 @@ def build_pair_instances(index: ShardIndex, *, max_tokens: int, rng: np.random.G
     Per document: accumulate whole sentences up to a target length (max_tokens, or with
     probability short_seq_prob a random shorter one), split the chunk at a random sentence
     boundary into A and B; half the time replace B by sentences from another document (the
-    unused sentences of the chunk go back to the pool). One deviation: BERT makes every
-    one-sentence chunk NotNext, which skews the labels (to ~60% NotNext on short documents);
-    here the coin decides first and an IsNext for a one-sentence chunk takes the document's
-    next (or previous) sentence; one-sentence documents give no A. Returns an int64 table (N, 5): token offsets
-    a_start, a_end, b_start, b_end and is_random_next.
+    unused sentences of the chunk go back to the pool).
+
+    One deviation: BERT makes every one-sentence chunk NotNext, which skews the labels (to
+    ~60% NotNext on short documents). Here the coin decides first; an IsNext for a
+    one-sentence chunk takes the document's next (or previous) sentence as B, and
+    one-sentence documents give no A. So the labels stay a fair coin.
+
+    Returns an int64 table (N, 5): token offsets a_start, a_end, b_start, b_end, is_random_next.
     """
     if index.n_documents < 2:
         raise ConfigError("Next sentence prediction needs at least two documents in the corpus; "
@@ -338,7 +341,7 @@ def build_pair_instances(index: ShardIndex, *, max_tokens: int, rng: np.random.G
                 n = i + 1 - chunk_start
                 random_next = rng.random() < 0.5
                 a_end = chunk_start + int(rng.integers(1, n)) if n >= 2 else i + 1
-                a, b = (chunk_start, a_end), None
+                a, b = (chunk_start, a_end), (0, 0)
                 if not random_next:
                     if n >= 2:
                         b = (a_end, i + 1)
@@ -363,10 +366,13 @@ def build_pair_instances(index: ShardIndex, *, max_tokens: int, rng: np.random.G
                         r_end += 1
                     b = (r_start, r_end)
                     i = a_end - 1  # the chunk's sentences after A were not used: put them back
-                if b is not None and off[a[1]] > off[a[0]] and off[b[1]] > off[b[0]]:
+                if off[a[1]] > off[a[0]] and off[b[1]] > off[b[0]]:
                     rows.append((off[a[0]], off[a[1]], off[b[0]], off[b[1]], int(random_next)))
                 chunk_start, length = i + 1, 0
             i += 1
+    if not rows:
+        raise ConfigError("Next sentence prediction needs documents of at least two sentences, and this "
+                          "split has none. Train with MLM only, or use a corpus with longer documents.")
     return np.asarray(rows, dtype=np.int64).reshape(-1, 5)
 
 

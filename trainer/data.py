@@ -173,9 +173,12 @@ class Prefetcher:
 def fixed_batches(source: ExampleSource, collator: MLMCollator, *, batch_size: int, n_batches: int,
                   seed: int) -> list[Batch]:
     """The validation set: the same batches (examples and masks) every evaluation."""
-    if source.index.n_tokens == 0 or (source.nsp and source.index.n_documents < 2):
+    if source.index.n_tokens == 0:
         return []
-    table = source.instances(0, pair_seed=[_VALID, seed])
+    try:
+        table = source.instances(0, pair_seed=[_VALID, seed])
+    except ConfigError:  # e.g. too few documents for NSP pairs: train without validation
+        return []
     order = np.random.default_rng([_VALID, seed, 1]).permutation(len(table))[: batch_size * n_batches]
     examples = [source.example(table, int(uid), VALID_VARIANT) for uid in order]
     return [collator(examples[i:i + batch_size]) for i in range(0, len(examples), batch_size)]

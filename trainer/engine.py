@@ -72,6 +72,8 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
         special = SpecialIds.from_tokenizer(tokenizer)
         stream = build_train_stream(config, data_dir, special, state.position)
         valid = build_valid_batches(config, data_dir, special)
+        if not valid:
+            sink.log("The validation split gives no examples for these settings; training without validation.")
         loop = Loop(config, model=model, optimizer=optimizer, scheduler=scheduler, stream=stream,
                     valid=valid, state=state, sink=sink, data_dir=data_dir, out_dir=out_dir,
                     device=device, precision=precision, resumed_from=resume_from)
@@ -217,6 +219,11 @@ class Loop:
                 self.maybe_eval()
                 self.maybe_checkpoint()
             return self.finish()
+        except torch.cuda.OutOfMemoryError:
+            raise ConfigError(
+                f"The GPU ran out of memory at step {self.state.step + 1}. Lower batch_size or seq_len "
+                f"(raise grad_accum to keep the effective batch), or pick a smaller preset."
+            ) from None
         finally:
             if self.prefetch is not None:
                 self.prefetch.close()

@@ -123,7 +123,8 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 CHANNEL_LAYERS = {
     "default": {
         "BACKEND": "channels_redis.core.RedisChannelLayer",
-        "CONFIG": {"hosts": [REDIS_URL], "capacity": 2000, "expiry": 30},
+        # redis-py times reads out after 5 s while channels_redis blocks up to 5 s per receive.
+        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "capacity": 2000, "expiry": 30},
     }
 }
 
@@ -138,6 +139,9 @@ CELERY_TASK_DEFAULT_QUEUE = "cpu"
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 12 * 3600}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+
+# Queue for runs whose device is "auto": "gpu" where the deployment has GPU workers.
+RUN_DEFAULT_QUEUE = os.environ.get("RUN_DEFAULT_QUEUE", "cpu")
 
 # A run whose heartbeat is older than this is marked crashed.
 RUN_HEARTBEAT_TIMEOUT_S = int(os.environ.get("RUN_HEARTBEAT_TIMEOUT_S", "120"))

@@ -26,6 +26,8 @@
     const gone = document.getElementById("checkpoint-gone");
     if (gone) gone.hidden = true;
     const opt = select.selectedOptions[0];
+    const runLink = document.getElementById("checkpoint-run");
+    if (runLink && opt) { runLink.textContent = opt.dataset.runName; runLink.href = opt.dataset.runUrl; }
     const nspButton = form.querySelector('button[value="next_sentence"]');
     const noNsp = opt && opt.dataset.nsp === "0";
     nspButton.disabled = noNsp;

@@ -27,13 +27,18 @@
   const series = { train: new Map(), valid: new Map() };
   const newest = { train: -1, valid: -1 };
 
-  function layout(chart) {
+  let drawnEmpty = true;
+
+  function layout(chart, empty) {
     const el = document.getElementById("chart-" + chart.id);
+    const y = chart.percent ? { tickformat: ".0%", rangemode: "tozero" } : chart.exponent ? { exponentformat: "e" } : {};
     return {
       title: { text: el.dataset.title, font: { size: 14 }, x: 0.02 },
       margin: { l: 56, r: 16, t: 36, b: 36 },
-      xaxis: { title: { text: "step", font: { size: 11 } }, rangemode: "tozero" },
-      yaxis: chart.percent ? { tickformat: ".0%", rangemode: "tozero" } : chart.exponent ? { exponentformat: "e" } : {},
+      // An empty chart spans the whole run instead of Plotly's arbitrary default axes.
+      xaxis: { title: { text: "step", font: { size: 11 } }, rangemode: "tozero",
+               ...(empty ? { range: [0, Math.max(1, state.maxSteps)] } : {}) },
+      yaxis: { ...y, ...(empty ? { range: [0, 1] } : {}) },
       legend: { orientation: "h", x: 1, xanchor: "right", y: 1.12 },
       hovermode: "x unified",
       showlegend: chart.traces.length > 1,
@@ -54,10 +59,14 @@
       ...traceData(split, key), name, type: "scatter", mode: split === "valid" ? "lines+markers" : "lines",
       line: { color: COLORS[split], width: 2 }, marker: { size: 5 },
     }));
-    Plotly.react("chart-" + chart.id, traces, layout(chart), { responsive: true, displaylogo: false });
+    const empty = series.train.size === 0 && series.valid.size === 0;
+    Plotly.react("chart-" + chart.id, traces, layout(chart, empty), { responsive: true, displaylogo: false });
   }
 
-  function drawAll() { CHARTS.forEach(drawChart); }
+  function drawAll() {
+    drawnEmpty = series.train.size === 0 && series.valid.size === 0;
+    CHARTS.forEach(drawChart);
+  }
 
   function addPoints(points) {
     const appended = [];
@@ -68,7 +77,7 @@
       s.set(p.step, p.values || {});
       if (p.step > newest[p.split]) { newest[p.split] = p.step; appended.push(p); } else { outOfOrder = true; }
     }
-    if (outOfOrder) drawAll();
+    if (outOfOrder || (drawnEmpty && appended.length)) drawAll();
     else if (appended.length) extend(appended);
     if (appended.length || outOfOrder) updateStats();
   }
@@ -170,8 +179,6 @@
     if (msg.error) {
       document.getElementById("run-error-title").textContent = msg.status === "crashed" ? "The run crashed" : "The run failed";
       document.getElementById("run-error-text").textContent = msg.error;
-      document.getElementById("run-error-hint").textContent = hasCheckpoints()
-        ? "Resume continues from the last checkpoint." : "Clone the run to start it again.";
     }
     const note = document.getElementById("run-note");
     if (msg.status === "queued") { note.hidden = false; note.textContent = "Waiting for a worker to pick the run up."; }
@@ -183,6 +190,8 @@
   function refreshButtons() {
     document.getElementById("cancel-form").hidden = !ACTIVE.has(state.status) || state.cancelRequested;
     document.getElementById("resume-form").hidden = !(RESUMABLE.has(state.status) && hasCheckpoints());
+    document.getElementById("run-error-hint").textContent = hasCheckpoints()
+      ? "Resume continues from the last checkpoint." : "Clone the run to start it again.";
   }
 
   // ---- checkpoints and log ------------------------------------------------------------------
@@ -203,6 +212,7 @@
     const after = Array.from(body.children).find((r) => Number(r.dataset.step) > c.step);
     body.insertBefore(row, after || null);
     document.getElementById("checkpoints-empty").hidden = true;
+    refreshButtons();
   }
 
   let lastLogId = run.last_log_id || 0;
@@ -237,6 +247,7 @@
     // had not written to the database yet (it writes in batches about every second).
     try {
       await fetchMetrics(since);
+      for (const line of await fetchJson(`${urls.log}?after=${lastLogId}`)) appendLog(line);
       const detail = await fetchJson(urls.run);
       if (detail.last_checkpoint) addCheckpoint(detail.last_checkpoint);
       setTimeout(() => fetchMetrics(since).catch(() => {}), 1500);
@@ -267,7 +278,7 @@
           setStat("tokens_seen", fmt.int(msg.tokens_seen));
           break;
         case "log": appendLog(msg); break;
-        case "checkpoint": addCheckpoint(msg); refreshButtons(); break;
+        case "checkpoint": addCheckpoint(msg); break;
         case "status":
           if (msg.resumed_from !== undefined && msg.resumed_from !== null) dropAfter(msg.resumed_from);
           applyStatus(msg);

@@ -102,3 +102,16 @@ def test_ctrl_c_asks_the_loop_to_stop(capsys):
         with pytest.raises(KeyboardInterrupt):  # a second Ctrl-C aborts
             os.kill(os.getpid(), signal.SIGINT)
     assert "saving a checkpoint" in capsys.readouterr().err
+
+
+def test_the_example_config_is_valid(tmp_path):
+    from trainer.cli import load_run_file
+
+    example = (ROOT / "examples" / "bert-tiny.yaml").read_text()
+    (tmp_path / "bert-tiny.yaml").write_text(example)
+    with pytest.raises(Exception, match="demo-corpus"):  # the placeholder corpus is not there yet
+        load_run_file(tmp_path / "bert-tiny.yaml")
+    (tmp_path / "demo.txt").write_text("Some text.\n")
+    run = load_run_file(tmp_path / "bert-tiny.yaml")
+    assert run.config.preset == "bert-tiny" and run.tokenizer["algorithm"] == "wordpiece"
+    assert run.output_dir == tmp_path / "runs" / "bert-tiny"

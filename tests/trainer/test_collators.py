@@ -196,3 +196,13 @@ def test_prefetcher_yields_the_stream_in_order_with_positions():
             assert torch.equal(batch.input_ids, direct.next_batch().input_ids) and position == direct.position
     finally:
         prefetched.close()
+
+
+def test_nsp_needs_documents_of_two_sentences():
+    single = ShardIndex.from_documents([[[5, 6, 7]], [[8, 9]], [[10, 11]]])
+    with pytest.raises(ConfigError, match="documents of at least two sentences"):
+        build_pair_instances(single, max_tokens=20, rng=np.random.default_rng(0))
+    from trainer.data import fixed_batches
+
+    source = ExampleSource(single, special=SPECIAL, seq_len=32, nsp=True, static=True, seed=0)
+    assert fixed_batches(source, NSPCollator(special=SPECIAL, seq_len=32), batch_size=2, n_batches=2, seed=0) == []

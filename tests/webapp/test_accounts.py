@@ -10,12 +10,6 @@ from webapp.corpora.models import Corpus, JobStatus, Tokenizer
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    """The default hasher takes about a second per password; these tests check flows, not hashing."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def test_anonymous_home_is_a_landing_page_with_signup_and_login(client):
     page = client.get(reverse("home"))
     assert page.status_code == 200

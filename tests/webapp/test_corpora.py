@@ -43,11 +43,6 @@ def sample_jsonl(n_docs: int = 12) -> str:
     return "".join(json.dumps({"text": doc}) + "\n" for doc in sample_text(n_docs).split("\n\n"))
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def eager(settings):
     """Run Celery tasks in-process, as soon as the transaction commits."""

@@ -22,11 +22,6 @@ def text(n_docs: int = 10) -> bytes:
     return ("\n\n".join(f"Document {d}. " + doc(d) for d in range(n_docs)) + "\n").encode()
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def eager(settings):
     from webapp.celery import app

@@ -23,11 +23,6 @@ from webapp.runs.models import LogLine, MetricPoint, Run, RunStatus
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def enqueued(monkeypatch):
     """Record train_run.apply_async calls instead of talking to the broker."""
@@ -304,7 +299,7 @@ def test_new_run_page_is_generated_from_the_registry_with_tiny_defaults(alice, a
     assert 'id="registry-data"' in html and 'max="10000000"' in html
 
 
-def post_form(client, tokenizer, **changes):
+def post_form(client, tokenizer, /, **changes):
     data = {"name": "from the form", "corpus": tokenizer.corpus_id, "tokenizer": tokenizer.id,
             "architecture": "bert", "preset": "bert-tiny", "objectives": ["mlm", "nsp"], "max_steps": 120,
             "batch_size": 16, "seq_len": 64, "lr": 1e-4, "warmup_steps": 10, "grad_accum": 1, "eval_every": 50,
@@ -341,6 +336,14 @@ def test_the_form_refuses_what_the_trainer_cannot_run_with_a_clear_message(
     assert message in errors
     assert message.split(" (")[0].replace("'", "&#x27;") in response.content.decode()
     assert not Run.objects.exists()
+
+
+def test_the_form_reports_every_problem_at_once(alice, alice_client, enqueued):
+    _, tokenizer = make_data(alice)
+    response = post_form(alice_client, tokenizer, corpus=None, tokenizer=None, objectives=["nsp"])
+    errors = response.context["form"].errors
+    assert "This field is required." in errors["corpus"] and "This field is required." in errors["tokenizer"]
+    assert "BERT needs the Masked language modelling (MLM) objective." in errors["objectives"]
 
 
 def test_the_form_refuses_a_tokenizer_of_another_corpus(alice, alice_client, enqueued):
@@ -512,6 +515,15 @@ def test_api_run_detail_metrics_since_and_checkpoints(alice, alice_api):
     assert [r["id"] for r in listing] == [str(run.id)]
 
 
+def test_api_log_after_an_id(alice, alice_api, bob_api):
+    run = make_run(alice)
+    lines = [LogLine.objects.create(run=run, text=f"line {i}") for i in range(3)]
+    body = alice_api.get(f"/api/runs/{run.id}/log/?after={lines[0].id}").json()
+    assert [line["text"] for line in body] == ["line 1", "line 2"] and body[0]["id"] == lines[1].id
+    assert len(alice_api.get(f"/api/runs/{run.id}/log/").json()) == 3
+    assert bob_api.get(f"/api/runs/{run.id}/log/").status_code == 404
+
+
 def test_api_cancel_resume_clone_and_config_yaml(alice, alice_api, enqueued):
     run = make_run(alice)
     assert alice_api.post(f"/api/runs/{run.id}/cancel/").json()["status"] == "cancelled"
@@ -548,7 +560,7 @@ def test_bob_gets_404_for_everything_of_alices_run(alice, bob_client, bob_api, e
     for name in ("runs:cancel", "runs:resume", "runs:clone"):
         assert bob_client.post(reverse(name, args=[run.id])).status_code == 404
     assert bob_client.get(reverse("runs:new") + f"?from={run.id}").status_code == 404
-    for suffix in ("", "metrics/", "checkpoints/", "config.yaml"):
+    for suffix in ("", "metrics/", "checkpoints/", "log/", "config.yaml"):
         response = bob_api.get(f"/api/runs/{run.id}/{suffix}")
         assert response.status_code == 404, suffix
         assert response.json() == {"error": "Not found. It does not exist, or it is not yours."}
@@ -588,3 +600,14 @@ def test_training_settings_roundtrip_through_build_config():
     config = services.build_config(architecture="bert", preset="bert-tiny", objectives=["mlm"],
                                    training=dict(TINY_TRAINING))
     assert services.training_settings(config)["model_overrides"] == {"hidden_size": 64, "num_heads": 2}
+
+
+def test_admin_lists_runs_metric_points_and_checkpoints(alice, django_user_model, client):
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "root-password-123")
+    client.force_login(admin)
+    run = make_run(alice)
+    MetricPoint.objects.create(run=run, step=1, split="train", values={"loss": 1.0})
+    make_checkpoint(run)
+    for url in ("/admin/runs/run/", f"/admin/runs/run/{run.id}/change/", "/admin/runs/metricpoint/",
+                "/admin/runs/checkpoint/", "/admin/runs/logline/"):
+        assert client.get(url).status_code == 200, url

@@ -13,11 +13,6 @@ from webapp.runs import services, sink as sink_module
 from webapp.runs.models import LogLine, MetricPoint, Run, RunStatus
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def no_broker(monkeypatch):
     from trainer import tasks

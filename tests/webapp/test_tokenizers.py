@@ -26,11 +26,6 @@ def corpus_text(n_docs: int = 40, sentences: int = 8, seed: int = 1) -> str:
     return "\n\n".join(docs) + "\n"
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def eager(settings):
     from webapp.celery import app

@@ -27,7 +27,8 @@ ERROR = OpenApiResponse(description='{"error": "<a sentence>"}')
 
 
 class FillMaskView(APIView):
-    @extend_schema(request=FillMaskRequestSerializer, responses={200: FillMaskResponseSerializer, 400: ERROR, 404: ERROR},
+    @extend_schema(request=FillMaskRequestSerializer,
+                   responses={200: FillMaskResponseSerializer, 400: ERROR, 404: ERROR},
                    summary="Top-k tokens for each [MASK]")
     def post(self, request: Request) -> Response:
         ser = FillMaskRequestSerializer(data=request.data)

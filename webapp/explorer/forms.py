@@ -13,10 +13,14 @@ class ExploreForm(forms.Form):
     text = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
                            label="Text with [MASK]")
     top_k = forms.IntegerField(min_value=1, max_value=MAX_TOP_K, initial=5, required=False, label="Top k")
-    text_a = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2, "placeholder": "The weather was cold that morning."}),
-                             label="Sentence A")
-    text_b = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2, "placeholder": "She put on her warmest coat before going out."}),
-                             label="Sentence B")
+    text_a = forms.CharField(
+        required=False, label="Sentence A",
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "The weather was cold that morning."}),
+    )
+    text_b = forms.CharField(
+        required=False, label="Sentence B",
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "She put on her warmest coat before going out."}),
+    )
 
     def clean(self):
         data = super().clean()

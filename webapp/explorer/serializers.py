@@ -5,7 +5,8 @@ from webapp.explorer.services import MAX_TEXT_CHARS, MAX_TOP_K
 
 class FillMaskRequestSerializer(serializers.Serializer):
     checkpoint = serializers.UUIDField(help_text="A checkpoint of one of your runs.")
-    text = serializers.CharField(help_text=f"Text with one or more [MASK] tokens (at most {MAX_TEXT_CHARS:,} characters).")
+    text = serializers.CharField(
+        help_text=f"Text with one or more [MASK] tokens (at most {MAX_TEXT_CHARS:,} characters).")
     top_k = serializers.IntegerField(min_value=1, max_value=MAX_TOP_K, default=5)
 
 

@@ -14,8 +14,8 @@ from webapp.corpora.models import Corpus, Tokenizer
 from webapp.runs import launch, selectors, services
 from webapp.runs.models import Run
 from webapp.runs.serializers import (
-    CheckpointSerializer, MetricPointSerializer, MetricsQuerySerializer, MetricsSerializer, RunCloneSerializer,
-    RunCreateSerializer, RunSerializer,
+    CheckpointSerializer, LogLineSerializer, LogQuerySerializer, MetricPointSerializer, MetricsQuerySerializer,
+    MetricsSerializer, RunCloneSerializer, RunCreateSerializer, RunSerializer,
 )
 
 ERROR = OpenApiResponse(description='{"error": "<a sentence>"}')
@@ -90,6 +90,16 @@ class RunMetricsView(APIView):
             "last_step": points[-1].step if points else None,
             "points": MetricPointSerializer(points, many=True).data,
         })
+
+
+class RunLogView(APIView):
+    @extend_schema(parameters=[LogQuerySerializer], responses={200: LogLineSerializer(many=True), 404: ERROR},
+                   summary="The run's log lines after an id (the newest 500 at most)")
+    def get(self, request: Request, run_id) -> Response:
+        run = owned_run(request, run_id)
+        query = LogQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        return Response(LogLineSerializer(selectors.log_after(run, query.validated_data["after"]), many=True).data)
 
 
 class RunCheckpointsView(APIView):

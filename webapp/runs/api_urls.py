@@ -6,6 +6,7 @@ urlpatterns = [
     path("runs/", api.RunListCreateView.as_view(), name="api-runs"),
     path("runs/<uuid:run_id>/", api.RunDetailView.as_view(), name="api-run"),
     path("runs/<uuid:run_id>/metrics/", api.RunMetricsView.as_view(), name="api-run-metrics"),
+    path("runs/<uuid:run_id>/log/", api.RunLogView.as_view(), name="api-run-log"),
     path("runs/<uuid:run_id>/checkpoints/", api.RunCheckpointsView.as_view(), name="api-run-checkpoints"),
     path("runs/<uuid:run_id>/cancel/", api.RunCancelView.as_view(), name="api-run-cancel"),
     path("runs/<uuid:run_id>/resume/", api.RunResumeView.as_view(), name="api-run-resume"),

@@ -117,8 +117,9 @@ class RunForm(forms.Form):
         corpus, tokenizer = data.get("corpus"), data.get("tokenizer")
         if corpus and tokenizer and tokenizer.corpus_id != corpus.pk:
             self.add_error("tokenizer", f"This tokenizer was trained on another corpus, not on “{corpus.name}”.")
-        if self.errors:
-            return data
+        needed = ("architecture", "preset", "objectives", "extra_settings", *launch.TRAINING_FIELDS)
+        if any(name in self.errors for name in needed):
+            return data  # the field errors say what to fix first
         try:
             self.config = build_config(
                 architecture=data["architecture"], preset=data["preset"], objectives=data.get("objectives") or [],

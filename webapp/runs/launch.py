@@ -29,9 +29,9 @@ LABELS = {
     "num_threads": "CPU threads",
 }
 CHOICE_LABELS = {
-    "device": {"auto": "Auto (GPU when the worker has one)", "cpu": "CPU", "cuda": "CUDA GPU"},
-    "masking": {"dynamic": "Dynamic (new masks each time)", "static": "Static (10 fixed masks per sequence)"},
-    "precision": {"auto": "Auto (bf16 on GPU, fp32 on CPU)", "fp32": "fp32", "bf16": "bf16 (GPU only)"},
+    "device": {"auto": "Auto", "cpu": "CPU", "cuda": "CUDA GPU"},
+    "masking": {"dynamic": "Dynamic", "static": "Static"},
+    "precision": {"auto": "Auto", "fp32": "fp32", "bf16": "bf16 (GPU only)"},
     "schedule": {"linear": "Linear decay", "cosine": "Cosine decay", "constant": "Constant"},
 }
 
@@ -76,7 +76,7 @@ def format_params(n: int) -> str:
 
 
 def preset_label(preset: dict[str, Any]) -> str:
-    return f"{preset['name']} — {preset['label']}, {format_params(preset['params_without_embeddings'])} params + embeddings"
+    return f"{preset['name']} — {preset['label']}, {format_params(preset['params_without_embeddings'])} params"
 
 
 def parse_config_yaml(text: str) -> tuple[RunConfig, str]:

@@ -9,7 +9,7 @@ from django.http import Http404
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run
 from webapp.runs.services import mark_stale_runs  # noqa: F401 - reads refresh crash detection first
 
-__all__ = ["runs_for", "run_get", "metrics_since", "log_tail", "checkpoint_get", "checkpoints_for",
+__all__ = ["runs_for", "run_get", "metrics_since", "log_tail", "log_after", "checkpoint_get", "checkpoints_for",
            "latest_checkpoint", "mark_stale_runs"]
 
 
@@ -51,6 +51,11 @@ def metrics_since(run: Run, since_step: int | None = None) -> QuerySet[MetricPoi
 def log_tail(run: Run, limit: int = 200) -> list[LogLine]:
     """The last `limit` log lines, oldest first."""
     return list(reversed(LogLine.objects.filter(run=run).order_by("-id")[:limit]))
+
+
+def log_after(run: Run, after_id: int = 0, limit: int = 500) -> list[LogLine]:
+    """Log lines with an id above `after_id`, oldest first (at most `limit`: the newest ones)."""
+    return list(reversed(LogLine.objects.filter(run=run, id__gt=after_id).order_by("-id")[:limit]))
 
 
 def checkpoint_get(user, checkpoint_id) -> Checkpoint:

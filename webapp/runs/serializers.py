@@ -6,7 +6,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from webapp.runs import launch
-from webapp.runs.models import Checkpoint, MetricPoint, Run
+from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run
 
 
 class CheckpointSerializer(serializers.ModelSerializer):
@@ -72,6 +72,19 @@ class MetricsSerializer(serializers.Serializer):
 class MetricsQuerySerializer(serializers.Serializer):
     since = serializers.IntegerField(required=False, min_value=-1,
                                      help_text="Return only points with a step greater than this.")
+
+
+class LogLineSerializer(serializers.ModelSerializer):
+    time = serializers.DateTimeField(source="created_at")
+
+    class Meta:
+        model = LogLine
+        fields = ["id", "text", "time"]
+
+
+class LogQuerySerializer(serializers.Serializer):
+    after = serializers.IntegerField(required=False, min_value=0, default=0,
+                                     help_text="Return only lines with an id greater than this.")
 
 
 def _training_field(name: str) -> serializers.Field:

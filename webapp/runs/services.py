@@ -5,7 +5,6 @@ User-caused problems raise trainer.errors.UserError subclasses with a sentence t
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import socket
@@ -25,7 +24,7 @@ from trainer.config import RunConfig
 from trainer.errors import ConfigError, UserError
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
 from webapp.runs.events import send_run_event, status_event
-from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run, RunStatus
+from webapp.runs.models import LogLine, MetricPoint, Run, RunStatus
 from webapp.runs.sink import DatabaseChannelsSink, StopCheck
 
 log = logging.getLogger(__name__)
@@ -39,10 +38,6 @@ class RunStateError(UserError):
 
 
 # -- configuration ---------------------------------------------------------------------------
-
-def config_fields() -> set[str]:
-    return {f.name for f in dataclasses.fields(RunConfig)}
-
 
 def build_config(*, architecture: str, preset: str, objectives, training: dict | None = None) -> RunConfig:
     """A validated RunConfig from the launch choices plus training settings (RunConfig defaults fill the rest)."""
@@ -89,7 +84,7 @@ def _check_data(*, owner, corpus: Corpus | None, tokenizer: Tokenizer) -> Corpus
     return corpus
 
 
-def _enqueue(run: Run, *, resume: bool = False) -> None:
+def _enqueue(run: Run) -> None:
     from trainer.tasks import train_run
 
     run_id, queue = str(run.id), run.queue
@@ -158,7 +153,7 @@ def run_resume(*, run: Run) -> Run:
     run.finished_at = None
     run.save(update_fields=["status", "error", "cancel_requested", "claimed_by", "heartbeat_at", "finished_at"])
     LogLine.objects.create(run=run, text="Resume requested; waiting for a worker.")
-    _enqueue(run, resume=True)
+    _enqueue(run)
     _publish_on_commit(run)
     return run
 
@@ -197,39 +192,15 @@ def run_execute(*, run_id) -> None:
 
     A redelivered task finds the row no longer queued and returns without doing anything.
     """
-    from trainer.engine import train  # imports torch: only workers pay for it
-
     me = worker_name()
-    now = timezone.now()
-    claimed = Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
-        status=RunStatus.RUNNING, claimed_by=me, heartbeat_at=now, started_at=Coalesce(F("started_at"), Value(now, output_field=DateTimeField())),
-        finished_at=None, cancel_requested=False, error="",
-    )
-    if not claimed:
+    if not _claim(run_id, me):
         log.info("Run %s is not queued (already claimed, cancelled or deleted); nothing to do.", run_id)
         return
     run = Run.objects.select_related("tokenizer").get(pk=run_id)
     sink = DatabaseChannelsSink(run.id, claimed_by=me)
     status, error, final_step = RunStatus.FAILED, "", run.current_step
     try:
-        config = RunConfig.from_dict(run.config)
-        from trainer.checkpoints import list_checkpoints
-
-        resume = bool(list_checkpoints(run.folder))  # the engine refuses to train over old checkpoints
-        resume_from = resume_point(run.folder) if resume else None
-        _prepare_history(run, resume_from)
-        if resume_from:
-            sink.log(f"Resuming on {me} from the checkpoint at step {resume_from[0]}.")
-        else:
-            sink.log(f"Started on {me} ({run.queue} queue).")
-        send_run_event(run.id, {**status_event(run), "resumed_from": resume_from[0] if resume_from else None})
-        run.folder.mkdir(parents=True, exist_ok=True)
-        result = train(
-            config, data_dir=run.tokenizer.folder, out_dir=run.folder, sink=sink,
-            should_stop=StopCheck(run.id, claimed_by=me), resume=resume,
-        )
-        status = RunStatus.CANCELLED if result.status == "cancelled" else RunStatus.SUCCEEDED
-        final_step = result.final_step
+        status, final_step = _train(run, sink, me)
     except UserError as exc:
         error = str(exc)
     except Exception as exc:  # noqa: BLE001 - any bug becomes a failed run with a sentence, never a stuck one
@@ -238,6 +209,35 @@ def run_execute(*, run_id) -> None:
         _safe_log(sink, "".join(traceback.format_exception(exc)).rstrip())
     finally:
         _finish(run, sink, me=me, status=status, error=error, final_step=final_step)
+
+
+def _claim(run_id, me: str) -> bool:
+    """queued -> running in one UPDATE: of two workers given the same run, exactly one wins."""
+    now = timezone.now()
+    return bool(Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
+        status=RunStatus.RUNNING, claimed_by=me, heartbeat_at=now, finished_at=None, cancel_requested=False,
+        error="", started_at=Coalesce(F("started_at"), Value(now, output_field=DateTimeField())),
+    ))
+
+
+def _train(run: Run, sink: DatabaseChannelsSink, me: str) -> tuple[str, int]:
+    """Call the engine (from the last checkpoint when there is one); returns (status, final step)."""
+    from trainer.checkpoints import list_checkpoints
+    from trainer.engine import train  # imports torch: only workers pay for it
+
+    config = RunConfig.from_dict(run.config)
+    resume = bool(list_checkpoints(run.folder))  # the engine refuses to start over existing checkpoints
+    resume_from = resume_point(run.folder) if resume else None
+    _prepare_history(run, resume_from)
+    if resume_from:
+        sink.log(f"Resuming on {me} from the checkpoint at step {resume_from[0]}.")
+    else:
+        sink.log(f"Started on {me} ({run.queue} queue).")
+    send_run_event(run.id, {**status_event(run), "resumed_from": resume_from[0] if resume_from else None})
+    run.folder.mkdir(parents=True, exist_ok=True)
+    result = train(config, data_dir=run.tokenizer.folder, out_dir=run.folder, sink=sink,
+                   should_stop=StopCheck(run.id, claimed_by=me), resume=resume)
+    return (RunStatus.CANCELLED if result.status == "cancelled" else RunStatus.SUCCEEDED), result.final_step
 
 
 def _prepare_history(run: Run, resume_from: tuple[int, Path] | None) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from importlib import resources
 
 from django.contrib import messages
@@ -77,9 +78,7 @@ def _initial_from_get(request: HttpRequest) -> dict:
     return initial
 
 
-def _uuid_or_none(value: str):
-    import uuid
-
+def _uuid_or_none(value: str) -> uuid.UUID | None:
     try:
         return uuid.UUID(value)
     except ValueError:

@@ -34,3 +34,16 @@ def progress_of(run) -> float:
     if not run.max_steps:
         return 0.0
     return round(min(100.0, 100.0 * run.current_step / run.max_steps), 1)
+
+
+@register.filter
+def ago(value) -> str:
+    """'just now', '5 minutes ago', '2 days, 3 hours ago'."""
+    from django.utils import timezone
+    from django.utils.timesince import timesince
+
+    if not value:
+        return ""
+    if (timezone.now() - value).total_seconds() < 60:
+        return "just now"
+    return f"{timesince(value)} ago"
