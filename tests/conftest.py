@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+pytest_plugins = ["tests.livestack"]  # live_stack: a real Celery worker and web server
+
 
 @pytest.fixture
 def alice(django_user_model):

@@ -1,0 +1,96 @@
+"""A person's first session, in the system Chromium: sign up, demo corpus, tokenizer,
+launch a run, watch the loss chart gain points live, and see fill-mask bars.
+
+Screenshots land in test-artifacts/screenshots/ (the README's pictures come from there).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
+
+
+@pytest.fixture
+def page(live_stack):
+    if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
+        pytest.skip("No system Chromium (install the 'chromium' package to run the browser tests).")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    # Playwright's sync API runs an event loop in this thread; the test itself never touches the database.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        context = browser.new_context(base_url=live_stack.url, viewport={"width": 1280, "height": 900})
+        pg = context.new_page()
+        errors: list[str] = []
+        pg.on("pageerror", lambda exc: errors.append(str(exc)))
+        pg.set_default_timeout(60_000)
+        yield pg
+        browser.close()
+        assert not errors, f"JavaScript errors on the pages: {errors}"
+
+
+def _chart_points(page, chart_id: str) -> int:
+    return page.evaluate(
+        """id => { const el = document.getElementById(id);
+                   return el && el.data ? el.data.reduce((n, t) => n + (t.x ? t.x.length : 0), 0) : 0; }""",
+        chart_id,
+    )
+
+
+def test_first_session_from_signup_to_fill_mask(page, live_stack):
+    page.goto("/signup/")
+    page.fill("#id_username", "carol")
+    page.fill("#id_password1", "a-long-Passw0rd-for-carol")
+    page.fill("#id_password2", "a-long-Passw0rd-for-carol")
+    page.click("form button[type=submit]")
+    page.wait_for_url(lambda url: "/signup/" not in url)
+
+    page.goto("/corpora/")
+    page.click("text=Create a demo corpus")
+    page.wait_for_selector(".badge.ready", timeout=120_000)
+    page.screenshot(path=str(SHOTS / "corpus.png"), full_page=True)
+
+    page.fill("#id_vocab_size", "3000")
+    page.click("text=Train tokenizer")
+    page.wait_for_selector(".badge.ready", timeout=120_000)
+    page.fill("#tokenize-input", "Return the number of items in the list.")
+    page.wait_for_selector("#tokenize-output :nth-child(3)")
+
+    page.click("text=Launch a run with this tokenizer")
+    page.wait_for_selector("#run-form")
+    for field, value in {"max_steps": "150", "batch_size": "8", "seq_len": "64", "warmup_steps": "10", "lr": "0.001",
+                         "eval_every": "50", "checkpoint_every": "150"}.items():
+        page.fill(f"#id_{field}", value)
+    page.click("summary:has-text('Advanced settings')")
+    page.fill("#id_log_every", "2")
+    page.click("#launch")
+    page.wait_for_url("**/runs/*-*/")
+
+    # The chart first gets points, then gains more while we watch: it follows the run live.
+    page.wait_for_function("() => { const el = document.getElementById('chart-loss'); return el && el.data && el.data[0] && el.data[0].x.length > 0; }", timeout=120_000)
+    first = _chart_points(page, "chart-loss")
+    page.wait_for_function(
+        "n => { const el = document.getElementById('chart-loss'); return el.data.reduce((s, t) => s + t.x.length, 0) > n; }",
+        arg=first, timeout=120_000,
+    )
+    assert _chart_points(page, "chart-loss") > first
+    page.wait_for_selector("#run-status.succeeded", timeout=300_000)
+    page.screenshot(path=str(SHOTS / "dashboard.png"), full_page=True)
+
+    page.click("#checkpoints-body a[href*='/explore/']")
+    page.wait_for_selector("#explore-form")
+    page.fill("#id_text", "Return the [MASK] of items in the list.")
+    page.click("button[value=fill_mask]")
+    page.wait_for_selector("#fill-mask-results .explorer-mask svg .bars path, #fill-mask-results .explorer-mask svg .point path")
+    page.screenshot(path=str(SHOTS / "explorer.png"), full_page=True)
