@@ -36,6 +36,7 @@ from pathlib import Path
 from trainer.demo import write_demo_corpus  # noqa: F401  (re-exported: part of this module's API)
 from trainer.errors import CorpusError
 from trainer.sentences import count_words, split_sentences
+from trainer.progress import PercentProgress
 
 __all__ = [
     "BAD_WORDS",
@@ -531,18 +532,6 @@ class _DocStats:
         return {"documents": len(docs), **out}
 
 
-class _Progress:
-    """Calls ``callback(percent)`` only when the whole percentage grows: at most 101 calls."""
-
-    def __init__(self, callback: Callable[[float], None] | None):
-        self.callback = callback
-        self.last = -1
-
-    def report(self, percent: float) -> None:
-        whole = int(max(0.0, min(100.0, percent)))
-        if self.callback is not None and whole > self.last:
-            self.last = whole
-            self.callback(float(whole))
 
 
 def _preview(sentences: list[str]) -> list[str]:
@@ -602,7 +591,7 @@ def ingest(
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".ingest-", dir=out_dir))
     try:
-        report = _Progress(progress)
+        report = PercentProgress(progress)
         report.report(0)
         reader = _LineReader(Path(raw_path), lambda fraction: report.report(95 * fraction))
         documents = _txt_documents(reader) if fmt == "txt" else _jsonl_documents(reader)
@@ -680,7 +669,7 @@ def _check_big_enough(total: dict[str, int], n_input: int, fmt: str, removed: di
         )
 
 
-def _split(tmp: Path, doc_stats: _DocStats, valid_fraction: float, seed: int, report: _Progress) -> dict:
+def _split(tmp: Path, doc_stats: _DocStats, valid_fraction: float, seed: int, report: PercentProgress) -> dict:
     """Copy the documents of tmp/all.txt to tmp/train.txt and tmp/valid.txt; return statistics."""
     n_docs = len(doc_stats)
     n_valid = min(max(1, round(n_docs * valid_fraction)), n_docs - 1)

@@ -31,6 +31,7 @@ import numpy as np
 
 from trainer.errors import CorpusError, TokenizerError
 from trainer.tokenization import load_tokenizer
+from trainer.progress import PercentProgress
 
 SPLITS = ("train", "valid")
 CHUNK_SENTENCES = 4096
@@ -56,7 +57,7 @@ def encode_corpus(corpus_dir: Path, tokenizer_dir: Path, progress: Callable[[flo
     bundle = load_tokenizer(tokenizer_dir)
     dtype = token_dtype(bundle.vocab_size)
     total_bytes = max(1, sum(p.stat().st_size for p in paths.values()))
-    report = _Progress(progress)
+    report = PercentProgress(progress)
     report(0)
 
     final = tokenizer_dir / "shards"
@@ -183,15 +184,6 @@ def _replace_dir(tmp: Path, final: Path) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-class _Progress:
-    def __init__(self, callback):
-        self.callback, self.last = callback, -1
-
-    def __call__(self, percent: float) -> None:
-        whole = int(max(0.0, min(100.0, percent)))
-        if self.callback is not None and whole > self.last:
-            self.last = whole
-            self.callback(float(whole))
 
 
 # ---------------------------------------------------------------------------------------------

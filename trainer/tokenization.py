@@ -39,6 +39,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from trainer.errors import TokenizerError
 from trainer.sentences import count_words
+from trainer.progress import PercentProgress
 
 ROLES = ("pad", "unk", "cls", "sep", "mask")
 MIN_VOCAB_SIZE = 100
@@ -205,7 +206,7 @@ def train_tokenizer(
     train_path = corpus_dir / "train.txt"
     if not train_path.is_file():
         raise TokenizerError("The corpus has no training text (train.txt is missing); prepare the corpus first.")
-    report = _Progress(progress)
+    report = PercentProgress(progress)
     report(0)
     started = time.monotonic()
 
@@ -364,17 +365,6 @@ def _hf_config(spec: Algorithm, meta: dict) -> dict:
     return config
 
 
-class _Progress:
-    """Forwards whole percentages that grew (at most 101 calls)."""
-
-    def __init__(self, callback: Callable[[float], None] | None):
-        self.callback, self.last = callback, -1
-
-    def __call__(self, percent: float) -> None:
-        whole = int(max(0.0, min(100.0, percent)))
-        if self.callback is not None and whole > self.last:
-            self.last = whole
-            self.callback(float(whole))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,3 +5,15 @@ import pytest
 def fast_password_hashing(settings):
     """The default hasher takes about a second per password; these tests check flows, not hashing."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def eager(settings):
+    """Run Celery tasks in-process, as soon as the transaction commits."""
+    from webapp.celery import app
+
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    previous = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = previous

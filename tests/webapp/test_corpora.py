@@ -43,18 +43,6 @@ def sample_jsonl(n_docs: int = 12) -> str:
     return "".join(json.dumps({"text": doc}) + "\n" for doc in sample_text(n_docs).split("\n\n"))
 
 
-@pytest.fixture
-def eager(settings):
-    """Run Celery tasks in-process, as soon as the transaction commits."""
-    from webapp.celery import app
-
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    previous = app.conf.task_always_eager
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = previous
-
-
 def upload(client, filename: str, content: bytes, *, xhr: bool = False, **fields):
     data = {"file": SimpleUploadedFile(filename, content), "name": "", **fields}
     headers = {"HTTP_X_REQUESTED_WITH": "XMLHttpRequest"} if xhr else {}

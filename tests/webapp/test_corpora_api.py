@@ -22,17 +22,6 @@ def text(n_docs: int = 10) -> bytes:
     return ("\n\n".join(f"Document {d}. " + doc(d) for d in range(n_docs)) + "\n").encode()
 
 
-@pytest.fixture
-def eager(settings):
-    from webapp.celery import app
-
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    previous = app.conf.task_always_eager
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = previous
-
-
 def post_file(api, filename: str, content: bytes, **fields):
     return api.post("/api/corpora/", {"file": SimpleUploadedFile(filename, content), **fields}, format="multipart")
 

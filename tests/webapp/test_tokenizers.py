@@ -27,17 +27,6 @@ def corpus_text(n_docs: int = 40, sentences: int = 8, seed: int = 1) -> str:
 
 
 @pytest.fixture
-def eager(settings):
-    from webapp.celery import app
-
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    previous = app.conf.task_always_eager
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = previous
-
-
-@pytest.fixture
 def ready_corpus(alice) -> Corpus:
     corpus = services.corpus_create_from_upload(
         owner=alice, name="Syllables", uploaded_file=SimpleUploadedFile("s.txt", corpus_text().encode()),
