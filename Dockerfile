@@ -13,4 +13,4 @@ COPY . .
 RUN SECRET_KEY=build-only python manage.py collectstatic --noinput
 
 EXPOSE 8000
-CMD ["uvicorn", "webapp.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--ws", "websockets", "--proxy-headers"]
+CMD ["uvicorn", "webapp.asgi:application", "--host", "0.0.0.0", "--port", "8000", "--ws", "websockets-sansio", "--proxy-headers"]

@@ -95,7 +95,7 @@ def main() -> None:
         procs.append(
             subprocess.Popen(
                 [PY, "-m", "uvicorn", "webapp.asgi:application", "--host", args.host, "--port", str(args.port),
-                 "--ws", "websockets", "--lifespan", "off", "--no-access-log", "--timeout-graceful-shutdown", "5"],
+                 "--ws", "websockets-sansio", "--lifespan", "off", "--no-access-log", "--timeout-graceful-shutdown", "5"],
                 cwd=ROOT, env=env, start_new_session=True,
             )
         )

@@ -76,7 +76,7 @@ def live_stack(django_db_setup, django_db_blocker, tmp_path_factory):
             cwd=ROOT, env=env, stdout=open(log_dir / "worker.log", "wb"), stderr=subprocess.STDOUT,
         ),
         subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "webapp.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--ws", "websockets", "--lifespan", "off"],
+            [sys.executable, "-m", "uvicorn", "webapp.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--ws", "websockets-sansio", "--lifespan", "off"],
             cwd=ROOT, env=env, stdout=open(log_dir / "web.log", "wb"), stderr=subprocess.STDOUT,
         ),
     ]
