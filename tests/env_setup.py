@@ -59,6 +59,9 @@ os.environ.setdefault("RUN_HEARTBEAT_TIMEOUT_S", "120")
 
 if "DATABASE_URL" not in os.environ and os.environ.get("TEST_DB", "auto") != "sqlite" and _answers("127.0.0.1", 5432):
     os.environ["DATABASE_URL"] = f"postgres://{os.environ.get('PGUSER', 'postgres')}@127.0.0.1:5432/test"
+if os.environ.get("DATABASE_URL", "").startswith("postgres"):
+    # pytest-django drops and recreates its test database: give each session its own.
+    os.environ.setdefault("TEST_DATABASE_NAME", f"test_lmwb_{os.getpid()}")
 
 if "REDIS_URL" not in os.environ:
     if _answers("127.0.0.1", 6379):

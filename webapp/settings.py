@@ -169,6 +169,9 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
 }
 
-if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+if os.environ.get("TEST_DATABASE_NAME"):
+    # Set by the test suite so that two test sessions on one server never share a database.
+    DATABASES["default"]["TEST"] = {"NAME": os.environ["TEST_DATABASE_NAME"]}
+elif DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # A file (not memory) for the test database, so worker processes started by the tests share it.
     DATABASES["default"]["TEST"] = {"NAME": str(STORAGE_ROOT / "test-db.sqlite3")}
