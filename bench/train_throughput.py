@@ -9,7 +9,10 @@ with AdamW. Steps alternate between the two models so that machine noise hits bo
 Prints tokens/s for each and the ratio ours/theirs; on CUDA also MFU
 (6 * parameters * tokens/s / peak FLOP/s).
 
-A new architecture (roberta, albert, electra, t5, gpt) is one more `Entry` in ARCHITECTURES.
+A new architecture (t5, gpt, ...) is one more `Entry` in ARCHITECTURES. ELECTRA has no joint
+model in transformers; its counterpart is ElectraForMaskedLM + ElectraForPreTraining wired
+together here the way ELECTRA trains (shared embeddings, sampled replacements, loss
+mlm + 50 * rtd).
 """
 from __future__ import annotations
 
@@ -25,8 +28,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere in the repo
 
-from models_lib import hf  # noqa: E402
+from models_lib import hf, presets  # noqa: E402
+from models_lib.albert import AlbertForPreTraining  # noqa: E402
 from models_lib.bert import BERT_PRESETS, BertConfig, BertForPreTraining  # noqa: E402
+from models_lib.electra import ElectraForPreTraining  # noqa: E402
+from models_lib.roberta import RobertaForPreTraining  # noqa: E402
 
 Batch = dict[str, torch.Tensor]
 
@@ -47,12 +53,17 @@ def bert_ours(preset: str, vocab: int) -> torch.nn.Module:
     return BertForPreTraining(BertConfig.from_preset(preset, vocab_size=vocab))
 
 
-def bert_theirs(ours: torch.nn.Module) -> torch.nn.Module:
+def theirs_from(ours: torch.nn.Module, class_name: str, **export) -> torch.nn.Module:
+    """The transformers model `class_name` with our model's weights (through our exporter)."""
     import transformers
 
     with tempfile.TemporaryDirectory() as folder:
-        hf.to_pretrained(ours, folder)
-        return transformers.BertForPreTraining.from_pretrained(folder)
+        hf.to_pretrained(ours, folder, **export)
+        return getattr(transformers, class_name).from_pretrained(folder)
+
+
+def bert_theirs(ours: torch.nn.Module) -> torch.nn.Module:
+    return theirs_from(ours, "BertForPreTraining")
 
 
 def mlm_nsp_batch(B: int, T: int, vocab: int, g: torch.Generator) -> Batch:
@@ -77,8 +88,92 @@ def bert_theirs_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
                  labels=b["mlm_labels"], next_sentence_label=b["nsp_labels"]).loss
 
 
+# --- RoBERTa (MLM only) ---------------------------------------------------------------------------
+
+def roberta_ours(preset: str, vocab: int) -> torch.nn.Module:
+    return RobertaForPreTraining(presets.get(preset, vocab_size=vocab))
+
+
+def mlm_batch(B: int, T: int, vocab: int, g: torch.Generator) -> Batch:
+    batch = mlm_nsp_batch(B, T, vocab, g)
+    return dict(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], mlm_labels=batch["mlm_labels"])
+
+
+def roberta_ours_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
+    return model(b["input_ids"], b["attention_mask"], mlm_labels=b["mlm_labels"]).loss
+
+
+def roberta_theirs_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
+    return model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], labels=b["mlm_labels"]).loss
+
+
+# --- ALBERT (MLM + SOP) ----------------------------------------------------------------------------
+
+def albert_ours(preset: str, vocab: int) -> torch.nn.Module:
+    return AlbertForPreTraining(presets.get(preset, vocab_size=vocab))
+
+
+def albert_ours_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
+    return model(b["input_ids"], b["attention_mask"], b["token_type_ids"],
+                 mlm_labels=b["mlm_labels"], sop_labels=b["nsp_labels"]).loss
+
+
+def albert_theirs_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
+    return model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], token_type_ids=b["token_type_ids"],
+                 labels=b["mlm_labels"], sentence_order_label=b["nsp_labels"]).loss
+
+
+# --- ELECTRA (generator MLM + 50 * discriminator RTD) --------------------------------------------
+
+def electra_ours(preset: str, vocab: int) -> torch.nn.Module:
+    return ElectraForPreTraining(presets.get(preset, vocab_size=vocab))
+
+
+class TransformersElectra(torch.nn.Module):
+    """transformers' generator and discriminator trained jointly, as ELECTRA does."""
+
+    def __init__(self, generator: torch.nn.Module, discriminator: torch.nn.Module):
+        super().__init__()
+        self.generator, self.discriminator = generator, discriminator
+        # Share the embeddings module and re-tie the generator's decoder to the shared table.
+        generator.electra.embeddings = discriminator.electra.embeddings
+        generator.generator_lm_head.weight = discriminator.electra.embeddings.word_embeddings.weight
+
+    def forward(self, input_ids, attention_mask, token_type_ids, labels):
+        gen = self.generator(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                             labels=labels)
+        selected = labels != -100
+        with torch.no_grad():
+            probs = torch.softmax(gen.logits[selected].float(), dim=-1)
+            sampled = torch.multinomial(probs, 1).squeeze(1)
+            corrupted = input_ids.masked_scatter(selected, sampled)
+            rtd = (corrupted != torch.where(selected, labels, input_ids)).long()
+        disc = self.discriminator(input_ids=corrupted, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                                  labels=rtd)
+        return gen.loss + 50.0 * disc.loss
+
+
+def electra_theirs(ours: torch.nn.Module) -> torch.nn.Module:
+    return TransformersElectra(theirs_from(ours, "ElectraForMaskedLM", part="generator"),
+                               theirs_from(ours, "ElectraForPreTraining", part="discriminator"))
+
+
+def electra_ours_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
+    return model(b["input_ids"], b["attention_mask"], b["token_type_ids"], mlm_labels=b["mlm_labels"]).loss
+
+
+def electra_theirs_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
+    return model(b["input_ids"], b["attention_mask"], b["token_type_ids"], b["mlm_labels"])
+
+
 ARCHITECTURES: dict[str, Entry] = {
     "bert": Entry(BERT_PRESETS, bert_ours, bert_theirs, mlm_nsp_batch, bert_ours_loss, bert_theirs_loss),
+    "roberta": Entry(presets.ROBERTA_PRESETS, roberta_ours, lambda m: theirs_from(m, "RobertaForMaskedLM"),
+                     mlm_batch, roberta_ours_loss, roberta_theirs_loss),
+    "albert": Entry(presets.ALBERT_PRESETS, albert_ours, lambda m: theirs_from(m, "AlbertForPreTraining"),
+                    mlm_nsp_batch, albert_ours_loss, albert_theirs_loss),
+    "electra": Entry(presets.ELECTRA_PRESETS, electra_ours, electra_theirs, mlm_nsp_batch, electra_ours_loss,
+                     electra_theirs_loss),
 }
 
 

@@ -2,7 +2,8 @@
 
 model_config.json is {"family": "bert", "class": "BertForPreTraining", "config": {...}}; the
 family registry below maps it back to the config and model classes, so other families
-(t5, gpt, ...) plug in with one `register_family(...)` call.
+(t5, gpt, ...) plug in with one `register_family(...)` call. A bare backbone
+(TransformerEncoder) belongs to the family its config names.
 """
 from __future__ import annotations
 
@@ -14,7 +15,15 @@ import safetensors.torch
 import torch
 from torch import nn
 
-from .bert import BertConfig, BertForPreTraining, BertModel
+from .albert import AlbertForPreTraining
+from .bert import BertForPreTraining, BertModel
+from .config import ElectraConfig, EncoderConfig, SpanBertConfig
+from .distilbert import DistilBertForPreTraining
+from .electra import ElectraDiscriminator, ElectraForPreTraining, ElectraGenerator
+from .encoder import TransformerEncoder
+from .roberta import RobertaForPreTraining
+from .spanbert import SpanBertForPreTraining
+from .unilm import UniLMForPreTraining
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "model_config.json"
@@ -34,10 +43,20 @@ def register_family(name: str, config_cls: type, *model_classes: type) -> None:
     FAMILIES[name] = Family(name, config_cls, tuple(model_classes))
 
 
-register_family("bert", BertConfig, BertForPreTraining, BertModel)
+register_family("bert", EncoderConfig, BertForPreTraining, BertModel, TransformerEncoder)
+register_family("roberta", EncoderConfig, RobertaForPreTraining, TransformerEncoder)
+register_family("albert", EncoderConfig, AlbertForPreTraining, TransformerEncoder)
+register_family("electra", ElectraConfig, ElectraForPreTraining, ElectraDiscriminator, ElectraGenerator,
+                TransformerEncoder)
+register_family("distilbert", EncoderConfig, DistilBertForPreTraining, TransformerEncoder)
+register_family("spanbert", SpanBertConfig, SpanBertForPreTraining, TransformerEncoder)
+register_family("unilm", EncoderConfig, UniLMForPreTraining, TransformerEncoder)
 
 
 def _family_of(model: nn.Module) -> Family:
+    named = FAMILIES.get(getattr(getattr(model, "config", None), "family", None))
+    if named is not None and type(model) in named.model_classes:
+        return named  # the config's own family first: a bare backbone fits several
     for family in FAMILIES.values():
         if type(model) in family.model_classes:
             return family
@@ -85,7 +104,8 @@ def load_model(folder: str | Path, map_location: str | torch.device = "cpu") -> 
     if name not in classes:
         raise ValueError(f"{folder / CONFIG_NAME} names the class {name!r}, which the {family.name} family "
                          f"does not have ({', '.join(classes)}).")
-    model = classes[name](family.config_cls.from_dict(meta["config"]))
+    # Checkpoints written before there were families have no "family" in their config: BERT.
+    model = classes[name](family.config_cls.from_dict({"family": family.name, **meta["config"]}))
     try:
         safetensors.torch.load_model(model, str(folder / WEIGHTS_NAME), strict=True)
     except RuntimeError as exc:  # missing, unexpected or mis-shaped tensors

@@ -2,13 +2,15 @@
 
 BERT is the default of every field. The other fields are what the encoder variants change,
 so those become configurations rather than copies:
-  embedding_size     ALBERT: embeddings of size E < H, then one E -> H projection
-  share_layers       ALBERT: "all" (one block applied L times), "attention" or "ffn"
-  norm_placement     "post" (BERT) or "pre" (LayerNorm at each sublayer's input + a final one)
-  position_offset    RoBERTa: position ids start at 2 (its table has 514 rows)
-  type_vocab_size    0 = no token-type embeddings (DistilBERT, RoBERTa has 1)
-  use_pooler         False = no [CLS] pooler (DistilBERT)
-The modules read those fields from a config object (`models_lib.bert.BertConfig`).
+  embedding_size          ALBERT/ELECTRA: embeddings of size E, then one E -> H projection
+  share_layers            ALBERT: "all" (one block applied L times), "attention" or "ffn"
+  norm_placement          "post" (BERT) or "pre" (LayerNorm at each sublayer's input + a final one)
+  positions_from_padding  RoBERTa: position ids count the non-pad tokens, from pad_token_id + 1
+  position_offset         the first position id of plain (arange) positions
+  type_vocab_size         0 = no token-type embeddings (DistilBERT; RoBERTa has 1)
+  use_pooler              False = no [CLS] pooler (DistilBERT, RoBERTa, ELECTRA)
+The modules read those fields from a config object (`models_lib.config.EncoderConfig`).
+The Embeddings module can be passed in, so two encoders share one (ELECTRA's G and D).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from torch import nn
 from .layers import FeedForward, SelfAttention, build_attention_mask
 
 if TYPE_CHECKING:
-    from .bert import BertConfig
+    from .config import EncoderConfig
 
 
 def init_weights(module: nn.Module, std: float) -> None:
@@ -41,34 +43,41 @@ def init_weights(module: nn.Module, std: float) -> None:
 
 
 class Embeddings(nn.Module):
-    """Word + learned absolute position + token type, then LayerNorm and dropout."""
+    """Word + learned absolute position + token type, then LayerNorm and dropout: (B, T) -> (B, T, E)."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: EncoderConfig):
         super().__init__()
         E = config.embedding_size or config.hidden_size
         self.position_offset = config.position_offset
         self.max_positions = config.max_positions
+        self.pad_token_id = config.pad_token_id if config.positions_from_padding else None
         self.word = nn.Embedding(config.vocab_size, E, padding_idx=config.pad_token_id)
         self.position = nn.Embedding(config.max_position_embeddings, E)
         self.token_type = nn.Embedding(config.type_vocab_size, E) if config.type_vocab_size else None
         self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout)
-        # ALBERT's factorisation: a small vocabulary table, lifted to the hidden size once.
-        self.project = nn.Linear(E, config.hidden_size) if E != config.hidden_size else None
+
+    def position_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """(T,) for plain positions; (B, T) when they are counted from the padding (RoBERTa)."""
+        T = input_ids.shape[1]
+        if self.pad_token_id is None:
+            return torch.arange(self.position_offset, self.position_offset + T, device=input_ids.device)
+        # fairseq's make_positions: real tokens get pad+1, pad+2, ... in order; pads keep pad_token_id,
+        # so a left-padded sequence has the same positions as the unpadded one.
+        real = input_ids.ne(self.pad_token_id)
+        return torch.cumsum(real, dim=1) * real + self.pad_token_id  # (B, T)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
         T = input_ids.shape[1]
         if T > self.max_positions:
             raise ValueError(f"the sequence has {T} tokens but this model accepts at most {self.max_positions}.")
-        positions = torch.arange(self.position_offset, self.position_offset + T, device=input_ids.device)
-        x = self.word(input_ids) + self.position(positions)  # (B, T, E) + (T, E)
+        x = self.word(input_ids) + self.position(self.position_ids(input_ids))  # (B, T, E) + (T or B,T, E)
         if self.token_type is not None:
             # No segment ids means everything is segment 0; adding row 0 skips a (B, T) gather.
             x = x + (self.token_type(token_type_ids) if token_type_ids is not None else self.token_type.weight[0])
         elif token_type_ids is not None:
             raise ValueError("this model has no token type embeddings (type_vocab_size=0); pass token_type_ids=None.")
-        x = self.dropout(self.norm(x))
-        return self.project(x) if self.project is not None else x  # (B, T, H)
+        return self.dropout(self.norm(x))  # (B, T, E)
 
 
 class Block(nn.Module):
@@ -77,7 +86,7 @@ class Block(nn.Module):
     `attention` / `ffn` may be passed in to share those sublayers with other blocks (ALBERT).
     """
 
-    def __init__(self, config: BertConfig, *, attention: SelfAttention | None = None,
+    def __init__(self, config: EncoderConfig, *, attention: SelfAttention | None = None,
                  ffn: FeedForward | None = None):
         super().__init__()
         H, eps = config.hidden_size, config.layer_norm_eps
@@ -101,7 +110,7 @@ class Block(nn.Module):
 class Encoder(nn.Module):
     """The stack of blocks; with pre-LN, a final LayerNorm (the residual stream is un-normalised)."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: EncoderConfig):
         super().__init__()
         L = config.num_layers
         if config.share_layers == "all":
@@ -121,10 +130,17 @@ class Encoder(nn.Module):
         self.final_norm = (nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
                            if config.norm_placement == "pre" else None)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
+                output_hidden_states: bool = False) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """(B, T, H) -> (B, T, H); with output_hidden_states, the input and every layer's output
+        (L + 1 tensors, the last one after the final norm of a pre-LN stack)."""
+        states = [x]
         for i in self.order:
             x = self.layers[i](x, mask)  # (B, T, H)
-        return self.final_norm(x) if self.final_norm is not None else x
+            states.append(x)
+        if self.final_norm is not None:
+            x = states[-1] = self.final_norm(x)
+        return tuple(states) if output_hidden_states else x
 
 
 class Pooler(nn.Module):
@@ -144,29 +160,50 @@ class EncoderOutput(NamedTuple):
 
 
 class TransformerEncoder(nn.Module):
-    """Embeddings + encoder stack + optional pooler: the backbone every encoder head sits on."""
+    """Embeddings (+ E -> H projection) + encoder stack + optional pooler: the backbone every
+    encoder head sits on.
 
-    def __init__(self, config: BertConfig):
+    `embeddings` may be an Embeddings module owned by another encoder (ELECTRA shares one
+    between generator and discriminator); it is then used as is, not re-initialised.
+    """
+
+    def __init__(self, config: EncoderConfig, *, embeddings: Embeddings | None = None):
         super().__init__()
         self.config = config
-        self.embeddings = Embeddings(config)
+        E = config.embedding_size
+        if embeddings is not None and embeddings.word.embedding_dim != (E or config.hidden_size):
+            raise ValueError(f"the shared embeddings have width {embeddings.word.embedding_dim}, but this encoder "
+                             f"expects {E or config.hidden_size}.")
+        self.embeddings = embeddings if embeddings is not None else Embeddings(config)
+        # ALBERT's factorisation (and ELECTRA's narrower encoders): lift E to H once, per encoder.
+        self.embeddings_project = nn.Linear(E, config.hidden_size) if E is not None else None
         self.encoder = Encoder(config)
         self.pooler = Pooler(config.hidden_size) if config.use_pooler else None
-        self.apply(lambda m: init_weights(m, config.initializer_range))
+        for module in self.children():
+            if module is not embeddings:
+                module.apply(lambda m: init_weights(m, config.initializer_range))
 
     @property
     def max_positions(self) -> int:
         return self.config.max_positions
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-               token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Final hidden states (B, T, H). attention_mask: (B, T) 1/0 padding, or (B, T, T) / (B, 1, T, T)."""
+               token_type_ids: torch.Tensor | None = None,
+               output_hidden_states: bool = False) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """Final hidden states (B, T, H). attention_mask: (B, T) 1/0 padding, or (B, T, T) /
+        (B, 1, T, T) with True where a query may see a key (UniLM, see models_lib.masks).
+
+        With output_hidden_states: a tuple of L + 1 tensors (B, T, H), the embedding output
+        (after the projection) and each layer's output; the last is the final hidden states.
+        """
         if attention_mask is not None and attention_mask.dim() == 2 and bool(attention_mask.all()):
             # Nothing is padded: drop the mask so attention can take its unmasked fast path.
             attention_mask = None
         mask = build_attention_mask(attention_mask)
-        x = self.embeddings(input_ids, token_type_ids)  # (B, T, H)
-        return self.encoder(x, mask)
+        x = self.embeddings(input_ids, token_type_ids)  # (B, T, E)
+        if self.embeddings_project is not None:
+            x = self.embeddings_project(x)  # (B, T, H)
+        return self.encoder(x, mask, output_hidden_states)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None) -> EncoderOutput:

@@ -1,159 +1,94 @@
-"""Hugging Face `transformers` on-disk format: import and export of BERT (no transformers import).
+"""Hugging Face `transformers` on-disk format: import and export for the encoder family
+(no transformers import).
 
-A transformers BERT folder holds config.json and weights (model.safetensors, or the older
-pytorch_model.bin, possibly sharded with an *.index.json). Names differ from ours and
-query/key/value are three matrices where we keep one fused Q/K/V matrix (split on export,
-joined on import). The MLM decoder weight is the word embedding matrix in both libraries,
-so it is neither read nor written.
+    model = hf.from_pretrained(path)           # BERT, RoBERTa, ALBERT, ELECTRA or DistilBERT folder
+    hf.to_pretrained(model, path)              # config.json + model.safetensors
+    hf.to_pretrained(electra, path, part="generator")
+
+A folder holds config.json and weights (model.safetensors, or the older pytorch_model.bin,
+possibly sharded with an *.index.json). config.json's model_type picks the format (hf_bert.py,
+hf_roberta.py, hf_albert.py, hf_electra.py, hf_distilbert.py), which maps the tensor names.
+
+What each folder reads into, and what each model writes:
+  bert        BertForPreTraining        <-> BertForPreTraining (BertModel for a bare backbone)
+  spanbert, unilm                        -> BertForMaskedLM (the SBO head has no transformers home)
+  roberta     RobertaForPreTraining     <-> RobertaForMaskedLM (RobertaModel)
+  albert      AlbertForPreTraining      <-> AlbertForPreTraining (AlbertForMaskedLM without a pooler; AlbertModel)
+  electra     ElectraDiscriminator      <-> ElectraForPreTraining
+              ElectraGenerator          <-> ElectraForMaskedLM
+              ElectraForPreTraining      -> either, by part= ("discriminator", the default, or "generator")
+  distilbert  DistilBertForPreTraining  <-> DistilBertForMaskedLM (DistilBertModel)
+A folder with fewer heads (e.g. RobertaModel) still loads: the missing heads keep their fresh
+initialisation and are listed in `model.missing_keys`; tensors we have no place for are listed
+in `model.unexpected_keys`.
 """
 from __future__ import annotations
 
-import json
-import logging
 from pathlib import Path
 
-import safetensors.torch
 import torch
+from torch import nn
 
-from .bert import BertConfig, BertForPreTraining, BertModel
+from .config import EncoderConfig
+from .encoder import TransformerEncoder
+from .hf_albert import AlbertFormat
+from .hf_base import HFFormat, gather, log, normalise_names, read_config, read_weights, scatter, write_folder
+from .hf_bert import BertFormat
+from .hf_distilbert import DistilBertFormat
+from .hf_electra import ElectraFormat
+from .hf_roberta import RobertaFormat
+from .pretraining import EncoderWithHeads
 
-log = logging.getLogger(__name__)
-
-# Our config field <- transformers' BertConfig field.
-_CONFIG_FIELDS = {
-    "vocab_size": "vocab_size",
-    "hidden_size": "hidden_size",
-    "num_layers": "num_hidden_layers",
-    "num_heads": "num_attention_heads",
-    "intermediate_size": "intermediate_size",
-    "max_position_embeddings": "max_position_embeddings",
-    "type_vocab_size": "type_vocab_size",
-    "hidden_dropout": "hidden_dropout_prob",
-    "attention_dropout": "attention_probs_dropout_prob",
-    "hidden_act": "hidden_act",
-    "layer_norm_eps": "layer_norm_eps",
-    "initializer_range": "initializer_range",
-    "pad_token_id": "pad_token_id",
-}
-
-# Keys in HF checkpoints that carry nothing we need: buffers and copies of tied weights.
-_IGNORED = ("embeddings.position_ids", "embeddings.token_type_ids", "cls.predictions.decoder.weight",
-            "cls.predictions.decoder.bias")
+FORMATS: dict[str, HFFormat] = {f.model_type: f for f in
+                                (BertFormat(), RobertaFormat(), AlbertFormat(), ElectraFormat(), DistilBertFormat())}
+# Our family -> the transformers model type it is written as.
+FAMILY_FORMATS = {"bert": "bert", "spanbert": "bert", "unilm": "bert", "roberta": "roberta", "albert": "albert",
+                  "electra": "electra", "distilbert": "distilbert"}
 
 
-def _backbone_names(num_layers: int) -> list[tuple[str, str]]:
-    """(our name, HF name) for every backbone tensor except Q/K/V; names relative to the backbone."""
-    pairs = [("embeddings.word.weight", "embeddings.word_embeddings.weight"),
-             ("embeddings.position.weight", "embeddings.position_embeddings.weight"),
-             ("embeddings.token_type.weight", "embeddings.token_type_embeddings.weight")]
-    pairs += [(f"embeddings.norm.{p}", f"embeddings.LayerNorm.{p}") for p in ("weight", "bias")]
-    for i in range(num_layers):
-        ours, theirs = f"encoder.layers.{i}.", f"encoder.layer.{i}."
-        for p in ("weight", "bias"):
-            pairs += [(f"{ours}attention.out.{p}", f"{theirs}attention.output.dense.{p}"),
-                      (f"{ours}attn_norm.{p}", f"{theirs}attention.output.LayerNorm.{p}"),
-                      (f"{ours}ffn.up.{p}", f"{theirs}intermediate.dense.{p}"),
-                      (f"{ours}ffn.down.{p}", f"{theirs}output.dense.{p}"),
-                      (f"{ours}ffn_norm.{p}", f"{theirs}output.LayerNorm.{p}")]
-    pairs += [(f"pooler.dense.{p}", f"pooler.dense.{p}") for p in ("weight", "bias")]
-    return pairs
+def config_from_hf(hf: dict) -> EncoderConfig:
+    """Our config for a transformers config.json (as a dict) of any supported model type."""
+    return _format_of(hf).config_from_hf(hf, {})
 
 
-def _qkv_names(num_layers: int) -> list[tuple[str, list[str]]]:
-    """(our fused name, [HF query, key, value] names), in the order the fused matrix stacks them."""
-    return [(f"encoder.layers.{i}.attention.qkv.{p}",
-             [f"encoder.layer.{i}.attention.self.{part}.{p}" for part in ("query", "key", "value")])
-            for i in range(num_layers) for p in ("weight", "bias")]
+def config_to_hf(config: EncoderConfig, architecture: str | None = None, dtype: torch.dtype = torch.float32) -> dict:
+    """transformers' config.json for one of our configs; ValueError for what it cannot represent."""
+    fmt = FORMATS[FAMILY_FORMATS[config.family]]
+    return fmt.config_to_hf(config, architecture or fmt.backbone_architecture, dtype)
 
 
-_HEAD_NAMES = [("mlm_head.dense.weight", "cls.predictions.transform.dense.weight"),
-               ("mlm_head.dense.bias", "cls.predictions.transform.dense.bias"),
-               ("mlm_head.norm.weight", "cls.predictions.transform.LayerNorm.weight"),
-               ("mlm_head.norm.bias", "cls.predictions.transform.LayerNorm.bias"),
-               ("mlm_head.bias", "cls.predictions.bias"),
-               ("nsp_head.classifier.weight", "cls.seq_relationship.weight"),
-               ("nsp_head.classifier.bias", "cls.seq_relationship.bias")]
+def _format_of(hf: dict) -> HFFormat:
+    model_type = hf.get("model_type", "bert")
+    if model_type not in FORMATS:
+        raise ValueError(f"This is a {model_type!r} checkpoint; supported model types are {', '.join(FORMATS)}.")
+    return FORMATS[model_type]
 
 
-# --- import --------------------------------------------------------------------------------
+# --- import ----------------------------------------------------------------------------------
 
-def config_from_hf(hf: dict) -> BertConfig:
-    if hf.get("model_type", "bert") != "bert":
-        raise ValueError(f"This is a {hf['model_type']!r} checkpoint, not BERT.")
-    if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise ValueError(f"Only absolute position embeddings are supported, not {hf['position_embedding_type']!r}.")
-    if hf.get("is_decoder") or hf.get("add_cross_attention"):
-        raise ValueError("BERT checkpoints configured as a decoder (is_decoder / cross-attention) are not supported.")
-    fields = {ours: hf[theirs] for ours, theirs in _CONFIG_FIELDS.items() if theirs in hf}
-    return BertConfig(**fields)
-
-
-def _read_weights(folder: Path) -> dict[str, torch.Tensor]:
-    """All tensors of a transformers folder, whichever of the four layouts it uses."""
-    def load(file: Path) -> dict[str, torch.Tensor]:
-        if file.suffix == ".safetensors":
-            return safetensors.torch.load_file(str(file), device="cpu")
-        return torch.load(file, map_location="cpu", weights_only=True)
-
-    for single, index in (("model.safetensors", "model.safetensors.index.json"),
-                          ("pytorch_model.bin", "pytorch_model.bin.index.json")):
-        if (folder / single).is_file():
-            return load(folder / single)
-        if (folder / index).is_file():
-            shards = sorted(set(json.loads((folder / index).read_text())["weight_map"].values()))
-            state: dict[str, torch.Tensor] = {}
-            for shard in shards:
-                state.update(load(folder / shard))
-            return state
-    raise ValueError(f"{folder} holds no weights (model.safetensors or pytorch_model.bin).")
-
-
-def _normalise_hf_names(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Strip the "bert." prefix (BertModel folders have none) and the TF-era gamma/beta names."""
-    out = {}
-    for key, tensor in state.items():
-        key = key.removeprefix("bert.")
-        if key.endswith(".gamma") or key.endswith(".beta"):
-            key = key.rsplit(".", 1)[0] + (".weight" if key.endswith(".gamma") else ".bias")
-        out[key] = tensor
-    return out
-
-
-def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu") -> BertForPreTraining:
-    """Load a transformers BERT folder (BertForPreTraining, BertForMaskedLM or BertModel weights).
-
-    Parts the checkpoint lacks (the NSP head and pooler of a BertForMaskedLM, both heads of a
-    BertModel) keep their fresh initialisation; their names are logged and listed in
-    `model.missing_keys`. Tensors we have no place for (e.g. a fine-tuned classifier) are
-    listed in `model.unexpected_keys`. Returns the model in eval mode.
-    """
+def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu") -> EncoderWithHeads:
+    """Load a transformers folder into the matching model of ours (see the table above), in eval mode."""
     folder = Path(path)
-    if not (folder / "config.json").is_file():
-        raise ValueError(f"{folder} is not a Hugging Face model folder: config.json is missing.")
-    config = config_from_hf(json.loads((folder / "config.json").read_text()))
-    hf_state = _normalise_hf_names(_read_weights(folder))
-    hf_state["cls.predictions.bias"] = hf_state.get("cls.predictions.bias", hf_state.get("cls.predictions.decoder.bias"))
-    if hf_state["cls.predictions.bias"] is None:
-        del hf_state["cls.predictions.bias"]
+    hf = read_config(folder)
+    fmt = _format_of(hf)
+    hf_state = normalise_names(read_weights(folder), fmt.base_prefix)
+    for key, older in fmt.aliases.items():
+        if key not in hf_state and older in hf_state:
+            hf_state[key] = hf_state[older]
 
-    model = BertForPreTraining(config)
+    config = fmt.config_from_hf(hf, hf_state)
+    model_cls = fmt.import_target(hf, hf_state)
+    model = model_cls(config)
+    prefix = model.backbone_name + "."
+    names = [(prefix + ours, theirs) for ours, theirs in fmt.backbone_names(config)]
+    names += fmt.head_names(model_cls, config)[1]
     ours = model.state_dict()
-    state: dict[str, torch.Tensor] = {}
-    used: set[str] = set()
-    pairs = [("bert." + o, t) for o, t in _backbone_names(config.num_layers)] + _HEAD_NAMES
-    for our_key, hf_key in pairs:
-        if hf_key in hf_state and our_key in ours:
-            state[our_key] = hf_state[hf_key]
-            used.add(hf_key)
-    for our_key, parts in _qkv_names(config.num_layers):
-        if all(p in hf_state for p in parts):
-            state["bert." + our_key] = torch.cat([hf_state[p] for p in parts], dim=0)
-            used.update(parts)
+    state, used = gather(ours, hf_state, names)
 
     missing = [k for k in ours if k not in state]
-    essential = [k for k in missing if k.startswith("bert.") and not k.startswith("bert.pooler.")]
+    essential = [k for k in missing if k.startswith(prefix) and not k.startswith(prefix + "pooler.")]
     if essential:
-        raise ValueError(f"{folder} is not a complete BERT checkpoint; missing for example "
+        raise ValueError(f"{folder} is not a complete {fmt.label} checkpoint; missing for example "
                          f"{', '.join(essential[:3])} ({len(essential)} tensors in all).")
     try:
         model.load_state_dict(state, strict=False)
@@ -161,7 +96,7 @@ def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu") 
         raise ValueError(f"The weights in {folder} do not match its config.json: {exc}") from exc
 
     model.missing_keys = missing
-    model.unexpected_keys = sorted(k for k in hf_state if k not in used and not k.endswith(_IGNORED))
+    model.unexpected_keys = sorted(k for k in hf_state if k not in used and not k.endswith(fmt.ignored))
     if missing:
         log.warning("%s has no weights for %s; they keep their random initialisation.", folder, ", ".join(missing))
     if model.unexpected_keys:
@@ -169,59 +104,39 @@ def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu") 
     return model.to(map_location).eval()
 
 
-# --- export --------------------------------------------------------------------------------
+# --- export ----------------------------------------------------------------------------------
 
-def config_to_hf(config: BertConfig, architecture: str = "BertForPreTraining",
-                 dtype: torch.dtype = torch.float32) -> dict:
-    """transformers' config.json for a plain BERT; ValueError for variants transformers' BERT lacks."""
-    unsupported = {
-        "embedding_size": (config.embedding_size not in (None, config.hidden_size), "factorised embeddings"),
-        "share_layers": (config.share_layers != "none", "shared layers"),
-        "norm_placement": (config.norm_placement != "post", "pre-LayerNorm blocks"),
-        "position_offset": (config.position_offset != 0, "offset position ids"),
-        "type_vocab_size": (config.type_vocab_size == 0, "no token-type embeddings"),
-        "use_pooler": (not config.use_pooler and architecture == "BertForPreTraining", "no pooler"),
-    }
-    for field, (bad, what) in unsupported.items():
-        if bad:
-            raise ValueError(f"transformers' BERT cannot represent {what} ({field}={getattr(config, field)!r}).")
-    hf = {theirs: getattr(config, ours) for ours, theirs in _CONFIG_FIELDS.items()}
-    hf.update(architectures=[architecture], model_type="bert", position_embedding_type="absolute",
-              tie_word_embeddings=True, is_decoder=False, dtype=str(dtype).removeprefix("torch."))
-    hf["torch_dtype"] = hf["dtype"]  # the name transformers 4.x reads
-    return hf
-
-
-def to_pretrained(model: BertForPreTraining | BertModel, path: str | Path) -> Path:
-    """Write config.json + model.safetensors that transformers loads as BertForPreTraining
-    (or BertModel when given a bare backbone). Returns the folder."""
-    if isinstance(model, BertForPreTraining):
-        backbone, prefix, architecture = model.bert, "bert.", "BertForPreTraining"
-    elif isinstance(model, BertModel):
-        backbone, prefix, architecture = model, "", "BertModel"
+def to_pretrained(model: nn.Module, path: str | Path, *, part: str | None = None) -> Path:
+    """Write config.json + model.safetensors that transformers loads as the class the table above
+    names (a bare backbone as BertModel, RobertaModel, ...). `part` picks the ELECTRA model to
+    write from an ElectraForPreTraining. Returns the folder."""
+    config = getattr(model, "config", None)
+    if not isinstance(config, EncoderConfig):
+        raise TypeError(f"to_pretrained takes an encoder model of models_lib, not {type(model).__name__}.")
+    fmt = FORMATS[FAMILY_FORMATS[config.family]]
+    target = fmt.export_target(model, part)
+    if isinstance(target, TransformerEncoder):
+        backbone, heads, prefix = target, None, ""
+        architecture, head_map = fmt.backbone_architecture, []
+    elif isinstance(target, EncoderWithHeads):
+        backbone, heads, prefix = target.backbone, target, fmt.base_prefix
+        architecture, head_map = fmt.head_names(type(target), target.config)
     else:
-        raise TypeError(f"to_pretrained takes a BertForPreTraining or BertModel, not {type(model).__name__}.")
+        raise TypeError(f"{type(target).__name__} has no transformers {fmt.label} counterpart.")
     config = backbone.config
-    dtype = backbone.embeddings.word.weight.dtype
-    hf_config = config_to_hf(config, architecture, dtype)
+    hf_config = fmt.config_to_hf(config, architecture, backbone.embeddings.word.weight.dtype)
 
-    ours = backbone.state_dict()
-    out: dict[str, torch.Tensor] = {}
-    for our_key, hf_key in _backbone_names(config.num_layers):
-        if our_key in ours:
-            out[prefix + hf_key] = ours[our_key]
-    for our_key, parts in _qkv_names(config.num_layers):
-        for part, tensor in zip(parts, ours[our_key].chunk(3, dim=0)):
-            out[prefix + part] = tensor
-    if isinstance(model, BertForPreTraining):
-        heads = model.state_dict()
-        out.update({hf_key: heads[our_key] for our_key, hf_key in _HEAD_NAMES})
-
-    folder = Path(path)
-    folder.mkdir(parents=True, exist_ok=True)
-    # Fresh contiguous copies: safetensors refuses tensors that share memory (the Q/K/V slices).
-    out = {k: v.detach().to("cpu").clone().contiguous() for k, v in out.items()}
-    safetensors.torch.save_file(out, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    (folder / "config.json").write_text(json.dumps(hf_config, indent=2) + "\n")
-    return folder
-
+    names = fmt.backbone_names(config)
+    if architecture not in fmt.pooled_architectures:
+        if backbone.pooler is not None:
+            log.warning("transformers' %s has no pooler; the model's pooler is not written.", architecture)
+        names = [(o, t) for o, t in names if not o.startswith("pooler.")]
+    tensors = scatter(backbone.state_dict(), names, prefix)
+    if heads is not None:
+        head_state = {k: v for k, v in heads.state_dict().items() if not k.startswith(heads.backbone_name + ".")}
+        tensors.update(scatter(head_state, head_map))
+        written = {o for o, _ in head_map}
+        left = sorted(k for k in head_state if k not in written)
+        if left:
+            log.warning("transformers' %s has no place for %s; not written.", architecture, ", ".join(left))
+    return write_folder(Path(path), tensors, hf_config)

@@ -7,7 +7,14 @@ position yields exactly the batches the uninterrupted run would have seen.
 
 Instances and masks depend on a *variant*: with static masking variant = epoch % 10 (BERT's
 dupe_factor: ten fixed versions of the data, reused), with dynamic masking variant = epoch
-(new NSP pairs and new masks every epoch). MLM-only packing does not depend on it.
+(new pairs and new masks every epoch). Packing single segments (RoBERTa's FULL-SENTENCES or
+DOC-SENTENCES) does not depend on it.
+
+What the examples look like follows from the objectives (trainer.collators.COLLATORS): packed
+single segments (MLM, SBO, RTD, distillation), NSP pairs, SOP pairs (consecutive segments,
+swapped half the time) or consecutive pairs (UniLM). Masking units other than "token" need
+word-start flags, which come from the shards (word_starts.bin); for CJK text they are
+re-segmented with jieba unless the shards already were (trainer.segmenter).
 """
 from __future__ import annotations
 
@@ -15,17 +22,21 @@ import queue
 import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from trainer.collators import (
-    _ORDER, _PAIRS, _VALID, A_END, A_START, B_END, B_START, RANDOM_NEXT, Batch, Example, MLMCollator,
-    NSPCollator, ShardIndex, SpecialIds, build_packed_instances, build_pair_instances,
+    _ORDER, _PAIRS, _VALID, A_END, A_START, B_END, B_START, PACKINGS, RANDOM_NEXT, Batch, Example, MLMCollator,
+    ShardIndex, SpecialIds, build_collator, build_packed_instances, build_pair_instances, build_sop_instances,
+    collator_spec,
 )
 from trainer.config import DUPE_FACTOR, RunConfig
 from trainer.errors import ConfigError
+from trainer.masking import phrase_break_table
+from trainer.segmenter import TokenWordStarts, vocab_strings
 
+PAIR_KINDS = ("nsp", "sop", "consecutive")
 VALID_VARIANT = 2**31 - 1  # mask variant of the validation examples (never a training epoch)
 
 
@@ -43,16 +54,39 @@ class DataPosition:
 
 
 class ExampleSource:
-    """The instance tables of one split and how to turn rows into Examples."""
+    """The instance tables of one split and how to turn rows into Examples.
 
-    def __init__(self, index: ShardIndex, *, special: SpecialIds, seq_len: int, nsp: bool,
-                 static: bool, seed: int):
+    pairs: None (packed single segments), "nsp", "sop" or "consecutive" (see
+    trainer.collators.CollatorSpec); `nsp=True` is the older spelling of pairs="nsp".
+    packing: "full-sentences" or "doc-sentences" (single segments only).
+    word_starts: attach word-start flags to the examples (masking units other than "token");
+    refine(ids, stored_flags) -> flags recomputes them (trainer.segmenter.TokenWordStarts:
+    jieba for CJK runs, or vocabulary word marks when the shards have no flags)."""
+
+    def __init__(self, index: ShardIndex, *, special: SpecialIds, seq_len: int, static: bool, seed: int,
+                 nsp: bool = False, pairs: str | None = None, packing: str = "full-sentences",
+                 word_starts: bool = False,
+                 refine: Callable[[np.ndarray, np.ndarray | None], np.ndarray] | None = None):
+        if pairs is None and nsp:
+            pairs = "nsp"
+        if pairs is not None and pairs not in PAIR_KINDS:
+            raise ValueError(f"pairs must be None or one of {PAIR_KINDS}, not {pairs!r}")
+        if packing not in PACKINGS:
+            raise ConfigError(f"Unknown packing {packing!r}; choose one of {', '.join(PACKINGS)}.")
+        if word_starts and index.word_starts is None and refine is None:
+            raise ConfigError("These shards have no word boundaries, which whole-word, phrase, n-gram and span "
+                              "masking need; train the tokenizer again to re-encode the corpus.")
         self.index, self.special, self.seq_len = index, special, seq_len
-        self.nsp, self.static, self.seed = nsp, static, seed
+        self.pairs, self.packing, self.static, self.seed = pairs, packing, static, seed
+        self.word_starts, self.refine = word_starts, refine
         self._cache: tuple[int, np.ndarray] | None = None
 
+    @property
+    def nsp(self) -> bool:
+        return self.pairs == "nsp"
+
     def variant(self, epoch: int) -> int:
-        if not self.nsp:
+        if self.pairs is None:
             return 0  # packing is deterministic; dynamic masks still change through the mask variant
         return epoch % DUPE_FACTOR if self.static else epoch
 
@@ -62,23 +96,39 @@ class ExampleSource:
     def instances(self, variant: int, pair_seed: list[int] | None = None) -> np.ndarray:
         if self._cache is not None and self._cache[0] == variant and pair_seed is None:
             return self._cache[1]
-        if self.nsp:
+        if self.pairs is not None:
             rng = np.random.default_rng(pair_seed if pair_seed is not None else [_PAIRS, self.seed, variant])
-            table = build_pair_instances(self.index, max_tokens=self.seq_len - 3, rng=rng)
+            if self.pairs == "nsp":
+                table = build_pair_instances(self.index, max_tokens=self.seq_len - 3, rng=rng)
+            else:
+                table = build_sop_instances(self.index, max_tokens=self.seq_len - 3, rng=rng,
+                                            swap_prob=0.5 if self.pairs == "sop" else 0.0)
         else:
-            table = build_packed_instances(self.index, max_tokens=self.seq_len - 2)
+            table = build_packed_instances(self.index, max_tokens=self.seq_len - 2,
+                                           cross_documents=self.packing == "full-sentences")
         if pair_seed is None:
             self._cache = (variant, table)
         return table
 
     def example(self, table: np.ndarray, uid: int, mask_variant: int) -> Example:
         row = table[uid]
-        if self.nsp:
-            return Example(uid=uid, variant=mask_variant,
-                           a=self.index.span(int(row[A_START]), int(row[A_END])),
-                           b=self.index.span(int(row[B_START]), int(row[B_END])),
-                           is_random_next=bool(row[RANDOM_NEXT]))
-        return Example(uid=uid, variant=mask_variant, a=self.index.span(int(row[0]), int(row[1]), sep=self.special.sep))
+        if self.pairs is not None:
+            a0, a1, b0, b1, flag = (int(row[A_START]), int(row[A_END]), int(row[B_START]), int(row[B_END]),
+                                    bool(row[RANDOM_NEXT]))
+            ex = Example(uid=uid, variant=mask_variant, a=self.index.span(a0, a1), b=self.index.span(b0, b1),
+                         is_random_next=flag and self.pairs == "nsp", swapped=flag and self.pairs == "sop")
+            if self.word_starts:
+                ex.a_starts = self._flags(ex.a, self.index.span_starts(a0, a1))
+                ex.b_starts = self._flags(ex.b, self.index.span_starts(b0, b1))
+            return ex
+        start, end = int(row[0]), int(row[1])
+        ex = Example(uid=uid, variant=mask_variant, a=self.index.span(start, end, sep=self.special.sep))
+        if self.word_starts:
+            ex.a_starts = self._flags(ex.a, self.index.span_starts(start, end, sep=True))
+        return ex
+
+    def _flags(self, ids: np.ndarray, stored: np.ndarray | None) -> np.ndarray:
+        return self.refine(ids, stored) if self.refine is not None else stored
 
 
 class TrainStream:
@@ -146,9 +196,7 @@ class Prefetcher:
             while not self._stop.is_set():
                 batch = self.stream.next_batch()
                 if self.pin:
-                    batch = Batch(*(None if t is None else t.pin_memory() for t in
-                                    (batch.input_ids, batch.attention_mask, batch.token_type_ids,
-                                     batch.mlm_labels, batch.nsp_labels)))
+                    batch = batch.pin_memory()
                 item = (batch, self.stream.position)
                 while not self._stop.is_set():
                     try:
@@ -185,9 +233,41 @@ def fixed_batches(source: ExampleSource, collator: MLMCollator, *, batch_size: i
 
 
 # ---------------------------------------------------------------------------- wiring
-def make_collator(config: RunConfig, special: SpecialIds) -> MLMCollator:
-    cls = NSPCollator if config.uses_nsp else MLMCollator
-    return cls(special=special, seq_len=config.seq_len, mask_prob=config.mask_prob, seed=config.seed)
+def make_collator(config: RunConfig, special: SpecialIds, tokenizer: Any = None) -> MLMCollator:
+    """The collator of config.objectives (trainer.collators.COLLATORS) with its masking unit
+    (config.masking_unit when the config has one). `tokenizer` (a TokenizerBundle) gives the
+    phrase-break table for "phrase" masking."""
+    unit = getattr(config, "masking_unit", None)
+    breaks = None
+    if unit == "phrase" and tokenizer is not None:
+        breaks = phrase_break_table(vocab_strings(tokenizer))
+    return build_collator(config.objectives, special=special, seq_len=config.seq_len, masking_unit=unit,
+                          mask_prob=config.mask_prob, seed=config.seed, phrase_breaks=breaks)
+
+
+def make_source(config: RunConfig, index: ShardIndex, special: SpecialIds, collator: MLMCollator, *,
+                static: bool, tokenizer: Any = None) -> ExampleSource:
+    """The examples the collator needs: pairs per its objectives, packing per config.packing."""
+    refine = None
+    if collator.needs_word_starts and tokenizer is not None and index.meta.get("word_segmenter") != "jieba":
+        words = TokenWordStarts.from_tokenizer(tokenizer)
+        if words.has_cjk or index.word_starts is None:  # CJK runs need jieba; no flags need the vocab
+            refine = words
+    return ExampleSource(index, special=special, seq_len=config.seq_len, static=static, seed=config.seed,
+                         pairs=collator_spec(config.objectives).pairs,
+                         packing=getattr(config, "packing", "full-sentences"),
+                         word_starts=collator.needs_word_starts, refine=refine)
+
+
+def _tokenizer_if_needed(config: RunConfig, tokenizer_dir: Path) -> Any:
+    """The tokenizer, loaded only when the masking unit needs its vocabulary (word boundaries
+    for CJK text or for shards without them, phrase breaks)."""
+    unit = getattr(config, "masking_unit", None) or collator_spec(config.objectives).units[0]
+    if unit == "token":
+        return None
+    from trainer.tokenization import load_tokenizer
+
+    return load_tokenizer(Path(tokenizer_dir))
 
 
 def open_split(tokenizer_dir: Path, split: str) -> ShardIndex:
@@ -198,14 +278,17 @@ def open_split(tokenizer_dir: Path, split: str) -> ShardIndex:
 
 def build_train_stream(config: RunConfig, tokenizer_dir: Path, special: SpecialIds,
                        position: DataPosition | None = None) -> TrainStream:
-    source = ExampleSource(open_split(tokenizer_dir, "train"), special=special, seq_len=config.seq_len,
-                           nsp=config.uses_nsp, static=config.masking == "static", seed=config.seed)
-    return TrainStream(source, make_collator(config, special), batch_size=config.batch_size,
-                       seed=config.seed, position=position)
+    tokenizer = _tokenizer_if_needed(config, tokenizer_dir)
+    collator = make_collator(config, special, tokenizer)
+    source = make_source(config, open_split(tokenizer_dir, "train"), special, collator,
+                         static=config.masking == "static", tokenizer=tokenizer)
+    return TrainStream(source, collator, batch_size=config.batch_size, seed=config.seed, position=position)
 
 
 def build_valid_batches(config: RunConfig, tokenizer_dir: Path, special: SpecialIds) -> list[Batch]:
-    source = ExampleSource(open_split(tokenizer_dir, "valid"), special=special, seq_len=config.seq_len,
-                           nsp=config.uses_nsp, static=True, seed=config.seed)
-    return fixed_batches(source, make_collator(config, special), batch_size=config.batch_size,
-                         n_batches=config.eval_batches, seed=config.seed)
+    tokenizer = _tokenizer_if_needed(config, tokenizer_dir)
+    collator = make_collator(config, special, tokenizer)
+    source = make_source(config, open_split(tokenizer_dir, "valid"), special, collator, static=True,
+                         tokenizer=tokenizer)
+    return fixed_batches(source, collator, batch_size=config.batch_size, n_batches=config.eval_batches,
+                         seed=config.seed)

@@ -1,4 +1,8 @@
-"""Use a checkpoint: fill in [MASK]s, judge sentence pairs, list a run's checkpoints.
+"""Use a checkpoint: fill in [MASK]s, judge sentence pairs and their order, list a run's checkpoints.
+
+A checkpoint is a trained run's (trainer_state.json says which objectives it learnt) or an
+imported Hugging Face model (import_info.json lists the heads whose weights it brought); a
+question for a head the model never learnt is refused with a sentence.
 
 Models are loaded on the CPU and kept in a small per-process LRU cache keyed by the folder
 and its weights file's mtime (a re-written checkpoint is reloaded). Every problem the user
@@ -10,7 +14,7 @@ import json
 import re
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +35,30 @@ class _Loaded:
     model: nn.Module
     tokenizer: Any  # trainer.tokenization.TokenizerBundle
     state: dict     # trainer_state.json ({} for imported models)
+    info: dict = field(default_factory=dict)  # import_info.json ({} for trained checkpoints)
 
     @property
     def max_positions(self) -> int:
         return int(self.model.config.max_positions)
+
+    @property
+    def objectives(self) -> list[str] | None:
+        """What the model learnt: the run's objectives, or the heads an import had weights for
+        (None when neither file says, e.g. a checkpoint copied by hand)."""
+        objectives = self.state.get("config", {}).get("objectives")
+        if objectives is None:
+            objectives = self.info.get("objectives")
+        return None if objectives is None else list(objectives)
+
+    def lacks(self, objective: str) -> bool:
+        return self.objectives is not None and objective not in self.objectives
+
+    def untrained(self, head: str, objective: str) -> str:
+        """The sentence that refuses a question for a head the model did not learn."""
+        if self.info:
+            return (f"This imported model has no trained {head} head (the uploaded weights did not include it), "
+                    "so it cannot answer this.")
+        return f"This model was trained without {objective}, so it cannot answer this."
 
 
 def list_checkpoints(run_folder: str | Path) -> list[tuple[int, Path]]:
@@ -47,6 +71,8 @@ def fill_mask(checkpoint_dir: str | Path, text: str, top_k: int = 5) -> list[dic
     [{"position": token index, "predictions": [{"token", "id", "prob"}, ...top_k, most likely first]}]."""
     loaded = _load(checkpoint_dir)
     tok = loaded.tokenizer
+    if loaded.lacks("mlm"):
+        raise InferenceError(loaded.untrained("masked-language-model", "masked language modelling"))
     if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= tok.vocab_size:
         raise InferenceError(f"top_k must be a whole number between 1 and {tok.vocab_size} (the vocabulary size).")
     text = _nonempty(text, "Type a text with [MASK] where a word should be predicted.")
@@ -73,20 +99,67 @@ def fill_mask(checkpoint_dir: str | Path, text: str, top_k: int = 5) -> list[dic
 def next_sentence(checkpoint_dir: str | Path, text_a: str, text_b: str) -> dict[str, float]:
     """How likely `text_b` follows `text_a`: {"is_next": p, "not_next": 1 - p}."""
     loaded = _load(checkpoint_dir)
-    objectives = loaded.state.get("config", {}).get("objectives")
-    if objectives is not None and "nsp" not in objectives:
-        raise InferenceError("This model was trained without next sentence prediction, so it cannot judge "
-                             "sentence pairs. Pick a checkpoint of a run with the NSP objective.")
+    if loaded.lacks("nsp"):
+        if not loaded.info:
+            raise InferenceError("This model was trained without next sentence prediction, so it cannot judge "
+                                 "sentence pairs. Pick a checkpoint of a run with the NSP objective.")
+        raise InferenceError(loaded.untrained("next-sentence", "next sentence prediction"))
     text_a = _nonempty(text_a, "Type a first sentence (A).")
     text_b = _nonempty(text_b, "Type a second sentence (B).")
-    enc = loaded.tokenizer.tok.encode(text_a, text_b)
-    _check_length(len(enc.ids), loaded)
-    with torch.inference_mode():
-        out = loaded.model(torch.tensor([enc.ids]), token_type_ids=torch.tensor([enc.type_ids]))
-        if out.nsp_logits is None:
-            raise InferenceError("This model has no next-sentence head.")
-        p = float(torch.softmax(out.nsp_logits[0].float(), dim=-1)[0])  # index 0 = IsNext
+    p = _pair_scores(loaded, [(text_a, text_b)], "nsp")[0]
     return {"is_next": p, "not_next": 1.0 - p}
+
+
+def sentence_order(checkpoint_dir: str | Path, text_a: str, text_b: str) -> dict[str, Any]:
+    """The pair in both orders, side by side: {"ab": score of A then B, "ba": score of B then A,
+    "head": "sop" | "nsp"}.
+
+    With a sentence-order head (SOP, ALBERT) the score is P(the pair is in its original order);
+    a model with only an NSP head answers P(IsNext) for each order, which is how it judges
+    order too ("head" says which one was asked)."""
+    loaded = _load(checkpoint_dir)
+    head = _pair_head(loaded)
+    text_a = _nonempty(text_a, "Type a first sentence (A).")
+    text_b = _nonempty(text_b, "Type a second sentence (B).")
+    ab, ba = _pair_scores(loaded, [(text_a, text_b), (text_b, text_a)], head)
+    return {"ab": ab, "ba": ba, "head": head}
+
+
+def _pair_head(loaded: _Loaded) -> str:
+    """The sentence-pair head to ask: SOP when the model learnt it, else NSP."""
+    objectives = loaded.objectives
+    if objectives is None:
+        return "sop" if hasattr(loaded.model, "sop_head") else "nsp"
+    for head in ("sop", "nsp"):
+        if head in objectives:
+            return head
+    if loaded.info:
+        raise InferenceError(loaded.untrained("sentence-pair (SOP or NSP)", "a sentence-pair objective"))
+    raise InferenceError("This model was trained without a sentence-pair objective (SOP or NSP), so it cannot "
+                         "judge the order of two sentences. Pick a checkpoint of a run with NSP or SOP.")
+
+
+def _pair_scores(loaded: _Loaded, pairs: list[tuple[str, str]], head: str) -> list[float]:
+    """Probability of class 0 of the pair head (IsNext / in order) for each (A, B)."""
+    tok = loaded.tokenizer
+    encs = [tok.tok.encode(a, b) for a, b in pairs]
+    _check_length(max(len(e.ids) for e in encs), loaded)
+    T = max(len(e.ids) for e in encs)
+    ids = torch.full((len(encs), T), tok.pad_id, dtype=torch.long)
+    types = torch.zeros((len(encs), T), dtype=torch.long)
+    mask = torch.zeros((len(encs), T), dtype=torch.long)
+    for i, e in enumerate(encs):
+        n = len(e.ids)
+        ids[i, :n], types[i, :n], mask[i, :n] = torch.tensor(e.ids), torch.tensor(e.type_ids), 1
+    with torch.inference_mode():
+        out = loaded.model(ids, attention_mask=mask, token_type_ids=types)
+        logits = getattr(out, f"{head}_logits", None)
+        if logits is None:  # one two-way classifier on [CLS] serves NSP and SOP (models_lib.heads.NSPHead)
+            logits = out.nsp_logits
+        if logits is None:
+            raise InferenceError("This model has no sentence-pair head.")
+        probs = torch.softmax(logits.float(), dim=-1)[:, 0]  # (N,) index 0 = IsNext / in order
+    return [float(p) for p in probs]
 
 
 def clear_cache() -> None:
@@ -133,7 +206,9 @@ def _read(folder: Path) -> _Loaded:
         raise InferenceError(f"The checkpoint {folder.name} has an unusable tokenizer: {e}") from None
     state_path = folder / checkpoints.STATE_NAME
     state = json.loads(state_path.read_text(encoding="utf-8")) if state_path.is_file() else {}
-    return _Loaded(model, tokenizer, state)
+    from trainer.importing import read_import_info
+
+    return _Loaded(model, tokenizer, state, read_import_info(folder))
 
 
 def _check_length(n_tokens: int, loaded: _Loaded) -> None:

@@ -32,6 +32,7 @@ import numpy as np
 from trainer.errors import CorpusError, TokenizerError
 from trainer.tokenization import load_tokenizer
 from trainer.progress import PercentProgress
+from trainer.segmenter import refine_word_starts
 
 SPLITS = ("train", "valid")
 CHUNK_SENTENCES = 4096
@@ -103,6 +104,8 @@ def _encode_split(bundle, text_path: Path, out: Path, dtype: np.dtype, on_bytes:
             starts = np.ones(n, dtype=np.uint8)
             starts[1:] = words[1:] != words[:-1]
             starts[firsts] = 1
+            # CJK text arrives one character per token: word boundaries come from a segmenter.
+            starts = refine_word_starts(sentences, encodings, starts)
 
             # A document starts at its first kept sentence; one left with no kept sentence
             # starts where the next does and is removed below.
@@ -127,6 +130,7 @@ def _encode_split(bundle, text_path: Path, out: Path, dtype: np.dtype, on_bytes:
     (out / "documents.tmp").unlink()
     meta = {
         "dtype": dtype.name,
+        "word_segmenter": "jieba",  # word_starts.bin has CJK word boundaries (trainer.segmenter)
         "n_tokens": n_tokens,
         "n_sentences": n_sentences,
         "n_documents": n_documents,

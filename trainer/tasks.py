@@ -27,3 +27,10 @@ def train_run(run_id: str) -> None:
     from webapp.runs.services import run_execute
 
     run_execute(run_id=run_id)
+
+
+@shared_task(name="trainer.tasks.import_checkpoint", acks_late=True)
+def import_checkpoint(import_id: str) -> None:
+    from webapp.explorer.imports import import_process
+
+    import_process(import_id=import_id)

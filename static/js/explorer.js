@@ -1,11 +1,24 @@
 // Explorer: ask the JSON API and draw the answers in place (the form also works without this).
+// With a checkpoint in "Compare with", every question goes to /api/explore/compare/ and the
+// answers stand in two columns.
 (function () {
   "use strict";
   const form = document.getElementById("explore-form");
   if (!form) return;
   const text = document.getElementById("id_text");
   const select = document.getElementById("id_checkpoint");
+  const compare = document.getElementById("id_compare_with");
   const csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
+  const TASKS = { fill_mask: "fill-mask", next_sentence: "next-sentence", sentence_order: "sentence-order" };
+  const ENDPOINTS = { fill_mask: "fillMask", next_sentence: "nextSentence", sentence_order: "sentenceOrder" };
+  const pct = (v) => (100 * v).toFixed(1) + "%";
+
+  function el(tag, className, textContent) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (textContent !== undefined) node.textContent = textContent;
+    return node;
+  }
 
   // ---- [MASK] button ------------------------------------------------------------------------
   document.getElementById("insert-mask").addEventListener("click", () => {
@@ -19,45 +32,59 @@
   });
 
   // ---- checkpoint choice ----------------------------------------------------------------------
+  // A button stays enabled while at least one chosen checkpoint can answer; a column whose
+  // checkpoint cannot says why in its own place.
+  function chosen() {
+    return [select.selectedOptions[0], compare && compare.value ? compare.selectedOptions[0] : null].filter(Boolean);
+  }
+
   function onCheckpoint() {
     const url = new URL(location.href);
     url.searchParams.set("checkpoint", select.value);
+    if (compare && compare.value) url.searchParams.set("compare", compare.value); else url.searchParams.delete("compare");
     history.replaceState(null, "", url);
     const gone = document.getElementById("checkpoint-gone");
     if (gone) gone.hidden = true;
     const opt = select.selectedOptions[0];
     const runLink = document.getElementById("checkpoint-run");
+    const origin = document.getElementById("checkpoint-origin");
     if (runLink && opt) { runLink.textContent = opt.dataset.runName; runLink.href = opt.dataset.runUrl; }
-    const nspButton = form.querySelector('button[value="next_sentence"]');
-    const noNsp = opt && opt.dataset.nsp === "0";
-    nspButton.disabled = noNsp;
-    nspButton.title = noNsp ? "This run was trained without next sentence prediction." : "";
+    if (origin && opt) origin.textContent = opt.dataset.origin;
+    const opts = chosen();
+    const able = {
+      fill_mask: opts.some((o) => o.dataset.mlm === "1"),
+      next_sentence: opts.some((o) => o.dataset.nsp === "1"),
+      sentence_order: opts.some((o) => o.dataset.pair !== ""),
+    };
+    const why = {
+      fill_mask: "This model has no trained masked-language-model head.",
+      next_sentence: "This model was trained without next sentence prediction.",
+      sentence_order: "This model has no sentence-pair head (NSP or SOP).",
+    };
+    for (const action of Object.keys(able)) {
+      const button = form.querySelector(`button[value="${action}"]`);
+      button.disabled = !able[action];
+      button.title = able[action] ? "" : why[action];
+    }
   }
   select.addEventListener("change", onCheckpoint);
+  if (compare) compare.addEventListener("change", onCheckpoint);
   onCheckpoint();
 
   // ---- drawing --------------------------------------------------------------------------------
-  function drawMasks(masks) {
-    const box = document.getElementById("fill-mask-results");
-    box.replaceChildren();
+  function drawMasks(box, masks) {
     masks.forEach((mask, i) => {
-      const wrap = document.createElement("div");
-      wrap.className = "explorer-mask";
-      const h = document.createElement("h3");
-      h.textContent = `[MASK] #${i + 1} `;
-      const where = document.createElement("span");
-      where.className = "muted small";
-      where.textContent = `(token ${mask.position})`;
-      h.appendChild(where);
-      const chart = document.createElement("div");
-      chart.className = "explorer-chart";
+      const wrap = el("div", "explorer-mask");
+      const h = el("h3", "", `[MASK] #${i + 1} `);
+      h.appendChild(el("span", "muted small", `(token ${mask.position})`));
+      const chart = el("div", "explorer-chart");
       wrap.append(h, chart);
       box.appendChild(wrap);
       const preds = mask.predictions.slice().reverse(); // most likely on top
       Plotly.newPlot(chart, [{
         type: "bar", orientation: "h",
         x: preds.map((p) => p.prob), y: preds.map((p, j) => `${p.token}\u200b${"\u200b".repeat(j)}`),
-        text: preds.map((p) => (100 * p.prob).toFixed(1) + "%"), textposition: "auto",
+        text: preds.map((p) => pct(p.prob)), textposition: "auto",
         hovertemplate: "%{y}: %{x:.2%}<extra></extra>", marker: { color: "#3f5bd9" },
       }], {
         height: 60 + 26 * preds.length, margin: { l: 110, r: 16, t: 8, b: 30 },
@@ -67,35 +94,90 @@
     });
   }
 
-  function drawNsp(result) {
-    document.getElementById("next-sentence-result").hidden = false;
-    const pct = (v) => (100 * v).toFixed(1) + "%";
-    document.getElementById("nsp-bar").style.width = pct(result.is_next);
-    document.getElementById("nsp-is-next").textContent = pct(result.is_next);
-    document.getElementById("nsp-not-next").textContent = pct(result.not_next);
+  function meter(value, title) {
+    const m = el("div", "explorer-meter");
+    if (title) m.title = title;
+    const bar = el("div");
+    bar.style.width = pct(value);
+    m.appendChild(bar);
+    return m;
+  }
+
+  function drawNsp(box, result) {
+    const wrap = el("div", "explorer-nsp");
+    const p = el("p");
+    p.append(el("b", "", pct(result.is_next)), ` is next · ${pct(result.not_next)} not next`);
+    wrap.append(meter(result.is_next, "P(IsNext)"), p);
+    box.appendChild(wrap);
+  }
+
+  function drawOrder(box, result) {
+    const wrap = el("div", "explorer-order");
+    for (const [side, label] of [["ab", "A → B"], ["ba", "B → A"]]) {
+      const cell = el("div", "explorer-order-side");
+      cell.append(el("span", "muted small", label), meter(result[side]), el("b", "", pct(result[side])));
+      wrap.appendChild(cell);
+    }
+    box.append(wrap, el("p", "helptext", result.head === "sop"
+      ? "P(in order), from the sentence-order head."
+      : "P(IsNext) of each order: this model has a next-sentence head, no sentence-order head."));
+  }
+
+  const DRAW = { fill_mask: (box, r) => drawMasks(box, r.masks), next_sentence: drawNsp, sentence_order: drawOrder };
+
+  function target(action) {
+    if (action === "fill_mask") return document.getElementById("fill-mask-results");
+    const panel = document.getElementById(action === "next_sentence" ? "next-sentence-result" : "sentence-order-result");
+    panel.hidden = false;
+    return panel.querySelector("[data-columns]");
+  }
+
+  function drawColumns(action, columns) {
+    const box = target(action);
+    box.replaceChildren();
+    const row = el("div", "explorer-columns" + (columns.length > 1 ? " two" : ""));
+    box.appendChild(row); // attached first, so that the charts measure the width they really get
+    for (const col of columns) {
+      const cell = el("div", "explorer-column");
+      if (columns.length > 1) cell.appendChild(el("h3", "explorer-column-head", col.label));
+      row.appendChild(cell);
+      if (col.error) cell.appendChild(el("p", "error", col.error));
+      else DRAW[action](cell, col.result);
+    }
+  }
+
+  function clear(action) {
+    if (action === "fill_mask") document.getElementById("fill-mask-results").replaceChildren();
+    else document.getElementById(action === "next_sentence" ? "next-sentence-result" : "sentence-order-result").hidden = true;
   }
 
   const initial = document.getElementById("fill-mask-data");
-  if (initial) drawMasks(JSON.parse(initial.textContent));
+  if (initial) drawColumns("fill_mask", JSON.parse(initial.textContent));
 
   // ---- asking -----------------------------------------------------------------------------------
   function showError(action, message) {
     form.querySelector(`[data-error="${action}"]`).textContent = message || "";
   }
 
+  function inputs(action) {
+    if (action === "fill_mask") return { text: text.value, top_k: Number(document.getElementById("id_top_k").value || 5) };
+    return { text_a: document.getElementById("id_text_a").value, text_b: document.getElementById("id_text_b").value };
+  }
+
   form.addEventListener("submit", async (event) => {
     const action = event.submitter && event.submitter.value;
-    if (!action) return;
+    if (!action || !TASKS[action]) return;
     event.preventDefault();
-    const body = action === "fill_mask"
-      ? { checkpoint: select.value, text: text.value, top_k: Number(document.getElementById("id_top_k").value || 5) }
-      : { checkpoint: select.value, text_a: document.getElementById("id_text_a").value,
-          text_b: document.getElementById("id_text_b").value };
+    const comparing = compare && compare.value;
+    const url = comparing ? form.dataset.compare : form.dataset[ENDPOINTS[action]];
+    const body = comparing
+      ? { checkpoints: [select.value, compare.value], task: TASKS[action], inputs: inputs(action) }
+      : { checkpoint: select.value, ...inputs(action) };
     const button = event.submitter;
     button.disabled = true;
     showError(action, "");
     try {
-      const response = await fetch(form.dataset[action === "fill_mask" ? "fillMask" : "nextSentence"], {
+      const response = await fetch(url, {
         method: "POST", credentials: "same-origin",
         headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf },
         body: JSON.stringify(body),
@@ -103,16 +185,17 @@
       const data = await response.json().catch(() => ({}));
       if (!response.ok) {
         showError(action, data.error || `The request failed (HTTP ${response.status}).`);
-        if (action === "fill_mask") document.getElementById("fill-mask-results").replaceChildren();
-        else document.getElementById("next-sentence-result").hidden = true;
+        clear(action);
         return;
       }
-      if (action === "fill_mask") drawMasks(data.masks); else drawNsp(data);
+      const columns = comparing ? data.results
+        : [{ checkpoint: data.checkpoint, label: select.selectedOptions[0].textContent.trim(), result: data, error: null }];
+      drawColumns(action, columns);
     } catch (e) {
       showError(action, "Could not reach the server. Check your connection and try again.");
     } finally {
       button.disabled = false;
-      if (action === "next_sentence") onCheckpoint();
+      onCheckpoint();
     }
   });
 })();

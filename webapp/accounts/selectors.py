@@ -50,7 +50,7 @@ def dashboard_for(user: AbstractBaseUser, *, recent: int = 5) -> Dashboard:
     has_run = runs.exists()
     from webapp.runs.models import Checkpoint  # the runs app owns checkpoints
 
-    has_checkpoint = Checkpoint.objects.filter(run__owner=user).exists()
+    has_checkpoint = Checkpoint.objects.filter(owner=user).exists()
 
     new_run_url = _url("runs:new", fallback="/runs/new/")
     if ready_tokenizer is not None:

@@ -1,29 +1,38 @@
-"""JSON API of the explorer: fill-mask and next-sentence prediction on a checkpoint of yours."""
+"""JSON API of the explorer: questions to your checkpoints, comparisons, masked batches, imports."""
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import exceptions
+from rest_framework import exceptions, status
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from webapp.explorer import services
+from webapp.explorer import imports, services
 from webapp.explorer.serializers import (
-    FillMaskRequestSerializer, FillMaskResponseSerializer, NextSentenceRequestSerializer,
-    NextSentenceResponseSerializer,
+    CompareRequestSerializer, CompareResponseSerializer, FillMaskRequestSerializer, FillMaskResponseSerializer,
+    InspectRequestSerializer, InspectResponseSerializer, ModelImportCreateSerializer, ModelImportSerializer,
+    NextSentenceRequestSerializer, NextSentenceResponseSerializer, SentenceOrderRequestSerializer,
+    SentenceOrderResponseSerializer,
 )
 from webapp.runs import selectors
 from webapp.runs.models import Checkpoint
 
-def owned_checkpoint(request: Request, checkpoint_id) -> Checkpoint:
+ERROR = OpenApiResponse(description='{"error": "<a sentence>"}')
+
+
+def _owned(lookup, *args):
+    """A selector's answer; its Http404 becomes DRF's NotFound (the JSON 404 body)."""
     try:
-        return selectors.checkpoint_get(request.user, checkpoint_id)
+        return lookup(*args)
     except Http404:
         raise exceptions.NotFound() from None
 
 
-ERROR = OpenApiResponse(description='{"error": "<a sentence>"}')
+def owned_checkpoint(request: Request, checkpoint_id) -> Checkpoint:
+    return _owned(selectors.checkpoint_get, request.user, checkpoint_id)
 
 
 class FillMaskView(APIView):
@@ -50,3 +59,79 @@ class NextSentenceView(APIView):
         scores = services.next_sentence(checkpoint=ckpt, text_a=ser.validated_data["text_a"],
                                         text_b=ser.validated_data["text_b"])
         return Response({"checkpoint": str(ckpt.id), **scores})
+
+
+class SentenceOrderView(APIView):
+    @extend_schema(request=SentenceOrderRequestSerializer,
+                   responses={200: SentenceOrderResponseSerializer, 400: ERROR, 404: ERROR},
+                   summary="Score a sentence pair in both orders (A then B, B then A)",
+                   description="With a sentence-order (SOP) head the scores are P(in order); a model with "
+                               "only a next-sentence (NSP) head answers P(IsNext) for each order (head says which).")
+    def post(self, request: Request) -> Response:
+        ser = SentenceOrderRequestSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        ckpt = owned_checkpoint(request, ser.validated_data["checkpoint"])
+        scores = services.sentence_order(checkpoint=ckpt, text_a=ser.validated_data["text_a"],
+                                         text_b=ser.validated_data["text_b"])
+        return Response({"checkpoint": str(ckpt.id), **scores})
+
+
+class CompareView(APIView):
+    @extend_schema(request=CompareRequestSerializer,
+                   responses={200: CompareResponseSerializer, 400: ERROR, 404: ERROR},
+                   summary="Ask two checkpoints the same question, side by side",
+                   description="One result per checkpoint, in the order given. A checkpoint that cannot answer "
+                               "(e.g. no next-sentence head) gets an error sentence in its column; when every "
+                               "checkpoint refuses for the same reason, the answer is a 400 with that sentence.")
+    def post(self, request: Request) -> Response:
+        ser = CompareRequestSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        data = ser.validated_data
+        checkpoints = [owned_checkpoint(request, pk) for pk in data["checkpoints"]]
+        results = services.compare(checkpoints=checkpoints, task=data["task"], inputs=data["inputs"])
+        return Response({"task": data["task"], "results": results})
+
+
+class InspectView(APIView):
+    @extend_schema(request=InspectRequestSerializer,
+                   responses={200: InspectResponseSerializer, 400: ERROR, 404: ERROR},
+                   summary="A real masked batch of one of your runs, token by token",
+                   description="Built by the run's own collator (objectives and masking options), so every "
+                               "token shows what training does to it: masked, random, kept, special or none.")
+    def post(self, request: Request) -> Response:
+        ser = InspectRequestSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        run = _owned(selectors.run_get, request.user, ser.validated_data["run"])
+        return Response(services.inspect_run(run=run, seed=ser.validated_data["seed"],
+                                             n_examples=ser.validated_data["n_examples"]))
+
+
+class ImportListView(APIView):
+    parser_classes = [MultiPartParser, FormParser]
+
+    @extend_schema(responses={200: ModelImportSerializer(many=True)}, summary="Your Hugging Face model imports")
+    def get(self, request: Request) -> Response:
+        return Response(ModelImportSerializer(imports.imports_for(request.user), many=True).data)
+
+    @extend_schema(request={"multipart/form-data": ModelImportCreateSerializer},
+                   responses={201: ModelImportSerializer, 400: ERROR},
+                   summary="Import a Hugging Face model from an archive",
+                   description="Upload a .zip or .tar.gz of a save_pretrained() folder: config.json, "
+                               "model.safetensors or pytorch_model.bin, tokenizer.json or vocab.txt. The import "
+                               "becomes a checkpoint (status ready, checkpoint set) or fails with a sentence in error.")
+    def post(self, request: Request) -> Response:
+        ser = ModelImportCreateSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        upload = ser.validated_data["file"]
+        try:
+            job = imports.import_create(owner=request.user, name=ser.validated_data.get("name", ""),
+                                        uploaded_file=upload, original_filename=upload.name)
+        except DjangoValidationError as e:
+            raise exceptions.ValidationError({"file": e.messages}) from None
+        return Response(ModelImportSerializer(job).data, status=status.HTTP_201_CREATED)
+
+
+class ImportDetailView(APIView):
+    @extend_schema(responses={200: ModelImportSerializer, 404: ERROR}, summary="One of your imports")
+    def get(self, request: Request, pk) -> Response:
+        return Response(ModelImportSerializer(_owned(imports.import_get, request.user, pk)).data)

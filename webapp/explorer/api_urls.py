@@ -5,4 +5,9 @@ from webapp.explorer import api
 urlpatterns = [
     path("explore/fill-mask/", api.FillMaskView.as_view(), name="api-explore-fill-mask"),
     path("explore/next-sentence/", api.NextSentenceView.as_view(), name="api-explore-next-sentence"),
+    path("explore/sentence-order/", api.SentenceOrderView.as_view(), name="api-explore-sentence-order"),
+    path("explore/compare/", api.CompareView.as_view(), name="api-explore-compare"),
+    path("explore/inspect/", api.InspectView.as_view(), name="api-explore-inspect"),
+    path("explore/imports/", api.ImportListView.as_view(), name="api-explore-imports"),
+    path("explore/imports/<uuid:pk>/", api.ImportDetailView.as_view(), name="api-explore-import"),
 ]

@@ -1,10 +1,19 @@
+"""API shapes of the explorer: questions to checkpoints, comparisons, masked batches, imports."""
+from __future__ import annotations
+
+from django.urls import reverse
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
-from webapp.explorer.services import MAX_TEXT_CHARS, MAX_TOP_K
+from webapp.explorer.models import ModelImport
+from webapp.explorer.services import MAX_TEXT_CHARS, MAX_TOP_K, TASKS
+
+CHECKPOINT_HELP = "A checkpoint of yours: a step of one of your runs, or a model you imported."
 
 
+# ---------------------------------------------------------------------------- single checkpoint
 class FillMaskRequestSerializer(serializers.Serializer):
-    checkpoint = serializers.UUIDField(help_text="A checkpoint of one of your runs.")
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP)
     text = serializers.CharField(
         help_text=f"Text with one or more [MASK] tokens (at most {MAX_TEXT_CHARS:,} characters).")
     top_k = serializers.IntegerField(min_value=1, max_value=MAX_TOP_K, default=5)
@@ -21,18 +30,164 @@ class MaskPredictionsSerializer(serializers.Serializer):
     predictions = PredictionSerializer(many=True)
 
 
-class FillMaskResponseSerializer(serializers.Serializer):
-    checkpoint = serializers.UUIDField()
+class FillMaskResultSerializer(serializers.Serializer):
     masks = MaskPredictionsSerializer(many=True)
 
 
-class NextSentenceRequestSerializer(serializers.Serializer):
-    checkpoint = serializers.UUIDField(help_text="A checkpoint of one of your runs.")
+class FillMaskResponseSerializer(FillMaskResultSerializer):
+    checkpoint = serializers.UUIDField()
+
+
+class PairRequestSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP)
     text_a = serializers.CharField(help_text="The first sentence (A).")
     text_b = serializers.CharField(help_text="The sentence that may follow it (B).")
 
 
-class NextSentenceResponseSerializer(serializers.Serializer):
-    checkpoint = serializers.UUIDField()
+class NextSentenceRequestSerializer(PairRequestSerializer):
+    pass
+
+
+class NextSentenceResultSerializer(serializers.Serializer):
     is_next = serializers.FloatField(help_text="Probability that text_b follows text_a.")
     not_next = serializers.FloatField()
+
+
+class NextSentenceResponseSerializer(NextSentenceResultSerializer):
+    checkpoint = serializers.UUIDField()
+
+
+class SentenceOrderRequestSerializer(PairRequestSerializer):
+    pass
+
+
+class SentenceOrderResultSerializer(serializers.Serializer):
+    ab = serializers.FloatField(help_text="Score of the pair as given (A then B).")
+    ba = serializers.FloatField(help_text="Score of the swapped pair (B then A).")
+    head = serializers.ChoiceField(
+        choices=["sop", "nsp"],
+        help_text="sop: the scores are P(in the original order) from a sentence-order head (ALBERT). "
+                  "nsp: the model has only a next-sentence head; the scores are P(IsNext) of each order.")
+
+
+class SentenceOrderResponseSerializer(SentenceOrderResultSerializer):
+    checkpoint = serializers.UUIDField()
+
+
+# ---------------------------------------------------------------------------- comparison
+class CompareInputsSerializer(serializers.Serializer):
+    text = serializers.CharField(required=False, allow_blank=True, help_text="fill-mask: text with [MASK].")
+    top_k = serializers.IntegerField(required=False, min_value=1, max_value=MAX_TOP_K, default=5,
+                                     help_text="fill-mask: tokens per mask.")
+    text_a = serializers.CharField(required=False, allow_blank=True,
+                                   help_text="next-sentence / sentence-order: sentence A.")
+    text_b = serializers.CharField(required=False, allow_blank=True,
+                                   help_text="next-sentence / sentence-order: sentence B.")
+
+
+class CompareRequestSerializer(serializers.Serializer):
+    checkpoints = serializers.ListField(child=serializers.UUIDField(), min_length=2, max_length=4,
+                                        help_text="Two (up to four) checkpoints of yours, in column order.")
+    task = serializers.ChoiceField(choices=list(TASKS))
+    inputs = CompareInputsSerializer()
+
+    def validate(self, data):
+        inputs, task = data["inputs"], data["task"]
+        needed = ["text"] if task == "fill-mask" else ["text_a", "text_b"]
+        missing = [n for n in needed if not (inputs.get(n) or "").strip()]
+        if missing:
+            raise serializers.ValidationError(
+                f"The {task} task needs inputs.{' and inputs.'.join(missing)}.")
+        return data
+
+
+@extend_schema_field(PolymorphicProxySerializer(
+    component_name="CompareResult",
+    serializers=[FillMaskResultSerializer, NextSentenceResultSerializer, SentenceOrderResultSerializer],
+    resource_type_field_name=None,
+))
+class CompareResultField(serializers.JSONField):
+    """What the single-checkpoint endpoint of the task answers, without "checkpoint"."""
+
+
+class CompareColumnSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField()
+    label = serializers.CharField(help_text="The checkpoint's name as pages show it.")
+    result = CompareResultField(allow_null=True, help_text="The answer; null when this checkpoint cannot answer.")
+    error = serializers.CharField(allow_null=True, help_text="Why this checkpoint cannot answer; null when it did.")
+
+
+class CompareResponseSerializer(serializers.Serializer):
+    task = serializers.ChoiceField(choices=list(TASKS))
+    results = CompareColumnSerializer(many=True)
+
+
+# ---------------------------------------------------------------------------- masking inspector
+class InspectRequestSerializer(serializers.Serializer):
+    run = serializers.UUIDField(help_text="One of your runs.")
+    seed = serializers.IntegerField(min_value=0, max_value=2**31 - 2, default=0,
+                                    help_text="Picks the epoch whose first batch is shown; same seed, same batch.")
+    n_examples = serializers.IntegerField(min_value=1, max_value=16, default=4)
+
+
+class InspectTokenSerializer(serializers.Serializer):
+    token = serializers.CharField(help_text="The token the model reads.")
+    id = serializers.IntegerField()
+    original = serializers.CharField(help_text="The token before corruption (the MLM target when selected).")
+    original_id = serializers.IntegerField()
+    role = serializers.ChoiceField(
+        choices=["masked", "random", "kept", "special", "none"],
+        help_text="masked: became [MASK]; random: replaced by a random token; kept: selected but unchanged; "
+                  "special: [CLS]/[SEP]/...; none: not selected.")
+    segment = serializers.IntegerField(help_text="Token type id: 0 = segment A, 1 = segment B.")
+    span = serializers.IntegerField(allow_null=True, help_text="Span id when selected tokens form spans.")
+
+
+class InspectPairSerializer(serializers.Serializer):
+    task = serializers.CharField(help_text='"nsp" (next sentence prediction) or "sop" (sentence order).')
+    label = serializers.IntegerField()
+    meaning = serializers.CharField(help_text='"IsNext"/"NotNext" (NSP) or "in order"/"swapped" (SOP).')
+
+
+class InspectExampleSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    tokens = InspectTokenSerializer(many=True)
+    pair = InspectPairSerializer(allow_null=True)
+    counts = serializers.DictField(child=serializers.IntegerField(), help_text="Tokens per role.")
+    electra = serializers.JSONField(
+        allow_null=True, help_text="ELECTRA checkpoints only (null otherwise): generator replacements and "
+                                   "discriminator verdicts per token.")
+
+
+class InspectResponseSerializer(serializers.Serializer):
+    run = serializers.UUIDField()
+    seed = serializers.IntegerField()
+    objectives = serializers.ListField(child=serializers.CharField())
+    masking = serializers.CharField(help_text='"dynamic" or "static" masking.')
+    masking_unit = serializers.CharField(help_text="What is masked together: token, whole word, n-gram, span, ...")
+    mask_prob = serializers.FloatField(allow_null=True)
+    examples = InspectExampleSerializer(many=True)
+
+
+# ---------------------------------------------------------------------------- imports
+class ModelImportSerializer(serializers.ModelSerializer):
+    status_label = serializers.CharField(source="get_status_display", read_only=True)
+    explore_url = serializers.SerializerMethodField()
+    info = serializers.JSONField(read_only=True, help_text="What was imported: model_type, architectures, "
+                                                           "objectives (trained heads), parameters, tokenizer.")
+
+    class Meta:
+        model = ModelImport
+        fields = ["id", "name", "original_filename", "size_bytes", "status", "status_label", "error", "info",
+                  "checkpoint", "explore_url", "created_at", "finished_at"]
+        read_only_fields = fields
+
+    def get_explore_url(self, obj: ModelImport) -> str | None:
+        if obj.checkpoint_id is None:
+            return None
+        return f"{reverse('explorer:index')}?checkpoint={obj.checkpoint_id}"
+
+
+class ModelImportCreateSerializer(serializers.Serializer):
+    file = serializers.FileField(help_text="A .zip or .tar.gz (.tgz) of a Hugging Face model folder.")
+    name = serializers.CharField(required=False, allow_blank=True, max_length=200)

@@ -1,4 +1,6 @@
-"""Ask a checkpoint questions: fill-mask and next-sentence scores (trainer.inference does the work).
+"""Ask checkpoints questions: fill-mask, next-sentence and pair-order scores, the same question to
+several checkpoints side by side, and a run's masked batches (trainer.inference and
+trainer.inspect do the work).
 
 Models are loaded and cached per process by trainer.inference; here we only check what a
 user can get wrong before it reaches the model.
@@ -7,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.errors import InferenceError
+from trainer.errors import InferenceError, UserError
+from webapp.corpora.models import JobStatus
 from webapp.runs.models import Checkpoint
 
 MAX_TEXT_CHARS = 2000
@@ -46,3 +49,86 @@ def next_sentence(*, checkpoint: Checkpoint, text_a: str, text_b: str) -> dict[s
 
     text_a, text_b = _text(text_a, "Sentence A"), _text(text_b, "Sentence B")
     return inference.next_sentence(_folder(checkpoint), text_a, text_b)
+
+
+def sentence_order(*, checkpoint: Checkpoint, text_a: str, text_b: str) -> dict[str, Any]:
+    """The pair in both orders: {"ab", "ba", "head"} (P(in order) with an SOP head, else P(IsNext))."""
+    from trainer import inference  # imports torch
+
+    text_a, text_b = _text(text_a, "Sentence A"), _text(text_b, "Sentence B")
+    return inference.sentence_order(_folder(checkpoint), text_a, text_b)
+
+
+# ---------------------------------------------------------------------------- comparison
+TASKS = ("fill-mask", "next-sentence", "sentence-order")
+
+
+def compare(*, checkpoints: list[Checkpoint], task: str, inputs: dict[str, Any]) -> list[dict[str, Any]]:
+    """The same question to several checkpoints, one column each, in the order given:
+    [{"checkpoint", "label", "result" (what the single-checkpoint endpoint answers, without
+    "checkpoint") or None, "error" (a sentence) or None}]. A question every checkpoint refuses
+    for the same reason (e.g. no [MASK] in the text) raises that reason instead."""
+    if task not in TASKS:
+        raise InferenceError(f"Unknown task {task!r}; choose one of {', '.join(TASKS)}.")
+    if task == "fill-mask":
+        text, top_k = _text(inputs.get("text", "")), inputs.get("top_k") or 5
+
+        def ask(c: Checkpoint) -> dict[str, Any]:
+            return {"masks": fill_mask(checkpoint=c, text=text, top_k=top_k)}
+    else:
+        a, b = _text(inputs.get("text_a", ""), "Sentence A"), _text(inputs.get("text_b", ""), "Sentence B")
+        score = next_sentence if task == "next-sentence" else sentence_order
+
+        def ask(c: Checkpoint) -> dict[str, Any]:
+            return score(checkpoint=c, text_a=a, text_b=b)
+    columns = []
+    for ckpt in checkpoints:
+        try:
+            columns.append({"checkpoint": str(ckpt.id), "label": ckpt.label, "result": ask(ckpt), "error": None})
+        except UserError as e:
+            columns.append({"checkpoint": str(ckpt.id), "label": ckpt.label, "result": None, "error": str(e)})
+    errors = {c["error"] for c in columns}
+    if len(errors) == 1 and None not in errors:
+        raise InferenceError(errors.pop())
+    return columns
+
+
+# ---------------------------------------------------------------------------- what a checkpoint knows
+def checkpoint_objectives(checkpoint: Checkpoint) -> list[str]:
+    """What the model learnt: its run's objectives, or the heads an import brought weights for."""
+    if checkpoint.run_id is not None:
+        return list(checkpoint.run.objectives or [])
+    from trainer.importing import read_import_info  # reads a small JSON; no torch
+
+    return list(read_import_info(checkpoint.folder).get("objectives", []))
+
+
+def pair_head(objectives: list[str]) -> str:
+    """The sentence-pair head the explorer asks ("sop", "nsp"), or "" for none."""
+    return next((h for h in ("sop", "nsp") if h in objectives), "")
+
+
+# ---------------------------------------------------------------------------- masking inspector
+def inspect_run(*, run, seed: int = 0, n_examples: int = 4) -> dict[str, Any]:
+    """A real collated batch of the run's training data (trainer.inspect.sample_batch), with the
+    run's objective settings for the page's caption."""
+    from trainer.inspect import sample_batch  # imports torch
+
+    tokenizer = run.tokenizer
+    if tokenizer.status != JobStatus.READY:
+        raise InferenceError("This run's tokenizer is not ready, so there is no data to show yet.")
+    if not (tokenizer.folder / "shards" / "train").is_dir():
+        raise InferenceError("This run's token shards are no longer on disk, so there is no data to show.")
+    latest = run.checkpoints.order_by("-step").first()
+    examples = sample_batch(run.config, tokenizer.folder, n_examples=n_examples, seed=seed,
+                            checkpoint_dir=latest.folder if latest and latest.folder.is_dir() else None)
+    config = run.config or {}
+    return {
+        "run": str(run.id),
+        "seed": seed,
+        "objectives": list(run.objectives or []),
+        "masking": config.get("masking", ""),
+        "masking_unit": config.get("masking_unit") or "token",
+        "mask_prob": config.get("mask_prob"),
+        "examples": examples,
+    }

@@ -1,27 +1,35 @@
-"""The explorer page: pick a checkpoint of your runs, fill masks, score sentence pairs.
+"""Explorer pages: ask checkpoints questions (alone or two side by side), look at a run's masked
+batches, import Hugging Face models.
 
-With JavaScript the page asks the JSON API and draws the answers in place; without it the
-form posts here and the same answers are rendered on the page.
+With JavaScript the pages ask the JSON API and draw the answers in place; without it the
+forms post here and the same answers are rendered on the page.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+from typing import Any
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
 
 from trainer.errors import UserError
-from webapp.explorer import services
-from webapp.explorer.forms import ExploreForm
-from webapp.runs.selectors import checkpoint_get, checkpoints_for, latest_checkpoint
+from webapp.corpora.uploads import human_bytes
+from webapp.explorer import imports, services
+from webapp.explorer.forms import ExploreForm, ImportForm
+from webapp.explorer.models import ImportStatus
+from webapp.runs.models import Checkpoint
+from webapp.runs.selectors import checkpoint_get, checkpoints_for, latest_checkpoint, run_get, runs_for
 
 EXAMPLE_TEXT = "The capital of France is [MASK]."
+INSPECT_EXAMPLES = 4
 
 
 @login_required
 def index(request: HttpRequest) -> HttpResponse:
-    selected = None
+    selected = compare_to = None
     result = None
     error = ""
     if request.method == "POST":
@@ -29,13 +37,10 @@ def index(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             data = form.cleaned_data
             selected = checkpoint_get(request.user, data["checkpoint"])  # 404 for another user's
+            if data.get("compare_with"):
+                compare_to = checkpoint_get(request.user, data["compare_with"])
             try:
-                if data["action"] == "fill_mask":
-                    result = {"kind": "fill_mask",
-                              "masks": services.fill_mask(checkpoint=selected, text=data["text"], top_k=data["top_k"])}
-                else:
-                    result = {"kind": "next_sentence", **services.next_sentence(
-                        checkpoint=selected, text_a=data["text_a"], text_b=data["text_b"])}
+                result = _answer(data, selected, compare_to)
             except UserError as e:
                 error = str(e)
         elif form.cleaned_data.get("checkpoint"):
@@ -45,12 +50,16 @@ def index(request: HttpRequest) -> HttpResponse:
             selected = checkpoint_get(request.user, request.GET["checkpoint"])
         else:
             selected = latest_checkpoint(request.user)
+        if request.GET.get("compare"):
+            compare_to = checkpoint_get(request.user, request.GET["compare"])
         form = ExploreForm(initial={"text": EXAMPLE_TEXT, "top_k": 5,
-                                    "checkpoint": selected.id if selected else None})
+                                    "checkpoint": selected.id if selected else None,
+                                    "compare_with": compare_to.id if compare_to else None})
     return render(request, "explorer/index.html", {
         "form": form,
         "groups": _grouped(checkpoints_for(request.user)),
         "selected": selected,
+        "compare_to": compare_to,
         "selected_gone": bool(selected) and not (selected.folder / "model_config.json").is_file(),
         "result": result,
         "action": request.POST.get("action", ""),
@@ -58,9 +67,136 @@ def index(request: HttpRequest) -> HttpResponse:
     })
 
 
-def _grouped(checkpoints) -> list[tuple]:
-    """[(run, [checkpoints, newest first])], runs newest first."""
-    groups: OrderedDict = OrderedDict()
+def _answer(data: dict, selected: Checkpoint, compare_to: Checkpoint | None) -> dict[str, Any]:
+    """{"kind": action, "columns": [{"label", "result", "error"}], ...the first answer's keys when alone}."""
+    action = data["action"]
+    inputs = {k: data.get(k) for k in ("text", "top_k", "text_a", "text_b")}
+    if compare_to is None:
+        if action == "fill_mask":
+            answer = {"masks": services.fill_mask(checkpoint=selected, text=data["text"], top_k=data["top_k"])}
+        elif action == "next_sentence":
+            answer = services.next_sentence(checkpoint=selected, text_a=data["text_a"], text_b=data["text_b"])
+        else:
+            answer = services.sentence_order(checkpoint=selected, text_a=data["text_a"], text_b=data["text_b"])
+        return {"kind": action, **answer,
+                "columns": [{"checkpoint": str(selected.id), "label": selected.label, "result": answer, "error": None}]}
+    columns = services.compare(checkpoints=[selected, compare_to], task=ExploreForm.TASKS[action], inputs=inputs)
+    return {"kind": action, "columns": columns}
+
+
+def _grouped(checkpoints) -> list[dict[str, Any]]:
+    """Option groups for the checkpoint selects: each run (newest first) with its steps (newest
+    first), then the imported models. Each option says what the model can answer."""
+    groups: dict[Any, dict[str, Any]] = {}
     for ckpt in checkpoints:
-        groups.setdefault(ckpt.run_id, (ckpt.run, []))[1].append(ckpt)
+        if ckpt.run_id is not None:
+            run = ckpt.run
+            group = groups.setdefault(run.id, {
+                "label": f"{run.name} ({run.get_status_display().lower()}, {run.preset}, "
+                         f"{'+'.join(run.objectives or []).upper()})", "imported": False, "items": []})
+            objectives = list(run.objectives or [])
+        else:
+            group = groups.setdefault("imported", {"label": "Imported models", "imported": True, "items": []})
+            objectives = services.checkpoint_objectives(ckpt)
+        group["items"].append({
+            "checkpoint": ckpt,
+            "pair": services.pair_head(objectives),
+            "mlm": "mlm" in objectives,
+            "origin_name": ckpt.run.name if ckpt.run_id else ckpt.label,
+            "origin_url": _origin_url(ckpt),
+        })
     return list(groups.values())
+
+
+def _origin_url(ckpt: Checkpoint) -> str:
+    if ckpt.run_id is not None:
+        return reverse("runs:detail", args=[ckpt.run_id])
+    return reverse("explorer:import")
+
+
+# ---------------------------------------------------------------------------- masking inspector
+@login_required
+def inspect(request: HttpRequest) -> HttpResponse:
+    runs = list(runs_for(request.user))
+    run = None
+    sample = None
+    error = ""
+    try:
+        seed = max(0, min(int(request.GET.get("seed", 0)), 2**31 - 2))
+    except ValueError:
+        seed = 0
+    if request.GET.get("run"):
+        run = run_get(request.user, request.GET["run"])  # 404 for another user's
+    elif runs:
+        run = runs[0]
+    if run is not None:
+        try:
+            sample = services.inspect_run(run=run, seed=seed, n_examples=INSPECT_EXAMPLES)
+        except UserError as e:
+            error = str(e)
+    return render(request, "explorer/inspect.html", {
+        "runs": runs, "run": run, "seed": seed, "sample": sample, "error": error,
+        "examples": [{**ex, "groups": _chip_groups(ex["tokens"])} for ex in (sample or {}).get("examples", [])],
+        "n_examples": INSPECT_EXAMPLES,
+    })
+
+
+def _chip_groups(tokens: list[dict]) -> list[dict[str, Any]]:
+    """Tokens in drawing order: runs of one span (outlined together), single tokens, and a
+    boundary marker where the segment changes (static/js/explorer_inspect.js does the same)."""
+    groups: list[dict[str, Any]] = []
+    for i, tok in enumerate(tokens):
+        if i and tok["segment"] != tokens[i - 1]["segment"]:
+            groups.append({"boundary": True})
+        last = groups[-1] if groups else None
+        if tok["span"] is not None and last and last.get("span") == tok["span"]:
+            last["tokens"].append(tok)
+        else:
+            groups.append({"span": tok["span"], "tokens": [tok]})
+    return groups
+
+
+# ---------------------------------------------------------------------------- imports
+@login_required
+@require_http_methods(["GET", "POST"])
+def import_model(request: HttpRequest) -> HttpResponse:
+    form = ImportForm(request.POST or None, request.FILES or None)
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            upload = form.cleaned_data["file"]
+            job = imports.import_create(owner=request.user, name=form.cleaned_data["name"], uploaded_file=upload,
+                                        original_filename=upload.name)
+            if job.status == ImportStatus.READY:
+                messages.success(request, f"“{job.name}” was imported. Ask it something below.")
+                return redirect(f"{reverse('explorer:index')}?checkpoint={job.checkpoint_id}")
+            if job.status == ImportStatus.FAILED:
+                messages.error(request, f"“{job.name}” could not be imported: {job.error}")
+            else:
+                messages.success(request, f"“{job.name}” was uploaded and is being imported.")
+            return redirect("explorer:import")
+        status = 400
+    from trainer.importing import supported_model_types
+
+    max_bytes = imports.max_archive_bytes()
+    return render(request, "explorer/import.html", {
+        "supported": supported_model_types(),
+        "form": form,
+        "imports": imports.imports_for(request.user),
+        "max_human": human_bytes(max_bytes),
+        "max_bytes": max_bytes,
+        "accept": imports.ACCEPT_ATTRIBUTE,
+    }, status=status)
+
+
+@login_required
+@require_POST
+def import_delete(request: HttpRequest, pk) -> HttpResponse:
+    job = imports.import_get(request.user, pk)
+    try:
+        imports.import_delete(model_import=job)
+    except UserError as e:
+        messages.error(request, str(e))
+    else:
+        messages.success(request, f"“{job.name}” was deleted.")
+    return redirect("explorer:import")

@@ -88,24 +88,54 @@ class LogLine(models.Model):
         ordering = ["id"]
 
 
+class CheckpointSource(models.TextChoices):
+    RUN = "run", "Training run"
+    IMPORT = "import", "Imported"
+
+
 class Checkpoint(models.Model):
+    """A loadable model folder: a step of one of the owner's runs, or a model they imported.
+
+    Ownership is `owner` for both kinds (an imported checkpoint has no run); a run's
+    checkpoint gets its owner from the run when none is given.
+    """
+
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
-    step = models.PositiveIntegerField()
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="checkpoints")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints", null=True, blank=True)
+    source = models.CharField(max_length=10, choices=CheckpointSource.choices, default=CheckpointSource.RUN)
+    name = models.CharField(max_length=200, blank=True)
+    step = models.PositiveIntegerField(default=0)
     path = models.CharField(max_length=500)  # relative to STORAGE_ROOT
     metrics = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["run", "step"]
-        constraints = [models.UniqueConstraint(fields=["run", "step"], name="unique_checkpoint_step")]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step"], name="unique_checkpoint_step"),
+            models.CheckConstraint(condition=models.Q(source="import") | models.Q(run__isnull=False),
+                                   name="checkpoint_of_a_run_or_imported"),
+        ]
 
     def __str__(self) -> str:
+        return self.label
+
+    def save(self, *args, **kwargs) -> None:
+        if self.owner_id is None and self.run_id is not None:
+            self.owner_id = self.run.owner_id
+        super().save(*args, **kwargs)
+
+    @property
+    def label(self) -> str:
+        """How pages name it: "run name @ step 500", or the imported model's name."""
+        if self.run_id is None:
+            return self.name or "Imported model"
         return f"{self.run.name} @ step {self.step}"
 
     @property
-    def owner_id(self) -> int:
-        return self.run.owner_id
+    def is_imported(self) -> bool:
+        return self.source == CheckpointSource.IMPORT
 
     @property
     def folder(self) -> Path:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import uuid
 
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.http import Http404
 
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run
@@ -59,26 +59,28 @@ def log_after(run: Run, after_id: int = 0, limit: int = 500) -> list[LogLine]:
 
 
 def checkpoint_get(user, checkpoint_id) -> Checkpoint:
+    """One of the user's checkpoints (of a run or imported); Http404 for a missing one or another user's."""
     if not user.is_authenticated:
         raise Http404("Not found.")
     pk = _as_uuid(checkpoint_id)
     try:
-        return Checkpoint.objects.select_related("run").get(pk=pk, run__owner=user)
+        return Checkpoint.objects.select_related("run").get(pk=pk, owner=user)
     except Checkpoint.DoesNotExist:
         raise Http404("Not found.") from None
 
 
 def checkpoints_for(user, run: Run | None = None) -> QuerySet[Checkpoint]:
-    """The user's checkpoints (of one run when given), grouped by run, newest run first."""
+    """The user's checkpoints (of one run when given): grouped by run, newest run first, each run's
+    newest step first; imported models (no run) last, newest first."""
     if not user.is_authenticated:
         return Checkpoint.objects.none()
-    qs = Checkpoint.objects.filter(run__owner=user).select_related("run")
+    qs = Checkpoint.objects.filter(owner=user).select_related("run")
     if run is not None:
         qs = qs.filter(run=run)
-    return qs.order_by("-run__created_at", "run_id", "-step")
+    return qs.order_by(F("run__created_at").desc(nulls_last=True), "run_id", "-step", "-created_at")
 
 
 def latest_checkpoint(user) -> Checkpoint | None:
     if not user.is_authenticated:
         return None
-    return Checkpoint.objects.filter(run__owner=user).select_related("run").order_by("-created_at").first()
+    return Checkpoint.objects.filter(owner=user).select_related("run").order_by("-created_at").first()

@@ -1,0 +1,104 @@
+// Masking inspector: draw another batch (the next seed) or another run without reloading the page.
+// The chips are built like templates/explorer/inspect.html builds them without JavaScript.
+(function () {
+  "use strict";
+  const form = document.getElementById("inspect-form");
+  if (!form) return;
+  const runSelect = document.getElementById("id_run");
+  const seedInput = document.getElementById("id_seed");
+  const reload = document.getElementById("inspect-reload");
+  const box = document.getElementById("inspect-examples");
+  const errorBox = document.getElementById("inspect-error");
+  const caption = document.getElementById("inspect-caption");
+  const csrf = document.querySelector("input[name=csrfmiddlewaretoken]").value;
+
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = text;
+    return node;
+  }
+
+  function chip(t) {
+    const c = el("span", `inspect-chip role-${t.role} seg-${t.segment}`, t.token);
+    const chosen = ["masked", "random", "kept"].includes(t.role);
+    c.title = `${t.role}${chosen ? " · target " + t.original : ""} · segment ${t.segment ? "B" : "A"}`;
+    if (t.role === "masked" || t.role === "random") c.appendChild(el("sub", "", t.original));
+    return c;
+  }
+
+  function tokens(list) {
+    const row = el("div", "inspect-tokens");
+    let span = null, spanId = null;
+    list.forEach((t, i) => {
+      if (i && t.segment !== list[i - 1].segment) {
+        const b = el("span", "inspect-boundary");
+        b.title = "Segment A | segment B";
+        row.appendChild(b);
+        span = null;
+      }
+      if (t.span === null || t.span === undefined) { span = null; row.appendChild(chip(t)); return; }
+      if (!span || spanId !== t.span) {
+        span = el("span", "inspect-span");
+        span.title = `Span ${t.span}`;
+        spanId = t.span;
+        row.appendChild(span);
+      }
+      span.appendChild(chip(t));
+    });
+    return row;
+  }
+
+  function draw(data) {
+    box.replaceChildren();
+    caption.textContent = `${data.objectives.join(" + ").toUpperCase()} · ${data.masking} masking by ${data.masking_unit} · mask probability ` +
+      `${data.mask_prob} · seed ${data.seed} (the first batch of epoch ${data.seed}, as the run's collator makes it)`;
+    for (const ex of data.examples) {
+      const wrap = el("div", "inspect-example");
+      const head = el("div", "inspect-head");
+      head.appendChild(el("b", "", `Example ${ex.index + 1}`));
+      if (ex.pair) head.append(" ", el("span", "badge", `${ex.pair.task.toUpperCase()}: ${ex.pair.meaning}`));
+      head.append(" ", el("span", "muted small", Object.entries(ex.counts).map(([r, n]) => `${n} ${r}`).join(" · ")));
+      wrap.append(head, tokens(ex.tokens));
+      if (ex.electra) wrap.appendChild(el("p", "muted small", `ELECTRA: ${ex.electra.message || ""}`));
+      box.appendChild(wrap);
+    }
+  }
+
+  async function show(seed) {
+    errorBox.textContent = "";
+    reload.disabled = true;
+    try {
+      const response = await fetch(form.dataset.api, {
+        method: "POST", credentials: "same-origin",
+        headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf },
+        body: JSON.stringify({ run: runSelect.value, seed, n_examples: Number(form.dataset.examples) }),
+      });
+      const data = await response.json().catch(() => ({}));
+      if (!response.ok) {
+        errorBox.textContent = data.error || `The request failed (HTTP ${response.status}).`;
+        box.replaceChildren();
+        caption.textContent = "";
+        return;
+      }
+      seedInput.value = seed;
+      reload.value = seed + 1;
+      const url = new URL(location.href);
+      url.searchParams.set("run", runSelect.value);
+      url.searchParams.set("seed", seed);
+      history.replaceState(null, "", url);
+      draw(data);
+    } catch (e) {
+      errorBox.textContent = "Could not reach the server. Check your connection and try again.";
+    } finally {
+      reload.disabled = false;
+    }
+  }
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const seed = event.submitter === reload ? Number(seedInput.value || 0) + 1 : Number(seedInput.value || 0);
+    show(Math.max(0, seed));
+  });
+  runSelect.addEventListener("change", () => show(0));
+})();

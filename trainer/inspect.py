@@ -1,0 +1,183 @@
+"""The masking inspector: a real collated batch of a run, token by token.
+
+`sample_batch` builds the batch with the engine's own data pipeline (`trainer.data.
+build_train_stream`, which picks the collator for the run's objectives and masking options),
+so whatever masking a run uses — token, whole-word, n-gram, span — is what shows, with no
+code here knowing about it. Each token's role is read off the batch itself: a position with
+an MLM label was selected; its input says what the collator did with it.
+
+Example dict (one per sequence):
+    index        position in the batch
+    tokens       [{"token": input token string, "id", "original": the token before corruption,
+                   "original_id", "role", "segment": token type id, "span": span id or None}]
+                 role: "masked" (became [MASK]), "random" (replaced by a random token), "kept"
+                 (selected but left unchanged), "special" ([CLS], [SEP], ...), "none".
+                 span: the collator's own spans when its Batch says (`span_ids` (B, T), -1 =
+                 none, or SpanBERT's `sbo_pairs`); otherwise runs of two or more adjacent
+                 selected tokens get one id (whole words, n-grams; with token masking,
+                 neighbours chosen together).
+    pair         None for single segments; for pairs {"task": "nsp" | "sop", "label": 0 | 1,
+                 "meaning": "IsNext" | "NotNext" | "in order" | "swapped"}
+    counts       {role: number of tokens}
+    electra      None unless `checkpoint_dir` holds an ELECTRA model. Extension point: then
+                 {"generator": [{"position", "original", "sampled", "replaced"}],
+                  "discriminator": [{"position", "p_replaced"}], "message": str | None} —
+                 the generator's sample at each selected position and the discriminator's
+                 verdict per token. Filled by `_electra_view`; until models_lib has an ELECTRA
+                 family it holds empty lists and a message saying so (the page shows it).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from trainer.errors import InferenceError
+
+MAX_EXAMPLES = 16
+MAX_SEED = 2**31 - 2  # the seed picks the data epoch (see sample_batch); VALID_VARIANT is 2**31 - 1
+
+_PAIR_MEANINGS = {"nsp": ("IsNext", "NotNext"), "sop": ("in order", "swapped")}
+
+
+def sample_batch(config_dict: dict[str, Any], tokenizer_dir: str | Path, n_examples: int = 4, seed: int = 0,
+                 *, checkpoint_dir: str | Path | None = None) -> list[dict[str, Any]]:
+    """`n_examples` sequences of the run's training data as its collator makes them.
+
+    `seed` picks the epoch: the batch is the first one of that epoch in the run's own order
+    (so seed 0 is what the run trained on first). Same seed, same batch; another seed, new
+    pairs (for NSP/SOP) and new masks (dynamic masking; static masking repeats every
+    dupe_factor epochs, as in training).
+    """
+    from trainer import data
+    from trainer.collators import SpecialIds
+    from trainer.config import RunConfig
+    from trainer.tokenization import load_tokenizer
+
+    if not isinstance(n_examples, int) or not 1 <= n_examples <= MAX_EXAMPLES:
+        raise InferenceError(f"The inspector shows between 1 and {MAX_EXAMPLES} examples at a time.")
+    if not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise InferenceError(f"The seed must be a whole number between 0 and {MAX_SEED:,}.")
+    config = RunConfig.from_dict(dict(config_dict)).replace(batch_size=n_examples)
+    bundle = load_tokenizer(Path(tokenizer_dir))
+    special = SpecialIds.from_tokenizer(bundle)
+    try:
+        stream = data.build_train_stream(config, Path(tokenizer_dir), special, data.DataPosition(epoch=seed))
+        batch = stream.next_batch()
+    except NotImplementedError:
+        raise InferenceError(_cannot_inspect(config)) from None
+    except FileNotFoundError:
+        raise InferenceError("The run's token shards are no longer on disk, so there is no data to show.") from None
+    if getattr(batch, "input_ids", None) is None or getattr(batch, "mlm_labels", None) is None:
+        raise InferenceError(_cannot_inspect(config))
+    examples = _examples(batch, bundle, special)
+    electra = _electra_view(checkpoint_dir, batch)
+    for i, ex in enumerate(examples):
+        ex["electra"] = electra[i] if electra else None
+    return examples
+
+
+def _cannot_inspect(config: Any) -> str:
+    return (f"The masking inspector cannot show {' + '.join(o.upper() for o in config.objectives)} batches yet: "
+            "it reads masked-language-model batches (input ids with MLM labels).")
+
+
+def _examples(batch: Any, bundle: Any, special: Any) -> list[dict[str, Any]]:
+    from trainer.collators import IGNORE_INDEX
+
+    ids = batch.input_ids.tolist()
+    labels = batch.mlm_labels.tolist()
+    types = batch.token_type_ids.tolist() if getattr(batch, "token_type_ids", None) is not None else None
+    lengths = batch.attention_mask.sum(dim=1).tolist()
+    given_spans = _collator_spans(batch)
+    pair_task, pair_labels = _pair_labels(batch)
+    to_token = bundle.tok.id_to_token
+
+    out = []
+    for i, n in enumerate(lengths):
+        tokens, counts = [], {}
+        for t in range(int(n)):
+            inp, lab = int(ids[i][t]), int(labels[i][t])
+            if lab != IGNORE_INDEX:
+                role = "masked" if inp == special.mask else ("kept" if inp == lab else "random")
+                orig = lab
+            else:
+                role = "special" if inp in special.special else "none"
+                orig = inp
+            counts[role] = counts.get(role, 0) + 1
+            tokens.append({"token": to_token(inp), "id": inp, "original": to_token(orig), "original_id": orig,
+                           "role": role, "segment": int(types[i][t]) if types else 0, "span": None})
+        if given_spans is not None:
+            for t, tok in enumerate(tokens):
+                tok["span"] = given_spans[i].get(t)
+        else:
+            _number_runs(tokens)
+        pair = None
+        if pair_task:
+            label = int(pair_labels[i])
+            pair = {"task": pair_task, "label": label, "meaning": _PAIR_MEANINGS[pair_task][label]}
+        out.append({"index": i, "tokens": tokens, "pair": pair, "counts": counts, "electra": None})
+    return out
+
+
+def _collator_spans(batch: Any) -> list[dict[int, int]] | None:
+    """Per row, {position: span id} from the collator itself: its `span_ids` (B, T), -1 = none, or
+    the span boundary objective's targets (one row per span token: batch row, left and right
+    boundary, position, ...). None when the batch says nothing about spans."""
+    span_ids = getattr(batch, "span_ids", None)
+    B = int(batch.input_ids.shape[0])
+    if span_ids is not None:
+        return [{t: int(s) for t, s in enumerate(row) if s >= 0} for row in span_ids.tolist()]
+    sbo = getattr(batch, "sbo_pairs", None)
+    if sbo is None:
+        return None
+    spans: list[dict[int, int]] = [{} for _ in range(B)]
+    ids: list[dict[tuple[int, int], int]] = [{} for _ in range(B)]
+    for row, left, right, position, *_ in sbo.tolist():
+        spans[row][position] = ids[row].setdefault((left, right), len(ids[row]))
+    return spans
+
+
+def _number_runs(tokens: list[dict[str, Any]]) -> None:
+    """Give each run of two or more adjacent selected tokens one span id (0, 1, ...)."""
+    selected = [tok["role"] in ("masked", "random", "kept") for tok in tokens]
+    span, t = 0, 0
+    while t < len(tokens):
+        if not selected[t]:
+            t += 1
+            continue
+        end = t
+        while end + 1 < len(tokens) and selected[end + 1]:
+            end += 1
+        if end > t:
+            for k in range(t, end + 1):
+                tokens[k]["span"] = span
+            span += 1
+        t = end + 1
+
+
+def _pair_labels(batch: Any) -> tuple[str | None, list[int]]:
+    for task in ("sop", "nsp"):
+        labels = getattr(batch, f"{task}_labels", None)
+        if labels is not None:
+            return task, labels.tolist()
+    return None, []
+
+
+def _electra_view(checkpoint_dir: str | Path | None, batch: Any) -> list[dict[str, Any]] | None:
+    """Per example, the ELECTRA generator's replacements and the discriminator's verdicts (the
+    shape is in the module docstring); None unless `checkpoint_dir` holds an ELECTRA model.
+
+    To wire it: load the checkpoint, run the generator at the selected positions of
+    `batch.input_ids`, sample, and run the discriminator on the corrupted sequence."""
+    if checkpoint_dir is None:
+        return None
+    from models_lib.checkpoint import read_model_config
+
+    try:
+        family = read_model_config(checkpoint_dir).get("family")
+    except ValueError:
+        return None  # no readable checkpoint: show the batch without model verdicts
+    if family != "electra":
+        return None
+    message = "The generator's replacements and the discriminator's verdicts are not shown for ELECTRA yet."
+    return [{"generator": [], "discriminator": [], "message": message} for _ in range(batch.input_ids.shape[0])]

@@ -1,0 +1,12 @@
+from django.contrib import admin
+
+from webapp.explorer.models import ModelImport
+
+
+@admin.register(ModelImport)
+class ModelImportAdmin(admin.ModelAdmin):
+    list_display = ("name", "owner", "status", "size_bytes", "created_at", "finished_at")
+    list_filter = ("status",)
+    search_fields = ("name", "owner__username", "id")
+    raw_id_fields = ("owner", "checkpoint")
+    readonly_fields = ("id", "info", "created_at", "finished_at")
