@@ -2,13 +2,15 @@
 
 The YAML file holds the RunConfig fields plus:
   corpus:      path of a raw .txt or .jsonl corpus (relative paths: from the YAML file's folder)
-  tokenizer:   {algorithm: wordpiece, vocab_size: 8000, lowercase: true}
+  tokenizer:   {algorithm: wordpiece, vocab_size: 8000, lowercase: true} (the algorithm defaults to the
+               architecture's: bpe for RoBERTa, unigram for ALBERT, wordpiece otherwise)
   output_dir:  where everything goes (relative paths: from the YAML file's folder)
   cleaning:    optional C4 rules, e.g. {terminal_punct: true, min_words: true}
   valid_fraction: optional share of documents held out for validation (default 0.05)
 
 output_dir/ gets corpus/ (cleaned text), tokenizer/ (tokenizer + shards/), checkpoints/ and
-metrics.jsonl. Preparation steps whose outputs exist are skipped. Ctrl-C stops after the
+metrics.jsonl. A DistilBERT run's teacher_checkpoint is a checkpoint folder (relative paths: from
+the YAML file's folder). Preparation steps whose outputs exist are skipped. Ctrl-C stops after the
 current step and saves a checkpoint; `--resume` continues from the latest one. A problem
 the user can fix is printed as one line on stderr and the exit code is 2.
 """
@@ -131,8 +133,14 @@ def load_run_file(path: Path) -> RunFile:
     rules = [f.name for f in dataclasses.fields(CleaningOptions)]
     if not isinstance(cleaning, dict) or set(cleaning) - set(rules):
         raise ConfigError(f"cleaning: maps rule names ({', '.join(rules)}) to true/false; got {cleaning!r}.")
-    config = RunConfig.from_dict({k: v for k, v in data.items() if k not in RUN_FILE_KEYS})
-    tok = {**TOKENIZER_DEFAULTS, **tokenizer}
+    fields = {k: v for k, v in data.items() if k not in RUN_FILE_KEYS}
+    if isinstance(fields.get("teacher_checkpoint"), str) and fields["teacher_checkpoint"].strip():
+        fields["teacher_checkpoint"] = str((here / fields["teacher_checkpoint"].strip()).resolve())
+    config = RunConfig.from_dict(fields)
+    if config.architecture == "distilbert":
+        registry.validate_teacher(config)
+    algorithm = registry.get(config.architecture).tokenizer_algorithms[0]
+    tok = {**TOKENIZER_DEFAULTS, "algorithm": algorithm, **tokenizer}
     registry.validate_tokenizer(config, tok["algorithm"])
     try:
         valid_fraction = float(data.get("valid_fraction", 0.05))

@@ -40,6 +40,11 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "log_every": (1, 100_000),
     "seed": (0, 2**31 - 1),
     "num_threads": (0, 1024),
+    "rtd_weight": (0.0, 1000.0),
+    "distill_temperature": (0.5, 20.0),
+    "distill_soft_weight": (0.0, 100.0),
+    "distill_mlm_weight": (0.0, 100.0),
+    "distill_cos_weight": (0.0, 100.0),
 }
 
 CHOICES: dict[str, tuple[str, ...]] = {
@@ -47,6 +52,12 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "schedule": ("linear", "cosine", "constant"),
     "device": ("auto", "cpu", "cuda"),
     "precision": ("auto", "fp32", "bf16"),
+}
+# Choices owned by the data layer (trainer.masking.MASKING_UNITS, trainer.collators.PACKINGS);
+# read lazily so that importing this module does not import torch. See choices().
+_LAZY_CHOICES = {
+    "masking_unit": ("trainer.masking", "MASKING_UNITS"),
+    "packing": ("trainer.collators", "PACKINGS"),
 }
 
 # Static masking: each example gets this many different masks, reused round-robin by epoch.
@@ -72,6 +83,26 @@ class RunConfig:
     """"dynamic": new masks every time a sequence is fed; "static": 10 masks per sequence, fixed up front."""
     mask_prob: float = 0.15
     """Share of (non-special) tokens chosen for masked-token prediction."""
+    masking_unit: str = ""
+    """What one mask covers: "token" (BERT), "word" (whole-word masking, BERT-wwm), "phrase" (ERNIE phrase masking), "ngram" (ALBERT, 1- to 3-grams of words) or "span" (SpanBERT, with its span boundary objective). Empty = the architecture's default (ALBERT "ngram", SpanBERT "span", otherwise "token")."""
+    packing: str = "full-sentences"
+    """How single-segment inputs are filled (RoBERTa): "full-sentences" (whole sentences up to seq_len, across documents, with a separator between them) or "doc-sentences" (never across a document boundary). Sentence-pair objectives (NSP, SOP, UniLM) make their own pairs and take "full-sentences"."""
+
+    # --- ELECTRA (the generator's width is the model field generator_size)
+    rtd_weight: float = 50.0
+    """ELECTRA: weight of the discriminator's replaced-token-detection loss; loss = MLM(generator) + rtd_weight x RTD(discriminator). The paper uses 50."""
+
+    # --- DistilBERT
+    teacher_checkpoint: str = ""
+    """DistilBERT: folder of a trained BERT checkpoint (model_config.json + model.safetensors, trained with the same tokenizer). The student gets half its layers, initialised from every other teacher layer."""
+    distill_temperature: float = 2.0
+    """DistilBERT: softmax temperature of the soft targets (teacher and student logits are divided by it)."""
+    distill_soft_weight: float = 5.0
+    """DistilBERT: weight of the soft-target loss, KL(teacher || student) at the temperature, times temperature squared."""
+    distill_mlm_weight: float = 2.0
+    """DistilBERT: weight of the student's own masked-LM loss on the true tokens."""
+    distill_cos_weight: float = 1.0
+    """DistilBERT: weight of the cosine loss between the student's and the teacher's final hidden states (real tokens)."""
 
     # --- length and batches
     max_steps: int = 1000
@@ -121,9 +152,11 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         self._coerce_types()
-        self._check_fields()
         from trainer import registry  # lazy: registry reads the model presets
 
+        if not self.masking_unit and self.architecture in registry.ARCHITECTURES:
+            self.masking_unit = registry.ARCHITECTURES[self.architecture].default_masking_unit
+        self._check_fields()
         registry.validate(self)
 
     # ----------------------------------------------------------------- validation
@@ -148,7 +181,9 @@ class RunConfig:
                 raise ConfigError(f"{name} must be between {_num(lo)} and {_num(hi)}, not {_num(value)}.")
         if self.seq_len < MIN_SEQ_LEN:
             raise ConfigError(f"seq_len must be at least {MIN_SEQ_LEN} tokens, not {self.seq_len}.")
-        for name, options in CHOICES.items():
+        for name, options in choices().items():
+            if name == "masking_unit" and not self.masking_unit:
+                continue  # an unknown architecture: the registry says so
             if getattr(self, name) not in options:
                 raise ConfigError(
                     f"{name} must be one of {', '.join(repr(o) for o in options)}, not {getattr(self, name)!r}."
@@ -169,6 +204,8 @@ class RunConfig:
             )
         if self.precision == "bf16" and self.device == "cpu":
             raise ConfigError("bf16 precision needs a CUDA GPU; use precision \"auto\" or \"fp32\" on the CPU.")
+        if not (self.distill_soft_weight or self.distill_mlm_weight or self.distill_cos_weight):
+            raise ConfigError("The three distillation loss weights cannot all be 0: the student would learn nothing.")
 
     # ----------------------------------------------------------------- (de)serialisation
     def to_dict(self) -> dict[str, Any]:
@@ -211,6 +248,12 @@ class RunConfig:
         return "nsp" in self.objectives
 
     @property
+    def distill_weights(self) -> dict[str, float]:
+        """DistilBERT's loss weights by metric name: soft targets, MLM, cosine."""
+        return {"soft_loss": self.distill_soft_weight, "mlm_loss": self.distill_mlm_weight,
+                "cos_loss": self.distill_cos_weight}
+
+    @property
     def tokens_per_step(self) -> int:
         """Upper bound on tokens per update (padding included)."""
         return self.batch_size * self.grad_accum * self.seq_len
@@ -236,6 +279,17 @@ def _field_docs() -> tuple[tuple[str, str], ...]:
                 and isinstance(nxt.value.value, str)):
             docs.append((node.target.id, " ".join(nxt.value.value.split())))
     return tuple(docs)
+
+
+def choices() -> dict[str, tuple[str, ...]]:
+    """{field: its allowed values} for every text field with a fixed set of values: CHOICES,
+    plus the masking units and packings of the data layer."""
+    import importlib
+
+    out = dict(CHOICES)
+    for name, (module, table) in _LAZY_CHOICES.items():
+        out[name] = tuple(getattr(importlib.import_module(module), table))
+    return out
 
 
 def field_defaults() -> dict[str, Any]:

@@ -4,8 +4,13 @@ train() reads as a table of contents: load the tokenizer, build the model, the o
 the data (or restore all of them from the latest checkpoint), then loop over steps with
 maybe_log / maybe_eval / maybe_checkpoint. Everything random is seeded from config.seed:
 weights and dropout through torch's generator (whose state is checkpointed), data order,
-pairs and masks through explicit generators keyed by the data position. So N steps, a
-stop, and a resume give the same model as one uninterrupted run.
+pairs and masks through explicit generators keyed by the data position, ELECTRA's sampling
+through its own checkpointed generator. So N steps, a stop, and a resume give the same model
+as one uninterrupted run.
+
+What a family computes per batch lives in trainer.families (a `Step` returns the loss, its
+named parts and (hits, total) counts); the loop here only adds them up, so every family's
+losses and accuracies are reported for training and validation alike.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from trainer import checkpoints, registry
+from trainer import checkpoints, families, registry
 from trainer.collators import Batch, SpecialIds
 from trainer.config import RunConfig, resolve_device, resolve_precision
 from trainer.data import DataPosition, Prefetcher, TrainStream, build_train_stream, build_valid_batches
@@ -64,17 +69,18 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
         tokenizer = load_tokenizer(config, data_dir)
         device, precision = setup_runtime(config)
         resume_from = find_resume_point(out_dir, resume, sink)
-        model = build_model(config, tokenizer.vocab_size, tokenizer.pad_id, device)
+        model, forward = families.build(config, vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
+                                     device=device, data_dir=data_dir)
         optimizer, scheduler = build_optimizer(model, config)
         state = TrainState()
         if resume_from is not None:
-            state = restore(resume_from, config, data_dir, model, optimizer, scheduler)
+            state = restore(resume_from, config, data_dir, model, optimizer, scheduler, forward)
         special = SpecialIds.from_tokenizer(tokenizer)
         stream = build_train_stream(config, data_dir, special, state.position)
         valid = build_valid_batches(config, data_dir, special)
         if not valid:
             sink.log("The validation split gives no examples for these settings; training without validation.")
-        loop = Loop(config, model=model, optimizer=optimizer, scheduler=scheduler, stream=stream,
+        loop = Loop(config, model=model, forward=forward, optimizer=optimizer, scheduler=scheduler, stream=stream,
                     valid=valid, state=state, sink=sink, data_dir=data_dir, out_dir=out_dir,
                     device=device, precision=precision, resumed_from=resume_from)
         return loop.run(should_stop)
@@ -104,20 +110,6 @@ def setup_runtime(config: RunConfig) -> tuple[str, str]:
     return device, precision
 
 
-def model_config(config: RunConfig, vocab_size: int, pad_id: int) -> Any:
-    spec = registry.get(config.architecture)
-    overrides = dict(config.model_overrides)
-    cfg = spec.preset_config(config.preset, vocab_size=vocab_size, pad_token_id=pad_id, **overrides)
-    if registry.max_positions(cfg) < config.seq_len:  # registry.validate refuses this; belt and braces
-        raise ConfigError(f"seq_len {config.seq_len} is longer than the model's {registry.max_positions(cfg)} positions.")
-    return cfg
-
-
-def build_model(config: RunConfig, vocab_size: int, pad_id: int, device: str) -> nn.Module:
-    model = registry.get(config.architecture).build_model(model_config(config, vocab_size, pad_id))
-    return model.to(device).train()
-
-
 def find_resume_point(out_dir: Path, resume: bool, sink: MetricsSink) -> Path | None:
     if resume:
         folder = checkpoints.latest_resumable(out_dir)
@@ -131,7 +123,7 @@ def find_resume_point(out_dir: Path, resume: bool, sink: MetricsSink) -> Path | 
 
 
 def restore(folder: Path, config: RunConfig, data_dir: Path, model: nn.Module,
-            optimizer: torch.optim.Optimizer, scheduler: Any) -> TrainState:
+            optimizer: torch.optim.Optimizer, scheduler: Any, forward: families.Step | None = None) -> TrainState:
     """Load weights, optimizer, scheduler and RNG states from a checkpoint; return the rest."""
     import safetensors.torch
 
@@ -152,6 +144,8 @@ def restore(folder: Path, config: RunConfig, data_dir: Path, model: nn.Module,
     optimizer.load_state_dict(opt["optimizer"])
     scheduler.load_state_dict(opt["scheduler"])
     checkpoints.restore_rng_state(opt["rng"])
+    if forward is not None:  # e.g. ELECTRA's sampler
+        forward.load_state_dict(opt.get("family_state", {}))
     s = checkpoints.read_state(folder)
     metrics = s.get("metrics", {})
     return TrainState(step=int(s["step"]), tokens_seen=int(s.get("tokens_seen", 0)),
@@ -182,11 +176,45 @@ class _Interval:
         return float(v.item() if isinstance(v, torch.Tensor) else v)
 
 
+class Tally:
+    """Named losses and ratios of StepOutputs, added up. weighted=False averages each loss over
+    the micro-batches that had it (training, as BERT logs); weighted=True weights each batch's
+    mean by what it is over, targets, sequences or tokens (validation). Ratios are always
+    total hits / total count."""
+
+    def __init__(self, *, weighted: bool) -> None:
+        self.weighted = weighted
+        self.losses: dict[str, list] = {}   # name -> [sum, weight]
+        self.ratios: dict[str, list] = {}   # name -> [hits, total]
+
+    def add(self, out: families.StepOutput) -> None:
+        for name, value in out.losses.items():
+            w = out.weights.get(name, 1.0) if self.weighted else 1.0
+            acc = self.losses.setdefault(name, [0.0, 0.0])
+            acc[0] = acc[0] + value * w
+            acc[1] = acc[1] + w
+        for name, (hits, total) in out.ratios.items():
+            acc = self.ratios.setdefault(name, [0.0, 0.0])
+            acc[0], acc[1] = acc[0] + hits, acc[1] + total
+
+    def values(self) -> dict[str, float]:
+        """{loss name: mean, ..., ratio name: hits / total} (one device sync per value)."""
+        out = {name: _item(s) / max(_item(w), 1e-12) for name, (s, w) in self.losses.items()}
+        out.update({name: _item(h) / max(_item(t), 1.0) for name, (h, t) in self.ratios.items()})
+        return out
+
+
+def _item(x: torch.Tensor | float) -> float:
+    return float(x.item() if isinstance(x, torch.Tensor) else x)
+
+
 class Loop:
-    def __init__(self, config: RunConfig, *, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+    def __init__(self, config: RunConfig, *, model: nn.Module, forward: families.Step,
+                 optimizer: torch.optim.Optimizer, scheduler: Any,
                  stream: TrainStream, valid: list[Batch], state: TrainState, sink: MetricsSink, data_dir: Path,
                  out_dir: Path, device: str, precision: str, resumed_from: Path | None):
         self.config, self.model, self.optimizer, self.scheduler = config, model, optimizer, scheduler
+        self.forward = forward  # batch -> StepOutput (the family's forward, loss and counts)
         self.stream, self.valid, self.state, self.sink = stream, valid, state, sink
         self.data_dir, self.out_dir, self.device, self.precision = data_dir, out_dir, device, precision
         self.resumed_from = resumed_from
@@ -196,6 +224,7 @@ class Loop:
         self.last_eval_step = -1
         self.session_start = time.perf_counter()
         self.interval = _Interval()
+        self.tally = Tally(weighted=False)
         self.grad_norm: torch.Tensor | float = 0.0
         self.lr = 0.0
         self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if precision == "bf16"
@@ -243,9 +272,9 @@ class Loop:
             n_tokens = batch.n_tokens
             batch = batch.to(self.device)
             with self.autocast:
-                out = model(**batch.model_inputs())
+                out = self.forward(batch, train=True)
             (out.loss / cfg.grad_accum).backward()
-            self.record(out, batch, n_tokens)
+            self.record(out, n_tokens)
         self.grad_norm = clip_gradients(model, cfg.clip_grad)
         self.lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
@@ -253,20 +282,13 @@ class Loop:
         self.state.step += 1
         self.state.position = position
 
-    def record(self, out: Any, batch: Batch, n_tokens: int) -> None:
+    def record(self, out: families.StepOutput, n_tokens: int) -> None:
         iv = self.interval
         iv.micro_batches += 1
         iv.tokens += n_tokens
         self.state.tokens_seen += n_tokens
         iv.add("loss", out.loss.detach().float())
-        if out.mlm_loss is not None:
-            iv.add("mlm_loss", out.mlm_loss.detach().float())
-            iv.add("mlm_correct", (out.mlm_logits.detach().argmax(-1) == out.mlm_targets).sum())
-            iv.add("mlm_total", out.mlm_targets.numel())
-        if out.nsp_loss is not None:
-            iv.add("nsp_loss", out.nsp_loss.detach().float())
-            iv.add("nsp_correct", (out.nsp_logits.detach().argmax(-1) == batch.nsp_labels).sum())
-            iv.add("nsp_total", out.nsp_logits.shape[0])
+        self.tally.add(out)
 
     def maybe_log(self) -> None:
         step = self.state.step
@@ -278,11 +300,7 @@ class Loop:
             raise ConfigError(f"The loss became {loss} at step {step}: training diverged. "
                               f"Lower lr, raise warmup_steps or keep clip_grad on.")
         now = time.perf_counter()
-        values = {"loss": loss, "mlm_loss": iv.get("mlm_loss") / n,
-                  "mlm_acc": iv.get("mlm_correct") / max(1.0, iv.get("mlm_total"))}
-        if self.config.uses_nsp:
-            values["nsp_loss"] = iv.get("nsp_loss") / n
-            values["nsp_acc"] = iv.get("nsp_correct") / max(1.0, iv.get("nsp_total"))
+        values = {"loss": loss, **_ordered(self.tally.values())}
         done = step - self.first_step
         per_step = (now - self.session_start) / max(1, done)
         values.update(lr=self.lr, grad_norm=float(self.grad_norm),
@@ -292,6 +310,7 @@ class Loop:
         self.state.train_metrics = values
         self.sink.metrics(step, "train", values)
         self.interval = _Interval()
+        self.tally = Tally(weighted=False)
 
     def maybe_eval(self, force: bool = False) -> None:
         step = self.state.step
@@ -318,29 +337,24 @@ class Loop:
     # -- the pieces
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
+        """Every named loss (weighted per target / sequence / token over the fixed validation
+        batches), "loss" = their weighted sum as in training, perplexity from the MLM loss, and
+        the ratios (accuracies, RTD precision and recall)."""
         model = self.model
         model.eval()
-        mlm_loss = mlm_correct = mlm_total = nsp_loss = nsp_correct = nsp_total = 0.0
+        self.forward.start_validation()
+        tally = Tally(weighted=True)
         for batch in self.valid:
             batch = batch.to(self.device)
             with self.autocast:
-                out = model(**batch.model_inputs())
-            n = out.mlm_targets.numel()
-            mlm_loss += float(out.mlm_loss) * n
-            mlm_correct += float((out.mlm_logits.argmax(-1) == out.mlm_targets).sum())
-            mlm_total += n
-            if out.nsp_loss is not None:
-                b = batch.size
-                nsp_loss += float(out.nsp_loss) * b
-                nsp_correct += float((out.nsp_logits.argmax(-1) == batch.nsp_labels).sum())
-                nsp_total += b
+                tally.add(self.forward(batch, train=False))
         model.train()
-        mlm = mlm_loss / max(1.0, mlm_total)
-        values = {"loss": mlm, "mlm_loss": mlm, "perplexity": math.exp(min(mlm, 50.0)),
-                  "mlm_acc": mlm_correct / max(1.0, mlm_total)}
-        if nsp_total:
-            values["loss"] = mlm + nsp_loss / nsp_total
-            values["nsp_acc"] = nsp_correct / nsp_total
+        parts = tally.values()
+        weights = self.forward.loss_weights
+        values = {"loss": sum(weights.get(k, 1.0) * v for k, v in parts.items() if k.endswith("_loss"))}
+        values.update(_ordered(parts))
+        if "mlm_loss" in parts:
+            values["perplexity"] = math.exp(min(parts["mlm_loss"], 50.0))
         return values
 
     def save_checkpoint(self) -> Path:
@@ -353,7 +367,7 @@ class Loop:
                  "architecture": self.config.architecture, "objectives": list(self.config.objectives)}
         opt_state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                      "rng": checkpoints.capture_rng_state(), "data_position": s.position.to_dict(),
-                     "step": s.step}
+                     "step": s.step, "family_state": self.forward.state_dict()}
         folder = checkpoints.save_checkpoint(self.out_dir, s.step, model=self.model, tokenizer_dir=self.data_dir,
                                              state=state, optimizer_state=opt_state)
         self.last_checkpoint, self.last_checkpoint_step = folder, s.step
@@ -390,6 +404,21 @@ class Loop:
             f"{cfg.max_steps:,} steps of {cfg.batch_size} x {cfg.grad_accum} sequences of up to {cfg.seq_len} tokens; "
             f"{self.stream.epoch_size:,} training sequences per epoch, {len(self.valid)} validation batches."
         )
+
+
+def _ordered(values: dict[str, float]) -> dict[str, float]:
+    """Losses first, then the ratios, each group in a fixed order (stable metric rows)."""
+    losses = sorted((k for k in values if k.endswith("_loss")), key=_metric_rank)
+    rest = sorted((k for k in values if not k.endswith("_loss")), key=_metric_rank)
+    return {k: values[k] for k in losses + rest}
+
+
+_METRIC_ORDER = ("mlm", "nsp", "sop", "sbo", "rtd", "soft", "cos")
+
+
+def _metric_rank(key: str) -> tuple[int, str]:
+    head = key.split("_", 1)[0]
+    return (_METRIC_ORDER.index(head) if head in _METRIC_ORDER else len(_METRIC_ORDER), key)
 
 
 def memory_mb(device: str) -> float:

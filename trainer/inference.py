@@ -1,4 +1,10 @@
-"""Use a checkpoint: fill in [MASK]s, judge sentence pairs and their order, list a run's checkpoints.
+"""Use a checkpoint: fill in [MASK]s, judge sentence pairs and their order, generate text with a
+UniLM model, list a run's checkpoints.
+
+Every encoder family answers fill-mask: BERT, RoBERTa (its tokenizer's mask is `<mask>`;
+"[MASK]" is accepted too), ALBERT, SpanBERT, UniLM, DistilBERT, and ELECTRA through its
+generator (the discriminator has no MLM head; each answer says so). next_sentence needs an
+NSP head (BERT); sentence_order asks ALBERT's SOP head or, failing that, NSP.
 
 A checkpoint is a trained run's (trainer_state.json says which objectives it learnt) or an
 imported Hugging Face model (import_info.json lists the heads whose weights it brought); a
@@ -66,9 +72,14 @@ def list_checkpoints(run_folder: str | Path) -> list[tuple[int, Path]]:
     return checkpoints.list_checkpoints(Path(run_folder))
 
 
+GENERATOR_NOTE = ("ELECTRA: these are the generator's predictions; the discriminator, the model ELECTRA keeps, "
+                  "only tells original from replaced tokens.")
+
+
 def fill_mask(checkpoint_dir: str | Path, text: str, top_k: int = 5) -> list[dict]:
-    """Predictions for each [MASK] in `text`:
-    [{"position": token index, "predictions": [{"token", "id", "prob"}, ...top_k, most likely first]}]."""
+    """Predictions for each [MASK] in `text` (or the tokenizer's own mask token, e.g. RoBERTa's <mask>):
+    [{"position": token index, "predictions": [{"token", "id", "prob"}, ...top_k, most likely first]}].
+    ELECTRA answers with its generator; its entries then carry "note" (GENERATOR_NOTE) saying so."""
     loaded = _load(checkpoint_dir)
     tok = loaded.tokenizer
     if loaded.lacks("mlm"):
@@ -77,23 +88,79 @@ def fill_mask(checkpoint_dir: str | Path, text: str, top_k: int = 5) -> list[dic
         raise InferenceError(f"top_k must be a whole number between 1 and {tok.vocab_size} (the vocabulary size).")
     text = _nonempty(text, "Type a text with [MASK] where a word should be predicted.")
     mask_token = tok.tok.id_to_token(tok.mask_id)
-    text = re.sub(re.escape(mask_token), mask_token, text, flags=re.IGNORECASE)  # accept [mask]
-    enc = tok.tok.encode(text)
-    ids = enc.ids
+    text = _canonical_masks(text, mask_token, tok.meta.get("algorithm", "wordpiece"))
+    ids = tok.tok.encode(text).ids
     positions = [i for i, t in enumerate(ids) if t == tok.mask_id]
     if not positions:
-        raise InferenceError(f"The text has no {mask_token}; write {mask_token} where a word should be predicted.")
+        also = "" if mask_token == "[MASK]" else f" (or {mask_token})"
+        raise InferenceError(f"The text has no [MASK]; write [MASK]{also} where a word should be predicted.")
     _check_length(len(ids), loaded)
+    model, note = _mlm_model(loaded.model)
     with torch.inference_mode():
-        out = loaded.model(torch.tensor([ids]), token_type_ids=torch.zeros(1, len(ids), dtype=torch.long))
+        # No segment ids: everything is segment 0 (and DistilBERT has no token types at all).
+        out = model(torch.tensor([ids]))
         probs = torch.softmax(out.mlm_logits[0, positions].float(), dim=-1)  # (M, V)
         top = probs.topk(top_k, dim=-1)
     return [
         {"position": pos,
          "predictions": [{"token": tok.tok.id_to_token(int(i)), "id": int(i), "prob": float(p)}
-                         for p, i in zip(top.values[m], top.indices[m])]}
+                         for p, i in zip(top.values[m], top.indices[m])],
+         **({"note": note} if note else {})}
         for m, pos in enumerate(positions)
     ]
+
+
+def _canonical_masks(text: str, mask_token: str, algorithm: str) -> str:
+    """Every spelling of a mask the user may type ([MASK], [mask], <mask>) as the tokenizer's own.
+
+    Byte-level BPE and SentencePiece tokenizers carry a word's leading space inside its token
+    (Ġword, ▁word), and a mask stands for such a token; a space typed before the mask would
+    become a token of its own, so it is dropped (what RoBERTa's <mask> lstrip does)."""
+    spellings = sorted({"[MASK]", "<mask>", mask_token}, key=len, reverse=True)
+    pattern = "|".join(re.escape(m) for m in spellings)
+    if algorithm in ("bpe", "unigram"):
+        return re.sub(rf"\s*(?:{pattern})", mask_token, text, flags=re.IGNORECASE)
+    return re.sub(pattern, mask_token, text, flags=re.IGNORECASE)
+
+
+def _mlm_model(model: nn.Module) -> tuple[nn.Module, str]:
+    """The module that answers fill-mask, and a note when it is not the model itself (ELECTRA)."""
+    generator = getattr(model, "generator", None)
+    if generator is not None and hasattr(generator, "mlm_head"):
+        return generator, GENERATOR_NOTE
+    return model, ""
+
+
+def generate_seq2seq(checkpoint_dir: str | Path, source_text: str, max_new_tokens: int = 32) -> dict[str, Any]:
+    """A UniLM checkpoint continues `source_text` as a seq2seq target (greedy, UniLM's seq2seq mask):
+    {"text": the generated text, "tokens": [token strings], "ids": [ids], "stopped": "end" (it wrote
+    [SEP]) | "length" (max_new_tokens or the model's positions ran out)}."""
+    from models_lib.unilm import UniLMForPreTraining, generate_seq2seq as _generate
+
+    loaded = _load(checkpoint_dir)
+    if not isinstance(loaded.model, UniLMForPreTraining):
+        raise InferenceError(f"Only UniLM checkpoints generate text; this one holds a {loaded.model.config.label} "
+                             f"model, trained without UniLM's seq2seq attention. Pick a checkpoint of a UniLM run.")
+    if loaded.lacks("unilm"):
+        raise InferenceError(loaded.untrained("seq2seq", "UniLM's attention modes"))
+    tok = loaded.tokenizer
+    source_text = _nonempty(source_text, "Type a source text to continue.")
+    ids = tok.tok.encode(source_text).ids  # [CLS] source [SEP]
+    room = loaded.max_positions - len(ids)
+    if room < 1:
+        raise InferenceError(f"The source is {len(ids)} tokens long (with the special tokens), but this model reads at "
+                             f"most {loaded.max_positions} in all, which leaves no room for a target. Shorten it.")
+    if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or not 1 <= max_new_tokens:
+        raise InferenceError("max_new_tokens must be a whole number of at least 1.")
+    with torch.inference_mode():
+        out = _generate(loaded.model, torch.tensor([ids]), max_new_tokens=min(max_new_tokens, room),
+                        mask_id=tok.mask_id, eos_id=tok.sep_id, pad_id=tok.pad_id)
+    new = [int(i) for i in out[0].tolist()]  # one source: no padding
+    ended = tok.sep_id in new
+    if ended:
+        new = new[: new.index(tok.sep_id)]
+    return {"text": tok.tok.decode(new, skip_special_tokens=True), "tokens": [tok.tok.id_to_token(i) for i in new],
+            "ids": new, "stopped": "end" if ended else "length"}
 
 
 def next_sentence(checkpoint_dir: str | Path, text_a: str, text_b: str) -> dict[str, float]:
@@ -198,7 +265,7 @@ def _read(folder: Path) -> _Loaded:
         model = load_model(folder, map_location="cpu").eval()
     except ValueError as e:
         raise InferenceError(f"The checkpoint {folder.name} cannot be loaded: {e}") from None
-    if not hasattr(model, "mlm_head"):
+    if not hasattr(_mlm_model(model)[0], "mlm_head"):
         raise InferenceError(f"The checkpoint {folder.name} holds a model without a language-model head.")
     try:
         tokenizer = load_tokenizer(folder)

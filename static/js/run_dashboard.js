@@ -17,6 +17,20 @@
     { id: "loss", traces: [["train", "loss", "train"], ["valid", "loss", "validation"]] },
     { id: "mlm_acc", traces: [["train", "mlm_acc", "train"], ["valid", "mlm_acc", "validation"]], percent: true },
     { id: "nsp_acc", traces: [["train", "nsp_acc", "train"], ["valid", "nsp_acc", "validation"]], percent: true },
+    { id: "sop_acc", traces: [["train", "sop_acc", "train"], ["valid", "sop_acc", "validation"]], percent: true },
+    { id: "sbo_loss", traces: [["train", "sbo_loss", "train"], ["valid", "sbo_loss", "validation"]] },
+    { id: "sbo_acc", traces: [["train", "sbo_acc", "train"], ["valid", "sbo_acc", "validation"]], percent: true },
+    // ELECTRA: the generator's MLM loss and the discriminator's RTD loss on their own scales.
+    { id: "electra_loss", traces: [["train", "mlm_loss", "generator (train)", "#3f5bd9"],
+      ["valid", "mlm_loss", "generator (validation)", "#3f5bd9"],
+      ["train", "rtd_loss", "discriminator (train)", "#1a9e77", "y2"],
+      ["valid", "rtd_loss", "discriminator (validation)", "#1a9e77", "y2"]], y2: "discriminator loss" },
+    { id: "rtd", traces: [["train", "rtd_precision", "precision", "#3f5bd9"], ["train", "rtd_recall", "recall", "#e0692b"],
+      ["train", "rtd_acc", "accuracy", "#1a9e77"], ["valid", "rtd_precision", "precision (validation)", "#3f5bd9"],
+      ["valid", "rtd_recall", "recall (validation)", "#e0692b"]], percent: true },
+    { id: "distill", traces: [["train", "soft_loss", "soft targets", "#3f5bd9"], ["train", "mlm_loss", "MLM", "#e0692b"],
+      ["train", "cos_loss", "cosine", "#1a9e77"], ["valid", "soft_loss", "soft targets (validation)", "#3f5bd9"],
+      ["valid", "mlm_loss", "MLM (validation)", "#e0692b"], ["valid", "cos_loss", "cosine (validation)", "#1a9e77"]] },
     { id: "lr", traces: [["train", "lr", "learning rate"]], exponent: true },
     { id: "grad_norm", traces: [["train", "grad_norm", "gradient norm"]] },
     { id: "tokens_per_s", traces: [["train", "tokens_per_s", "tokens / s"]] },
@@ -42,6 +56,7 @@
       legend: { orientation: "h", x: 1, xanchor: "right", y: 1.12 },
       hovermode: "x unified",
       showlegend: chart.traces.length > 1,
+      ...(chart.y2 ? { yaxis2: { title: { text: chart.y2, font: { size: 11 } }, overlaying: "y", side: "right" } } : {}),
     };
   }
 
@@ -55,9 +70,11 @@
   }
 
   function drawChart(chart) {
-    const traces = chart.traces.map(([split, key, name]) => ({
+    // A trace is [split, metric key, legend name, colour (default: by split), axis ("y2": the right one)].
+    const traces = chart.traces.map(([split, key, name, color, axis]) => ({
       ...traceData(split, key), name, type: "scatter", mode: split === "valid" ? "lines+markers" : "lines",
-      line: { color: COLORS[split], width: 2 }, marker: { size: 5 },
+      line: { color: color || COLORS[split], width: 2, ...(color && split === "valid" ? { dash: "dot" } : {}) },
+      marker: { size: 5 }, ...(axis ? { yaxis: axis } : {}),
     }));
     const empty = series.train.size === 0 && series.valid.size === 0;
     Plotly.react("chart-" + chart.id, traces, layout(chart, empty), { responsive: true, displaylogo: false });

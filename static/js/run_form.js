@@ -1,4 +1,5 @@
-// Launch form: keep presets, objectives and tokenizers consistent with the choices made.
+// Launch form: keep presets, objectives, masking units, packing, family settings and tokenizers
+// consistent with the architecture chosen; everything comes from the registry JSON on the page.
 // The server validates everything again; this only keeps the form from offering what cannot run.
 (function () {
   "use strict";
@@ -8,6 +9,8 @@
   const registry = JSON.parse(dataEl.textContent);
   const $ = (name) => form.querySelector(`[name="${name}"]`);
   const arch = $("architecture"), preset = $("preset"), corpus = $("corpus"), tokenizer = $("tokenizer");
+  const unit = $("masking_unit"), packing = $("packing"), teacher = $("teacher_checkpoint");
+  const urls = (document.getElementById("run-form-urls") || {}).dataset || {};
 
   function archSpec() {
     return registry.architectures.find((a) => a.name === arch.value) || registry.architectures[0];
@@ -56,6 +59,123 @@
     if (note) note.textContent = required.length ? `${spec.label} always trains with ${required.join(" and ")}.` : "";
   }
 
+  function selectedObjectives() {
+    return Array.from(form.querySelectorAll('input[name="objectives"]'))
+      .filter((el) => (el.type === "hidden" || el.checked)).map((el) => el.value);
+  }
+
+  // Masking units and packings the architecture (and its objectives) allow; the empty choice
+  // means "the architecture's default" and says which one that is.
+  function filterUnits() {
+    const spec = archSpec();
+    if (unit) {
+      for (const opt of unit.options) {
+        if (!opt.value) {
+          opt.textContent = `Default for ${spec.label}: ${unitLabel(spec.default_masking_unit)}`;
+          continue;
+        }
+        const ok = spec.masking_units.includes(opt.value);
+        opt.hidden = !ok; opt.disabled = !ok;
+        if (!ok && opt.selected) unit.value = "";
+      }
+    }
+    if (packing) {
+      const pairs = selectedObjectives().some((o) => (registry.pair_objectives || []).includes(o));
+      for (const opt of packing.options) {
+        if (!opt.value) continue;
+        const ok = spec.packings.includes(opt.value) && !(pairs && opt.value === "doc-sentences");
+        opt.hidden = !ok; opt.disabled = !ok;
+        if (!ok && opt.selected) packing.value = "";
+      }
+      const wrap = packing.closest(".field");
+      if (wrap) {
+        const help = wrap.querySelector(".helptext");
+        if (help && !help.dataset.base) help.dataset.base = help.textContent;
+        if (help) help.textContent = pairs
+          ? "These objectives train on sentence pairs, which stay inside one document; packing applies to single segments."
+          : help.dataset.base;
+      }
+    }
+  }
+
+  function unitLabel(name) {
+    const opt = unit && Array.from(unit.options).find((o) => o.value === name);
+    return opt ? opt.textContent : name;
+  }
+
+  // Settings of one family (ELECTRA's generator size and RTD weight, ALBERT's sharing,
+  // DistilBERT's teacher and loss weights): shown, and submitted, only for that family.
+  function filterFamilyFields(resetDefaults) {
+    const spec = archSpec();
+    for (const wrap of form.querySelectorAll("[data-family]")) {
+      const ok = wrap.dataset.family.split(" ").includes(spec.name);
+      wrap.hidden = !ok;
+      wrap.querySelectorAll("input, select").forEach((el) => { el.disabled = !ok; });
+    }
+    if (resetDefaults) {
+      for (const f of spec.model_fields || []) {
+        const el = $(f.name);
+        if (el && el.tagName === "INPUT") el.placeholder = `${f.default} (the preset's)`;
+      }
+      const opt = spec.optimizer_defaults || {};
+      for (const name of ["lr", "weight_decay", "schedule"]) {
+        const el = $(name);
+        if (el && opt[name] !== undefined) el.value = opt[name];
+      }
+    }
+    const about = document.getElementById("arch-about");
+    if (about) about.textContent = spec.about || "";
+    filterTeachers();
+  }
+
+  function filterTeachers() {
+    const note = document.getElementById("teacher-note");
+    if (!teacher || !note) return;
+    const spec = archSpec();
+    if (!spec.needs_teacher) { note.hidden = true; return; }
+    const tok = tokenizer.value;
+    let any = false, keep = false;
+    for (const opt of teacher.options) {
+      if (!opt.value) continue;
+      const ok = !tok || !opt.dataset.tokenizer || opt.dataset.tokenizer === tok;
+      opt.hidden = !ok; opt.disabled = !ok;
+      if (ok) any = true;
+      if (ok && opt.selected) keep = true;
+    }
+    if (!keep) teacher.value = "";
+    note.hidden = any;
+    note.textContent = any ? "" : "None of your BERT checkpoints was trained with this tokenizer: train a BERT run on it " +
+      "first, then distil it here.";
+  }
+
+  // A tokenizer of the wrong algorithm cannot be used (e.g. RoBERTa reads byte-level BPE):
+  // say which one to train, and where.
+  function checkTokenizer() {
+    const box = document.getElementById("tokenizer-warning");
+    const button = document.getElementById("launch");
+    if (!box) return;
+    const spec = archSpec();
+    const opt = tokenizer.selectedOptions[0];
+    const algorithm = opt && opt.value ? opt.dataset.algorithm : "";
+    const bad = algorithm && !spec.tokenizer_algorithms.includes(algorithm);
+    box.hidden = !bad;
+    box.textContent = "";
+    const wrap = tokenizer.closest(".field");
+    if (wrap) wrap.classList.toggle("has-error", !!bad);
+    if (button && button.dataset.noTokenizers !== "1") button.disabled = !!bad;
+    if (!bad) return;
+    const names = registry.tokenizer_algorithms || {};
+    const want = spec.default_tokenizer_algorithm;
+    box.append(`${spec.label} needs a ${names[want] || want} tokenizer; “${opt.textContent.trim()}” is ` +
+      `${names[algorithm] || algorithm}. `);
+    const link = document.createElement("a");
+    const corpusId = opt.dataset.corpus;
+    link.href = corpusId && urls.corpus ? urls.corpus.replace("00000000-0000-0000-0000-000000000000", corpusId)
+      : (urls.corpora || "/");
+    link.textContent = `Train a ${names[want] || want} tokenizer on the corpus page`;
+    box.append(link, ".");
+  }
+
   function filterTokenizers() {
     const c = corpus.value;
     let keep = false;
@@ -85,24 +205,34 @@
       `${n("max_steps").toLocaleString()} steps read up to ${fmt(total)} tokens.`;
   }
 
-  arch.addEventListener("change", () => { filterPresets(); filterObjectives(); });
+  arch.addEventListener("change", () => {
+    filterPresets(); filterObjectives(); filterUnits(); filterFamilyFields(true); checkTokenizer();
+  });
   preset.addEventListener("change", filterPresets);
-  corpus.addEventListener("change", filterTokenizers);
+  corpus.addEventListener("change", () => { filterTokenizers(); checkTokenizer(); filterTeachers(); });
   tokenizer.addEventListener("change", () => {
     const opt = tokenizer.selectedOptions[0];
     if (opt && opt.dataset.corpus && corpus.value !== opt.dataset.corpus) {
       corpus.value = opt.dataset.corpus;
       filterTokenizers();
     }
+    checkTokenizer();
+    filterTeachers();
   });
+  form.querySelectorAll('input[name="objectives"]').forEach((box) => box.addEventListener("change", filterUnits));
   form.addEventListener("input", summary);
   form.addEventListener("submit", () => {
     const button = document.getElementById("launch");
     if (button) { button.disabled = true; button.textContent = "Launching…"; }
   });
 
+  const launchButton = document.getElementById("launch");
+  if (launchButton && launchButton.disabled) launchButton.dataset.noTokenizers = "1";
   filterPresets();
   filterObjectives();
+  filterUnits();
+  filterFamilyFields(false);
   if (corpus.value) filterTokenizers();
+  checkTokenizer();
   summary();
 })();

@@ -70,3 +70,48 @@ def trained_run(tmp_path_factory, tokenizer_dir):
 def make_config():
     """tiny_config as a fixture (test modules cannot import conftest under importlib mode)."""
     return tiny_config
+
+
+def _tokenizer_for(tmp_path_factory, tokenizer_dir: Path, algorithm: str) -> Path:
+    """Another tokenizer (with shards) on the same prepared corpus as `tokenizer_dir`."""
+    from trainer.shards import encode_corpus
+    from trainer.tokenization import train_tokenizer
+
+    corpus_dir = tokenizer_dir.parent / "corpus"
+    out = tmp_path_factory.mktemp(f"prepared-{algorithm}") / "tokenizer"
+    train_tokenizer(corpus_dir, out, algorithm=algorithm, vocab_size=VOCAB_SIZE, lowercase=True)
+    encode_corpus(corpus_dir, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def bpe_tokenizer_dir(tmp_path_factory, tokenizer_dir) -> Path:
+    """A byte-level BPE tokenizer (RoBERTa's kind) with shards, on the same corpus."""
+    return _tokenizer_for(tmp_path_factory, tokenizer_dir, "bpe")
+
+
+@pytest.fixture(scope="session")
+def unigram_tokenizer_dir(tmp_path_factory, tokenizer_dir) -> Path:
+    """A Unigram (SentencePiece-style) tokenizer (ALBERT's kind) with shards, on the same corpus."""
+    return _tokenizer_for(tmp_path_factory, tokenizer_dir, "unigram")
+
+
+def family_config(architecture: str, **changes):
+    """A tiny run of any family: its -tiny preset at hidden 64, its default objectives, 50 steps
+    of 8 x 64 tokens at lr 3e-3 (a few seconds on one CPU thread)."""
+    from trainer.config import RunConfig
+    from trainer.registry import ARCHITECTURES
+
+    spec = ARCHITECTURES[architecture]
+    base = dict(architecture=architecture, preset=spec.default_preset,
+                model_overrides={"hidden_size": 64, "num_heads": 2}, objectives=list(spec.default_objectives),
+                max_steps=50, batch_size=8, seq_len=64, lr=3e-3, warmup_steps=5, eval_every=25, eval_batches=2,
+                checkpoint_every=50, log_every=5, seed=0, device="cpu", num_threads=1)
+    base.update(changes)
+    return RunConfig(**base)
+
+
+@pytest.fixture(scope="session")
+def make_family_config():
+    """family_config as a fixture."""
+    return family_config

@@ -14,7 +14,7 @@ from trainer.sinks import ListSink
 
 TRAIN_KEYS = {"loss", "mlm_loss", "nsp_loss", "mlm_acc", "nsp_acc", "lr", "grad_norm", "tokens_per_s",
               "memory_mb", "progress", "eta_s"}
-VALID_KEYS = {"loss", "mlm_loss", "perplexity", "mlm_acc", "nsp_acc"}
+VALID_KEYS = {"loss", "mlm_loss", "nsp_loss", "perplexity", "mlm_acc", "nsp_acc"}
 
 
 def test_loss_falls_and_metrics_are_reported(trained_run):

@@ -20,10 +20,11 @@ def test_bert_is_in_the_table_with_models_lib_presets():
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"architecture": "xlnet"}, "Unknown architecture 'xlnet'; choose one of 'bert'"),
+    ({"architecture": "xlnet"}, "Unknown architecture 'xlnet'; choose one of 'bert', 'roberta'"),
     ({"preset": "bert-huge"}, "Unknown BERT preset 'bert-huge'; choose one of bert-tiny"),
     ({"objectives": ["nsp"]}, "BERT needs the Masked language modelling (MLM) objective"),
-    ({"objectives": ["mlm", "sop"]}, "Unknown objective 'sop'"),
+    ({"objectives": ["mlm", "sop"]}, "BERT cannot be trained with Sentence order prediction (SOP)."),
+    ({"objectives": ["mlm", "xyz"]}, "Unknown objective 'xyz'"),
 ])
 def test_incompatible_combinations_are_refused(changes, message):
     with pytest.raises(ConfigError) as e:
@@ -52,7 +53,8 @@ def test_launch_form_json():
     base = next(p for p in bert["presets"] if p["name"] == "bert-base")
     assert 84e6 < base["params_without_embeddings"] < 86e6  # BERT-base: 110M with its 30k x 768 embeddings
     assert bert["default_objectives"] == ["mlm", "nsp"] and bert["optimizer_defaults"]["lr"] == 1e-4
-    assert set(data["objectives"]) == {"mlm", "nsp"} and data["objectives"]["nsp"]["help"]
+    assert set(data["objectives"]) == {"mlm", "nsp", "sop", "sbo", "rtd", "distill", "unilm"}
+    assert data["objectives"]["nsp"]["help"]
     fields = data["fields"]
     assert fields["seq_len"]["default"] == 128 and fields["seq_len"]["min"] == 16
     assert fields["masking"]["choices"] == ["dynamic", "static"]

@@ -65,9 +65,12 @@ def test_run_create_refuses_an_objective_set_the_registry_does_not_allow(alice, 
     with pytest.raises(ConfigError, match="needs the Masked language modelling"):
         services.run_create(owner=alice, name="x", corpus=None, tokenizer=tokenizer, architecture="bert",
                             preset="bert-tiny", objectives=["nsp"], training={})
-    with pytest.raises(ConfigError, match="Unknown objective 'sop'"):
+    with pytest.raises(ConfigError, match=r"BERT cannot be trained with Sentence order prediction \(SOP\)"):
         services.run_create(owner=alice, name="x", corpus=None, tokenizer=tokenizer, architecture="bert",
                             preset="bert-tiny", objectives=["mlm", "sop"], training={})
+    with pytest.raises(ConfigError, match="Unknown objective 'xyz'"):
+        services.run_create(owner=alice, name="x", corpus=None, tokenizer=tokenizer, architecture="bert",
+                            preset="bert-tiny", objectives=["mlm", "xyz"], training={})
     assert not Run.objects.exists()
 
 
@@ -321,7 +324,8 @@ def test_launching_from_the_form_creates_the_run_and_opens_its_dashboard(alice, 
 
 @pytest.mark.parametrize("changes, field, message", [
     ({"objectives": ["nsp"]}, "objectives", "BERT needs the Masked language modelling (MLM) objective."),
-    ({"objectives": ["mlm", "sop"]}, "objectives", "sop is not one of the available choices"),
+    ({"objectives": ["mlm", "sop"]}, "objectives", "BERT cannot be trained with Sentence order prediction (SOP)."),
+    ({"objectives": ["mlm", "xyz"]}, "objectives", "xyz is not one of the available choices"),
     ({"preset": "bert-huge"}, "preset", "bert-huge is not one of the available choices"),
     ({"warmup_steps": 500}, "warmup_steps", "must not be larger than max_steps"),
     ({"seq_len": 4096}, "seq_len", "seq_len must be between 16 and the model's 512 positions"),

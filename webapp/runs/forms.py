@@ -1,7 +1,12 @@
 """The launch form, generated from trainer.registry.as_json(), and the YAML import form.
 
-The page's JavaScript hides presets and objectives that do not fit the chosen architecture,
-but every POST is validated again here (through RunConfig and the registry).
+The page's JavaScript hides presets, objectives, masking units and family settings that do not
+fit the chosen architecture, and warns about a tokenizer of the wrong algorithm, but every
+POST is validated again here (through RunConfig, the registry and the run services).
+
+Family settings: ELECTRA's generator size and ALBERT's layer sharing are models_lib fields
+(they go to model_overrides); ELECTRA's RTD weight and DistilBERT's temperature and loss
+weights are RunConfig fields; DistilBERT's teacher is one of the user's BERT checkpoints.
 """
 from __future__ import annotations
 
@@ -9,10 +14,12 @@ import json
 from typing import Any
 
 from django import forms
+from django.db import models
 
 from trainer.errors import ConfigError
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
-from webapp.runs import launch
+from webapp.runs import launch, services
+from webapp.runs.models import Checkpoint, CheckpointSource
 from webapp.runs.services import build_config
 
 YAML_MAX_BYTES = 64 * 1024
@@ -39,8 +46,40 @@ class PresetSelect(forms.Select):
         return option
 
 
+class TeacherSelect(forms.Select):
+    """Each option says which tokenizer its run used, so the page can point at matching teachers."""
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        instance = getattr(value, "instance", None)
+        if instance is not None and instance.run_id is not None:
+            option["attrs"]["data-tokenizer"] = str(instance.run.tokenizer_id)
+        return option
+
+
+class TeacherChoiceField(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Checkpoint) -> str:
+        return obj.label
+
+
 def _user_objects(model, user):
     return model.objects.filter(owner=user, status=JobStatus.READY).order_by("-created_at")
+
+
+def teacher_checkpoints(user):
+    """The user's BERT checkpoints (of BERT runs, and imported BERT models), newest first."""
+    imported = [c.pk for c in Checkpoint.objects.filter(owner=user, source=CheckpointSource.IMPORT)
+                if _family(c) == "bert"]
+    return (Checkpoint.objects.filter(owner=user)
+            .filter(models.Q(run__architecture="bert") | models.Q(pk__in=imported))
+            .select_related("run").order_by("-created_at"))
+
+
+def _family(checkpoint: Checkpoint) -> str:
+    try:
+        return str(json.loads((checkpoint.folder / "model_config.json").read_text(encoding="utf-8")).get("family"))
+    except (OSError, ValueError, AttributeError):
+        return ""
 
 
 class TokenizerChoiceField(forms.ModelChoiceField):
@@ -57,6 +96,11 @@ class RunForm(forms.Form):
     architecture = forms.ChoiceField()
     preset = forms.ChoiceField(widget=PresetSelect)
     objectives = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, required=False)
+    teacher_checkpoint = TeacherChoiceField(
+        queryset=Checkpoint.objects.none(), required=False, widget=TeacherSelect, label="Teacher checkpoint",
+        empty_label="Choose one of your BERT checkpoints…",
+        help_text="DistilBERT: a trained BERT checkpoint of yours, trained with the same tokenizer. The student gets "
+                  "half its layers (every other one) and its width.")
     # Config fields a YAML import set that the form does not show (JSON), e.g. model_overrides.
     extra_settings = forms.CharField(required=False, widget=forms.HiddenInput)
 
@@ -77,8 +121,14 @@ class RunForm(forms.Form):
         self.objective_help = {k: o["help"] for k, o in spec["objectives"].items()}
         for name in launch.TRAINING_FIELDS:
             self.fields[name] = _training_field(name, spec["fields"][name])
+        for name in launch.OBJECTIVE_FIELDS + launch.FAMILY_FIELDS:
+            self.fields[name] = _training_field(name, spec["fields"][name], required=False)
+        for name in launch.model_field_names():
+            self.fields[name] = _model_field(launch.model_field(name))
+        self.fields["teacher_checkpoint"].queryset = teacher_checkpoints(user)
         for name, value in launch.launch_defaults().items():
             self.fields[name].initial = value
+        self.fields["masking_unit"].initial = ""
 
     # -- groups for the template
     def main_fields(self):
@@ -86,6 +136,16 @@ class RunForm(forms.Form):
 
     def advanced_fields(self):
         return [self[name] for name in launch.ADVANCED_FIELDS]
+
+    def objective_fields(self):
+        return [self[name] for name in launch.OBJECTIVE_FIELDS]
+
+    def family_fields(self):
+        """(bound field, the architectures that show it, space-separated) for the family settings."""
+        out = [(self["teacher_checkpoint"], " ".join(launch.family_of_field("teacher_checkpoint")))]
+        out += [(self[name], " ".join(launch.family_of_field(name))) for name in launch.FAMILY_FIELDS]
+        out += [(self[name], " ".join(launch.model_field(name)["architectures"])) for name in launch.model_field_names()]
+        return out
 
     def objective_options(self):
         """(checkbox, objective name, help text) for each objective."""
@@ -117,30 +177,67 @@ class RunForm(forms.Form):
         corpus, tokenizer = data.get("corpus"), data.get("tokenizer")
         if corpus and tokenizer and tokenizer.corpus_id != corpus.pk:
             self.add_error("tokenizer", f"This tokenizer was trained on another corpus, not on “{corpus.name}”.")
-        needed = ("architecture", "preset", "objectives", "extra_settings", *launch.TRAINING_FIELDS)
+        arch = launch.architecture_json(data.get("architecture") or "") or {}
+        if arch.get("needs_teacher") and not data.get("teacher_checkpoint") and "teacher_checkpoint" not in self.errors:
+            self.add_error("teacher_checkpoint", f"{arch['label']} distils a trained BERT model: choose one of your "
+                                                 f"BERT checkpoints as its teacher.")
+        needed = ("architecture", "preset", "objectives", "extra_settings", "teacher_checkpoint",
+                  *launch.CONFIG_FIELDS, *launch.model_field_names())
         if any(name in self.errors for name in needed):
             return data  # the field errors say what to fix first
         try:
             self.config = build_config(
                 architecture=data["architecture"], preset=data["preset"], objectives=data.get("objectives") or [],
-                training=self.training_settings(),
+                training=self.training_settings(), owner=self.user,
             )
         except ConfigError as e:
             self.add_error(_field_of(str(e)), str(e))
+            return data
+        if tokenizer and "tokenizer" not in self.errors:
+            for check, field in ((services.check_tokenizer, "tokenizer"), (services.check_teacher, "teacher_checkpoint")):
+                try:
+                    check(config=self.config, tokenizer=tokenizer)
+                except ConfigError as e:
+                    self.add_error(field, str(e))
         return data
 
     def training_settings(self) -> dict[str, Any]:
+        """The RunConfig fields of the form (and of an imported YAML's extra settings) for the chosen
+        architecture: another family's settings are left out, model fields go to model_overrides,
+        the teacher is the checkpoint's id (services resolve it)."""
         data = self.cleaned_data
-        return {**data.get("extra_settings", {}), **{n: data[n] for n in launch.TRAINING_FIELDS if n in data}}
+        arch = launch.architecture_json(data.get("architecture") or "") or {}
+        settings = {**data.get("extra_settings", {}), **{n: data[n] for n in launch.TRAINING_FIELDS if n in data}}
+        for name in ("betas", "eps"):  # not on the form: the architecture's paper values (RoBERTa: b2 0.98)
+            if name not in settings and name in arch.get("optimizer_defaults", {}):
+                settings[name] = arch["optimizer_defaults"][name]
+        for name in launch.OBJECTIVE_FIELDS:
+            if data.get(name):
+                settings[name] = data[name]
+        for name in launch.FAMILY_FIELDS:
+            if name in arch.get("config_fields", []) and data.get(name) is not None:
+                settings[name] = data[name]
+        overrides = dict(settings.get("model_overrides") or {})
+        for f in arch.get("model_fields", []):
+            if data.get(f["name"]) not in (None, ""):
+                overrides[f["name"]] = data[f["name"]]
+        if overrides:
+            settings["model_overrides"] = overrides
+        if arch.get("needs_teacher") and data.get("teacher_checkpoint"):
+            settings["teacher_checkpoint"] = str(data["teacher_checkpoint"].pk)
+        return settings
 
 
-def _training_field(name: str, spec: dict[str, Any]) -> forms.Field:
+def _training_field(name: str, spec: dict[str, Any], *, required: bool = True) -> forms.Field:
     label = launch.LABELS.get(name, name.replace("_", " ").capitalize())
-    common = {"label": label, "help_text": spec.get("help", ""), "required": True}
+    common = {"label": label, "help_text": spec.get("help", ""), "required": required}
     default = spec.get("default")
     if "choices" in spec:
         labels = launch.CHOICE_LABELS.get(name, {})
-        return forms.ChoiceField(choices=[(c, labels.get(c, c)) for c in spec["choices"]], **common)
+        choices = [(c, labels.get(c, c)) for c in spec["choices"]]
+        if not required:
+            choices = [("", "Default for the architecture")] + choices
+        return forms.ChoiceField(choices=choices, **common)
     bounds = {}
     if "min" in spec:
         bounds["min_value"] = spec["min"]
@@ -155,16 +252,34 @@ def _training_field(name: str, spec: dict[str, Any]) -> forms.Field:
     return forms.CharField(**common)
 
 
+def _model_field(spec: dict[str, Any]) -> forms.Field:
+    """A models_lib field of one family (generator_size, share_layers); empty = the preset's value."""
+    common = {"label": spec["label"], "help_text": spec.get("help", ""), "required": False}
+    if "choices" in spec:
+        return forms.ChoiceField(choices=[("", "The preset's")] + [tuple(c) for c in spec["choices"]], **common)
+    bounds = {k2: spec[k1] for k1, k2 in (("min", "min_value"), ("max", "max_value")) if k1 in spec}
+    return forms.FloatField(**common, **bounds, widget=forms.NumberInput(attrs={"step": "any"}))
+
+
 def _field_of(message: str) -> str | None:
     """Which field a ConfigError sentence is about (they start with the field's name), else a form error."""
     first = message.split(" ", 1)[0].strip(".:,")
-    if first in launch.TRAINING_FIELDS:
+    if first in launch.CONFIG_FIELDS or first in launch.model_field_names():
         return first
     lowered = message.lower()
-    if "objective" in lowered:
+    if "teacher" in lowered:
+        return "teacher_checkpoint"
+    if "masking" in lowered:
+        return "masking_unit"
+    if "packing" in lowered:
+        return "packing"
+    if "objective" in lowered or "prediction" in lowered:
         return "objectives"
     if "preset" in lowered:
         return "preset"
+    for name in launch.model_field_names():
+        if name in lowered:
+            return name
     return None
 
 

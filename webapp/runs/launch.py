@@ -18,6 +18,16 @@ MAIN_FIELDS = ("max_steps", "batch_size", "seq_len", "lr", "warmup_steps", "grad
 ADVANCED_FIELDS = ("mask_prob", "schedule", "weight_decay", "clip_grad", "eval_batches", "log_every",
                    "precision", "num_threads")
 TRAINING_FIELDS = MAIN_FIELDS + ADVANCED_FIELDS
+# Shown with the objectives: what a mask covers, how single segments are packed (empty = default).
+OBJECTIVE_FIELDS = ("masking_unit", "packing")
+# RunConfig fields of one family (ELECTRA, DistilBERT), shown only for it; the teacher is chosen
+# as one of the user's checkpoints (a checkpoint id, resolved to its folder by services).
+FAMILY_FIELDS = ("rtd_weight", "distill_temperature", "distill_soft_weight", "distill_mlm_weight",
+                 "distill_cos_weight")
+TEACHER_FIELD = "teacher_checkpoint"
+# Every RunConfig field the form and the API take by name (besides architecture, preset,
+# objectives, model_overrides and the teacher).
+CONFIG_FIELDS = TRAINING_FIELDS + OBJECTIVE_FIELDS + FAMILY_FIELDS
 
 LABELS = {
     "max_steps": "Steps", "batch_size": "Batch size", "seq_len": "Sequence length (tokens)",
@@ -27,12 +37,19 @@ LABELS = {
     "schedule": "Learning-rate schedule", "weight_decay": "Weight decay", "clip_grad": "Gradient clipping",
     "eval_batches": "Validation batches", "log_every": "Log every (steps)", "precision": "Precision",
     "num_threads": "CPU threads",
+    "masking_unit": "Masking unit", "packing": "Packing", "rtd_weight": "RTD loss weight",
+    "distill_temperature": "Temperature", "distill_soft_weight": "Soft-target loss weight",
+    "distill_mlm_weight": "MLM loss weight", "distill_cos_weight": "Cosine loss weight",
+    "teacher_checkpoint": "Teacher checkpoint",
 }
 CHOICE_LABELS = {
     "device": {"auto": "Auto", "cpu": "CPU", "cuda": "CUDA GPU"},
     "masking": {"dynamic": "Dynamic", "static": "Static"},
     "precision": {"auto": "Auto", "fp32": "fp32", "bf16": "bf16 (GPU only)"},
     "schedule": {"linear": "Linear decay", "cosine": "Cosine decay", "constant": "Constant"},
+    "masking_unit": {"token": "Tokens (BERT)", "word": "Whole words (BERT-wwm)", "phrase": "Phrases (ERNIE)",
+                     "ngram": "N-grams of words (ALBERT)", "span": "Spans (SpanBERT)"},
+    "packing": {"full-sentences": "Full sentences, across documents", "doc-sentences": "Sentences of one document"},
 }
 
 # A first run should finish in minutes on a laptop CPU.
@@ -67,8 +84,31 @@ def launch_defaults() -> dict[str, Any]:
     return {
         "architecture": arch["name"], "preset": LAUNCH_DEFAULTS.get("preset") or arch["default_preset"],
         "objectives": list(arch["default_objectives"]),
-        **{name: field_default(name) for name in TRAINING_FIELDS},
+        **{name: field_default(name) for name in CONFIG_FIELDS},
     }
+
+
+def model_field_names() -> list[str]:
+    """models_lib fields some family shows on the form (ALBERT's share_layers, ELECTRA's generator_size)."""
+    names: list[str] = []
+    for arch in registry_json()["architectures"]:
+        names += [f["name"] for f in arch["model_fields"] if f["name"] not in names]
+    return names
+
+
+def model_field(name: str) -> dict[str, Any]:
+    """The registry's description of a model field, with the families that show it."""
+    found: dict[str, Any] = {}
+    for arch in registry_json()["architectures"]:
+        for f in arch["model_fields"]:
+            if f["name"] == name:
+                found = {**f, "architectures": [*found.get("architectures", []), arch["name"]]}
+    return found
+
+
+def family_of_field(name: str) -> list[str]:
+    """The architectures whose form shows a family field."""
+    return [a["name"] for a in registry_json()["architectures"] if name in a["config_fields"]]
 
 
 def format_params(n: int) -> str:
@@ -100,9 +140,16 @@ def split_config(config: RunConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     """(values of the form's fields, the other config fields that differ from their defaults)."""
     data = config.to_dict()
     defaults = registry_json()["fields"]
-    shown = {"architecture", "preset", "objectives", *TRAINING_FIELDS}
+    shown = {"architecture", "preset", "objectives", *CONFIG_FIELDS}
     form_values = {k: v for k, v in data.items() if k in shown}
-    extra = {k: v for k, v in data.items() if k not in shown and v != defaults.get(k, {}).get("default")}
+    overrides = dict(data.get("model_overrides") or {})
+    arch = architecture_json(config.architecture) or {}
+    for f in arch.get("model_fields", []):
+        if f["name"] in overrides:
+            form_values[f["name"]] = overrides.pop(f["name"])
+    data["model_overrides"] = overrides
+    extra = {k: v for k, v in data.items()
+             if k not in shown and k != TEACHER_FIELD and v != defaults.get(k, {}).get("default")}
     return form_values, extra
 
 
@@ -118,10 +165,17 @@ def launch_values(data: dict[str, Any], *, config_yaml: str = "") -> tuple[dict[
         values = config.to_dict()
     if "architecture" in data and data["architecture"] != values["architecture"]:
         arch = architecture_json(data["architecture"])
-        if arch is not None:  # a new family starts from its own default preset and objectives
+        if arch is not None:
+            # A new family starts from its own default preset, objectives, masking unit and the
+            # optimizer settings of its paper.
             values["preset"] = arch["default_preset"]
             values["objectives"] = list(arch["default_objectives"])
-    for key in ("architecture", "preset", "objectives", "model_overrides", *TRAINING_FIELDS):
+            values["masking_unit"] = ""
+            values.update(arch["optimizer_defaults"])
+    for key in ("architecture", "preset", "objectives", "model_overrides", TEACHER_FIELD, *CONFIG_FIELDS):
         if key in data:
             values[key] = data[key]
+    for name in model_field_names():  # generator_size, share_layers: top-level shortcuts
+        if data.get(name) not in (None, ""):
+            values["model_overrides"] = {**(values.get("model_overrides") or {}), name: data[name]}
     return values, yaml_name

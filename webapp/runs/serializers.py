@@ -92,7 +92,7 @@ def _training_field(name: str) -> serializers.Field:
     kwargs = {"required": False, "help_text": spec.get("help", "")}
     default = launch.field_default(name)
     if "choices" in spec:
-        return serializers.ChoiceField(choices=spec["choices"], **kwargs)
+        return serializers.ChoiceField(choices=spec["choices"], allow_blank=default == "", **kwargs)
     bounds = {k2: spec[k1] for k1, k2 in (("min", "min_value"), ("max", "max_value")) if k1 in spec}
     if isinstance(default, bool):
         return serializers.BooleanField(**kwargs)
@@ -115,6 +115,20 @@ class _RunCreateBase(serializers.Serializer):
         help_text="A run config in YAML (as from GET /api/runs/<id>/config.yaml); explicit fields override it.",
     )
     model_overrides = serializers.DictField(required=False, help_text="Model config fields that replace the preset's.")
+    teacher_checkpoint = serializers.CharField(
+        required=False, allow_blank=True,
+        help_text="DistilBERT: the id of one of your BERT checkpoints (trained with the same tokenizer).",
+    )
+
+
+def _model_field(name: str) -> serializers.Field:
+    """A family's models_lib field as a top-level shortcut (goes to model_overrides)."""
+    spec = launch.model_field(name)
+    help_text = f"{spec.get('help', '')} ({', '.join(spec['architectures'])} only; goes to model_overrides.)"
+    if "choices" in spec:
+        return serializers.ChoiceField(choices=[c for c, _ in spec["choices"]], required=False, help_text=help_text)
+    bounds = {k2: spec[k1] for k1, k2 in (("min", "min_value"), ("max", "max_value")) if k1 in spec}
+    return serializers.FloatField(required=False, help_text=help_text, **bounds)
 
 
 # The training fields are generated from the registry (defaults, bounds and help in one place).
@@ -123,7 +137,8 @@ RunCreateSerializer = type(
     {
         "__doc__": "Launch a run. Only the tokenizer is required; every other field has a default.",
         "__module__": __name__,
-        **{name: _training_field(name) for name in launch.TRAINING_FIELDS},
+        **{name: _training_field(name) for name in launch.CONFIG_FIELDS},
+        **{name: _model_field(name) for name in launch.model_field_names()},
     },
 )
 

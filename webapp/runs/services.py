@@ -5,10 +5,13 @@ User-caused problems raise trainer.errors.UserError subclasses with a sentence t
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import socket
 import traceback
+import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,7 @@ from trainer.config import RunConfig
 from trainer.errors import ConfigError, UserError
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
 from webapp.runs.events import send_run_event, status_event
-from webapp.runs.models import LogLine, MetricPoint, Run, RunStatus
+from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run, RunStatus
 from webapp.runs.sink import DatabaseChannelsSink, StopCheck
 
 log = logging.getLogger(__name__)
@@ -39,16 +42,94 @@ class RunStateError(UserError):
 
 # -- configuration ---------------------------------------------------------------------------
 
-def build_config(*, architecture: str, preset: str, objectives, training: dict | None = None) -> RunConfig:
-    """A validated RunConfig from the launch choices plus training settings (RunConfig defaults fill the rest)."""
+def build_config(*, architecture: str, preset: str, objectives, training: dict | None = None,
+                 owner=None) -> RunConfig:
+    """A validated RunConfig from the launch choices plus training settings (RunConfig defaults fill the rest).
+
+    With `owner`, a DistilBERT teacher given as one of the owner's checkpoints (its id, or its
+    folder as an exported YAML holds it) becomes that checkpoint's folder, and the student's
+    shape (half the teacher's layers, its width) is set in model_overrides."""
     training = dict(training or {})
     for key in CHOICE_FIELDS:
         training.pop(key, None)
+    if owner is not None and training.get("teacher_checkpoint"):
+        teacher = resolve_teacher(owner=owner, value=training["teacher_checkpoint"])
+        training["teacher_checkpoint"] = str(teacher.folder)
+        if architecture == "distilbert":
+            user = dict(training.get("model_overrides") or {})
+            training["model_overrides"] = {**user, **student_shape(teacher, preset, user)}
     config = RunConfig.from_dict(
         {**training, "architecture": architecture, "preset": preset, "objectives": list(objectives or [])}
     )
     registry.validate(config)
     return config
+
+
+def resolve_teacher(*, owner, value) -> Checkpoint:
+    """One of the owner's checkpoints, from its id or its folder; ConfigError for anything else
+    (a folder of someone else's, or not a checkpoint at all)."""
+    text = str(value).strip()
+    found = None
+    try:
+        found = Checkpoint.objects.filter(owner=owner, pk=uuid.UUID(text)).first()
+    except ValueError:
+        root = Path(settings.STORAGE_ROOT).resolve()
+        try:
+            rel = Path(text).resolve().relative_to(root)
+        except (ValueError, OSError):
+            rel = None
+        if rel is not None:
+            found = Checkpoint.objects.filter(owner=owner, path=str(rel)).first()
+    if found is None:
+        raise ConfigError("teacher_checkpoint must be one of your checkpoints (its id); that one does not exist, "
+                          "or it is not yours.")
+    return found
+
+
+def student_shape(teacher: Checkpoint, preset: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """model_overrides that give a DistilBERT preset (with the user's overrides) the teacher's width
+    and half its layers: only the fields still needed, in order (a new hidden size also changes
+    the derived FFN size). {} when the teacher's files cannot be read (validate_teacher says why)."""
+    meta_path = teacher.folder / "model_config.json"
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        wanted = registry.student_overrides(dict(meta["config"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    spec, user, needed = registry.get("distilbert"), dict(overrides or {}), {}
+    for name, value in wanted.items():
+        try:
+            current = spec.preset_config(preset, vocab_size=1024, **{**user, **needed})
+        except (ConfigError, ValueError, TypeError):
+            return wanted
+        if getattr(current, name, None) != value:
+            needed[name] = value
+    return needed
+
+
+def check_teacher(*, config: RunConfig, tokenizer: Tokenizer) -> None:
+    """A DistilBERT run's teacher: a BERT checkpoint on disk, trained with the run's tokenizer."""
+    if config.architecture != "distilbert":
+        return
+    registry.validate_teacher(config)
+    ours, theirs = Path(tokenizer.folder) / "tokenizer.json", Path(config.teacher_checkpoint) / "tokenizer.json"
+    if ours.is_file() and theirs.is_file() and _digest(ours) != _digest(theirs):
+        raise ConfigError(f"The teacher was trained with another tokenizer than '{tokenizer.name}'; a student reads "
+                          f"its teacher's vocabulary, so choose the tokenizer the teacher's run used.")
+
+
+def check_tokenizer(*, config: RunConfig, tokenizer: Tokenizer) -> None:
+    """The tokenizer's algorithm must be one the architecture reads; the sentence says where to get one."""
+    try:
+        registry.validate_tokenizer(config, tokenizer.algorithm)
+    except ConfigError as e:
+        wanted = registry.get(config.architecture).tokenizer_algorithms[0]
+        raise ConfigError(f"{e} Train a {registry.algorithm_label(wanted)} tokenizer on the corpus's page "
+                          f"(Corpora, then the corpus, then “Train a tokenizer”).") from None
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def training_settings(config: RunConfig) -> dict[str, Any]:
@@ -103,8 +184,10 @@ def run_create(*, owner, name: str = "", corpus: Corpus | None, tokenizer: Token
                preset: str, objectives, training: dict | None = None, cloned_from: Run | None = None) -> Run:
     """Validate the choices, store the run with its full config, enqueue it on commit."""
     corpus = _check_data(owner=owner, corpus=corpus, tokenizer=tokenizer)
-    config = build_config(architecture=architecture, preset=preset, objectives=objectives, training=training)
-    registry.validate_tokenizer(config, tokenizer.algorithm)
+    config = build_config(architecture=architecture, preset=preset, objectives=objectives, training=training,
+                          owner=owner)
+    check_tokenizer(config=config, tokenizer=tokenizer)
+    check_teacher(config=config, tokenizer=tokenizer)
     name = (name or "").strip() or f"{config.preset} on {corpus.name}"
     run = Run.objects.create(
         owner=owner, name=name[:200], corpus=corpus, tokenizer=tokenizer,

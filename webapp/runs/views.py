@@ -37,7 +37,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
         form = RunForm(user=request.user, initial=_initial_from_get(request))
         if import_form.is_valid():
             form = RunForm(user=request.user, initial={**form.initial, **_initial_from_config(
-                import_form.config, import_form.name)})
+                import_form.config, import_form.name, user=request.user)})
             messages.success(request, f"Settings loaded from {import_form.cleaned_data['config_file'].name}. "
                                       "Choose the corpus and tokenizer, check the settings, then launch.")
             import_form = YamlImportForm()
@@ -69,7 +69,8 @@ def _initial_from_get(request: HttpRequest) -> dict:
     initial: dict = {}
     if request.GET.get("from"):
         run = selectors.run_get(request.user, request.GET["from"])
-        initial.update(_initial_from_config(RunConfig.from_dict(run.config), f"{run.name} (copy)"))
+        initial.update(_initial_from_config(RunConfig.from_dict(run.config), f"{run.name} (copy)",
+                                            user=request.user))
         initial.update(corpus=run.corpus_id, tokenizer=run.tokenizer_id)
     if request.GET.get("tokenizer"):
         tokenizer = Tokenizer.objects.filter(owner=request.user, pk=_uuid_or_none(request.GET["tokenizer"])).first()
@@ -85,11 +86,16 @@ def _uuid_or_none(value: str) -> uuid.UUID | None:
         return None
 
 
-def _initial_from_config(config: RunConfig, name: str = "") -> dict:
+def _initial_from_config(config: RunConfig, name: str = "", *, user=None) -> dict:
     values, extra = launch.split_config(config)
     initial = {**values, "extra_settings": json.dumps(extra) if extra else ""}
     if name:
         initial["name"] = name
+    if config.teacher_checkpoint and user is not None:  # the teacher's folder -> that checkpoint of yours
+        try:
+            initial["teacher_checkpoint"] = services.resolve_teacher(owner=user, value=config.teacher_checkpoint).pk
+        except UserError:
+            pass
     return initial
 
 
