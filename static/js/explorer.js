@@ -61,6 +61,8 @@
       next_sentence: "This model was trained without next sentence prediction.",
       sentence_order: "This model has no sentence-pair head (NSP or SOP).",
     };
+    const generatePanel = document.getElementById("generate-seq2seq");
+    if (generatePanel) generatePanel.hidden = !opt || opt.dataset.architecture !== "unilm";
     for (const action of Object.keys(able)) {
       const button = form.querySelector(`button[value="${action}"]`);
       button.disabled = !able[action];
@@ -92,6 +94,8 @@
         yaxis: { automargin: true, tickfont: { family: "ui-monospace, monospace" } },
       }, { displayModeBar: false, responsive: true });
     });
+    const note = masks.length && masks[0].note;
+    if (note) box.appendChild(el("p", "helptext explorer-note", note));
   }
 
   function meter(value, title) {
@@ -153,6 +157,39 @@
 
   const initial = document.getElementById("fill-mask-data");
   if (initial) drawColumns("fill_mask", JSON.parse(initial.textContent));
+
+  // ---- generation (UniLM) -----------------------------------------------------------------------
+  const generateButton = document.getElementById("generate-button");
+  if (generateButton) generateButton.addEventListener("click", async () => {
+    const result = document.getElementById("generate-result");
+    generateButton.disabled = true;
+    showError("generate_seq2seq", "");
+    try {
+      const response = await fetch(form.dataset.generateSeq2seq, {
+        method: "POST", credentials: "same-origin",
+        headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf },
+        body: JSON.stringify({
+          checkpoint: select.value, source: document.getElementById("id_source").value,
+          max_new_tokens: Number(document.getElementById("id_max_new_tokens").value || 32),
+        }),
+      });
+      const data = await response.json().catch(() => ({}));
+      if (!response.ok) {
+        showError("generate_seq2seq", data.error || `The request failed (HTTP ${response.status}).`);
+        result.hidden = true;
+        return;
+      }
+      document.getElementById("generate-text").textContent = data.text || "(nothing: the model ended at once)";
+      document.getElementById("generate-stopped").textContent = data.stopped === "end"
+        ? `${data.tokens.length} tokens; the model ended the target itself.`
+        : `${data.tokens.length} tokens; stopped at the token limit.`;
+      result.hidden = false;
+    } catch (e) {
+      showError("generate_seq2seq", "Could not reach the server. Check your connection and try again.");
+    } finally {
+      generateButton.disabled = false;
+    }
+  });
 
   // ---- asking -----------------------------------------------------------------------------------
   function showError(action, message) {

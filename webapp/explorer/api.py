@@ -13,6 +13,7 @@ from rest_framework.views import APIView
 from webapp.explorer import imports, services
 from webapp.explorer.serializers import (
     CompareRequestSerializer, CompareResponseSerializer, FillMaskRequestSerializer, FillMaskResponseSerializer,
+    GenerateSeq2SeqRequestSerializer, GenerateSeq2SeqResponseSerializer,
     InspectRequestSerializer, InspectResponseSerializer, ModelImportCreateSerializer, ModelImportSerializer,
     NextSentenceRequestSerializer, NextSentenceResponseSerializer, SentenceOrderRequestSerializer,
     SentenceOrderResponseSerializer,
@@ -46,6 +47,19 @@ class FillMaskView(APIView):
         masks = services.fill_mask(checkpoint=ckpt, text=ser.validated_data["text"],
                                    top_k=ser.validated_data["top_k"])
         return Response({"checkpoint": str(ckpt.id), "masks": masks})
+
+
+class GenerateSeq2SeqView(APIView):
+    @extend_schema(request=GenerateSeq2SeqRequestSerializer,
+                   responses={200: GenerateSeq2SeqResponseSerializer, 400: ERROR, 404: ERROR},
+                   summary="A UniLM checkpoint writes a target for a source (e.g. title → article)",
+                   description="Greedy seq2seq generation with UniLM's seq2seq attention; other models answer 400.")
+    def post(self, request: Request) -> Response:
+        ser = GenerateSeq2SeqRequestSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        ckpt = owned_checkpoint(request, ser.validated_data["checkpoint"])
+        return Response(services.generate_seq2seq(checkpoint=ckpt, source=ser.validated_data["source"],
+                                                  max_new_tokens=ser.validated_data["max_new_tokens"]))
 
 
 class NextSentenceView(APIView):

@@ -4,6 +4,7 @@ from webapp.explorer import api
 
 urlpatterns = [
     path("explore/fill-mask/", api.FillMaskView.as_view(), name="api-explore-fill-mask"),
+    path("explore/generate-seq2seq/", api.GenerateSeq2SeqView.as_view(), name="api-explore-generate-seq2seq"),
     path("explore/next-sentence/", api.NextSentenceView.as_view(), name="api-explore-next-sentence"),
     path("explore/sentence-order/", api.SentenceOrderView.as_view(), name="api-explore-sentence-order"),
     path("explore/compare/", api.CompareView.as_view(), name="api-explore-compare"),

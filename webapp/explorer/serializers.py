@@ -6,7 +6,7 @@ from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_fiel
 from rest_framework import serializers
 
 from webapp.explorer.models import ModelImport
-from webapp.explorer.services import MAX_TEXT_CHARS, MAX_TOP_K, TASKS
+from webapp.explorer.services import MAX_NEW_TOKENS, MAX_TEXT_CHARS, MAX_TOP_K, TASKS
 
 CHECKPOINT_HELP = "A checkpoint of yours: a step of one of your runs, or a model you imported."
 
@@ -28,6 +28,8 @@ class PredictionSerializer(serializers.Serializer):
 class MaskPredictionsSerializer(serializers.Serializer):
     position = serializers.IntegerField(help_text="Token position of the [MASK] in the encoded input.")
     predictions = PredictionSerializer(many=True)
+    note = serializers.CharField(
+        required=False, help_text="ELECTRA only: these are its generator's predictions, not the discriminator's.")
 
 
 class FillMaskResultSerializer(serializers.Serializer):
@@ -36,6 +38,21 @@ class FillMaskResultSerializer(serializers.Serializer):
 
 class FillMaskResponseSerializer(FillMaskResultSerializer):
     checkpoint = serializers.UUIDField()
+
+
+class GenerateSeq2SeqRequestSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " Only UniLM checkpoints generate.")
+    source = serializers.CharField(
+        help_text=f"The source, e.g. a title (at most {MAX_TEXT_CHARS:,} characters); the model writes the target.")
+    max_new_tokens = serializers.IntegerField(min_value=1, max_value=MAX_NEW_TOKENS, default=32)
+
+
+class GenerateSeq2SeqResponseSerializer(serializers.Serializer):
+    text = serializers.CharField(allow_blank=True, help_text="The generated target text.")
+    tokens = serializers.ListField(child=serializers.CharField(), help_text="The generated tokens.")
+    stopped = serializers.ChoiceField(
+        choices=["end", "length"],
+        help_text="end: the model wrote [SEP]; length: max_new_tokens or the model's positions ran out.")
 
 
 class PairRequestSerializer(serializers.Serializer):

@@ -15,6 +15,7 @@ from webapp.runs.models import Checkpoint
 
 MAX_TEXT_CHARS = 2000
 MAX_TOP_K = 50
+MAX_NEW_TOKENS = 128
 
 
 def _folder(checkpoint: Checkpoint):
@@ -57,6 +58,18 @@ def sentence_order(*, checkpoint: Checkpoint, text_a: str, text_b: str) -> dict[
 
     text_a, text_b = _text(text_a, "Sentence A"), _text(text_b, "Sentence B")
     return inference.sentence_order(_folder(checkpoint), text_a, text_b)
+
+
+def generate_seq2seq(*, checkpoint: Checkpoint, source: str, max_new_tokens: int = 32) -> dict[str, Any]:
+    """A UniLM checkpoint writes a target for `source` (e.g. title → article, article → title):
+    {"text", "tokens", "stopped": "end" | "length"}."""
+    from trainer import inference  # imports torch
+
+    source = _text(source, "The source")
+    if not 1 <= int(max_new_tokens) <= MAX_NEW_TOKENS:
+        raise InferenceError(f"max_new_tokens must be between 1 and {MAX_NEW_TOKENS}.")
+    out = inference.generate_seq2seq(_folder(checkpoint), source, max_new_tokens=int(max_new_tokens))
+    return {"text": out["text"], "tokens": out["tokens"], "stopped": out["stopped"]}
 
 
 # ---------------------------------------------------------------------------- comparison
