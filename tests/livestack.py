@@ -48,6 +48,29 @@ class LiveStack:
         return "\n".join(out)
 
 
+def demo_corpus_text(n_chars: int) -> str:
+    """The start of the trainer's demo corpus: enough for a tiny model, quick to ingest."""
+    import tempfile
+
+    from trainer.corpus import write_demo_corpus
+
+    path = Path(tempfile.mkdtemp()) / "demo.txt"
+    write_demo_corpus(path)
+    return path.read_text(encoding="utf-8")[:n_chars]
+
+
+def wait_for(session, url: str, field: str, done: set[str], timeout: float, stack: LiveStack) -> dict:
+    """Poll a JSON resource until `field` takes one of the `done` values; fail with the logs."""
+    deadline = time.time() + timeout
+    body = {}
+    while time.time() < deadline:
+        body = session.get(url).json()
+        if body.get(field) in done:
+            return body
+        time.sleep(0.5)
+    pytest.fail(f"{url} did not reach {done} in {timeout}s; last: {body}\n{stack.logs()}")
+
+
 @pytest.fixture(scope="session")
 def live_stack(django_db_setup, django_db_blocker, tmp_path_factory):
     from django.conf import settings

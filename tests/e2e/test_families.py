@@ -4,12 +4,11 @@ ALBERT and ELECTRA runs launched with POST /api/runs/, trained by the worker, an
 answered from each run's last checkpoint."""
 from __future__ import annotations
 
-import tempfile
-import time
-from pathlib import Path
 
 import pytest
 import requests
+
+from tests.livestack import demo_corpus_text, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -21,25 +20,6 @@ RUNS = {  # architecture -> (tokenizer algorithm, objectives the registry gives 
 }
 
 
-def _corpus_text() -> str:
-    from trainer.corpus import write_demo_corpus
-
-    path = Path(tempfile.mkdtemp()) / "demo.txt"
-    write_demo_corpus(path)
-    return path.read_text(encoding="utf-8")[:200_000]
-
-
-def _wait(session, url: str, field: str, done: set[str], timeout: float, stack) -> dict:
-    deadline = time.time() + timeout
-    body = {}
-    while time.time() < deadline:
-        body = session.get(url).json()
-        if body.get(field) in done:
-            return body
-        time.sleep(0.5)
-    pytest.fail(f"{url} did not reach {done} in {timeout}s; last: {body}\n{stack.logs()}")
-
-
 def test_roberta_albert_and_electra_train_through_the_api_and_answer_fill_mask(live_stack, django_user_model):
     from rest_framework.authtoken.models import Token
 
@@ -48,9 +28,9 @@ def test_roberta_albert_and_electra_train_through_the_api_and_answer_fill_mask(l
     s.headers["Authorization"] = f"Token {Token.objects.create(user=user).key}"
     api = live_stack.url + "/api"
 
-    r = s.post(f"{api}/corpora/", data={"name": "docstrings"}, files={"file": ("docs.txt", _corpus_text().encode())})
+    r = s.post(f"{api}/corpora/", data={"name": "docstrings"}, files={"file": ("docs.txt", demo_corpus_text(200_000).encode())})
     assert r.status_code == 201, r.text
-    corpus = _wait(s, f"{api}/corpora/{r.json()['id']}/", "status", {"ready", "failed"}, 180, live_stack)
+    corpus = wait_for(s, f"{api}/corpora/{r.json()['id']}/", "status", {"ready", "failed"}, 180, live_stack)
     assert corpus["status"] == "ready", corpus
 
     tokenizers = {}
@@ -59,7 +39,7 @@ def test_roberta_albert_and_electra_train_through_the_api_and_answer_fill_mask(l
         assert r.status_code == 201, r.text
         tokenizers[algorithm] = r.json()["id"]
     for algorithm, tok_id in tokenizers.items():
-        tok = _wait(s, f"{api}/tokenizers/{tok_id}/", "status", {"ready", "failed"}, 180, live_stack)
+        tok = wait_for(s, f"{api}/tokenizers/{tok_id}/", "status", {"ready", "failed"}, 180, live_stack)
         assert tok["status"] == "ready" and tok["algorithm"] == algorithm, tok
 
     # A RoBERTa run on a WordPiece tokenizer is refused with the way out.
@@ -79,7 +59,7 @@ def test_roberta_albert_and_electra_train_through_the_api_and_answer_fill_mask(l
         run_ids[arch] = r.json()["id"]
 
     for arch, run_id in run_ids.items():
-        run = _wait(s, f"{api}/runs/{run_id}/", "status", {"succeeded", "failed", "crashed", "cancelled"}, 300,
+        run = wait_for(s, f"{api}/runs/{run_id}/", "status", {"succeeded", "failed", "crashed", "cancelled"}, 300,
                     live_stack)
         assert run["status"] == "succeeded", (arch, run, live_stack.logs())
         points = s.get(f"{api}/runs/{run_id}/metrics/").json()["points"]

@@ -12,30 +12,9 @@ import pytest
 import requests
 import websockets
 
+from tests.livestack import demo_corpus_text, wait_for
+
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
-
-
-def _corpus_text() -> str:
-    from trainer.corpus import write_demo_corpus  # the trainer's own demo data
-
-    import tempfile
-    from pathlib import Path
-
-    path = Path(tempfile.mkdtemp()) / "demo.txt"
-    write_demo_corpus(path)
-    text = path.read_text(encoding="utf-8")
-    return text[:300_000]  # enough for a tiny model, quick to ingest
-
-
-def _wait(session, url: str, field: str, done: set[str], timeout: float, stack) -> dict:
-    deadline = time.time() + timeout
-    body = {}
-    while time.time() < deadline:
-        body = session.get(url).json()
-        if body.get(field) in done:
-            return body
-        time.sleep(0.5)
-    pytest.fail(f"{url} did not reach {done} in {timeout}s; last: {body}\n{stack.logs()}")
 
 
 async def _collect_events(ws_url: str, token: str, stop_when: callable, timeout: float) -> list[dict]:
@@ -64,15 +43,15 @@ def test_bert_tiny_run_trains_streams_and_answers_fill_mask(live_stack, django_u
     s.headers["Authorization"] = f"Token {token}"
     api = live_stack.url + "/api"
 
-    r = s.post(f"{api}/corpora/", data={"name": "docstrings"}, files={"file": ("docs.txt", _corpus_text().encode())})
+    r = s.post(f"{api}/corpora/", data={"name": "docstrings"}, files={"file": ("docs.txt", demo_corpus_text(300_000).encode())})
     assert r.status_code == 201, r.text
-    corpus = _wait(s, f"{api}/corpora/{r.json()['id']}/", "status", {"ready", "failed"}, 180, live_stack)
+    corpus = wait_for(s, f"{api}/corpora/{r.json()['id']}/", "status", {"ready", "failed"}, 180, live_stack)
     assert corpus["status"] == "ready", corpus
     assert corpus["stats"]["documents"] > 20
 
     r = s.post(f"{api}/tokenizers/", json={"corpus": corpus["id"], "algorithm": "wordpiece", "vocab_size": 2000})
     assert r.status_code == 201, r.text
-    tok = _wait(s, f"{api}/tokenizers/{r.json()['id']}/", "status", {"ready", "failed"}, 180, live_stack)
+    tok = wait_for(s, f"{api}/tokenizers/{r.json()['id']}/", "status", {"ready", "failed"}, 180, live_stack)
     assert tok["status"] == "ready", tok
 
     r = s.post(
@@ -93,7 +72,7 @@ def test_bert_tiny_run_trains_streams_and_answers_fill_mask(live_stack, django_u
             timeout=300,
         )
     )
-    run = _wait(s, f"{api}/runs/{run_id}/", "status", {"succeeded", "failed", "crashed", "cancelled"}, 60, live_stack)
+    run = wait_for(s, f"{api}/runs/{run_id}/", "status", {"succeeded", "failed", "crashed", "cancelled"}, 60, live_stack)
     assert run["status"] == "succeeded", (run, live_stack.logs())
 
     metric_steps = [e["step"] for e in events if e.get("type") == "metrics" and e.get("split") == "train"]

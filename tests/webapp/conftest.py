@@ -17,3 +17,13 @@ def eager(settings):
     app.conf.task_always_eager = True
     yield
     app.conf.task_always_eager = previous
+
+
+@pytest.fixture
+def enqueued(monkeypatch):
+    """Record train_run.apply_async calls instead of talking to the broker."""
+    from trainer import tasks
+
+    calls = []
+    monkeypatch.setattr(tasks.train_run, "apply_async", lambda *a, **kw: calls.append((a, kw)))
+    return calls

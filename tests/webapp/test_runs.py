@@ -23,16 +23,6 @@ from webapp.runs.models import LogLine, MetricPoint, Run, RunStatus
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def enqueued(monkeypatch):
-    """Record train_run.apply_async calls instead of talking to the broker."""
-    from trainer import tasks
-
-    calls = []
-    monkeypatch.setattr(tasks.train_run, "apply_async", lambda *a, **kw: calls.append((a, kw)))
-    return calls
-
-
 def create(owner, tokenizer, **training):
     return services.run_create(owner=owner, name="", corpus=None, tokenizer=tokenizer, architecture="bert",
                                preset="bert-tiny", objectives=["mlm", "nsp"], training=training)

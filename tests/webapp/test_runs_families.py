@@ -20,15 +20,6 @@ from webapp.runs.models import Checkpoint, CheckpointSource, Run, RunStatus
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def enqueued(monkeypatch):
-    from trainer import tasks
-
-    calls = []
-    monkeypatch.setattr(tasks.train_run, "apply_async", lambda *a, **kw: calls.append((a, kw)))
-    return calls
-
-
 TINY = {"max_steps": 20, "batch_size": 4, "seq_len": 32, "warmup_steps": 2, "eval_every": 10,
         "checkpoint_every": 10, "device": "cpu"}
 
