@@ -21,10 +21,11 @@ Example dict (one per sequence):
     counts       {role: number of tokens}
     electra      None unless `checkpoint_dir` holds an ELECTRA model. Extension point: then
                  {"generator": [{"position", "original", "sampled", "replaced"}],
-                  "discriminator": [{"position", "p_replaced"}], "message": str | None} —
+                  "discriminator": [{"position", "token", "replaced", "p_replaced"}],
+                  "message": str | None} —
                  the generator's sample at each selected position and the discriminator's
-                 verdict per token. Filled by `_electra_view`; until models_lib has an ELECTRA
-                 family it holds empty lists and a message saying so (the page shows it).
+                 verdict per token, from the run's latest checkpoint (`_electra_view`); the
+                 message sums them up.
 """
 from __future__ import annotations
 
@@ -70,7 +71,7 @@ def sample_batch(config_dict: dict[str, Any], tokenizer_dir: str | Path, n_examp
     if getattr(batch, "input_ids", None) is None or getattr(batch, "mlm_labels", None) is None:
         raise InferenceError(_cannot_inspect(config))
     examples = _examples(batch, bundle, special)
-    electra = _electra_view(checkpoint_dir, batch)
+    electra = _electra_view(checkpoint_dir, batch, bundle, seed)
     for i, ex in enumerate(examples):
         ex["electra"] = electra[i] if electra else None
     return examples
@@ -163,15 +164,19 @@ def _pair_labels(batch: Any) -> tuple[str | None, list[int]]:
     return None, []
 
 
-def _electra_view(checkpoint_dir: str | Path | None, batch: Any) -> list[dict[str, Any]] | None:
+def _electra_view(checkpoint_dir: str | Path | None, batch: Any, bundle: Any,
+                  seed: int) -> list[dict[str, Any]] | None:
     """Per example, the ELECTRA generator's replacements and the discriminator's verdicts (the
     shape is in the module docstring); None unless `checkpoint_dir` holds an ELECTRA model.
 
-    To wire it: load the checkpoint, run the generator at the selected positions of
-    `batch.input_ids`, sample, and run the discriminator on the corrupted sequence."""
+    The checkpoint's generator samples a token at every selected position of this batch (as in
+    training; the sampling is seeded by `seed`), and its discriminator scores every token of the
+    corrupted sequence."""
     if checkpoint_dir is None:
         return None
-    from models_lib.checkpoint import read_model_config
+    import torch
+
+    from models_lib.checkpoint import load_model, read_model_config
 
     try:
         family = read_model_config(checkpoint_dir).get("family")
@@ -179,5 +184,29 @@ def _electra_view(checkpoint_dir: str | Path | None, batch: Any) -> list[dict[st
         return None  # no readable checkpoint: show the batch without model verdicts
     if family != "electra":
         return None
-    message = "The generator's replacements and the discriminator's verdicts are not shown for ELECTRA yet."
-    return [{"generator": [], "discriminator": [], "message": message} for _ in range(batch.input_ids.shape[0])]
+    model = load_model(checkpoint_dir).eval()
+    with torch.no_grad():
+        out = model(batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.mlm_labels,
+                    generator=torch.Generator().manual_seed(seed))
+    p_replaced = torch.sigmoid(out.rtd_logits.float())  # (B, T)
+    selected = (batch.mlm_labels != -100).nonzero().tolist()  # (N, 2), row-major like sampled_ids
+    sampled = out.sampled_ids.tolist()
+    views: list[dict[str, Any]] = [{"generator": [], "discriminator": [], "message": None}
+                                   for _ in range(batch.input_ids.shape[0])]
+    for (row, position), new_id in zip(selected, sampled):
+        original = int(batch.mlm_labels[row, position])
+        views[row]["generator"].append({
+            "position": position, "original": bundle.id_to_token(original),
+            "sampled": bundle.id_to_token(new_id), "replaced": new_id != original,
+        })
+    lengths = batch.attention_mask.sum(-1).tolist()
+    for row, view in enumerate(views):
+        view["discriminator"] = [
+            {"position": t, "token": bundle.id_to_token(int(out.corrupted_ids[row, t])),
+             "replaced": bool(out.rtd_labels[row, t]), "p_replaced": round(float(p_replaced[row, t]), 4)}
+            for t in range(int(lengths[row]))]
+        n = sum(g["replaced"] for g in view["generator"])
+        flagged = sum(d["p_replaced"] > 0.5 for d in view["discriminator"])
+        view["message"] = (f"the generator replaced {n} of {len(view['generator'])} selected tokens; "
+                           f"the discriminator flags {flagged} tokens as replaced (p > 0.5).")
+    return views

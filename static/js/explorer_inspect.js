@@ -49,6 +49,26 @@
     return row;
   }
 
+  // ELECTRA: the generator's sample at each selected position, then the discriminator's input
+  // shaded by its P(replaced); a replaced token is outlined.
+  function electraView(view) {
+    const box = el("div", "inspect-electra");
+    box.appendChild(el("p", "muted small", `ELECTRA: ${view.message || ""}`));
+    const gen = el("div", "inspect-tokens");
+    gen.title = "Generator: original → sample";
+    for (const g of view.generator) gen.appendChild(el("span", `inspect-chip ${g.replaced ? "role-random" : "role-kept"}`, `${g.original} → ${g.sampled}`));
+    const disc = el("div", "inspect-tokens");
+    disc.title = "Discriminator input, shaded by P(replaced)";
+    for (const d of view.discriminator) {
+      const c = el("span", `inspect-chip electra-verdict${d.replaced ? " replaced" : ""}`, d.token);
+      c.style.setProperty("--p", d.p_replaced);
+      c.title = `P(replaced) = ${d.p_replaced}`;
+      disc.appendChild(c);
+    }
+    box.append(gen, disc);
+    return box;
+  }
+
   function draw(data) {
     box.replaceChildren();
     caption.textContent = `${data.objectives.join(" + ").toUpperCase()} · ${data.masking} masking by ${data.masking_unit} · mask probability ` +
@@ -60,7 +80,7 @@
       if (ex.pair) head.append(" ", el("span", "badge", `${ex.pair.task.toUpperCase()}: ${ex.pair.meaning}`));
       head.append(" ", el("span", "muted small", Object.entries(ex.counts).map(([r, n]) => `${n} ${r}`).join(" · ")));
       wrap.append(head, tokens(ex.tokens));
-      if (ex.electra) wrap.appendChild(el("p", "muted small", `ELECTRA: ${ex.electra.message || ""}`));
+      if (ex.electra) wrap.appendChild(electraView(ex.electra));
       box.appendChild(wrap);
     }
   }

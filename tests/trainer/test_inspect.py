@@ -77,3 +77,31 @@ def test_spans_come_from_the_collator_when_its_batch_has_them():
                                     [1, 0, 2, 1, 0]])
 
     assert _collator_spans(SpanBatch()) == [{2: 0, 3: 0}, {5: 0, 6: 0, 1: 1}]
+
+
+def test_for_electra_it_shows_the_generators_samples_and_the_discriminators_verdicts(
+        tokenizer_dir, make_family_config, tmp_path):
+    from models_lib.checkpoint import save_model
+    from trainer.families import build
+    from trainer.tokenization import load_tokenizer
+
+    config = make_family_config("electra")
+    bundle = load_tokenizer(tokenizer_dir)
+    model, _ = build(config, vocab_size=bundle.vocab_size, pad_id=bundle.pad_id, device="cpu")
+    save_model(model, tmp_path / "ckpt")
+
+    examples = sample_batch(config.to_dict(), tokenizer_dir, n_examples=3, seed=0, checkpoint_dir=tmp_path / "ckpt")
+    for ex in examples:
+        view = ex["electra"]
+        selected = [t for t, tok in enumerate(ex["tokens"]) if tok["role"] in ("masked", "random", "kept")]
+        # One generator sample per selected token, at its position, of the token it replaced.
+        assert [g["position"] for g in view["generator"]] == selected
+        assert [g["original"] for g in view["generator"]] == [ex["tokens"][t]["original"] for t in selected]
+        assert all(g["replaced"] == (g["sampled"] != g["original"]) for g in view["generator"])
+        # A verdict for every real token, as a probability.
+        assert [d["position"] for d in view["discriminator"]] == list(range(len(ex["tokens"])))
+        assert all(0.0 <= d["p_replaced"] <= 1.0 for d in view["discriminator"])
+        assert all(d["replaced"] == (d["token"] != t["original"]) for d, t in zip(view["discriminator"], ex["tokens"]))
+        assert "generator replaced" in view["message"]
+    same = sample_batch(config.to_dict(), tokenizer_dir, n_examples=3, seed=0, checkpoint_dir=tmp_path / "ckpt")
+    assert same == examples  # the generator's sampling is seeded too

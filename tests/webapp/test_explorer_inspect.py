@@ -57,3 +57,27 @@ def test_other_users_runs_are_not_found(bob_api, bob_client, anon_api, run):
     assert inspect(bob_api, run).status_code == 404
     assert bob_client.get(reverse("explorer:inspect") + f"?run={run.id}").status_code == 404
     assert inspect(anon_api, run).status_code in (401, 403)
+
+
+def test_for_an_electra_run_the_page_shows_generator_samples_and_discriminator_verdicts(alice, alice_api, alice_client):
+    from models_lib.checkpoint import save_model
+    from trainer.config import RunConfig
+    from trainer.families import build
+    from trainer.tokenization import load_tokenizer
+    from webapp.runs.models import Checkpoint
+
+    corpus, tokenizer = make_data(alice, real=True)
+    config = RunConfig(architecture="electra", preset="electra-tiny", objectives=["mlm", "rtd"], seq_len=64,
+                       batch_size=4, max_steps=10, warmup_steps=1, model_overrides={"hidden_size": 64, "num_heads": 2})
+    run = make_run(alice, corpus=corpus, tokenizer=tokenizer, status=RunStatus.SUCCEEDED, name="electra",
+                   architecture="electra", preset="electra-tiny", objectives=["mlm", "rtd"], config=config.to_dict())
+    bundle = load_tokenizer(tokenizer.folder)
+    model, _ = build(config, vocab_size=bundle.vocab_size, pad_id=bundle.pad_id, device="cpu")
+    ckpt = Checkpoint.objects.create(run=run, step=10, path=f"runs/{run.id}/checkpoints/step-00000010")
+    save_model(model, ckpt.folder)
+
+    body = inspect(alice_api, run).json()
+    view = body["examples"][0]["electra"]
+    assert view["generator"] and view["discriminator"] and "generator replaced" in view["message"]
+    page = alice_client.get(reverse("explorer:inspect") + f"?run={run.id}&seed=0").content.decode()
+    assert "electra-verdict" in page and "P(replaced)" in page
