@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 from torch import nn
 
-from .layers import FeedForward, SelfAttention, build_attention_mask
+from .layers import FeedForward, KVCache, SelfAttention, build_attention_mask
 
 if TYPE_CHECKING:
     from .config import EncoderConfig
@@ -97,13 +97,15 @@ class Block(nn.Module):
         self.ffn_norm = nn.LayerNorm(H, eps=eps)
         self.dropout = nn.Dropout(config.hidden_dropout)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, causal: bool = False,
+                cache: KVCache | None = None) -> torch.Tensor:
+        """`causal` and `cache` are for decoder-only use of the block (GPT), see layers.Attention."""
         if self.pre_norm:
             # Pre-LN keeps an un-normalised residual path, which trains stably without warmup.
-            x = x + self.dropout(self.attention(self.attn_norm(x), mask))
+            x = x + self.dropout(self.attention(self.attn_norm(x), mask, causal=causal, cache=cache))
             return x + self.dropout(self.ffn(self.ffn_norm(x)))
         # Post-LN (BERT): normalise after each residual addition.
-        x = self.attn_norm(x + self.dropout(self.attention(x, mask)))  # (B, T, H)
+        x = self.attn_norm(x + self.dropout(self.attention(x, mask, causal=causal, cache=cache)))  # (B, T, H)
         return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (B, T, H)
 
 
@@ -131,12 +133,14 @@ class Encoder(nn.Module):
                            if config.norm_placement == "pre" else None)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None,
-                output_hidden_states: bool = False) -> torch.Tensor | tuple[torch.Tensor, ...]:
+                output_hidden_states: bool = False, *, causal: bool = False,
+                caches: list[KVCache] | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """(B, T, H) -> (B, T, H); with output_hidden_states, the input and every layer's output
-        (L + 1 tensors, the last one after the final norm of a pre-LN stack)."""
+        (L + 1 tensors, the last one after the final norm of a pre-LN stack). `causal` and
+        `caches` (one KVCache per applied layer) serve decoder-only models (GPT)."""
         states = [x]
-        for i in self.order:
-            x = self.layers[i](x, mask)  # (B, T, H)
+        for n, i in enumerate(self.order):
+            x = self.layers[i](x, mask, causal=causal, cache=caches[n] if caches is not None else None)  # (B, T, H)
             states.append(x)
         if self.final_norm is not None:
             x = states[-1] = self.final_norm(x)

@@ -24,6 +24,7 @@ in `model.unexpected_keys`.
 """
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import torch
@@ -41,6 +42,12 @@ from .pretraining import EncoderWithHeads
 
 FORMATS: dict[str, HFFormat] = {f.model_type: f for f in
                                 (BertFormat(), RobertaFormat(), AlbertFormat(), ElectraFormat(), DistilBertFormat())}
+# Model kinds that are not encoders have a module of their own with from_pretrained(folder,
+# map_location) and to_pretrained(model, folder): by config.json's model_type on import, by our
+# config's family on export.
+OTHER_FORMATS = {"t5": "models_lib.hf_t5", "gpt2": "models_lib.hf_gpt2"}
+OTHER_FAMILIES = {"t5": "models_lib.hf_t5", "gpt": "models_lib.hf_gpt2"}
+SUPPORTED_MODEL_TYPES = (*FORMATS, *OTHER_FORMATS)
 # Our family -> the transformers model type it is written as.
 FAMILY_FORMATS = {"bert": "bert", "spanbert": "bert", "unilm": "bert", "roberta": "roberta", "albert": "albert",
                   "electra": "electra", "distilbert": "distilbert"}
@@ -60,7 +67,8 @@ def config_to_hf(config: EncoderConfig, architecture: str | None = None, dtype: 
 def _format_of(hf: dict) -> HFFormat:
     model_type = hf.get("model_type", "bert")
     if model_type not in FORMATS:
-        raise ValueError(f"This is a {model_type!r} checkpoint; supported model types are {', '.join(FORMATS)}.")
+        raise ValueError(f"This is a {model_type!r} checkpoint; supported model types are "
+                         f"{', '.join([*FORMATS, *OTHER_FORMATS])}.")
     return FORMATS[model_type]
 
 
@@ -70,6 +78,8 @@ def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu") 
     """Load a transformers folder into the matching model of ours (see the table above), in eval mode."""
     folder = Path(path)
     hf = read_config(folder)
+    if hf.get("model_type") in OTHER_FORMATS:
+        return importlib.import_module(OTHER_FORMATS[hf["model_type"]]).from_pretrained(folder, map_location)
     fmt = _format_of(hf)
     hf_state = normalise_names(read_weights(folder), fmt.base_prefix)
     for key, older in fmt.aliases.items():
@@ -111,6 +121,8 @@ def to_pretrained(model: nn.Module, path: str | Path, *, part: str | None = None
     names (a bare backbone as BertModel, RobertaModel, ...). `part` picks the ELECTRA model to
     write from an ElectraForPreTraining. Returns the folder."""
     config = getattr(model, "config", None)
+    if getattr(config, "family", None) in OTHER_FAMILIES:
+        return importlib.import_module(OTHER_FAMILIES[config.family]).to_pretrained(model, Path(path))
     if not isinstance(config, EncoderConfig):
         raise TypeError(f"to_pretrained takes an encoder model of models_lib, not {type(model).__name__}.")
     fmt = FORMATS[FAMILY_FORMATS[config.family]]
