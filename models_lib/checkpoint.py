@@ -20,6 +20,7 @@ from .bert import BertForPreTraining, BertModel
 from .config import ElectraConfig, EncoderConfig, SpanBertConfig
 from .distilbert import DistilBertForPreTraining
 from .electra import ElectraDiscriminator, ElectraForPreTraining, ElectraGenerator
+from .elmo import ElmoConfig, ElmoLanguageModel
 from .encoder import TransformerEncoder
 from .roberta import RobertaForPreTraining
 from .spanbert import SpanBertForPreTraining
@@ -51,6 +52,7 @@ register_family("electra", ElectraConfig, ElectraForPreTraining, ElectraDiscrimi
 register_family("distilbert", EncoderConfig, DistilBertForPreTraining, TransformerEncoder)
 register_family("spanbert", SpanBertConfig, SpanBertForPreTraining, TransformerEncoder)
 register_family("unilm", EncoderConfig, UniLMForPreTraining, TransformerEncoder)
+register_family("elmo", ElmoConfig, ElmoLanguageModel)
 
 
 def _family_of(model: nn.Module) -> Family:
