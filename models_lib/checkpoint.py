@@ -22,8 +22,10 @@ from .distilbert import DistilBertForPreTraining
 from .electra import ElectraDiscriminator, ElectraForPreTraining, ElectraGenerator
 from .elmo import ElmoConfig, ElmoLanguageModel
 from .encoder import TransformerEncoder
+from .gpt import GPTConfig, GPTLMHeadModel
 from .roberta import RobertaForPreTraining
 from .spanbert import SpanBertForPreTraining
+from .t5 import T5Config, T5ForConditionalGeneration
 from .unilm import UniLMForPreTraining
 
 WEIGHTS_NAME = "model.safetensors"
@@ -53,6 +55,8 @@ register_family("distilbert", EncoderConfig, DistilBertForPreTraining, Transform
 register_family("spanbert", SpanBertConfig, SpanBertForPreTraining, TransformerEncoder)
 register_family("unilm", EncoderConfig, UniLMForPreTraining, TransformerEncoder)
 register_family("elmo", ElmoConfig, ElmoLanguageModel)
+register_family("t5", T5Config, T5ForConditionalGeneration)
+register_family("gpt", GPTConfig, GPTLMHeadModel)
 
 
 def _family_of(model: nn.Module) -> Family:
