@@ -10,6 +10,10 @@
 - `SpanBERTCollator`: single segments with span masking, MLM labels + span-boundary pairs.
 - `UniLMCollator`: consecutive pairs, each example in one of UniLM's four attention modes,
   with a (B, T, T) self-attention mask; MLM labels (seq2seq: in the target only).
+- Encoder-decoder objectives (T5's span corruption and the T5 study's / BART's alternatives)
+  live in trainer.denoising, causal-LM and biLM batches in trainer.lm_collators; both register
+  themselves in `COLLATORS` and read raw text laid out as a `TextLayout` says (fixed-length
+  chunks of the corpus as one stream, or whole sentences of one document).
 - `COLLATORS` / `build_collator`: objective names -> collator, for the engine and registry.
 - `build_pair_instances` / `build_sop_instances` / `build_packed_instances`: cut a shard's
   documents into examples (as token offset ranges, so an epoch's worth of examples is a
@@ -40,6 +44,7 @@ __all__ = [  # mask_tokens and IGNORE_INDEX live in trainer.masking; imported fr
     "truncate_pair", "Example", "Batch", "MLMCollator", "NSPCollator", "SOPCollator", "SpanBERTCollator",
     "UniLMCollator", "CollatorSpec", "COLLATORS", "collator_spec", "build_collator", "ShardIndex",
     "PACKINGS", "build_pair_instances", "build_sop_instances", "build_packed_instances", "example_rng",
+    "TextLayout", "build_chunk_instances",
 ]
 
 NSP_IS_NEXT, NSP_NOT_NEXT = 0, 1  # Hugging Face's convention
@@ -57,7 +62,12 @@ def example_rng(seed: int, variant: int, uid: int, stream: int = _MASK) -> np.ra
 # ---------------------------------------------------------------------------- token ids
 @dataclass(frozen=True)
 class SpecialIds:
-    """The ids the collators need; `special` are never masked nor used as random replacements."""
+    """The ids the collators need; `special` are never masked nor used as random replacements.
+
+    eos ends encoder inputs, decoder targets and documents in causal-LM streams: the
+    tokenizer's separator (`</s>` for byte-level BPE, `[SEP]` for Unigram/WordPiece), the
+    default when None. sentinels are T5's `<extra_id_0>`, `<extra_id_1>`, ... ids in that
+    order (empty when the tokenizer has none); they are special too."""
 
     pad: int
     cls: int
@@ -65,9 +75,15 @@ class SpecialIds:
     mask: int
     vocab_size: int
     special: tuple[int, ...] = ()
+    eos: int | None = None
+    sentinels: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
-        every = tuple(sorted(set(self.special) | {self.pad, self.cls, self.sep, self.mask}))
+        if self.eos is None:
+            object.__setattr__(self, "eos", self.sep)
+        object.__setattr__(self, "sentinels", tuple(int(i) for i in self.sentinels))
+        every = tuple(sorted(set(self.special) | set(self.sentinels)
+                             | {self.pad, self.cls, self.sep, self.mask, self.eos}))
         object.__setattr__(self, "special", every)
         lut = np.zeros(max(self.vocab_size, max(every) + 1), dtype=bool)
         lut[list(every)] = True
@@ -81,7 +97,8 @@ class SpecialIds:
     def from_tokenizer(cls, bundle: Any) -> "SpecialIds":
         """From a trainer.tokenization.TokenizerBundle."""
         return cls(pad=bundle.pad_id, cls=bundle.cls_id, sep=bundle.sep_id, mask=bundle.mask_id,
-                   vocab_size=bundle.vocab_size, special=tuple(sorted(bundle.special_ids)))
+                   vocab_size=bundle.vocab_size, special=tuple(sorted(bundle.special_ids)),
+                   eos=bundle.sep_id, sentinels=tuple(getattr(bundle, "sentinel_ids", None) or ()))
 
     def is_special(self, ids: np.ndarray) -> np.ndarray:
         return self._lut[ids]
@@ -129,12 +146,19 @@ class Example:
     swapped: bool = False         # SOP: A and B are two consecutive segments in swapped order
     a_starts: np.ndarray | None = None  # word-start flags of a (1 = starts a word); needed by
     b_starts: np.ndarray | None = None  # every masking unit but "token"
+    sentence_starts: np.ndarray | None = None  # offsets in a where its sentences start (0 first);
+                                               # TextLayout "sentences" only (sentence permutation)
 
 
 @dataclass
 class Batch:
     """A model batch. The first five fields are BERT's; the rest are set by the objectives
-    that produce them and None otherwise."""
+    that produce them and None otherwise.
+
+    Encoder-decoder batches (trainer.denoising): input_ids / attention_mask are the encoder's,
+    token_type_ids zeros, mlm_labels all -100, plus labels, decoder_input_ids and
+    decoder_attention_mask. Causal-LM and biLM batches (trainer.lm_collators): labels are the
+    input ids with -100 at padding (the model shifts them, Hugging Face's convention)."""
 
     input_ids: torch.Tensor              # (B, T) long
     attention_mask: torch.Tensor         # (B, T) long, 1 = real token (padding mask)
@@ -151,6 +175,11 @@ class Batch:
     span_ids: torch.Tensor | None = None     # (B, T) long: masked unit (word, phrase, n-gram,
                                              # span) of each token, numbered per row; -1 = none.
                                              # Not a model input (for inspection).
+    labels: torch.Tensor | None = None       # (B, L) long: decoder targets (seq2seq) or the input
+                                             # ids (clm, bilm); -100 at padding
+    decoder_input_ids: torch.Tensor | None = None      # (B, L) long: labels shifted right, starting
+                                                       # with the decoder start id (= pad, T5's)
+    decoder_attention_mask: torch.Tensor | None = None  # (B, L) long, 1 = real target token
 
     def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "Batch":
         """A batch with `fn` applied to every tensor that is set."""
@@ -179,8 +208,12 @@ class Batch:
 
     @property
     def n_tokens(self) -> int:
-        """Real (non-padding) tokens in the batch."""
-        return int(self.attention_mask.sum())
+        """Real (non-padding) tokens in the batch: the encoder's plus, for encoder-decoder
+        batches, the decoder's (what tokens/s counts)."""
+        n = int(self.attention_mask.sum())
+        if self.decoder_attention_mask is not None:
+            n += int(self.decoder_attention_mask.sum())
+        return n
 
     @property
     def size(self) -> int:
@@ -502,6 +535,7 @@ class ShardIndex:
     word_starts: np.ndarray | None = None  # (N,) uint8, 1 = the token starts a word
     meta: dict = field(default_factory=dict)  # shard.json
     doc_token_starts: np.ndarray = field(init=False, repr=False)
+    _stream_docs: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.sentences = np.asarray(self.sentences, dtype=np.int64)
@@ -562,6 +596,37 @@ class ShardIndex:
             return toks
         breaks = self._doc_breaks(start, end)
         return np.insert(toks, breaks, sep) if len(breaks) else toks
+
+    def sentence_starts_in(self, start: int, end: int) -> np.ndarray:
+        """Offsets (relative to start) where the sentences of tokens [start, end) begin; 0 is
+        always one (a piece of a long sentence counts as a sentence)."""
+        lo, hi = np.searchsorted(self.sentences, [start + 1, end])
+        return np.concatenate([[0], self.sentences[lo:hi] - start]).astype(np.int64)
+
+    # The corpus as one stream of tokens, for fixed-length chunks (TextLayout "chunks"):
+    # documents one after another, each followed by a separator when one is given (so stream
+    # offset = token offset + number of documents before it).
+    def stream_length(self, doc_sep: bool) -> int:
+        return self.n_tokens + (self.n_documents if doc_sep else 0)
+
+    def stream(self, start: int, end: int, sep: int | None = None) -> np.ndarray:
+        """Tokens [start, end) of the stream as int64; with `sep`, it follows every document."""
+        if sep is None:
+            return np.asarray(self.tokens[start:end], dtype=np.int64)
+        if end <= start:
+            return np.zeros(0, dtype=np.int64)
+        if self._stream_docs is None:  # once per index: O(documents)
+            bounds = self.sentences[self.documents]             # (D+1,) token offset of each document start
+            self._stream_docs = (bounds, bounds[:-1] + np.arange(self.n_documents))  # + stream offsets
+        bounds, firsts = self._stream_docs
+        pos = np.arange(start, end, dtype=np.int64)
+        doc = np.searchsorted(firsts, pos, side="right") - 1
+        tok = pos - doc                                    # token offset (= the document's end at its separator)
+        is_sep = tok == bounds[doc + 1]
+        lo = int(tok[0])
+        chunk = np.asarray(self.tokens[lo:int(tok[-1]) + 1], dtype=np.int64)
+        return np.where(is_sep, sep, chunk[np.minimum(tok - lo, len(chunk) - 1)]) if len(chunk) else \
+            np.full(len(pos), sep, dtype=np.int64)
 
     def span_starts(self, start: int, end: int, sep: bool = False) -> np.ndarray | None:
         """Word-start flags of `span(start, end, sep)` (a separator counts as a start), or None
@@ -732,6 +797,40 @@ PACKINGS: dict[str, str] = {
 }
 
 
+@dataclass(frozen=True)
+class TextLayout:
+    """The raw text an encoder-decoder or decoder-only collator wants per example.
+
+    kind "chunks": the corpus read as one stream (ShardIndex.stream) and cut into pieces of
+    exactly `length` tokens (the last one may be shorter), crossing sentence and document
+    boundaries; `doc_sep` follows every document (EOS for causal LMs) or, None, documents are
+    simply concatenated (T5's pretraining stream).
+    kind "sentences": whole consecutive sentences of one document packed up to `length`
+    tokens (DOC-SENTENCES), with their sentence starts (sentence permutation)."""
+
+    kind: str
+    length: int
+    doc_sep: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("chunks", "sentences"):
+            raise ValueError(f"TextLayout kind must be 'chunks' or 'sentences', not {self.kind!r}")
+        if self.length < 1:
+            raise ConfigError(f"The sequence length leaves {self.length} tokens of text per example; "
+                              "use a longer seq_len.")
+
+
+def build_chunk_instances(index: ShardIndex, *, length: int, doc_sep: bool = False, min_tokens: int = 2) -> np.ndarray:
+    """Fixed-length pieces of the corpus stream (ShardIndex.stream): [k*length, (k+1)*length)
+    for every k, the last piece cut at the stream's end and dropped when shorter than
+    min_tokens (nothing to predict). Returns an int64 table (N, 2) of stream offsets."""
+    total = index.stream_length(doc_sep)
+    starts = np.arange(0, total, length, dtype=np.int64)
+    ends = np.minimum(starts + length, total)
+    keep = ends - starts >= min_tokens
+    return np.stack([starts[keep], ends[keep]], axis=1).reshape(-1, 2)
+
+
 def build_packed_instances(index: ShardIndex, *, max_tokens: int, cross_documents: bool = True) -> np.ndarray:
     """Single-segment examples: whole consecutive sentences packed up to max_tokens; a sentence
     longer than max_tokens is cut into pieces.
@@ -771,3 +870,11 @@ def build_packed_instances(index: ShardIndex, *, max_tokens: int, cross_document
     if start is not None:
         rows.append((start, end))
     return np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+
+
+# ---------------------------------------------------------------------------- issue-4 objectives
+# The encoder-decoder (T5, BART) and decoder-only / biLM (GPT, ELMo) collators build on the
+# types above and add their rows to COLLATORS when imported; importing them here makes
+# COLLATORS complete for every caller.
+import trainer.denoising  # noqa: E402,F401
+import trainer.lm_collators  # noqa: E402,F401

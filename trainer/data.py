@@ -15,6 +15,12 @@ single segments (MLM, SBO, RTD, distillation), NSP pairs, SOP pairs (consecutive
 swapped half the time) or consecutive pairs (UniLM). Masking units other than "token" need
 word-start flags, which come from the shards (word_starts.bin); for CJK text they are
 re-segmented with jieba unless the shards already were (trainer.segmenter).
+
+The encoder-decoder, causal-LM and biLM collators (trainer.denoising, trainer.lm_collators)
+say which raw text they want with a `layout` (trainer.collators.TextLayout): fixed-length
+chunks of the corpus read as one stream, or whole sentences of one document with their
+sentence starts. Those tables do not depend on the variant either; the corruption does,
+through the mask variant, exactly as MLM masks do.
 """
 from __future__ import annotations
 
@@ -28,8 +34,8 @@ import numpy as np
 
 from trainer.collators import (
     _ORDER, _PAIRS, _VALID, A_END, A_START, B_END, B_START, PACKINGS, RANDOM_NEXT, Batch, Example, MLMCollator,
-    ShardIndex, SpecialIds, build_collator, build_packed_instances, build_pair_instances, build_sop_instances,
-    collator_spec,
+    ShardIndex, SpecialIds, TextLayout, build_chunk_instances, build_collator, build_packed_instances,
+    build_pair_instances, build_sop_instances, collator_spec,
 )
 from trainer.config import DUPE_FACTOR, RunConfig
 from trainer.errors import ConfigError
@@ -61,12 +67,15 @@ class ExampleSource:
     packing: "full-sentences" or "doc-sentences" (single segments only).
     word_starts: attach word-start flags to the examples (masking units other than "token");
     refine(ids, stored_flags) -> flags recomputes them (trainer.segmenter.TokenWordStarts:
-    jieba for CJK runs, or vocabulary word marks when the shards have no flags)."""
+    jieba for CJK runs, or vocabulary word marks when the shards have no flags).
+    layout: raw text for the encoder-decoder / decoder-only collators (their `layout`);
+    it replaces pairs and packing."""
 
     def __init__(self, index: ShardIndex, *, special: SpecialIds, seq_len: int, static: bool, seed: int,
                  nsp: bool = False, pairs: str | None = None, packing: str = "full-sentences",
                  word_starts: bool = False,
-                 refine: Callable[[np.ndarray, np.ndarray | None], np.ndarray] | None = None):
+                 refine: Callable[[np.ndarray, np.ndarray | None], np.ndarray] | None = None,
+                 layout: TextLayout | None = None):
         if pairs is None and nsp:
             pairs = "nsp"
         if pairs is not None and pairs not in PAIR_KINDS:
@@ -78,7 +87,9 @@ class ExampleSource:
                               "masking need; train the tokenizer again to re-encode the corpus.")
         self.index, self.special, self.seq_len = index, special, seq_len
         self.pairs, self.packing, self.static, self.seed = pairs, packing, static, seed
-        self.word_starts, self.refine = word_starts, refine
+        self.word_starts, self.refine, self.layout = word_starts, refine, layout
+        if layout is not None and (pairs is not None or word_starts):
+            raise ValueError("a text layout takes neither pairs nor word starts")
         self._cache: tuple[int, np.ndarray] | None = None
 
     @property
@@ -96,7 +107,13 @@ class ExampleSource:
     def instances(self, variant: int, pair_seed: list[int] | None = None) -> np.ndarray:
         if self._cache is not None and self._cache[0] == variant and pair_seed is None:
             return self._cache[1]
-        if self.pairs is not None:
+        if self.layout is not None:
+            if self.layout.kind == "chunks":
+                table = build_chunk_instances(self.index, length=self.layout.length,
+                                              doc_sep=self.layout.doc_sep is not None)
+            else:
+                table = build_packed_instances(self.index, max_tokens=self.layout.length, cross_documents=False)
+        elif self.pairs is not None:
             rng = np.random.default_rng(pair_seed if pair_seed is not None else [_PAIRS, self.seed, variant])
             if self.pairs == "nsp":
                 table = build_pair_instances(self.index, max_tokens=self.seq_len - 3, rng=rng)
@@ -122,6 +139,11 @@ class ExampleSource:
                 ex.b_starts = self._flags(ex.b, self.index.span_starts(b0, b1))
             return ex
         start, end = int(row[0]), int(row[1])
+        if self.layout is not None:
+            if self.layout.kind == "chunks":
+                return Example(uid=uid, variant=mask_variant, a=self.index.stream(start, end, self.layout.doc_sep))
+            return Example(uid=uid, variant=mask_variant, a=self.index.span(start, end),
+                           sentence_starts=self.index.sentence_starts_in(start, end))
         ex = Example(uid=uid, variant=mask_variant, a=self.index.span(start, end, sep=self.special.sep))
         if self.word_starts:
             ex.a_starts = self._flags(ex.a, self.index.span_starts(start, end, sep=True))
@@ -247,7 +269,12 @@ def make_collator(config: RunConfig, special: SpecialIds, tokenizer: Any = None)
 
 def make_source(config: RunConfig, index: ShardIndex, special: SpecialIds, collator: MLMCollator, *,
                 static: bool, tokenizer: Any = None) -> ExampleSource:
-    """The examples the collator needs: pairs per its objectives, packing per config.packing."""
+    """The examples the collator needs: pairs per its objectives, packing per config.packing,
+    or the raw text layout of an encoder-decoder / decoder-only collator."""
+    layout = getattr(collator, "layout", None)
+    if layout is not None:
+        return ExampleSource(index, special=special, seq_len=config.seq_len, static=static, seed=config.seed,
+                             layout=layout)
     refine = None
     if collator.needs_word_starts and tokenizer is not None and index.meta.get("word_segmenter") != "jieba":
         words = TokenWordStarts.from_tokenizer(tokenizer)

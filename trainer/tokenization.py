@@ -11,10 +11,16 @@ post-processor. The five special tokens always take ids 0..4 in the order of
 - ``bpe`` — byte-level BPE as in GPT-2/RoBERTa (no unknown tokens), ``<s> A </s></s> B </s>``.
 - ``unigram`` — a SentencePiece-style Unigram model as in ALBERT (NFKC, ``▁`` word marks).
 
+Any of them can get T5's sentinel tokens (``extra_ids``): ``<extra_id_0>`` ... ``<extra_id_{n-1}>``
+are added as special tokens after training, so they sit on top of the learned vocabulary (as
+T5's 100 sit on top of its 32,000 pieces) with contiguous ids in order, are never split, and
+are never masked or used as random replacements (they are in ``TokenizerBundle.special_ids``).
+
 Folder layout written by :func:`train_tokenizer`::
 
     tokenizer.json          the whole pipeline (HF tokenizers format)
-    tokenizer_meta.json     {"algorithm", "lowercase", "vocab_size", "special_tokens": {role: id}, ...}
+    tokenizer_meta.json     {"algorithm", "lowercase", "vocab_size", "special_tokens": {role: id},
+                             "extra_ids": n (T5 sentinels; absent in older folders = 0), ...}
     tokenizer_config.json   lets ``transformers.AutoTokenizer.from_pretrained(folder)`` load it
     vocab.txt               WordPiece only: the vocabulary in id order (HF BertTokenizer)
 
@@ -47,6 +53,13 @@ MAX_VOCAB_SIZE = 200_000
 STATS_MAX_SENTENCES = 50_000  # evaluate tokens/word and [UNK] rate on at most this many
 N_EXAMPLES = 3
 META_VERSION = 1
+MAX_EXTRA_IDS = 1000  # T5 uses 100 sentinels
+SENTINEL_FORMAT = "<extra_id_{}>"
+
+
+def sentinel_token(i: int) -> str:
+    """The spelling of T5's i-th sentinel token (``<extra_id_0>`` marks the first span)."""
+    return SENTINEL_FORMAT.format(i)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -192,8 +205,12 @@ def train_tokenizer(
     vocab_size: int = 8000,
     lowercase: bool = True,
     progress: Callable[[float], None] | None = None,
+    extra_ids: int = 0,
 ) -> dict:
     """Train a tokenizer on ``corpus_dir/train.txt`` and write it to ``out_dir``.
+
+    ``extra_ids`` adds that many T5 sentinel tokens (``<extra_id_0>``...) after the learned
+    vocabulary (0..1000; T5 uses 100); span corruption needs them.
 
     Returns statistics: ``vocab_size`` (actual; at most the requested size when the corpus
     has enough distinct text), ``tokens_per_word`` and ``unk_rate`` (fraction of tokens
@@ -202,6 +219,7 @@ def train_tokenizer(
     """
     spec = _algorithm(algorithm)
     vocab_size = _check_vocab_size(vocab_size, spec)
+    extra_ids = _check_extra_ids(extra_ids)
     corpus_dir, out_dir = Path(corpus_dir), Path(out_dir)
     train_path = corpus_dir / "train.txt"
     if not train_path.is_file():
@@ -222,6 +240,7 @@ def train_tokenizer(
     tok.post_processor = spec.post_processor(ids)
     if tok.get_vocab_size() <= len(ROLES):
         raise TokenizerError("The corpus has too little text to learn a vocabulary from.")
+    sentinels = _add_sentinels(tok, extra_ids)
     report(85)
 
     meta = {
@@ -231,8 +250,11 @@ def train_tokenizer(
         "requested_vocab_size": vocab_size,
         "special_tokens": {role: i for role, (_, i) in ids.items()},
         "special_token_strings": spec.role_tokens(),
+        "extra_ids": extra_ids,
         "version": META_VERSION,
     }
+    if sentinels:
+        meta["sentinel_id_range"] = [sentinels[0], sentinels[-1]]  # first and last id, contiguous
     eval_path = corpus_dir / "valid.txt"
     if not eval_path.is_file() or eval_path.stat().st_size == 0:
         eval_path = train_path
@@ -240,6 +262,7 @@ def train_tokenizer(
         "algorithm": spec.name,
         "lowercase": bool(lowercase),
         "requested_vocab_size": vocab_size,
+        "extra_ids": extra_ids,
         **_evaluate(tok, eval_path, unk_id=ids["unk"][1]),
         "vocab_size": meta["vocab_size"],
         "evaluated_on": eval_path.stem,
@@ -274,6 +297,40 @@ def _check_vocab_size(vocab_size, spec: Algorithm) -> int:
             f"for {spec.label}; {value:,} was asked for."
         )
     return value
+
+
+def _check_extra_ids(extra_ids) -> int:
+    try:
+        value = int(extra_ids)
+    except (TypeError, ValueError):
+        raise TokenizerError(f'The number of T5 sentinel tokens must be a whole number, not "{extra_ids}".') from None
+    if isinstance(extra_ids, float) and value != extra_ids:
+        raise TokenizerError(f"The number of T5 sentinel tokens must be a whole number, not {extra_ids}.")
+    if not 0 <= value <= MAX_EXTRA_IDS:
+        raise TokenizerError(
+            f"The number of T5 sentinel tokens must be between 0 and {MAX_EXTRA_IDS:,}; {value:,} was asked for."
+        )
+    return value
+
+
+def _add_sentinels(tok: Tokenizer, n: int) -> list[int]:
+    """Add ``<extra_id_0>``..``<extra_id_{n-1}>`` as special tokens after the vocabulary.
+
+    Special added tokens are matched before normalisation and pre-tokenisation, so the
+    sentinel stays one token wherever it appears in a text. Returns their ids, in order."""
+    if n == 0:
+        return []
+    first = tok.get_vocab_size(with_added_tokens=True)
+    names = [sentinel_token(i) for i in range(n)]
+    taken = [name for name in names if tok.token_to_id(name) is not None]
+    if taken:  # a learned piece spelled like a sentinel would break the contiguous ids
+        raise TokenizerError(f"The corpus vocabulary already contains {taken[0]}, so T5 sentinel tokens cannot "
+                             "be added; remove that text from the corpus or train without sentinels.")
+    tok.add_special_tokens(names)
+    ids = [tok.token_to_id(name) for name in names]
+    if ids != list(range(first, first + n)):
+        raise RuntimeError(f"sentinel tokens got ids {ids[:3]}..., expected {first}..{first + n - 1}")
+    return ids
 
 
 def _line_batches(
@@ -362,6 +419,8 @@ def _hf_config(spec: Algorithm, meta: dict) -> dict:
         config.update(do_lower_case=meta["lowercase"], strip_accents=None, tokenize_chinese_chars=True)
     else:
         config.update(bos_token=names["cls"], eos_token=names["sep"])
+    if meta.get("extra_ids"):
+        config["additional_special_tokens"] = [sentinel_token(i) for i in range(meta["extra_ids"])]
     return config
 
 
@@ -385,11 +444,13 @@ class TokenizerBundle:
     sep_id: int = 3
     mask_id: int = 4
     vocab_size: int = 0
-    special_ids: frozenset[int] = field(default_factory=frozenset)
+    special_ids: frozenset[int] = field(default_factory=frozenset)  # the roles' ids and the sentinels
+    sentinel_ids: list[int] = field(default_factory=list)  # <extra_id_0>, <extra_id_1>, ... (T5)
 
     @classmethod
     def from_tokenizer(cls, tok: Tokenizer, meta: dict, folder: Path | None = None) -> TokenizerBundle:
         ids = meta["special_tokens"]
+        sentinels = _sentinel_ids(tok, int(meta.get("extra_ids", 0) or 0), folder)
         return cls(
             tok=tok,
             meta=meta,
@@ -400,8 +461,14 @@ class TokenizerBundle:
             sep_id=ids["sep"],
             mask_id=ids["mask"],
             vocab_size=tok.get_vocab_size(with_added_tokens=True),
-            special_ids=frozenset(ids.values()),
+            special_ids=frozenset(ids.values()) | frozenset(sentinels),
+            sentinel_ids=sentinels,
         )
+
+    @property
+    def extra_ids(self) -> int:
+        """How many T5 sentinel tokens the tokenizer has (0 for tokenizers without)."""
+        return len(self.sentinel_ids)
 
     def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
         return self.tok.encode(text, add_special_tokens=add_special_tokens).ids
@@ -456,11 +523,29 @@ def load_tokenizer(folder: Path) -> TokenizerBundle:
         try:
             meta = json.loads(meta_path.read_text(encoding="utf-8"))
             meta["special_tokens"] = {role: int(meta["special_tokens"][role]) for role in ROLES}
+            meta["extra_ids"] = int(meta.get("extra_ids", 0) or 0)  # tokenizers from before sentinels: 0
         except (ValueError, KeyError, TypeError) as e:
             raise TokenizerError(f'tokenizer_meta.json in "{folder.name}" is damaged ({e}).') from None
     else:
         meta = _infer_meta(tok, folder)
     return TokenizerBundle.from_tokenizer(tok, meta, folder)
+
+
+def _sentinel_ids(tok: Tokenizer, n: int, folder: Path | None) -> list[int]:
+    ids = [tok.token_to_id(sentinel_token(i)) for i in range(n)]
+    if any(i is None for i in ids):
+        name = folder.name if folder is not None else "the tokenizer"
+        raise TokenizerError(f'tokenizer_meta.json in "{name}" lists {n} T5 sentinel tokens, but '
+                             f"{sentinel_token(ids.index(None))} is not in the vocabulary; train the tokenizer again.")
+    return ids
+
+
+def _count_sentinels(tok: Tokenizer) -> int:
+    """How many of <extra_id_0>, <extra_id_1>, ... a tokenizer without our metadata has."""
+    n = 0
+    while n < MAX_EXTRA_IDS and tok.token_to_id(sentinel_token(n)) is not None:
+        n += 1
+    return n
 
 
 _USUAL_SPELLINGS = {
@@ -492,6 +577,7 @@ def _infer_meta(tok: Tokenizer, folder: Path) -> dict:
         "vocab_size": tok.get_vocab_size(with_added_tokens=True),
         "special_tokens": ids,
         "special_token_strings": names,
+        "extra_ids": _count_sentinels(tok),
         "inferred": True,
     }
 

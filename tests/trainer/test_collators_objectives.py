@@ -245,7 +245,10 @@ def test_every_objective_set_builds_its_collator():
     expected = {("mlm",): MLMCollator, ("mlm", "nsp"): NSPCollator, ("mlm", "sop"): SOPCollator,
                 ("mlm", "sbo"): SpanBERTCollator, ("mlm", "unilm"): UniLMCollator, ("unilm",): UniLMCollator,
                 ("mlm", "rtd"): MLMCollator, ("rtd",): MLMCollator, ("mlm", "distill"): MLMCollator}
-    assert {frozenset(k) for k in expected} == set(COLLATORS)
+    # issue 4's encoder-decoder and decoder-only objectives (tested in test_denoising / test_lm_collators)
+    issue4 = {"span_corruption", "prefix_lm", "t5_mlm", "deshuffle", "drop_tokens", "text_infilling",
+              "sentence_permutation", "clm", "bilm"}
+    assert {frozenset(k) for k in expected} | {frozenset({o}) for o in issue4} == set(COLLATORS)
     for objectives, cls in expected.items():
         for unit in collator_spec(objectives).units:
             c = build_collator(list(objectives), special=SPECIAL, seq_len=64, masking_unit=unit)

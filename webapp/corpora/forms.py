@@ -8,6 +8,8 @@ from django import forms
 from webapp.corpora.uploads import ACCEPT_ATTRIBUTE, check_upload
 
 VOCAB_DEFAULT = 8000
+EXTRA_IDS_LABEL = "T5 sentinel tokens"
+EXTRA_IDS_HELP = "T5 span corruption needs these; T5 uses 100."
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,12 @@ def vocab_bounds() -> tuple[int, int]:
     from trainer.tokenization import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
 
     return MIN_VOCAB_SIZE, MAX_VOCAB_SIZE
+
+
+def extra_ids_max() -> int:
+    from trainer.tokenization import MAX_EXTRA_IDS
+
+    return MAX_EXTRA_IDS
 
 
 class CorpusUploadForm(forms.Form):
@@ -84,4 +92,9 @@ class TokenizerForm(forms.Form):
     )
     lowercase = forms.BooleanField(required=False, initial=True, label="Lowercase the text",
                                    help_text="An uncased tokenizer: “Paris” and “paris” become one token.")
+    extra_ids = forms.IntegerField(min_value=0, max_value=extra_ids_max(), initial=0, required=False,
+                                   label=EXTRA_IDS_LABEL, help_text=EXTRA_IDS_HELP)
+
+    def clean_extra_ids(self) -> int:
+        return self.cleaned_data.get("extra_ids") or 0  # left empty: none
 

@@ -51,6 +51,7 @@ class Tokenizer(models.Model):
     algorithm = models.CharField(max_length=20, default="wordpiece")
     vocab_size = models.PositiveIntegerField(default=8000)
     lowercase = models.BooleanField(default=True)
+    extra_ids = models.PositiveIntegerField(default=0)  # T5 sentinel tokens <extra_id_0>... (0 = none)
     status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.PENDING)
     progress = models.FloatField(default=0.0)
     error = models.TextField(blank=True)

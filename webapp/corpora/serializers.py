@@ -5,7 +5,9 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from webapp.corpora.forms import VOCAB_DEFAULT, algorithm_choices, cleaning_rules, vocab_bounds
+from webapp.corpora.forms import (
+    EXTRA_IDS_HELP, EXTRA_IDS_LABEL, VOCAB_DEFAULT, algorithm_choices, cleaning_rules, extra_ids_max, vocab_bounds,
+)
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
 from webapp.corpora.uploads import check_upload
 
@@ -73,8 +75,8 @@ class TokenizerSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Tokenizer
-        fields = ["id", "name", "corpus", "algorithm", "vocab_size", "lowercase", "status", "progress", "error",
-                  "stats", "created_at"]
+        fields = ["id", "name", "corpus", "algorithm", "vocab_size", "lowercase", "extra_ids", "status", "progress",
+                  "error", "stats", "created_at"]
         read_only_fields = fields
 
 
@@ -84,6 +86,8 @@ class TokenizerCreateSerializer(serializers.Serializer):
     vocab_size = serializers.IntegerField(
         min_value=vocab_bounds()[0], max_value=vocab_bounds()[1], default=VOCAB_DEFAULT)
     lowercase = serializers.BooleanField(default=True)
+    extra_ids = serializers.IntegerField(min_value=0, max_value=extra_ids_max(), default=0, label=EXTRA_IDS_LABEL,
+                                         help_text=EXTRA_IDS_HELP)
     name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
 

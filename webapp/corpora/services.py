@@ -227,8 +227,10 @@ def corpus_delete(*, corpus: Corpus) -> None:
 @transaction.atomic
 def tokenizer_create(
     *, owner: AbstractBaseUser, corpus: Corpus, name: str, algorithm: str, vocab_size: int, lowercase: bool,
+    extra_ids: int = 0,
 ) -> Tokenizer:
-    """Queue training a tokenizer on a ready corpus (then encoding the corpus into shards)."""
+    """Queue training a tokenizer on a ready corpus (then encoding the corpus into shards).
+    extra_ids: T5 sentinel tokens to add (<extra_id_0> ...), 0 for none."""
     from trainer.tasks import build_tokenizer
 
     if corpus.owner_id != owner.pk:  # callers look corpora up by owner; this is a last guard
@@ -245,6 +247,7 @@ def tokenizer_create(
         )
     tokenizer = Tokenizer.objects.create(
         owner=owner, corpus=corpus, algorithm=algorithm, vocab_size=vocab_size, lowercase=lowercase,
+        extra_ids=int(extra_ids or 0),
         name=(name or "").strip() or default_tokenizer_name(corpus, algorithm, vocab_size, lowercase),
     )
     _enqueue(build_tokenizer, tokenizer)
@@ -274,7 +277,8 @@ def tokenizer_process(*, tokenizer_id) -> None:
         corpus_dir = tokenizer.corpus.folder
         stats = train_tokenizer(
             corpus_dir, work, algorithm=tokenizer.algorithm, vocab_size=tokenizer.vocab_size,
-            lowercase=tokenizer.lowercase, progress=_Progress(Tokenizer, tokenizer.pk, end=60.0),
+            lowercase=tokenizer.lowercase, extra_ids=tokenizer.extra_ids,
+            progress=_Progress(Tokenizer, tokenizer.pk, end=60.0),
         )
         shard_stats = encode_corpus(corpus_dir, work, progress=_Progress(Tokenizer, tokenizer.pk, start=60.0,
                                                                         end=99.0))
