@@ -9,7 +9,12 @@ with AdamW. Steps alternate between the two models so that machine noise hits bo
 Prints tokens/s for each and the ratio ours/theirs; on CUDA also MFU
 (6 * parameters * tokens/s / peak FLOP/s).
 
-A new architecture (t5, gpt, ...) is one more `Entry` in ARCHITECTURES. ELECTRA has no joint
+T5 trains on span-corruption-shaped batches (inputs of --seq-len tokens, targets of
+114/512 of that, T5's own ratio at noise density 0.15 and mean span 3); its tokens/s count
+encoder and decoder tokens. GPT trains causal LM on full rows. Both compare with
+T5ForConditionalGeneration / GPT2LMHeadModel loaded from our exported weights.
+
+A new architecture is one more `Entry` in ARCHITECTURES. ELECTRA has no joint
 model in transformers; its counterpart is ElectraForMaskedLM + ElectraForPreTraining wired
 together here the way ELECTRA trains (shared embeddings, sampled replacements, loss
 mlm + 50 * rtd).
@@ -45,6 +50,7 @@ class Entry:
     make_batch: Callable[[int, int, int, torch.Generator], Batch]  # (B, T, vocab, generator) -> batch
     ours_loss: Callable[[torch.nn.Module, Batch], torch.Tensor]
     theirs_loss: Callable[[torch.nn.Module, Batch], torch.Tensor]
+    tokens_per_row: Callable[[int], int] = lambda T: T  # tokens one row of length T counts for tokens/s
 
 
 # --- BERT --------------------------------------------------------------------------------------
@@ -166,6 +172,60 @@ def electra_theirs_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
     return model(b["input_ids"], b["attention_mask"], b["token_type_ids"], b["mlm_labels"])
 
 
+# --- T5 (span-corruption shapes) and GPT (causal LM) ------------------------------------------
+
+T5_TARGET_RATIO = 114 / 512  # T5: 512 input tokens -> 114 target tokens at noise 0.15, mean span 3
+
+
+def t5_target_len(T: int) -> int:
+    return max(2, round(T * T5_TARGET_RATIO))
+
+
+def t5_ours(preset: str, vocab: int) -> torch.nn.Module:
+    from models_lib.t5 import T5Config, T5ForConditionalGeneration
+
+    return T5ForConditionalGeneration(T5Config.from_preset(preset, vocab_size=vocab))
+
+
+def t5_batch(B: int, T: int, vocab: int, g: torch.Generator) -> Batch:
+    L = t5_target_len(T)
+    labels = torch.randint(5, vocab, (B, L), generator=g)
+    return dict(input_ids=torch.randint(5, vocab, (B, T), generator=g),
+                attention_mask=torch.ones(B, T, dtype=torch.long), labels=labels)
+
+
+def seq2seq_ours_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
+    return model(b["input_ids"], b["attention_mask"], labels=b["labels"]).loss
+
+
+def seq2seq_theirs_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
+    return model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], labels=b["labels"]).loss
+
+
+def gpt_ours(preset: str, vocab: int) -> torch.nn.Module:
+    from models_lib.gpt import GPTConfig, GPTLMHeadModel
+
+    return GPTLMHeadModel(GPTConfig.from_preset(preset, vocab_size=vocab))
+
+
+def clm_batch(B: int, T: int, vocab: int, g: torch.Generator) -> Batch:
+    ids = torch.randint(5, vocab, (B, T), generator=g)
+    return dict(input_ids=ids, attention_mask=torch.ones(B, T, dtype=torch.long), labels=ids)
+
+
+def clm_ours_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
+    return model(b["input_ids"], b["attention_mask"], labels=b["labels"]).loss
+
+
+def _lazy_presets(module: str, table: str) -> dict:
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(module), table)
+    except ImportError:
+        return {}
+
+
 ARCHITECTURES: dict[str, Entry] = {
     "bert": Entry(BERT_PRESETS, bert_ours, bert_theirs, mlm_nsp_batch, bert_ours_loss, bert_theirs_loss),
     "roberta": Entry(presets.ROBERTA_PRESETS, roberta_ours, lambda m: theirs_from(m, "RobertaForMaskedLM"),
@@ -174,6 +234,11 @@ ARCHITECTURES: dict[str, Entry] = {
                     mlm_nsp_batch, albert_ours_loss, albert_theirs_loss),
     "electra": Entry(presets.ELECTRA_PRESETS, electra_ours, electra_theirs, mlm_nsp_batch, electra_ours_loss,
                      electra_theirs_loss),
+    "t5": Entry(_lazy_presets("models_lib.t5", "T5_PRESETS"), t5_ours,
+                lambda m: theirs_from(m, "T5ForConditionalGeneration"), t5_batch, seq2seq_ours_loss,
+                seq2seq_theirs_loss, tokens_per_row=lambda T: T + t5_target_len(T)),
+    "gpt": Entry(_lazy_presets("models_lib.gpt", "GPT_PRESETS"), gpt_ours, lambda m: theirs_from(m, "GPT2LMHeadModel"),
+                 clm_batch, clm_ours_loss, seq2seq_theirs_loss),
 }
 
 
@@ -251,7 +316,8 @@ def main() -> None:
     g = torch.Generator().manual_seed(args.seed + 1)
     batches = [{k: v.to(args.device) for k, v in entry.make_batch(args.batch_size, args.seq_len, args.vocab, g).items()}
                for _ in range(4)]
-    print(f"{args.model}: {runners[0].params / 1e6:.1f}M parameters, batch {args.batch_size} x {args.seq_len}, "
+    print(f"{args.model}: {runners[0].params / 1e6:.1f}M parameters, batch {args.batch_size} x {args.seq_len}"
+          f"{f' (+ {t5_target_len(args.seq_len)} target tokens)' if entry is ARCHITECTURES['t5'] else ''}, "
           f"vocab {args.vocab}, device {args.device}{' bf16' if args.bf16 else ''}, "
           f"threads {torch.get_num_threads()}, {args.warmup} warmup + {args.steps} timed steps each")
 
@@ -262,7 +328,7 @@ def main() -> None:
             torch.manual_seed(args.seed + i)  # same dropout stream for both
             runner.step(batch, timed=i >= args.warmup)
 
-    tokens = args.steps * args.batch_size * args.seq_len
+    tokens = args.steps * args.batch_size * entry.tokens_per_row(args.seq_len)
     rates = {}
     for r in runners:
         rates[r.name] = tokens / r.seconds

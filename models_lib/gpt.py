@@ -272,10 +272,14 @@ class GPTLMHeadModel(nn.Module):
             if labels.shape != input_ids.shape:
                 raise ValueError(f"labels must have the shape of input_ids {tuple(input_ids.shape)}, "
                                  f"got {tuple(labels.shape)}.")
-            # The logits at t predict the token at t + 1: drop the last prediction and the first label.
-            targets = labels[:, 1:]  # (B, T-1)
-            selected = targets != IGNORE_INDEX
-            loss = token_loss(logits[:, :-1][selected], targets[selected])
+            # The logits at t predict the token at t + 1. Shifting the labels left (nothing to
+            # predict after the last token) rather than slicing the logits keeps the (B*T, V)
+            # logits a view: no copy of the largest tensor of the step, forward or backward.
+            targets = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T)
+            if bool(targets.ne(IGNORE_INDEX).any()):
+                loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
+            else:
+                loss = token_loss(logits[:, :0].flatten(0, 1), targets[:, :0].flatten())  # a graph-connected zero
         return CausalLMOutput(loss, logits, states if output_hidden_states else None)
 
     # --- generation (driven by models_lib.generation.generate) -----------------------------
