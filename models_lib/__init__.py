@@ -7,19 +7,25 @@
     from models_lib import hf                                    # transformers folders
 
 Families: bert, roberta, albert, electra, distilbert, spanbert, unilm (one encoder, configured;
-one module per family holding its pre-training model).
+one module per family holding its pre-training model); t5 (encoder-decoder), gpt (decoder-only)
+and elmo (biLSTM), each with its own config class and presets table (T5Config.from_preset,
+GPTConfig.from_preset, ElmoConfig.from_preset). Generation: models_lib.generation.generate.
 """
 from .albert import AlbertForPreTraining
 from .bert import BERT_PRESETS, BertConfig, BertForPreTraining, BertModel, PreTrainingOutput
 from .config import ElectraConfig, EncoderConfig, SpanBertConfig
 from .distilbert import DistilBertForPreTraining, distil_from_teacher
 from .electra import ElectraDiscriminator, ElectraForPreTraining, ElectraGenerator, ElectraPreTrainingOutput
+from .elmo import ELMO_PRESETS, ElmoConfig, ElmoLanguageModel, ScalarMix
+from .gpt import GPT_PRESETS, GPTConfig, GPTLMHeadModel
 from .presets import PRESETS, list_presets
 from .roberta import RobertaForPreTraining
 from .spanbert import SpanBertForPreTraining
+from .t5 import T5_PRESETS, T5Config, T5ForConditionalGeneration
 from .unilm import UniLMForPreTraining, generate_seq2seq
 
-__all__ = ["BERT_PRESETS", "PRESETS", "AlbertForPreTraining", "BertConfig", "BertForPreTraining", "BertModel",
+__all__ = ["BERT_PRESETS", "ELMO_PRESETS", "GPT_PRESETS", "PRESETS", "T5_PRESETS", "ElmoConfig", "ElmoLanguageModel",
+           "GPTConfig", "GPTLMHeadModel", "ScalarMix", "T5Config", "T5ForConditionalGeneration", "AlbertForPreTraining", "BertConfig", "BertForPreTraining", "BertModel",
            "DistilBertForPreTraining", "ElectraConfig", "ElectraDiscriminator", "ElectraForPreTraining",
            "ElectraGenerator", "ElectraPreTrainingOutput", "EncoderConfig", "PreTrainingOutput",
            "RobertaForPreTraining", "SpanBertConfig", "SpanBertForPreTraining", "UniLMForPreTraining",

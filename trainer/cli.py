@@ -2,8 +2,9 @@
 
 The YAML file holds the RunConfig fields plus:
   corpus:      path of a raw .txt or .jsonl corpus (relative paths: from the YAML file's folder)
-  tokenizer:   {algorithm: wordpiece, vocab_size: 8000, lowercase: true} (the algorithm defaults to the
-               architecture's: bpe for RoBERTa, unigram for ALBERT, wordpiece otherwise)
+  tokenizer:   {algorithm: wordpiece, vocab_size: 8000, lowercase: true, extra_ids: 0} (the algorithm
+               defaults to the architecture's: bpe for RoBERTa and GPT, unigram for ALBERT and T5,
+               wordpiece otherwise; extra_ids, T5's sentinel tokens, defaults to 100 for T5, else 0)
   output_dir:  where everything goes (relative paths: from the YAML file's folder)
   cleaning:    optional C4 rules, e.g. {terminal_punct: true, min_words: true}
   valid_fraction: optional share of documents held out for validation (default 0.05)
@@ -33,6 +34,8 @@ EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 RUN_FILE_KEYS = ("corpus", "tokenizer", "output_dir", "cleaning", "valid_fraction")
 TOKENIZER_DEFAULTS = {"algorithm": "wordpiece", "vocab_size": 8000, "lowercase": True}
+TOKENIZER_KEYS = (*TOKENIZER_DEFAULTS, "extra_ids")  # extra_ids: T5's sentinel tokens (absent = 0)
+T5_EXTRA_IDS = 100
 
 
 @dataclass
@@ -127,8 +130,8 @@ def load_run_file(path: Path) -> RunFile:
         raise ConfigError(f"The corpus file {corpus} does not exist (corpus: in {path.name}; "
                           f"`python -m trainer demo-corpus FILE` writes one).")
     tokenizer = data.get("tokenizer") or {}
-    if not isinstance(tokenizer, dict) or set(tokenizer) - set(TOKENIZER_DEFAULTS):
-        raise ConfigError(f"tokenizer: takes {', '.join(TOKENIZER_DEFAULTS)}; got {tokenizer!r}.")
+    if not isinstance(tokenizer, dict) or set(tokenizer) - set(TOKENIZER_KEYS):
+        raise ConfigError(f"tokenizer: takes {', '.join(TOKENIZER_KEYS)}; got {tokenizer!r}.")
     cleaning = data.get("cleaning") or {}
     rules = [f.name for f in dataclasses.fields(CleaningOptions)]
     if not isinstance(cleaning, dict) or set(cleaning) - set(rules):
@@ -139,9 +142,15 @@ def load_run_file(path: Path) -> RunFile:
     config = RunConfig.from_dict(fields)
     if config.architecture == "distilbert":
         registry.validate_teacher(config)
-    algorithm = registry.get(config.architecture).tokenizer_algorithms[0]
-    tok = {**TOKENIZER_DEFAULTS, "algorithm": algorithm, **tokenizer}
-    registry.validate_tokenizer(config, tok["algorithm"])
+    spec = registry.get(config.architecture)
+    tok = {**TOKENIZER_DEFAULTS, "algorithm": spec.tokenizer_algorithms[0], **tokenizer}
+    if "extra_ids" not in tok and any(registry.OBJECTIVES[o].needs_sentinels for o in spec.objectives):
+        tok["extra_ids"] = T5_EXTRA_IDS  # T5's 100 sentinels (kept out of the stamp of other families)
+    try:
+        extra_ids = int(tok.get("extra_ids", 0))
+    except (TypeError, ValueError):
+        raise ConfigError(f"tokenizer: extra_ids must be a whole number such as 100, not {tok['extra_ids']!r}.") from None
+    registry.validate_tokenizer(config, tok["algorithm"], {"extra_ids": extra_ids})
     try:
         valid_fraction = float(data.get("valid_fraction", 0.05))
     except (TypeError, ValueError):
@@ -169,7 +178,8 @@ def prepare(run: RunFile) -> None:
     if not (run.tokenizer_dir / "tokenizer.json").is_file():
         print(f"Training a {run.tokenizer['algorithm']} tokenizer ({run.tokenizer['vocab_size']:,} tokens) ...", flush=True)
         stats = train_tokenizer(run.corpus_dir, run.tokenizer_dir, algorithm=run.tokenizer["algorithm"],
-                                vocab_size=int(run.tokenizer["vocab_size"]), lowercase=bool(run.tokenizer["lowercase"]))
+                                vocab_size=int(run.tokenizer["vocab_size"]), lowercase=bool(run.tokenizer["lowercase"]),
+                                extra_ids=int(run.tokenizer.get("extra_ids", 0)))
         print(f"  vocabulary {stats['vocab_size']:,}, {stats.get('tokens_per_word', 0):.2f} tokens per word, "
               f"unknown rate {stats.get('unk_rate', 0):.2%}", flush=True)
     if not (run.tokenizer_dir / "shards" / "train" / "shard.json").is_file():

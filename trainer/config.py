@@ -49,7 +49,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "masking": ("dynamic", "static"),
-    "schedule": ("linear", "cosine", "constant"),
+    "schedule": ("linear", "cosine", "constant", "inverse_sqrt"),
+    "optimizer": ("adamw", "adafactor"),
     "device": ("auto", "cpu", "cuda"),
     "precision": ("auto", "fp32", "bf16"),
 }
@@ -82,7 +83,7 @@ class RunConfig:
     masking: str = "dynamic"
     """"dynamic": new masks every time a sequence is fed; "static": 10 masks per sequence, fixed up front."""
     mask_prob: float = 0.15
-    """Share of (non-special) tokens chosen for masked-token prediction."""
+    """Share of (non-special) tokens chosen for masked-token prediction; for T5, the noise density of span corruption (15%, spans of mean length 3), token dropping and its BERT-style objective."""
     masking_unit: str = ""
     """What one mask covers: "token" (BERT), "word" (whole-word masking, BERT-wwm), "phrase" (ERNIE phrase masking), "ngram" (ALBERT, 1- to 3-grams of words) or "span" (SpanBERT, with its span boundary objective). Empty = the architecture's default (ALBERT "ngram", SpanBERT "span", otherwise "token")."""
     packing: str = "full-sentences"
@@ -114,19 +115,21 @@ class RunConfig:
     grad_accum: int = 1
     """Micro-batches whose gradients are summed before each update (effective batch = batch_size x grad_accum)."""
 
-    # --- optimizer and schedule (AdamW)
+    # --- optimizer and schedule
+    optimizer: str = ""
+    """"adamw" or "adafactor" (T5's: PyTorch's Adafactor, steps relative to each weight's size; lr caps that step; betas and eps do not apply). Empty = the architecture's (T5 Adafactor, otherwise AdamW)."""
     lr: float = 1e-4
     """Peak learning rate, reached at the end of warm-up."""
     betas: tuple[float, float] = (0.9, 0.999)
-    """AdamW beta1 and beta2."""
+    """AdamW beta1 and beta2 (Adafactor ignores them)."""
     eps: float = 1e-6
-    """AdamW epsilon."""
+    """AdamW epsilon (Adafactor ignores it)."""
     weight_decay: float = 0.01
     """Decoupled weight decay (not applied to biases and normalization weights)."""
     warmup_steps: int = 100
-    """Steps of linear warm-up from 0 to lr."""
+    """Steps of linear warm-up from 0 to lr; with "inverse_sqrt", the steps at constant lr before the decay."""
     schedule: str = "linear"
-    """Learning-rate shape after warm-up: "linear" decay to 0, "cosine" decay to 0, or "constant"."""
+    """Learning-rate shape after warm-up: "linear" decay to 0, "cosine" decay to 0, "constant", or "inverse_sqrt" (T5: lr x sqrt(warmup_steps / step) after warmup_steps steps at lr; T5 itself used lr 0.01 for 10^4 steps, i.e. 1/sqrt(max(step, 10^4)))."""
     clip_grad: float = 1.0
     """Clip the global gradient norm to this value (0 = no clipping)."""
 
@@ -154,8 +157,12 @@ class RunConfig:
         self._coerce_types()
         from trainer import registry  # lazy: registry reads the model presets
 
-        if not self.masking_unit and self.architecture in registry.ARCHITECTURES:
-            self.masking_unit = registry.ARCHITECTURES[self.architecture].default_masking_unit
+        if self.architecture in registry.ARCHITECTURES:
+            spec = registry.ARCHITECTURES[self.architecture]
+            if not self.masking_unit:
+                self.masking_unit = spec.default_masking_unit
+            if not self.optimizer:  # configs saved before the field existed read as AdamW (their families')
+                self.optimizer = spec.optimizer_defaults.get("optimizer", "adamw")
         self._check_fields()
         registry.validate(self)
 
@@ -182,7 +189,7 @@ class RunConfig:
         if self.seq_len < MIN_SEQ_LEN:
             raise ConfigError(f"seq_len must be at least {MIN_SEQ_LEN} tokens, not {self.seq_len}.")
         for name, options in choices().items():
-            if name == "masking_unit" and not self.masking_unit:
+            if name in ("masking_unit", "optimizer") and not getattr(self, name):
                 continue  # an unknown architecture: the registry says so
             if getattr(self, name) not in options:
                 raise ConfigError(

@@ -70,7 +70,7 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
         device, precision = setup_runtime(config)
         resume_from = find_resume_point(out_dir, resume, sink)
         model, forward = families.build(config, vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
-                                     device=device, data_dir=data_dir)
+                                        device=device, data_dir=data_dir, tokenizer=tokenizer)
         optimizer, scheduler = build_optimizer(model, config)
         state = TrainState()
         if resume_from is not None:
@@ -93,7 +93,7 @@ def load_tokenizer(config: RunConfig, data_dir: Path) -> Any:
     from trainer.tokenization import load_tokenizer as _load
 
     bundle = _load(data_dir)
-    registry.validate_tokenizer(config, bundle.meta.get("algorithm", "wordpiece"))
+    registry.validate_tokenizer(config, bundle.meta.get("algorithm", "wordpiece"), bundle.meta)
     return bundle
 
 
@@ -338,8 +338,9 @@ class Loop:
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         """Every named loss (weighted per target / sequence / token over the fixed validation
-        batches), "loss" = their weighted sum as in training, perplexity from the MLM loss, and
-        the ratios (accuracies, RTD precision and recall)."""
+        batches), "loss" = their weighted sum as in training, the perplexities the family names
+        (exp of the MLM or LM loss; ELMo's per direction), and the ratios (accuracies, RTD
+        precision and recall)."""
         model = self.model
         model.eval()
         self.forward.start_validation()
@@ -353,8 +354,9 @@ class Loop:
         weights = self.forward.loss_weights
         values = {"loss": sum(weights.get(k, 1.0) * v for k, v in parts.items() if k.endswith("_loss"))}
         values.update(_ordered(parts))
-        if "mlm_loss" in parts:
-            values["perplexity"] = math.exp(min(parts["mlm_loss"], 50.0))
+        for name, source in self.forward.perplexities.items():
+            if source in values:
+                values[name] = math.exp(min(values[source], 50.0))
         return values
 
     def save_checkpoint(self) -> Path:
@@ -398,12 +400,23 @@ class Loop:
         n_params = sum(p.numel() for p in self.model.parameters())
         if self.resumed_from is not None:
             self.sink.log(f"Resuming from {self.resumed_from.name} (step {self.state.step}).")
+        objectives = " + ".join(o.upper() if len(o) <= 5 else registry.OBJECTIVES[o].label
+                                if o in registry.OBJECTIVES else o for o in cfg.objectives)
+        target_len = getattr(self.stream.collator, "target_len", None)  # encoder-decoder objectives
+        targets = f" (decoder targets up to {target_len})" if target_len else ""
         self.sink.log(
             f"Training {cfg.preset} ({n_params / 1e6:.2f}M parameters, vocabulary {self.model.config.vocab_size:,}) "
-            f"with {' + '.join(o.upper() for o in cfg.objectives)} on {self.device} ({self.precision}): "
-            f"{cfg.max_steps:,} steps of {cfg.batch_size} x {cfg.grad_accum} sequences of up to {cfg.seq_len} tokens; "
-            f"{self.stream.epoch_size:,} training sequences per epoch, {len(self.valid)} validation batches."
+            f"with {objectives} on {self.device} ({self.precision}), {optimizer_label(cfg)}: "
+            f"{cfg.max_steps:,} steps of {cfg.batch_size} x {cfg.grad_accum} sequences of up to {cfg.seq_len} "
+            f"tokens{targets}; {self.stream.epoch_size:,} training sequences per epoch, "
+            f"{len(self.valid)} validation batches."
         )
+
+
+def optimizer_label(cfg: RunConfig) -> str:
+    """E.g. "Adafactor at lr 0.01 (inverse_sqrt schedule)", for the start-of-training log line."""
+    name = {"adamw": "AdamW", "adafactor": "Adafactor"}.get(cfg.optimizer, cfg.optimizer)
+    return f"{name} at lr {cfg.lr:g} ({cfg.schedule} schedule)"
 
 
 def _ordered(values: dict[str, float]) -> dict[str, float]:
@@ -413,7 +426,7 @@ def _ordered(values: dict[str, float]) -> dict[str, float]:
     return {k: values[k] for k in losses + rest}
 
 
-_METRIC_ORDER = ("mlm", "nsp", "sop", "sbo", "rtd", "soft", "cos")
+_METRIC_ORDER = ("mlm", "nsp", "sop", "sbo", "rtd", "soft", "cos", "lm", "forward", "backward")
 
 
 def _metric_rank(key: str) -> tuple[int, str]:

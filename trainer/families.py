@@ -14,6 +14,16 @@ every family, and a family's metrics are whatever its model output holds:
   DistilBERT: soft_loss (KL(teacher_T || student_T) * T^2 at the masked positions), mlm_loss
       and cos_loss (final hidden states, real tokens), weighted 5 / 2 / 1 by default. The
       teacher (a BERT checkpoint, frozen, eval mode) is not part of the trained model.
+  T5 (any of its denoising objectives): lm_loss (mean cross-entropy over the target tokens)
+      and lm_acc (argmax accuracy over them); loss = lm_loss.
+  GPT: lm_loss and lm_acc over the next-token predictions (labels shifted inside the model).
+  ELMo: forward_loss and backward_loss (each weighted by its predicted tokens), forward_acc,
+      backward_acc; loss = their mean.
+
+Perplexity is exp of a loss, reported in validation as for MLM: each Step names its
+perplexities (`perplexities`: metric -> the loss it exponentiates), "perplexity" from
+mlm_loss or lm_loss, and ELMo's forward_perplexity / backward_perplexity per direction (its
+"perplexity" is exp of the mean of the two losses, their geometric mean).
 """
 from __future__ import annotations
 
@@ -26,7 +36,7 @@ import torch
 from torch import nn
 
 from trainer import registry
-from trainer.collators import Batch
+from trainer.collators import IGNORE_INDEX, Batch, SpecialIds
 from trainer.config import RunConfig
 from trainer.errors import ConfigError
 
@@ -49,6 +59,9 @@ class Step:
 
     def __init__(self, config: RunConfig, model: nn.Module, device: str):
         self.config, self.model, self.device = config, model, device
+
+    # metric -> the loss it is exp() of ("loss": the total), reported in validation
+    perplexities: dict[str, str] = {"perplexity": "mlm_loss"}
 
     @property
     def loss_weights(self) -> dict[str, float]:
@@ -167,6 +180,69 @@ class DistillationStep(Step):
         return StepOutput(loss, losses, weights, ratios)
 
 
+class Seq2SeqStep(Step):
+    """T5: the encoder reads the corrupted input, the decoder the target shifted right (the
+    collator's decoder_input_ids, starting with the pad id); loss and accuracy over the target
+    tokens (labels != -100)."""
+
+    perplexities = {"perplexity": "lm_loss"}
+
+    @property
+    def loss_weights(self) -> dict[str, float]:
+        return {"lm_loss": 1.0}
+
+    def __call__(self, batch: Batch, *, train: bool) -> StepOutput:
+        out = self.model(batch.input_ids, batch.attention_mask, batch.decoder_input_ids,
+                         batch.decoder_attention_mask, batch.labels)
+        return lm_step_output(out.loss, out.logits, batch.labels)
+
+
+class CausalLMStep(Step):
+    """GPT: labels are the input ids (-100 at padding); the logits at t predict the label at t + 1."""
+
+    perplexities = {"perplexity": "lm_loss"}
+
+    @property
+    def loss_weights(self) -> dict[str, float]:
+        return {"lm_loss": 1.0}
+
+    def __call__(self, batch: Batch, *, train: bool) -> StepOutput:
+        out = self.model(batch.input_ids, batch.attention_mask, batch.labels)
+        return lm_step_output(out.loss, out.logits[:, :-1], batch.labels[:, 1:])
+
+
+class ElmoStep(Step):
+    """ELMo: the forward LM predicts each next token, the backward LM each previous one; the
+    loss is their mean, each reported with its accuracy and (in validation) its perplexity."""
+
+    perplexities = {"forward_perplexity": "forward_loss", "backward_perplexity": "backward_loss",
+                    "perplexity": "loss"}
+
+    @property
+    def loss_weights(self) -> dict[str, float]:
+        return {"forward_loss": 0.5, "backward_loss": 0.5}
+
+    def __call__(self, batch: Batch, *, train: bool) -> StepOutput:
+        out = self.model(batch.input_ids, batch.attention_mask)
+        losses = {"forward_loss": out.forward_loss.detach().float(), "backward_loss": out.backward_loss.detach().float()}
+        weights = {"forward_loss": out.forward_tokens, "backward_loss": out.backward_tokens}
+        ratios = {"forward_acc": (out.forward_correct, out.forward_tokens),
+                  "backward_acc": (out.backward_correct, out.backward_tokens)}
+        return StepOutput(out.loss, losses, weights, ratios)
+
+
+def lm_step_output(loss: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor) -> StepOutput:
+    """lm_loss and lm_acc of (B, L, V) logits against (B, L) targets (-100 = not predicted);
+    validation weights the loss by the number of predicted tokens."""
+    predicted = targets != IGNORE_INDEX  # (B, L)
+    n = predicted.sum()
+    hits = ((logits.detach().argmax(-1) == targets) & predicted).sum()
+    return StepOutput(loss, {"lm_loss": loss.detach().float()}, {"lm_loss": n}, {"lm_acc": (hits, n)})
+
+
+STEPS: dict[str, type[Step]] = {"t5": Seq2SeqStep, "gpt": CausalLMStep, "elmo": ElmoStep}
+
+
 def _generator(device: str, seed: list[int]) -> torch.Generator:
     g = torch.Generator(device=device)
     g.manual_seed(int.from_bytes(hashlib.sha256(repr(seed).encode()).digest()[:8], "little") & (2**63 - 1))
@@ -174,30 +250,68 @@ def _generator(device: str, seed: list[int]) -> torch.Generator:
 
 
 # ---------------------------------------------------------------------------- building
-def model_config(config: RunConfig, vocab_size: int, pad_id: int) -> Any:
-    """The models_lib config of a run: its preset, its model_overrides, the tokenizer's vocabulary."""
+def token_ids(pad_id: int, tokenizer: Any = None) -> dict[str, int]:
+    """The special ids a models_lib config may take, by SpecialIds name: from the tokenizer
+    (a TokenizerBundle) when given; without one, the pad id and the separator's fixed id
+    (trainer.tokenization.ROLES order) as EOS, as SpecialIds does."""
+    if tokenizer is not None:
+        special = SpecialIds.from_tokenizer(tokenizer)
+        return {"pad": special.pad, "eos": special.eos, "sep": special.sep, "cls": special.cls}
+    from trainer.tokenization import ROLES
+
+    return {"pad": pad_id, "eos": ROLES.index("sep"), "sep": ROLES.index("sep"), "cls": ROLES.index("cls")}
+
+
+def model_config(config: RunConfig, vocab_size: int, pad_id: int, tokenizer: Any = None) -> Any:
+    """The models_lib config of a run: its preset, its model_overrides, the tokenizer's vocabulary
+    and the special ids the family takes (registry token_fields: T5's pad, EOS and decoder start
+    = pad; GPT's pad and EOS; everyone's pad)."""
     spec = registry.get(config.architecture)
     overrides = dict(config.model_overrides)
-    cfg = spec.preset_config(config.preset, vocab_size=vocab_size, pad_token_id=pad_id, **overrides)
+    ids = token_ids(pad_id, tokenizer)
+    tokens = {name: ids[role] for name, role in spec.token_fields.items()}
+    cfg = spec.preset_config(config.preset, vocab_size=vocab_size, **tokens, **overrides)
     if registry.max_positions(cfg) < config.seq_len:  # registry.validate refuses this; belt and braces
         raise ConfigError(f"seq_len {config.seq_len} is longer than the model's {registry.max_positions(cfg)} positions.")
     return cfg
 
 
 def build(config: RunConfig, *, vocab_size: int, pad_id: int, device: str,
-          data_dir: Path | None = None) -> tuple[nn.Module, Step]:
+          data_dir: Path | None = None, tokenizer: Any = None) -> tuple[nn.Module, Step]:
     """A fresh pre-training model of the run's family (on `device`, in train mode) and its Step.
+    `tokenizer` (the run's TokenizerBundle; loaded from data_dir when needed and not given)
+    supplies the special ids and, for ELMo's character CNN, the vocabulary's spellings.
     DistilBERT's student starts from every other layer of the teacher (loaded here, frozen)."""
     spec = registry.get(config.architecture)
-    model = spec.build_model(model_config(config, vocab_size, pad_id))
+    if tokenizer is None and data_dir is not None and spec.name in STEPS:
+        from trainer.tokenization import load_tokenizer
+
+        tokenizer = load_tokenizer(Path(data_dir))
+    cfg = model_config(config, vocab_size, pad_id, tokenizer)
+    model = spec.build_model(cfg)
     if spec.name == "distilbert":
         teacher = load_teacher(config, vocab_size=vocab_size, data_dir=data_dir)
         init_student(model, teacher)
         return model.to(device).train(), DistillationStep(config, model, device, teacher.to(device))
+    if spec.name == "elmo" and getattr(cfg, "char_cnn", False):
+        set_char_table(model, tokenizer)
     model = model.to(device).train()
     if spec.name == "electra":
         return model, ElectraStep(config, model, device)
-    return model, Step(config, model, device)
+    return model, STEPS.get(spec.name, Step)(config, model, device)
+
+
+def set_char_table(model: nn.Module, tokenizer: Any) -> None:
+    """ELMo with the character CNN: each token id's spelling (its UTF-8 bytes between word
+    markers), from the tokenizer's vocabulary; a checkpoint stores the table with the weights."""
+    from models_lib.elmo import char_table
+    from trainer.segmenter import vocab_strings
+
+    if tokenizer is None:
+        raise ConfigError("ELMo's character CNN spells every token of the vocabulary, so it needs the run's "
+                          "tokenizer; train with its tokenizer folder.")
+    strings = [s or "" for s in vocab_strings(tokenizer)]  # gaps in the ids: empty spellings
+    model.set_char_table(char_table(strings, max_chars=model.config.max_chars))
 
 
 def load_teacher(config: RunConfig, *, vocab_size: int, data_dir: Path | None) -> nn.Module:

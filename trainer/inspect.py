@@ -16,6 +16,13 @@ Example dict (one per sequence):
                  none, or SpanBERT's `sbo_pairs`); otherwise runs of two or more adjacent
                  selected tokens get one id (whole words, n-grams; with token masking,
                  neighbours chosen together).
+                 Encoder-decoder batches (T5 objectives): "sentinel" (an <extra_id_N> that
+                 stands for a span), "masked" (a mask token: BERT-style, text infilling),
+                 "special", "none"; causal-LM and biLM batches: "special" or "none" (every
+                 token is predicted, nothing is hidden).
+    target       encoder-decoder batches only: {"tokens": [{"token", "id", "role": "sentinel" |
+                 "special" | "target"}]} the decoder's target; None otherwise
+    note         one sentence on what the model predicts for objectives without MLM labels
     pair         None for single segments; for pairs {"task": "nsp" | "sop", "label": 0 | 1,
                  "meaning": "IsNext" | "NotNext" | "in order" | "swapped"}
     counts       {role: number of tokens}
@@ -70,6 +77,8 @@ def sample_batch(config_dict: dict[str, Any], tokenizer_dir: str | Path, n_examp
         raise InferenceError("The run's token shards are no longer on disk, so there is no data to show.") from None
     if getattr(batch, "input_ids", None) is None or getattr(batch, "mlm_labels", None) is None:
         raise InferenceError(_cannot_inspect(config))
+    if getattr(batch, "labels", None) is not None:
+        return _sequence_examples(batch, bundle, special, config)
     examples = _examples(batch, bundle, special)
     electra = _electra_view(checkpoint_dir, batch, bundle, seed)
     for i, ex in enumerate(examples):
@@ -116,7 +125,52 @@ def _examples(batch: Any, bundle: Any, special: Any) -> list[dict[str, Any]]:
         if pair_task:
             label = int(pair_labels[i])
             pair = {"task": pair_task, "label": label, "meaning": _PAIR_MEANINGS[pair_task][label]}
-        out.append({"index": i, "tokens": tokens, "pair": pair, "counts": counts, "electra": None})
+        out.append({"index": i, "tokens": tokens, "pair": pair, "counts": counts, "electra": None,
+                    "target": None, "note": None})
+    return out
+
+
+_LM_NOTES = {
+    "clm": "Causal language modelling: every token is predicted from the tokens before it; nothing is hidden.",
+    "bilm": "ELMo: the forward LM predicts every token from the tokens before it, the backward LM from the "
+            "tokens after it; nothing is hidden.",
+}
+
+
+def _sequence_examples(batch: Any, bundle: Any, special: Any, config: Any) -> list[dict[str, Any]]:
+    """Examples of batches that carry `labels` instead of MLM labels: encoder-decoder denoising
+    (input and target shown side by side) and the causal / bidirectional LMs (input only)."""
+    to_token = bundle.tok.id_to_token
+    sentinels = set(getattr(special, "sentinels", ()) or ())
+    seq2seq = getattr(batch, "decoder_input_ids", None) is not None
+    objective = config.objectives[0]
+
+    def role(i: int, in_target: bool) -> str:
+        if i in sentinels:
+            return "sentinel"
+        if i in special.special and not (i == special.mask and not in_target):
+            return "special"
+        if i == special.mask:
+            return "masked"
+        return "target" if in_target else "none"
+
+    out = []
+    lengths = batch.attention_mask.sum(dim=1).tolist()
+    for i, n in enumerate(lengths):
+        ids = [int(x) for x in batch.input_ids[i, : int(n)].tolist()]
+        tokens, counts = [], {}
+        for inp in ids:
+            r = role(inp, False)
+            counts[r] = counts.get(r, 0) + 1
+            tokens.append({"token": to_token(inp), "id": inp, "original": to_token(inp), "original_id": inp,
+                           "role": r, "segment": 0, "span": None})
+        target = None
+        if seq2seq:
+            wanted = [int(x) for x in batch.labels[i].tolist() if int(x) != -100]
+            target = {"tokens": [{"token": to_token(t), "id": t, "role": role(t, True)} for t in wanted]}
+            counts["target"] = len(wanted)
+        out.append({"index": i, "tokens": tokens, "pair": None, "counts": counts, "electra": None,
+                    "target": target, "note": None if seq2seq else _LM_NOTES.get(objective)})
     return out
 
 

@@ -11,6 +11,14 @@ objectives it trains (and which it must), which masking units and packings make 
 optimizer defaults from the paper, and the extra settings the form shows: RunConfig fields
 only that family uses (`config_fields`) and models_lib config fields it exposes
 (`model_fields`, written to model_overrides).
+
+Encoder-decoder and decoder-only (SPEC.md, "Encoder-decoder and decoder-only"): T5 (one
+denoising objective per run: span corruption by default, or the T5 study's and BART's
+alternatives), GPT (causal LM on packed sequences, byte-level BPE) and ELMo (forward and
+backward LSTM language models). They mask no tokens the MLM way and read the corpus as a
+stream of fixed-length pieces, so masking units and packings do not apply to them
+(`hidden_fields` tells the form which settings to hide); T5's default optimizer is
+Adafactor with the inverse-square-root schedule.
 """
 from __future__ import annotations
 
@@ -35,6 +43,7 @@ class ObjectiveSpec:
     label: str
     help: str
     metrics: tuple[str, ...]  # the metric keys it adds
+    needs_sentinels: bool = False  # reads T5's sentinel tokens (<extra_id_0>, ...) from the tokenizer
 
 
 @dataclass(frozen=True)
@@ -48,8 +57,11 @@ class ModelField:
     choices: tuple[str, ...] = ()
     choice_labels: tuple[str, ...] = ()
     bounds: tuple[float, float] | None = None
+    boolean: bool = False  # a yes/no setting (ELMo's char_cnn)
 
     def check(self, value: Any, label: str) -> None:
+        if self.boolean and not isinstance(value, bool):
+            raise ConfigError(f"{self.name} must be true or false for {label}, not {value!r}.")
         if self.choices and value not in self.choices:
             raise ConfigError(f"{self.name} must be one of {', '.join(repr(c) for c in self.choices)} for {label}, "
                               f"not {value!r}.")
@@ -60,6 +72,8 @@ class ModelField:
 
     def as_json(self, default: Any) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "label": self.label, "help": self.help, "default": default}
+        if self.boolean:
+            out["type"] = "bool"
         if self.choices:
             out["choices"] = [[c, lab] for c, lab in zip(self.choices, self.choice_labels or self.choices)]
         if self.bounds is not None:
@@ -89,6 +103,10 @@ class ArchitectureSpec:
     model_fields: tuple[ModelField, ...] = ()  # models_lib fields the form shows (model_overrides)
     refusals: dict[str, str] = field(default_factory=dict)  # objective -> why this family does not train it
     about: str = ""                    # one line for the form
+    one_objective: bool = False        # exactly one of `objectives` per run (T5's denoising objectives)
+    # models_lib config field -> the tokenizer's special id it takes ("pad", "eos"; SpecialIds names)
+    token_fields: dict[str, str] = field(default_factory=lambda: {"pad_token_id": "pad"})
+    hidden_fields: tuple[str, ...] = ()  # RunConfig fields that do nothing for this family (the form hides them)
 
     @property
     def presets(self) -> list[str]:
@@ -96,7 +114,9 @@ class ArchitectureSpec:
 
     @property
     def default_masking_unit(self) -> str:
-        return self.masking_units[0]
+        """The first masking unit; "token" (a placeholder the collators ignore) for families
+        that mask nothing the MLM way."""
+        return self.masking_units[0] if self.masking_units else "token"
 
     def preset_config(self, preset: str, **overrides: Any) -> Any:
         """The models_lib config object for a preset (vocab_size etc. as overrides)."""
@@ -107,7 +127,10 @@ class ArchitectureSpec:
         return _load(self.model_class)(model_cfg)
 
     def allowed_objective_sets(self) -> list[list[str]]:
-        """Every objective set we accept: the required ones plus any of the optional ones."""
+        """Every objective set we accept: the required ones plus any of the optional ones (for a
+        one-objective family: each objective alone)."""
+        if self.one_objective:
+            return [[o] for o in self.objectives]
         optional = [o for o in self.objectives if o not in self.required_objectives]
         sets = []
         for mask in range(1 << len(optional)):
@@ -119,6 +142,9 @@ class ArchitectureSpec:
 # Objectives whose examples are sentence pairs (their collators build their own pairs, so
 # the packing of single segments does not apply).
 PAIR_OBJECTIVES = ("nsp", "sop", "unilm")
+# What the language-model objectives report: the loss and accuracy over the predicted tokens
+# (a seq2seq model's target tokens, a causal LM's next tokens) and, in validation, exp(lm_loss).
+_SEQ_METRICS = ("lm_loss", "lm_acc", "perplexity")
 
 OBJECTIVES: dict[str, ObjectiveSpec] = {
     "mlm": ObjectiveSpec(
@@ -170,7 +196,76 @@ OBJECTIVES: dict[str, ObjectiveSpec] = {
              "source fully visible, target left to right), left-to-right or right-to-left (1/6 each).",
         metrics=(),
     ),
+    # --- encoder-decoder (T5): one per run; the collators live in trainer.denoising
+    "span_corruption": ObjectiveSpec(
+        name="span_corruption",
+        label="Span corruption (T5)",
+        help="15% of the tokens (noise density 0.15, the run's mask probability) are corrupted in spans of mean "
+             "length 3; each span becomes one sentinel token <extra_id_0>, <extra_id_1>, ... in the input, and "
+             "the decoder writes each sentinel followed by the tokens it replaced. T5's default; needs a "
+             "tokenizer with sentinel tokens.",
+        metrics=_SEQ_METRICS,
+        needs_sentinels=True,
+    ),
+    "prefix_lm": ObjectiveSpec(
+        name="prefix_lm",
+        label="Prefix LM (T5 study)",
+        help="The text is split at a random point: the encoder reads the first part, the decoder writes the rest.",
+        metrics=_SEQ_METRICS,
+    ),
+    "t5_mlm": ObjectiveSpec(
+        name="t5_mlm",
+        label="BERT-style MLM, encoder-decoder (T5 study)",
+        help="15% of the tokens are corrupted (90% become the mask token, 10% a random token); the decoder "
+             "writes the whole original text.",
+        metrics=_SEQ_METRICS,
+    ),
+    "deshuffle": ObjectiveSpec(
+        name="deshuffle",
+        label="Deshuffling (T5 study)",
+        help="The encoder reads the text's tokens in a random order; the decoder writes them in the original order.",
+        metrics=_SEQ_METRICS,
+    ),
+    "drop_tokens": ObjectiveSpec(
+        name="drop_tokens",
+        label="Drop tokens (T5 study)",
+        help="Each token is left out of the input with probability 0.15; the decoder writes the dropped tokens.",
+        metrics=_SEQ_METRICS,
+    ),
+    "text_infilling": ObjectiveSpec(
+        name="text_infilling",
+        label="Text infilling (BART)",
+        help="Spans with lengths ~ Poisson(3) covering 30% of the tokens are each replaced by ONE mask token "
+             "(0-length spans insert one); the decoder writes the original text.",
+        metrics=_SEQ_METRICS,
+    ),
+    "sentence_permutation": ObjectiveSpec(
+        name="sentence_permutation",
+        label="Sentence permutation (BART)",
+        help="The sentences of a piece of one document are shuffled; the decoder writes them in the original order.",
+        metrics=_SEQ_METRICS,
+    ),
+    # --- decoder-only and biLM; their collators live in trainer.lm_collators
+    "clm": ObjectiveSpec(
+        name="clm",
+        label="Causal language modelling (CLM)",
+        help="Next-token prediction, left to right, on packed sequences: the corpus is read as one stream "
+             "cut into pieces of seq_len tokens, documents separated by the end-of-text token.",
+        metrics=_SEQ_METRICS,
+    ),
+    "bilm": ObjectiveSpec(
+        name="bilm",
+        label="Bidirectional LM (ELMo)",
+        help="A forward LSTM language model predicts each next token, a backward one each previous token; "
+             "they share the token representation and the softmax, and the loss is their mean.",
+        metrics=("forward_loss", "backward_loss", "forward_acc", "backward_acc", "forward_perplexity",
+                 "backward_perplexity", "perplexity"),
+    ),
 }
+
+# The T5 family's objectives, one per run.
+SEQ2SEQ_OBJECTIVES = ("span_corruption", "prefix_lm", "t5_mlm", "deshuffle", "drop_tokens", "text_infilling",
+                      "sentence_permutation")
 
 _WORDS = ("token", "word", "phrase", "ngram")  # units any MLM-style objective takes ("span" needs SBO)
 _BERT_ADAM = {"lr": 1e-4, "betas": [0.9, 0.999], "eps": 1e-6, "weight_decay": 0.01, "schedule": "linear"}
@@ -331,6 +426,125 @@ ARCHITECTURES: dict[str, ArchitectureSpec] = {
         about="BERT's encoder trained with bidirectional, left-to-right, right-to-left and seq2seq attention "
               "masks, so it can also generate text.",
     ),
+    "t5": ArchitectureSpec(
+        name="t5",
+        label="T5",
+        family="t5",
+        preset_table="models_lib.t5:T5_PRESETS",
+        config_class="models_lib.t5:T5Config",
+        model_class="models_lib.t5:T5ForConditionalGeneration",
+        objectives=SEQ2SEQ_OBJECTIVES,
+        required_objectives=(),
+        default_objectives=("span_corruption",),
+        one_objective=True,
+        # SentencePiece (Unigram) with 100 sentinels, as T5; span corruption checks the sentinels
+        # (validate_tokenizer), the other objectives need none.
+        tokenizer_algorithms=("unigram",),
+        masking_units=(),
+        packings=("full-sentences",),
+        # Raffel et al. 2020: Adafactor, lr = 1/sqrt(max(step, 10^4)), i.e. 0.01 for the first 10^4
+        # steps, then inverse-square-root decay; no weight decay. warmup_steps is the constant phase.
+        optimizer_defaults={"optimizer": "adafactor", "lr": 0.01, "weight_decay": 0.0, "schedule": "inverse_sqrt"},
+        default_preset="t5-tiny",
+        token_fields={"pad_token_id": "pad", "eos_token_id": "eos", "decoder_start_token_id": "pad"},
+        hidden_fields=("masking_unit", "packing"),
+        model_fields=(
+            ModelField("version", "T5 version",
+                       "v1.0: ReLU feed-forward, input and output embeddings tied (decoder output scaled by "
+                       "d_model^-0.5); v1.1: gated-GELU feed-forward, untied output layer.",
+                       choices=("1.0", "1.1"),
+                       choice_labels=("v1.0 (ReLU, tied embeddings)", "v1.1 (gated-GELU, untied)")),
+        ),
+        refusals={
+            "mlm": "T5 is an encoder-decoder: its BERT-style objective has the decoder write the whole original "
+                   "text; choose \"BERT-style MLM, encoder-decoder (T5 study)\" (t5_mlm) instead of mlm.",
+            "nsp": "T5 treats every task as text to text and is pre-trained without next sentence prediction "
+                   "(NSP); choose one denoising objective such as span corruption.",
+            "clm": "T5 is an encoder-decoder: for left-to-right generation after a prefix choose the prefix LM "
+                   "objective, or train GPT for a causal language model.",
+            "bilm": "The bidirectional LM (biLM) is ELMo's; choose ELMo, or one of T5's denoising objectives.",
+        },
+        about="Encoder-decoder transformer (pre-norm RMSNorm, relative position buckets, no biases) that maps "
+              "text to text; pre-trained by span corruption or another denoising objective.",
+    ),
+    "gpt": ArchitectureSpec(
+        name="gpt",
+        label="GPT",
+        family="gpt",
+        preset_table="models_lib.gpt:GPT_PRESETS",
+        config_class="models_lib.gpt:GPTConfig",
+        model_class="models_lib.gpt:GPTLMHeadModel",
+        objectives=("clm",),
+        required_objectives=("clm",),
+        default_objectives=("clm",),
+        tokenizer_algorithms=("bpe",),  # GPT-2's byte-level BPE
+        masking_units=(),
+        packings=("full-sentences",),
+        # GPT-2's paper gives no optimizer settings; these are GPT-3 Small's (Brown et al. 2020,
+        # table 2.1 and appendix B: the GPT-2-small shape): Adam lr 6e-4, b2 0.95, eps 1e-8,
+        # weight decay 0.1, cosine decay (GPT-1: lr 2.5e-4, also cosine).
+        optimizer_defaults={"optimizer": "adamw", "lr": 6e-4, "betas": [0.9, 0.95], "eps": 1e-8,
+                            "weight_decay": 0.1, "schedule": "cosine"},
+        default_preset="gpt-tiny",
+        token_fields={"pad_token_id": "pad", "eos_token_id": "eos"},
+        hidden_fields=("masking", "mask_prob", "masking_unit", "packing"),
+        model_fields=(
+            ModelField("norm_placement", "LayerNorm placement",
+                       "Pre-LN (GPT-2): LayerNorm at the input of each sublayer plus a final one; Post-LN "
+                       "(GPT-1): LayerNorm after each residual addition.",
+                       choices=("pre", "post"), choice_labels=("Pre-LN (GPT-2)", "Post-LN (GPT-1)")),
+        ),
+        refusals={
+            "nsp": "GPT is a decoder-only causal language model: it reads left to right and predicts the next "
+                   "token, with no [CLS] classifier for next sentence prediction (NSP); train the causal LM "
+                   "objective (clm).",
+            "mlm": "GPT's causal mask hides every later token, so it cannot fill in masked tokens from both sides "
+                   "(MLM); train the causal LM objective (clm), or choose BERT.",
+            "bilm": "The bidirectional LM (biLM) is ELMo's; GPT trains the forward, causal LM objective (clm).",
+            **{o: "GPT is decoder-only; the denoising objectives need an encoder and a decoder: choose T5, or the "
+                  "causal LM objective (clm) for GPT." for o in SEQ2SEQ_OBJECTIVES},
+        },
+        about="Decoder-only transformer with a causal mask and learned positions (GPT-2: pre-LN); predicts the "
+              "next token on packed sequences.",
+    ),
+    "elmo": ArchitectureSpec(
+        name="elmo",
+        label="ELMo",
+        family="elmo",
+        preset_table="models_lib.elmo:ELMO_PRESETS",
+        config_class="models_lib.elmo:ElmoConfig",
+        model_class="models_lib.elmo:ElmoLanguageModel",
+        objectives=("bilm",),
+        required_objectives=("bilm",),
+        default_objectives=("bilm",),
+        tokenizer_algorithms=("wordpiece", "bpe", "unigram"),  # any subword vocabulary
+        masking_units=(),
+        packings=("full-sentences",),
+        # Peters et al. trained with Adagrad (lr 0.2), which this app does not offer; Adam at its
+        # usual lr 1e-3 without weight decay trains the small LSTMs well, at a constant rate.
+        optimizer_defaults={"optimizer": "adamw", "lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8,
+                            "weight_decay": 0.0, "schedule": "constant"},
+        default_preset="elmo-tiny",
+        hidden_fields=("masking", "mask_prob", "masking_unit", "packing"),
+        model_fields=(
+            ModelField("char_cnn", "Character CNN",
+                       "Build each token's representation from its characters (ELMo's character CNN with "
+                       "highway layers) instead of an embedding table.",
+                       boolean=True),
+        ),
+        refusals={
+            "mlm": "ELMo's LSTMs each read in one direction, so they cannot fill in masked tokens (MLM); its "
+                   "objective is the forward + backward language model (biLM).",
+            "nsp": "ELMo has no sentence-pair classifier for next sentence prediction (NSP); its objective is the "
+                   "forward + backward language model (biLM).",
+            "clm": "ELMo trains a forward and a backward LM together: choose the biLM objective (or GPT for a "
+                   "forward-only causal LM).",
+            **{o: "ELMo is a pair of LSTM language models without a decoder; the denoising objectives are T5's. "
+                  "Choose the biLM objective." for o in SEQ2SEQ_OBJECTIVES},
+        },
+        about="A forward and a backward 2-layer LSTM language model sharing the token representation "
+              "(embeddings or a character CNN) and the softmax; their layers become contextual features.",
+    ),
 }
 
 # The teacher families DistilBERT distils (models_lib.distilbert.distil_from_teacher).
@@ -363,7 +577,7 @@ def validate(config: "RunConfig") -> None:
     _check_objectives(spec, config)
     _check_masking_and_packing(spec, config)
     _check_family_fields(spec, config)
-    reserved = sorted(set(config.model_overrides) & {"vocab_size", "pad_token_id", "family"})
+    reserved = sorted(set(config.model_overrides) & {"vocab_size", "family", *spec.token_fields})
     if reserved:
         raise ConfigError(f"model_overrides cannot set {', '.join(reserved)}: "
                           f"{'the architecture sets it' if reserved == ['family'] else 'it comes from the tokenizer'}.")
@@ -378,8 +592,13 @@ def validate(config: "RunConfig") -> None:
     if spec.name == "spanbert" and getattr(model_cfg, "max_span_length", 10) < 10:
         raise ConfigError("SpanBERT's spans are up to 10 words long, so max_span_length (the SBO head's position "
                           f"table) must be at least 10, not {model_cfg.max_span_length}.")
-    positions = max_positions(model_cfg)
-    if not (16 <= config.seq_len <= positions):
+    from trainer.config import BOUNDS
+
+    positions, cap = max_positions(model_cfg), int(BOUNDS["seq_len"][1])
+    if positions >= cap:  # no position table (T5's relative buckets, ELMo's LSTMs): RunConfig's own bound
+        if not 16 <= config.seq_len <= cap:
+            raise ConfigError(f"seq_len must be between 16 and {cap:,} tokens, not {config.seq_len}.")
+    elif not (16 <= config.seq_len <= positions):
         raise ConfigError(f"seq_len must be between 16 and the model's {positions} positions, not {config.seq_len}.")
 
 
@@ -389,6 +608,9 @@ def _check_objectives(spec: ArchitectureSpec, config: "RunConfig") -> None:
             raise ConfigError(f"Unknown objective {o!r}; known objectives are {', '.join(OBJECTIVES)}.")
         if o not in spec.objectives:
             raise ConfigError(spec.refusals.get(o) or f"{spec.label} cannot be trained with {OBJECTIVES[o].label}.")
+    if spec.one_objective and len(config.objectives) != 1:
+        raise ConfigError(f"{spec.label} trains one objective per run; choose one of "
+                          f"{', '.join(spec.objectives)}, not {' + '.join(config.objectives)}.")
     missing = [o for o in spec.required_objectives if o not in config.objectives]
     if missing:
         names = " and ".join(OBJECTIVES[o].label for o in missing)
@@ -399,6 +621,15 @@ def _check_objectives(spec: ArchitectureSpec, config: "RunConfig") -> None:
 
 def _check_masking_and_packing(spec: ArchitectureSpec, config: "RunConfig") -> None:
     unit = config.masking_unit
+    if not spec.masking_units:
+        if unit != spec.default_masking_unit:
+            raise ConfigError(f"masking_unit applies to masked-LM objectives; {spec.label} masks no words or spans "
+                              f"that way, so leave it out (not {unit!r}).")
+        if config.packing not in spec.packings:
+            raise ConfigError(f"packing applies to the encoder family's single segments; {spec.label} reads the "
+                              f"corpus as one stream cut into pieces of seq_len tokens, so leave it out "
+                              f"(not {config.packing!r}).")
+        return
     if unit not in spec.masking_units:
         if unit == "span":
             raise ConfigError(f"Span masking (masking_unit \"span\") belongs to SpanBERT's span boundary objective "
@@ -487,12 +718,21 @@ def student_overrides(teacher_config: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-def validate_tokenizer(config: "RunConfig", algorithm: str) -> None:
-    """Raise ConfigError when a tokenizer trained with `algorithm` does not suit the architecture."""
+def validate_tokenizer(config: "RunConfig", algorithm: str, meta: dict[str, Any] | None = None) -> None:
+    """Raise ConfigError when a tokenizer trained with `algorithm` does not suit the architecture,
+    or (given its tokenizer_meta.json as `meta`) lacks the T5 sentinel tokens the objective reads.
+    The collator checks the number of sentinels against seq_len again when training starts."""
     spec = get(config.architecture)
     if algorithm not in spec.tokenizer_algorithms:
         raise ConfigError(f"{spec.label} needs a {' or '.join(spec.tokenizer_algorithms)} tokenizer; "
                           f"this one is {algorithm}.")
+    if meta is not None:
+        needs = [o for o in config.objectives if o in OBJECTIVES and OBJECTIVES[o].needs_sentinels]
+        if needs and int(meta.get("extra_ids", 0) or 0) < 1:
+            raise ConfigError(f"{OBJECTIVES[needs[0]].label} replaces each noise span by a sentinel token "
+                              f"(<extra_id_0>, <extra_id_1>, ...), and this tokenizer has none; train a "
+                              f"{algorithm_label(spec.tokenizer_algorithms[0])} tokenizer with 100 sentinel tokens "
+                              f"(extra_ids), as T5 does, or choose another objective.")
 
 
 def algorithm_label(name: str) -> str:
@@ -546,6 +786,10 @@ def as_json() -> dict[str, Any]:
             "config_fields": list(spec.config_fields),
             "model_fields": [mf.as_json(getattr(default_cfg, mf.name)) for mf in spec.model_fields],
             "needs_teacher": "teacher_checkpoint" in spec.config_fields,
+            "one_objective": spec.one_objective,
+            "hidden_fields": list(spec.hidden_fields),
+            "sentinel_objectives": [o for o in spec.objectives if OBJECTIVES[o].needs_sentinels],
+            "seq_len_help": _seq_len_help(spec),
         })
     bounds = {k: [lo, hi] for k, (lo, hi) in config_mod.BOUNDS.items()}
     all_choices = config_mod.choices()
@@ -571,21 +815,90 @@ def as_json() -> dict[str, Any]:
     }
 
 
+def _seq_len_help(spec: ArchitectureSpec) -> str:
+    """What seq_len means for a family, for the form (T5: the encoder's input; the span-corruption
+    target's length follows from it, trainer.denoising.span_corruption_lengths)."""
+    if spec.name == "t5":
+        from trainer.denoising import span_corruption_lengths
+
+        pairs = ", ".join(f"{n} → {span_corruption_lengths(n)[1]}" for n in (64, 128, 256, 512))
+        return (f"T5: the encoder's input length. Span corruption's decoder targets follow from it at "
+                f"mask probability 0.15 ({pairs} tokens); the other objectives' targets are at most seq_len. "
+                f"Tokens per second count encoder and decoder tokens.")
+    if spec.name == "gpt":
+        return "GPT: the context length of the packed sequences (at most the preset's positions)."
+    if spec.name == "elmo":
+        return "ELMo: tokens per packed sequence; the LSTMs have no position limit."
+    return ""
+
+
 def _preset_size(cfg: Any) -> dict[str, Any]:
-    """Shape of a preset and its parameter count without embeddings (those depend on the vocab).
-    Shared layers count once (ALBERT); ELECTRA's count includes its generator."""
+    """Shape of a preset and its parameter count without embeddings (those depend on the vocab:
+    token embeddings, output layers and softmax are left out). Shared layers count once (ALBERT);
+    ELECTRA's count includes its generator."""
+    family = getattr(cfg, "family", "")
+    if family == "t5":
+        return _t5_size(cfg)
+    if family == "elmo":
+        return _elmo_size(cfg)
     H = _first(cfg, "hidden_size")
     L = _first(cfg, "num_layers", "num_hidden_layers")
     A = _first(cfg, "num_heads", "num_attention_heads")
     F = _first(cfg, "intermediate_size") or 4 * H
     params = _encoder_params(cfg)
-    if getattr(cfg, "family", "") == "electra":
+    if family == "electra":
         params += _encoder_params(cfg.generator_config())
+    if family == "gpt" and getattr(cfg, "norm_placement", "pre") == "pre":
+        params += 2 * H  # GPT-2's final LayerNorm
     return {
         "layers": L, "hidden": H, "heads": A, "ffn": F,
-        "max_positions": max_positions(cfg),
+        "max_positions": _usable_positions(cfg),
         "params_without_embeddings": params,
         "label": f"L{L} H{H} A{A}",
+    }
+
+
+def _usable_positions(cfg: Any) -> int:
+    """The longest seq_len the form may offer: the model's positions, at most RunConfig's bound."""
+    from trainer.config import BOUNDS
+
+    return min(max_positions(cfg), int(BOUNDS["seq_len"][1]))
+
+
+def _t5_size(cfg: Any) -> dict[str, Any]:
+    """T5: no biases; attention projections H x (heads * d_kv); gated FFN (v1.1) has two input
+    matrices; RMSNorm weights only; a relative-bias table (buckets x heads) and a final norm per stack."""
+    H, F, A = int(cfg.d_model), int(cfg.d_ff), int(cfg.num_heads)
+    Le, Ld = int(cfg.num_layers), int(cfg.num_decoder_layers or cfg.num_layers)
+    inner = A * int(cfg.d_kv)
+    attention = 4 * H * inner
+    ffn = (3 if getattr(cfg, "is_gated", False) else 2) * H * F
+    encoder = Le * (attention + ffn + 2 * H)
+    decoder = Ld * (2 * attention + ffn + 3 * H)
+    stacks = 2 * (int(cfg.relative_attention_num_buckets) * A + H)
+    return {
+        "layers": Le, "decoder_layers": Ld, "hidden": H, "heads": A, "ffn": F,
+        "max_positions": _usable_positions(cfg),
+        "params_without_embeddings": encoder + decoder + stacks,
+        "label": f"L{Le}+{Ld} H{H} A{A}",
+    }
+
+
+def _elmo_size(cfg: Any) -> dict[str, Any]:
+    """ELMo: per direction and layer an LSTM with H cells projected to P (nn.LSTM with proj_size:
+    9HP + 8H weights and biases; without projection when P = H), plus the character CNN when on."""
+    P, H, L = int(cfg.embedding_dim), int(cfg.hidden_size), int(cfg.num_layers)
+    lstm = 9 * H * P + 8 * H if P < H else 4 * H * P + 4 * H * H + 8 * H
+    params = 2 * L * lstm
+    if getattr(cfg, "char_cnn", False):
+        E, D = int(cfg.char_embedding_dim), int(cfg.char_cnn_output_size)
+        params += 260 * E + sum(w * E * n + n for w, n in cfg.char_filters)
+        params += int(cfg.highway_layers) * 2 * (D * D + D) + D * P + P
+    return {
+        "layers": L, "hidden": H, "projection": P, "heads": 0, "ffn": 0,
+        "max_positions": _usable_positions(cfg),
+        "params_without_embeddings": params,
+        "label": f"L{L} H{H} P{P}",
     }
 
 

@@ -17,6 +17,24 @@
     { id: "loss", traces: [["train", "loss", "train"], ["valid", "loss", "validation"]] },
     { id: "mlm_acc", traces: [["train", "mlm_acc", "train"], ["valid", "mlm_acc", "validation"]], percent: true },
     { id: "nsp_acc", traces: [["train", "nsp_acc", "train"], ["valid", "nsp_acc", "validation"]], percent: true },
+    // Language models (T5's target tokens, GPT's next tokens): accuracy, and perplexity on a log
+    // scale (training: exp of each logged loss; validation: as the trainer reports it).
+    { id: "lm_acc", traces: [["train", "lm_acc", "train"], ["valid", "lm_acc", "validation"]], percent: true },
+    { id: "perplexity", traces: [["train", "lm_loss", "train", null, null, "exp"],
+      ["valid", "perplexity", "validation"]], log: true },
+    // ELMo: the forward and the backward LM on one chart each.
+    { id: "elmo_perplexity", traces: [["train", "forward_loss", "forward (train)", "#3f5bd9", null, "exp"],
+      ["train", "backward_loss", "backward (train)", "#1a9e77", null, "exp"],
+      ["valid", "forward_perplexity", "forward (validation)", "#3f5bd9"],
+      ["valid", "backward_perplexity", "backward (validation)", "#1a9e77"]], log: true, legendBelow: true },
+    { id: "elmo_loss", traces: [["train", "forward_loss", "forward (train)", "#3f5bd9"],
+      ["train", "backward_loss", "backward (train)", "#1a9e77"],
+      ["valid", "forward_loss", "forward (validation)", "#3f5bd9"],
+      ["valid", "backward_loss", "backward (validation)", "#1a9e77"]], legendBelow: true },
+    { id: "elmo_acc", traces: [["train", "forward_acc", "forward (train)", "#3f5bd9"],
+      ["train", "backward_acc", "backward (train)", "#1a9e77"],
+      ["valid", "forward_acc", "forward (validation)", "#3f5bd9"],
+      ["valid", "backward_acc", "backward (validation)", "#1a9e77"]], percent: true, legendBelow: true },
     { id: "sop_acc", traces: [["train", "sop_acc", "train"], ["valid", "sop_acc", "validation"]], percent: true },
     { id: "sbo_loss", traces: [["train", "sbo_loss", "train"], ["valid", "sbo_loss", "validation"]] },
     { id: "sbo_acc", traces: [["train", "sbo_acc", "train"], ["valid", "sbo_acc", "validation"]], percent: true },
@@ -37,6 +55,13 @@
     { id: "memory_mb", traces: [["train", "memory_mb", "MB"]] },
   ].filter((c) => document.getElementById("chart-" + c.id));
   const COLORS = { train: "#3f5bd9", valid: "#e0692b" };
+  // A trace's optional 6th entry turns the logged value into the charted one.
+  const TRANSFORMS = { exp: (v) => Math.exp(Math.min(v, 50)) };
+  const valueOf = (values, key, fn) => {
+    const v = (values || {})[key];
+    if (v === null || v === undefined) return undefined;
+    return fn ? TRANSFORMS[fn](v) : v;
+  };
 
   const series = { train: new Map(), valid: new Map() };
   const newest = { train: -1, valid: -1 };
@@ -45,34 +70,37 @@
 
   function layout(chart, empty) {
     const el = document.getElementById("chart-" + chart.id);
-    const y = chart.percent ? { tickformat: ".0%", rangemode: "tozero" } : chart.exponent ? { exponentformat: "e" } : {};
+    const y = chart.percent ? { tickformat: ".0%", rangemode: "tozero" } : chart.exponent ? { exponentformat: "e" }
+      : chart.log ? { type: "log" } : {};
     return {
       title: { text: el.dataset.title, font: { size: 14 }, x: 0.02 },
-      margin: { l: 56, r: 16, t: 36, b: 36 },
+      margin: { l: 56, r: 16, t: 36, b: chart.legendBelow ? 72 : 36 },
       // An empty chart spans the whole run instead of Plotly's arbitrary default axes.
       xaxis: { title: { text: "step", font: { size: 11 } }, rangemode: "tozero",
                ...(empty ? { range: [0, Math.max(1, state.maxSteps)] } : {}) },
       yaxis: { ...y, ...(empty ? { range: [0, 1] } : {}) },
-      legend: { orientation: "h", x: 1, xanchor: "right", y: 1.12 },
+      // Four traces do not fit beside the title: those charts put the legend under the plot.
+      legend: chart.legendBelow ? { orientation: "h", x: 0, y: -0.3 } : { orientation: "h", x: 1, xanchor: "right", y: 1.12 },
       hovermode: "x unified",
       showlegend: chart.traces.length > 1,
       ...(chart.y2 ? { yaxis2: { title: { text: chart.y2, font: { size: 11 } }, overlaying: "y", side: "right" } } : {}),
     };
   }
 
-  function traceData(split, key) {
+  function traceData(split, key, fn) {
     const x = [], y = [];
     for (const step of Array.from(series[split].keys()).sort((a, b) => a - b)) {
-      const v = series[split].get(step)[key];
-      if (v !== null && v !== undefined) { x.push(step); y.push(v); }
+      const v = valueOf(series[split].get(step), key, fn);
+      if (v !== undefined) { x.push(step); y.push(v); }
     }
     return { x, y };
   }
 
   function drawChart(chart) {
-    // A trace is [split, metric key, legend name, colour (default: by split), axis ("y2": the right one)].
-    const traces = chart.traces.map(([split, key, name, color, axis]) => ({
-      ...traceData(split, key), name, type: "scatter", mode: split === "valid" ? "lines+markers" : "lines",
+    // A trace is [split, metric key, legend name, colour (default: by split), axis ("y2": the right
+    // one), transform of the value (TRANSFORMS)].
+    const traces = chart.traces.map(([split, key, name, color, axis, fn]) => ({
+      ...traceData(split, key, fn), name, type: "scatter", mode: split === "valid" ? "lines+markers" : "lines",
       line: { color: color || COLORS[split], width: 2, ...(color && split === "valid" ? { dash: "dot" } : {}) },
       marker: { size: 5 }, ...(axis ? { yaxis: axis } : {}),
     }));
@@ -102,10 +130,10 @@
   function extend(points) {
     for (const chart of CHARTS) {
       const xs = chart.traces.map(() => []), ys = chart.traces.map(() => []);
-      chart.traces.forEach(([split, key], i) => {
+      chart.traces.forEach(([split, key, , , , fn], i) => {
         for (const p of points) {
-          const v = p.split === split ? (p.values || {})[key] : undefined;
-          if (v !== null && v !== undefined) { xs[i].push(p.step); ys[i].push(v); }
+          const v = p.split === split ? valueOf(p.values, key, fn) : undefined;
+          if (v !== undefined) { xs[i].push(p.step); ys[i].push(v); }
         }
       });
       const idx = chart.traces.map((_, i) => i).filter((i) => xs[i].length);
@@ -152,7 +180,8 @@
     setStat("loss", num(t, "loss", fmt.loss));
     setStat("valid_loss", num(v, "loss", fmt.loss));
     setStat("perplexity", num(v, "perplexity", (x) => x.toFixed(1)));
-    setStat("mlm_acc", num(v, "mlm_acc", fmt.acc) || num(t, "mlm_acc", fmt.acc));
+    for (const key of ["mlm_acc", "lm_acc"]) setStat(key, num(v, key, fmt.acc) || num(t, key, fmt.acc));
+    for (const key of ["forward_perplexity", "backward_perplexity"]) setStat(key, num(v, key, (x) => x.toFixed(1)));
     setStat("tokens_per_s", num(t, "tokens_per_s", fmt.int));
     if (t && newest.train > state.step) setStep(newest.train);
     updateEta();

@@ -1,5 +1,6 @@
-// Launch form: keep presets, objectives, masking units, packing, family settings and tokenizers
-// consistent with the architecture chosen; everything comes from the registry JSON on the page.
+// Launch form: keep presets, objectives, masking units, packing, family settings, the optimizer's
+// settings and tokenizers consistent with the architecture chosen; everything comes from the
+// registry JSON on the page.
 // The server validates everything again; this only keeps the form from offering what cannot run.
 (function () {
   "use strict";
@@ -10,6 +11,7 @@
   const $ = (name) => form.querySelector(`[name="${name}"]`);
   const arch = $("architecture"), preset = $("preset"), corpus = $("corpus"), tokenizer = $("tokenizer");
   const unit = $("masking_unit"), packing = $("packing"), teacher = $("teacher_checkpoint");
+  const optimizer = $("optimizer");
   const urls = (document.getElementById("run-form-urls") || {}).dataset || {};
 
   function archSpec() {
@@ -32,9 +34,42 @@
       seq.max = p.max_positions;
       seq.title = `At most ${p.max_positions} tokens for ${p.name}.`;
     }
+    // What seq_len means for the family (T5: the encoder's input; its targets follow).
+    const help = seq && seq.closest(".field") && seq.closest(".field").querySelector(".helptext");
+    if (help) {
+      if (help.dataset.base === undefined) help.dataset.base = help.textContent;
+      help.textContent = spec.seq_len_help ? `${help.dataset.base} ${spec.seq_len_help}` : help.dataset.base;
+    }
   }
 
-  function filterObjectives() {
+  // Settings that do nothing for the family (masking for GPT and ELMo, packing for the
+  // sequence-to-sequence and language-model families) are hidden; their values stay the
+  // defaults the server expects.
+  function filterHiddenFields() {
+    const hidden = archSpec().hidden_fields || [];
+    for (const wrap of form.querySelectorAll(".field[data-field]")) {
+      if (wrap.closest("[data-family]")) continue;
+      wrap.hidden = hidden.includes(wrap.dataset.field);
+    }
+  }
+
+  // AdamW's betas and epsilon only for AdamW; the empty choice names the architecture's optimizer.
+  function filterOptimizer() {
+    if (!optimizer) return;
+    const spec = archSpec();
+    const own = (spec.optimizer_defaults || {}).optimizer || "adamw";
+    const first = Array.from(optimizer.options).find((o) => !o.value);
+    const label = (name) => (Array.from(optimizer.options).find((o) => o.value === name) || {}).textContent || name;
+    if (first) first.textContent = `${spec.label}'s default: ${label(own).replace(/ \(.*\)$/, "")}`;
+    const chosen = optimizer.value || own;
+    for (const name of ["betas", "eps"]) {
+      const wrap = ($(name) || {}).closest ? $(name).closest(".field") : null;
+      if (wrap) wrap.hidden = chosen !== "adamw";
+    }
+  }
+
+  // resetDefaults (a new architecture was chosen): check its default objectives, as the API does.
+  function filterObjectives(resetDefaults) {
     const spec = archSpec();
     form.querySelectorAll("input[type=hidden][data-required-objective]").forEach((el) => el.remove());
     const required = [];
@@ -45,6 +80,17 @@
       label.hidden = !compatible;
       box.disabled = !compatible;
       if (!compatible) box.checked = false;
+      else if (resetDefaults) box.checked = spec.default_objectives.includes(name);
+      if (spec.one_objective && compatible && !box.dataset.oneOf) {
+        box.dataset.oneOf = "1"; // one objective per run: checking one unchecks the others
+        box.addEventListener("change", () => {
+          if (!box.checked || !archSpec().one_objective) return;
+          form.querySelectorAll('.runs-objective input[type=checkbox]').forEach((other) => {
+            if (other !== box) other.checked = false;
+          });
+          filterUnits(); checkTokenizer();
+        });
+      }
       if (spec.required_objectives.includes(name)) {
         box.checked = true;
         box.disabled = true; // a disabled box is not submitted: a hidden input carries it
@@ -55,8 +101,17 @@
         required.push(registry.objectives[name] ? registry.objectives[name].label : name);
       }
     }
+    if (spec.one_objective) {
+      const checked = Array.from(form.querySelectorAll(".runs-objective input[type=checkbox]")).filter((b) => b.checked);
+      if (checked.length !== 1) {
+        checked.forEach((b) => { b.checked = false; });
+        const label = form.querySelector(`.runs-objective[data-objective="${spec.default_objectives[0]}"] input`);
+        if (label) label.checked = true;
+      }
+    }
     const note = document.getElementById("objectives-note");
-    if (note) note.textContent = required.length ? `${spec.label} always trains with ${required.join(" and ")}.` : "";
+    if (note) note.textContent = required.length ? `${spec.label} always trains with ${required.join(" and ")}.`
+      : spec.one_objective ? `${spec.label} trains one objective per run.` : "";
   }
 
   function selectedObjectives() {
@@ -122,6 +177,10 @@
         const el = $(name);
         if (el && opt[name] !== undefined) el.value = opt[name];
       }
+      if (optimizer) optimizer.value = ""; // the family's own
+      const betas = $("betas"), eps = $("eps");
+      if (betas) betas.value = (opt.betas || registry.fields.betas.default).join(", ");
+      if (eps) eps.value = opt.eps !== undefined ? opt.eps : registry.fields.eps.default;
     }
     const about = document.getElementById("arch-about");
     if (about) about.textContent = spec.about || "";
@@ -158,11 +217,22 @@
     const opt = tokenizer.selectedOptions[0];
     const algorithm = opt && opt.value ? opt.dataset.algorithm : "";
     const bad = algorithm && !spec.tokenizer_algorithms.includes(algorithm);
+    // T5's span corruption writes sentinel tokens, which the tokenizer must have.
+    const sentinelBox = document.getElementById("sentinel-warning");
+    const needs = selectedObjectives().filter((o) => (spec.sentinel_objectives || []).includes(o));
+    const noSentinels = !bad && algorithm && needs.length && opt.dataset.extraIds === "0";
+    if (sentinelBox) {
+      sentinelBox.hidden = !noSentinels;
+      sentinelBox.textContent = noSentinels
+        ? `${registry.objectives[needs[0]].label} replaces each noise span by a sentinel token (<extra_id_0>, ...), ` +
+          `and “${opt.textContent.trim()}” has none: train a tokenizer with 100 sentinel tokens on the corpus page, ` +
+          "or choose another objective." : "";
+    }
     box.hidden = !bad;
     box.textContent = "";
     const wrap = tokenizer.closest(".field");
     if (wrap) wrap.classList.toggle("has-error", !!bad);
-    if (button && button.dataset.noTokenizers !== "1") button.disabled = !!bad;
+    if (button && button.dataset.noTokenizers !== "1") button.disabled = !!bad || !!noSentinels;
     if (!bad) return;
     const names = registry.tokenizer_algorithms || {};
     const want = spec.default_tokenizer_algorithm;
@@ -206,8 +276,10 @@
   }
 
   arch.addEventListener("change", () => {
-    filterPresets(); filterObjectives(); filterUnits(); filterFamilyFields(true); checkTokenizer();
+    filterPresets(); filterObjectives(true); filterUnits(); filterFamilyFields(true); filterHiddenFields();
+    filterOptimizer(); checkTokenizer();
   });
+  if (optimizer) optimizer.addEventListener("change", filterOptimizer);
   preset.addEventListener("change", filterPresets);
   corpus.addEventListener("change", () => { filterTokenizers(); checkTokenizer(); filterTeachers(); });
   tokenizer.addEventListener("change", () => {
@@ -219,7 +291,9 @@
     checkTokenizer();
     filterTeachers();
   });
-  form.querySelectorAll('input[name="objectives"]').forEach((box) => box.addEventListener("change", filterUnits));
+  form.querySelectorAll('input[name="objectives"]').forEach((box) => box.addEventListener("change", () => {
+    filterUnits(); checkTokenizer();
+  }));
   form.addEventListener("input", summary);
   form.addEventListener("submit", () => {
     const button = document.getElementById("launch");
@@ -229,9 +303,11 @@
   const launchButton = document.getElementById("launch");
   if (launchButton && launchButton.disabled) launchButton.dataset.noTokenizers = "1";
   filterPresets();
-  filterObjectives();
+  filterObjectives(false);
   filterUnits();
   filterFamilyFields(false);
+  filterHiddenFields();
+  filterOptimizer();
   if (corpus.value) filterTokenizers();
   checkTokenizer();
   summary();

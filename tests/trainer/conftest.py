@@ -72,16 +72,23 @@ def make_config():
     return tiny_config
 
 
-def _tokenizer_for(tmp_path_factory, tokenizer_dir: Path, algorithm: str) -> Path:
+def _tokenizer_for(tmp_path_factory, tokenizer_dir: Path, algorithm: str, **options) -> Path:
     """Another tokenizer (with shards) on the same prepared corpus as `tokenizer_dir`."""
     from trainer.shards import encode_corpus
     from trainer.tokenization import train_tokenizer
 
     corpus_dir = tokenizer_dir.parent / "corpus"
     out = tmp_path_factory.mktemp(f"prepared-{algorithm}") / "tokenizer"
-    train_tokenizer(corpus_dir, out, algorithm=algorithm, vocab_size=VOCAB_SIZE, lowercase=True)
+    options.setdefault("vocab_size", VOCAB_SIZE)
+    train_tokenizer(corpus_dir, out, algorithm=algorithm, lowercase=True, **options)
     encode_corpus(corpus_dir, out)
     return out
+
+
+@pytest.fixture(scope="session")
+def sentinel_tokenizer_dir(tmp_path_factory, tokenizer_dir) -> Path:
+    """A Unigram tokenizer with T5's 100 sentinel tokens (and shards), on the same corpus."""
+    return _tokenizer_for(tmp_path_factory, tokenizer_dir, "unigram", vocab_size=2000, extra_ids=100)
 
 
 @pytest.fixture(scope="session")

@@ -23,9 +23,9 @@ def config(architecture: str = "bert", **changes) -> RunConfig:
 
 
 def test_every_encoder_family_is_in_the_table_with_its_papers_settings():
-    assert tuple(registry.ARCHITECTURES) == FAMILIES
+    assert tuple(registry.ARCHITECTURES)[:len(FAMILIES)] == FAMILIES  # then T5, GPT, ELMo (test_families_seq.py)
     table = {name: (spec.tokenizer_algorithms, spec.required_objectives, spec.default_objectives,
-                    spec.default_masking_unit) for name, spec in registry.ARCHITECTURES.items()}
+                    spec.default_masking_unit) for name, spec in registry.ARCHITECTURES.items() if name in FAMILIES}
     assert table == {
         "bert": (("wordpiece",), ("mlm",), ("mlm", "nsp"), "token"),
         "roberta": (("bpe",), ("mlm",), ("mlm",), "token"),
@@ -128,7 +128,7 @@ def test_as_json_tells_the_form_everything_per_family():
     data = registry.as_json()
     json.dumps(data)
     archs = {a["name"]: a for a in data["architectures"]}
-    assert list(archs) == list(FAMILIES)
+    assert list(archs)[:len(FAMILIES)] == list(FAMILIES)
     assert archs["roberta"]["default_tokenizer_algorithm"] == "bpe" and archs["roberta"]["objectives"] == ["mlm"]
     assert "RoBERTa is trained without" in archs["roberta"]["refusals"]["nsp"]
     assert archs["albert"]["masking_units"][0] == "ngram" and archs["albert"]["default_masking_unit"] == "ngram"

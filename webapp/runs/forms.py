@@ -4,9 +4,12 @@ The page's JavaScript hides presets, objectives, masking units and family settin
 fit the chosen architecture, and warns about a tokenizer of the wrong algorithm, but every
 POST is validated again here (through RunConfig, the registry and the run services).
 
-Family settings: ELECTRA's generator size and ALBERT's layer sharing are models_lib fields
-(they go to model_overrides); ELECTRA's RTD weight and DistilBERT's temperature and loss
-weights are RunConfig fields; DistilBERT's teacher is one of the user's BERT checkpoints.
+Family settings: ELECTRA's generator size, ALBERT's layer sharing, T5's version, GPT's
+LayerNorm placement and ELMo's character CNN are models_lib fields (they go to
+model_overrides); ELECTRA's RTD weight and DistilBERT's temperature and loss weights are
+RunConfig fields; DistilBERT's teacher is one of the user's BERT checkpoints. The optimizer
+(empty = the architecture's: Adafactor for T5) and AdamW's betas and epsilon (empty = the
+architecture's paper values) are optional; the page shows betas and epsilon for AdamW only.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ class TokenizerSelect(forms.Select):
         if instance is not None:
             option["attrs"]["data-corpus"] = str(instance.corpus_id)
             option["attrs"]["data-algorithm"] = instance.algorithm
+            option["attrs"]["data-extra-ids"] = str(services.tokenizer_extra_ids(instance))
         return option
 
 
@@ -121,8 +125,9 @@ class RunForm(forms.Form):
         self.objective_help = {k: o["help"] for k, o in spec["objectives"].items()}
         for name in launch.TRAINING_FIELDS:
             self.fields[name] = _training_field(name, spec["fields"][name])
-        for name in launch.OBJECTIVE_FIELDS + launch.FAMILY_FIELDS:
+        for name in launch.OBJECTIVE_FIELDS + launch.FAMILY_FIELDS + ("optimizer", "eps"):
             self.fields[name] = _training_field(name, spec["fields"][name], required=False)
+        self.fields["betas"] = BetasField(label=launch.LABELS["betas"], help_text=spec["fields"]["betas"]["help"])
         for name in launch.model_field_names():
             self.fields[name] = _model_field(launch.model_field(name))
         self.fields["teacher_checkpoint"].queryset = teacher_checkpoints(user)
@@ -139,6 +144,9 @@ class RunForm(forms.Form):
 
     def objective_fields(self):
         return [self[name] for name in launch.OBJECTIVE_FIELDS]
+
+    def optimizer_fields(self):
+        return [self[name] for name in launch.OPTIMIZER_FIELDS]
 
     def family_fields(self):
         """(bound field, the architectures that show it, space-separated) for the family settings."""
@@ -208,8 +216,10 @@ class RunForm(forms.Form):
         data = self.cleaned_data
         arch = launch.architecture_json(data.get("architecture") or "") or {}
         settings = {**data.get("extra_settings", {}), **{n: data[n] for n in launch.TRAINING_FIELDS if n in data}}
-        for name in ("betas", "eps"):  # not on the form: the architecture's paper values (RoBERTa: b2 0.98)
-            if name not in settings and name in arch.get("optimizer_defaults", {}):
+        for name in launch.OPTIMIZER_FIELDS:  # empty: the architecture's (RoBERTa: b2 0.98; T5: Adafactor)
+            if data.get(name) not in (None, "", []):
+                settings[name] = data[name]
+            elif name not in settings and name in arch.get("optimizer_defaults", {}):
                 settings[name] = arch["optimizer_defaults"][name]
         for name in launch.OBJECTIVE_FIELDS:
             if data.get(name):
@@ -252,9 +262,40 @@ def _training_field(name: str, spec: dict[str, Any], *, required: bool = True) -
     return forms.CharField(**common)
 
 
+class BetasField(forms.CharField):
+    """AdamW's two betas as "0.9, 0.999"; empty = the architecture's."""
+
+    def __init__(self, **kwargs):
+        super().__init__(required=False, **kwargs)
+
+    def prepare_value(self, value):
+        if isinstance(value, (list, tuple)):
+            return ", ".join(f"{float(v):g}" for v in value)
+        return value
+
+    def to_python(self, value):
+        value = super().to_python(value)
+        if isinstance(value, (list, tuple)):
+            return list(value)
+        if not value:
+            return []
+        try:
+            betas = [float(v) for v in str(value).replace(";", ",").split(",") if v.strip()]
+        except ValueError:
+            betas = []
+        if len(betas) != 2:
+            raise forms.ValidationError("Give two numbers separated by a comma, like 0.9, 0.999.")
+        return betas
+
+
 def _model_field(spec: dict[str, Any]) -> forms.Field:
-    """A models_lib field of one family (generator_size, share_layers); empty = the preset's value."""
+    """A models_lib field of one family (generator_size, share_layers, version, char_cnn); empty =
+    the preset's value."""
     common = {"label": spec["label"], "help_text": spec.get("help", ""), "required": False}
+    if spec.get("type") == "bool":
+        # "True"/"False": what str() of a stored bool gives, so an imported value shows as selected
+        return forms.TypedChoiceField(choices=[("", "The preset's"), ("True", "On"), ("False", "Off")],
+                                      coerce=lambda v: v == "True", empty_value=None, **common)
     if "choices" in spec:
         return forms.ChoiceField(choices=[("", "The preset's")] + [tuple(c) for c in spec["choices"]], **common)
     bounds = {k2: spec[k1] for k1, k2 in (("min", "min_value"), ("max", "max_value")) if k1 in spec}

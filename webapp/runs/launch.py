@@ -20,6 +20,9 @@ ADVANCED_FIELDS = ("mask_prob", "schedule", "weight_decay", "clip_grad", "eval_b
 TRAINING_FIELDS = MAIN_FIELDS + ADVANCED_FIELDS
 # Shown with the objectives: what a mask covers, how single segments are packed (empty = default).
 OBJECTIVE_FIELDS = ("masking_unit", "packing")
+# The optimizer (empty = the architecture's: Adafactor for T5, AdamW otherwise) and AdamW's own
+# settings, which the page shows only for AdamW (empty = the architecture's paper values).
+OPTIMIZER_FIELDS = ("optimizer", "betas", "eps")
 # RunConfig fields of one family (ELECTRA, DistilBERT), shown only for it; the teacher is chosen
 # as one of the user's checkpoints (a checkpoint id, resolved to its folder by services).
 FAMILY_FIELDS = ("rtd_weight", "distill_temperature", "distill_soft_weight", "distill_mlm_weight",
@@ -27,7 +30,7 @@ FAMILY_FIELDS = ("rtd_weight", "distill_temperature", "distill_soft_weight", "di
 TEACHER_FIELD = "teacher_checkpoint"
 # Every RunConfig field the form and the API take by name (besides architecture, preset,
 # objectives, model_overrides and the teacher).
-CONFIG_FIELDS = TRAINING_FIELDS + OBJECTIVE_FIELDS + FAMILY_FIELDS
+CONFIG_FIELDS = TRAINING_FIELDS + OPTIMIZER_FIELDS + OBJECTIVE_FIELDS + FAMILY_FIELDS
 
 LABELS = {
     "max_steps": "Steps", "batch_size": "Batch size", "seq_len": "Sequence length (tokens)",
@@ -41,12 +44,15 @@ LABELS = {
     "distill_temperature": "Temperature", "distill_soft_weight": "Soft-target loss weight",
     "distill_mlm_weight": "MLM loss weight", "distill_cos_weight": "Cosine loss weight",
     "teacher_checkpoint": "Teacher checkpoint",
+    "optimizer": "Optimizer", "betas": "AdamW betas", "eps": "AdamW epsilon",
 }
 CHOICE_LABELS = {
     "device": {"auto": "Auto", "cpu": "CPU", "cuda": "CUDA GPU"},
     "masking": {"dynamic": "Dynamic", "static": "Static"},
     "precision": {"auto": "Auto", "fp32": "fp32", "bf16": "bf16 (GPU only)"},
-    "schedule": {"linear": "Linear decay", "cosine": "Cosine decay", "constant": "Constant"},
+    "schedule": {"linear": "Linear decay", "cosine": "Cosine decay", "constant": "Constant",
+                 "inverse_sqrt": "Inverse square root (T5)"},
+    "optimizer": {"adamw": "AdamW", "adafactor": "Adafactor (T5)"},
     "masking_unit": {"token": "Tokens (BERT)", "word": "Whole words (BERT-wwm)", "phrase": "Phrases (ERNIE)",
                      "ngram": "N-grams of words (ALBERT)", "span": "Spans (SpanBERT)"},
     "packing": {"full-sentences": "Full sentences, across documents", "doc-sentences": "Sentences of one document"},
@@ -171,6 +177,7 @@ def launch_values(data: dict[str, Any], *, config_yaml: str = "") -> tuple[dict[
             values["preset"] = arch["default_preset"]
             values["objectives"] = list(arch["default_objectives"])
             values["masking_unit"] = ""
+            values["optimizer"] = ""  # the new family's own (T5: Adafactor), unless its defaults say
             values.update(arch["optimizer_defaults"])
     for key in ("architecture", "preset", "objectives", "model_overrides", TEACHER_FIELD, *CONFIG_FIELDS):
         if key in data:

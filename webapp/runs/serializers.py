@@ -91,6 +91,9 @@ def _training_field(name: str) -> serializers.Field:
     spec = launch.registry_json()["fields"][name]
     kwargs = {"required": False, "help_text": spec.get("help", "")}
     default = launch.field_default(name)
+    if isinstance(default, list):  # betas: two numbers
+        return serializers.ListField(child=serializers.FloatField(min_value=0.0, max_value=0.999999),
+                                     min_length=len(default), max_length=len(default), **kwargs)
     if "choices" in spec:
         return serializers.ChoiceField(choices=spec["choices"], allow_blank=default == "", **kwargs)
     bounds = {k2: spec[k1] for k1, k2 in (("min", "min_value"), ("max", "max_value")) if k1 in spec}
@@ -125,6 +128,8 @@ def _model_field(name: str) -> serializers.Field:
     """A family's models_lib field as a top-level shortcut (goes to model_overrides)."""
     spec = launch.model_field(name)
     help_text = f"{spec.get('help', '')} ({', '.join(spec['architectures'])} only; goes to model_overrides.)"
+    if spec.get("type") == "bool":
+        return serializers.BooleanField(allow_null=True, default=None, help_text=help_text)
     if "choices" in spec:
         return serializers.ChoiceField(choices=[c for c, _ in spec["choices"]], required=False, help_text=help_text)
     bounds = {k2: spec[k1] for k1, k2 in (("min", "min_value"), ("max", "max_value")) if k1 in spec}

@@ -118,10 +118,28 @@ def check_teacher(*, config: RunConfig, tokenizer: Tokenizer) -> None:
                           f"its teacher's vocabulary, so choose the tokenizer the teacher's run used.")
 
 
-def check_tokenizer(*, config: RunConfig, tokenizer: Tokenizer) -> None:
-    """The tokenizer's algorithm must be one the architecture reads; the sentence says where to get one."""
+def tokenizer_extra_ids(tokenizer: Tokenizer) -> int:
+    """How many T5 sentinel tokens a tokenizer has: its tokenizer_meta.json's "extra_ids" when the
+    folder holds one (what training reads), else the row's setting (0 for tokenizers trained
+    before sentinels existed)."""
+    meta_path = Path(tokenizer.folder) / "tokenizer_meta.json"
     try:
-        registry.validate_tokenizer(config, tokenizer.algorithm)
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        return int(meta.get("extra_ids", 0) or 0)
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
+    stats = tokenizer.stats if isinstance(tokenizer.stats, dict) else {}
+    try:
+        return int(getattr(tokenizer, "extra_ids", 0) or stats.get("extra_ids", 0) or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def check_tokenizer(*, config: RunConfig, tokenizer: Tokenizer) -> None:
+    """The tokenizer's algorithm must be one the architecture reads, and T5's span corruption needs
+    its sentinel tokens; the sentence says where to get one."""
+    try:
+        registry.validate_tokenizer(config, tokenizer.algorithm, {"extra_ids": tokenizer_extra_ids(tokenizer)})
     except ConfigError as e:
         wanted = registry.get(config.architecture).tokenizer_algorithms[0]
         raise ConfigError(f"{e} Train a {registry.algorithm_label(wanted)} tokenizer on the corpus's page "
