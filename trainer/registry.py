@@ -723,11 +723,12 @@ def validate_tokenizer(config: "RunConfig", algorithm: str, meta: dict[str, Any]
     or (given its tokenizer_meta.json as `meta`) lacks the T5 sentinel tokens the objective reads.
     The collator checks the number of sentinels against seq_len again when training starts."""
     spec = get(config.architecture)
+    needs = [o for o in config.objectives if o in OBJECTIVES and OBJECTIVES[o].needs_sentinels]
     if algorithm not in spec.tokenizer_algorithms:
-        raise ConfigError(f"{spec.label} needs a {' or '.join(spec.tokenizer_algorithms)} tokenizer; "
+        raise ConfigError(f"{spec.label} needs a {' or '.join(spec.tokenizer_algorithms)} tokenizer"
+                          f"{' with T5 sentinel tokens (extra_ids, 100 in T5)' if needs else ''}; "
                           f"this one is {algorithm}.")
     if meta is not None:
-        needs = [o for o in config.objectives if o in OBJECTIVES and OBJECTIVES[o].needs_sentinels]
         if needs and int(meta.get("extra_ids", 0) or 0) < 1:
             raise ConfigError(f"{OBJECTIVES[needs[0]].label} replaces each noise span by a sentinel token "
                               f"(<extra_id_0>, <extra_id_1>, ...), and this tokenizer has none; train a "

@@ -256,7 +256,7 @@ def test_what_the_families_accept():
 def test_tokenizers_per_family_and_the_sentinel_check():
     t5 = RunConfig(architecture="t5", preset="t5-tiny", objectives=["span_corruption"])
     registry.validate_tokenizer(t5, "unigram", {"extra_ids": 100})
-    with pytest.raises(ConfigError, match="T5 needs a unigram tokenizer; this one is bpe."):
+    with pytest.raises(ConfigError, match="T5 needs a unigram tokenizer with T5 sentinel tokens .*; this one is bpe."):
         registry.validate_tokenizer(t5, "bpe", {"extra_ids": 100})
     with pytest.raises(ConfigError, match=r"has none; train a Unigram .* tokenizer with 100 sentinel tokens"):
         registry.validate_tokenizer(t5, "unigram", {"extra_ids": 0})

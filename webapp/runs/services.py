@@ -142,8 +142,10 @@ def check_tokenizer(*, config: RunConfig, tokenizer: Tokenizer) -> None:
         registry.validate_tokenizer(config, tokenizer.algorithm, {"extra_ids": tokenizer_extra_ids(tokenizer)})
     except ConfigError as e:
         wanted = registry.get(config.architecture).tokenizer_algorithms[0]
+        sentinels = any(registry.OBJECTIVES[o].needs_sentinels for o in config.objectives if o in registry.OBJECTIVES)
         raise ConfigError(f"{e} Train a {registry.algorithm_label(wanted)} tokenizer on the corpus's page "
-                          f"(Corpora, then the corpus, then “Train a tokenizer”).") from None
+                          f"(Corpora, then the corpus, then “Train a tokenizer”"
+                          f"{', with “T5 sentinel tokens” set to 100' if sentinels else ''}).") from None
 
 
 def _digest(path: Path) -> str:
