@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import requests
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,6 +70,41 @@ def wait_for(session, url: str, field: str, done: set[str], timeout: float, stac
             return body
         time.sleep(0.5)
     pytest.fail(f"{url} did not reach {done} in {timeout}s; last: {body}\n{stack.logs()}")
+
+
+def token_session(user_model, username: str) -> requests.Session:
+    """A new user and a requests session that sends its API token."""
+    from rest_framework.authtoken.models import Token
+
+    user = user_model.objects.create_user(username=username, password=f"{username}-password-123")
+    s = requests.Session()
+    s.headers["Authorization"] = f"Token {Token.objects.create(user=user).key}"
+    return s
+
+
+def ready_corpus(s: requests.Session, stack: LiveStack, n_chars: int) -> dict:
+    """Upload the first n_chars of the demo corpus through the API and wait until it is ingested."""
+    api = stack.url + "/api"
+    r = s.post(f"{api}/corpora/", data={"name": "docstrings"},
+               files={"file": ("docs.txt", demo_corpus_text(n_chars).encode())})
+    assert r.status_code == 201, r.text
+    corpus = wait_for(s, f"{api}/corpora/{r.json()['id']}/", "status", {"ready", "failed"}, 180, stack)
+    assert corpus["status"] == "ready", corpus
+    return corpus
+
+
+def ready_tokenizers(s: requests.Session, stack: LiveStack, corpus: dict, requests_by_name: dict[str, dict]) -> dict:
+    """Train one tokenizer per entry ({name: request fields}) through the API; {name: id} once all are ready."""
+    api = stack.url + "/api"
+    ids = {}
+    for name, fields in requests_by_name.items():
+        r = s.post(f"{api}/tokenizers/", json={"corpus": corpus["id"], "vocab_size": 2000, **fields})
+        assert r.status_code == 201, r.text
+        ids[name] = r.json()["id"]
+    for name, tok_id in ids.items():
+        tok = wait_for(s, f"{api}/tokenizers/{tok_id}/", "status", {"ready", "failed"}, 180, stack)
+        assert tok["status"] == "ready", tok
+    return ids
 
 
 @pytest.fixture(scope="session")

@@ -8,10 +8,15 @@ Two steps, both usable on their own:
   so a zip bomb stops at the bound instead of filling the disk. Returns the model folder
   (the one holding config.json, at the top or inside one wrapping folder).
 - `import_hf_directory(src, dest)`: load the folder with `models_lib.hf.from_pretrained`
-  (every model type it supports), write `models_lib.checkpoint.save_model`'s files plus our
+  (every model type it supports: the encoders, T5ForConditionalGeneration and GPT-2), write `models_lib.checkpoint.save_model`'s files plus our
   `tokenizer.json` + `tokenizer_meta.json` (what a trained run's checkpoint holds, so
   trainer.inference works unchanged) and `import_info.json` (where it came from, which
   pre-training heads had weights). The folder appears complete or not at all.
+
+T5 and GPT-2 tokenizers lack roles our tokenizer metadata names (GPT-2 has only
+<|endoftext|>; T5 has no [CLS] or [MASK]); they are filled from the tokens each model uses
+(DECODER_ROLES), so the checkpoint loads like any other. Their "objectives" are what the
+model learnt to do: "clm" for GPT-2 (next-token prediction), "span_corruption" for T5.
 
 Every problem with the upload raises `ModelImportError` (a UserError) with a sentence.
 torch is imported only when a model is loaded.
@@ -37,6 +42,15 @@ INFO_NAME = "import_info.json"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
 TOKENIZER_SOURCES = ("tokenizer.json", "vocab.txt")
+# Our five tokenizer roles for the model types whose tokenizers have no [CLS]/[MASK] (by
+# config.json's model_type): the spellings to look for, first found wins. GPT-2's one special
+# token serves every role (transformers uses it as bos, eos and unk); T5 has no begin-of-text
+# token (its inputs end with </s>) and no mask token (its sentinels mark gaps instead).
+DECODER_ROLES = {
+    "gpt2": {role: ("<|endoftext|>",) for role in ("pad", "unk", "cls", "sep", "mask")},
+    "t5": {"pad": ("<pad>",), "unk": ("<unk>",), "cls": ("</s>",), "sep": ("</s>",), "mask": ("<unk>",)},
+}
+DECODER_OBJECTIVES = {"gpt": "clm", "t5": "span_corruption"}  # models_lib family -> what it was trained for
 _CHUNK = 1 << 20
 _JUNK = ("__MACOSX/",)  # resource forks a Mac's "Compress" adds; never part of a model
 
@@ -245,7 +259,11 @@ def check_hf_directory(src: str | Path) -> dict[str, Any]:
     if not any((src / name).is_file() for name in WEIGHT_FILES):
         raise ModelImportError("The model has config.json but no weights: add model.safetensors "
                                "(or pytorch_model.bin) from save_pretrained().")
-    if not any((src / name).is_file() for name in TOKENIZER_SOURCES):
+    if model_type in DECODER_ROLES:
+        if not (src / "tokenizer.json").is_file():
+            raise ModelImportError("The model has no tokenizer.json: save the tokenizer next to the model with a fast "
+                                   "tokenizer (AutoTokenizer.from_pretrained(...).save_pretrained(folder) writes it).")
+    elif not any((src / name).is_file() for name in TOKENIZER_SOURCES):
         raise ModelImportError("The model has no tokenizer: add tokenizer.json (or vocab.txt for a BERT "
                                "WordPiece vocabulary) next to config.json.")
     return config
@@ -259,7 +277,7 @@ def import_hf_directory(src_dir: str | Path, dest_checkpoint_dir: str | Path) ->
     """
     src, dest = Path(src_dir), Path(dest_checkpoint_dir)
     hf_config = check_hf_directory(src)
-    bundle = _load_tokenizer(src)
+    bundle = _load_tokenizer(src, hf_config)
     model = _load_model(src)
 
     model_vocab = int(getattr(model.config, "vocab_size", bundle.vocab_size))
@@ -287,7 +305,7 @@ def import_hf_directory(src_dir: str | Path, dest_checkpoint_dir: str | Path) ->
 
         save_model(model, tmp)
         info["family"] = read_model_config(tmp)["family"]
-        _write_tokenizer(bundle, tmp)
+        _write_tokenizer(bundle, tmp, encoder=info["family"] not in DECODER_OBJECTIVES)
         (tmp / INFO_NAME).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         if dest.exists():
             shutil.rmtree(dest)
@@ -309,8 +327,13 @@ def read_import_info(folder: str | Path) -> dict[str, Any]:
 
 def trained_heads(model: Any) -> list[str]:
     """Objectives whose head got weights from the upload: a child module `<objective>_head` none
-    of whose tensors is in `model.missing_keys` (BertForMaskedLM has no NSP head: ["mlm"])."""
+    of whose tensors is in `model.missing_keys` (BertForMaskedLM has no NSP head: ["mlm"]).
+    T5 and GPT-2 have one output layer (often tied to the embeddings): their own objective,
+    unless the upload lacked it (a bare GPT2Model with an untied, freshly made lm_head)."""
     missing = set(getattr(model, "missing_keys", []))
+    family = getattr(getattr(model, "config", None), "family", None)
+    if family in DECODER_OBJECTIVES:
+        return [] if "lm_head.weight" in missing else [DECODER_OBJECTIVES[family]]
     heads = []
     for name, module in model.named_children():
         if not name.endswith("_head") or module is None:
@@ -323,13 +346,47 @@ def trained_heads(model: Any) -> list[str]:
     return heads
 
 
-def _load_tokenizer(src: Path) -> Any:
+def _load_tokenizer(src: Path, hf_config: dict | None = None) -> Any:
     from trainer.tokenization import load_tokenizer
 
+    model_type = (hf_config or {}).get("model_type")
     try:
         return load_tokenizer(src)
     except TokenizerError as e:
-        raise ModelImportError(f"The model's tokenizer cannot be used: {e}") from None
+        if model_type not in DECODER_ROLES:
+            raise ModelImportError(f"The model's tokenizer cannot be used: {e}") from None
+    return _decoder_tokenizer(src, model_type, hf_config or {})
+
+
+def _decoder_tokenizer(src: Path, model_type: str, hf_config: dict) -> Any:
+    """A T5 or GPT-2 tokenizer.json as a TokenizerBundle, its roles filled from DECODER_ROLES
+    (GPT-2: the token config.json names as eos_token_id, when it has one)."""
+    from tokenizers import Tokenizer
+
+    from trainer.tokenization import MAX_EXTRA_IDS, TokenizerBundle, sentinel_token
+
+    try:
+        tok = Tokenizer.from_file(str(src / "tokenizer.json"))
+    except Exception as e:  # the Rust side raises a plain Exception on bad JSON
+        raise ModelImportError(f"tokenizer.json cannot be read: {e}") from None
+    roles = dict(DECODER_ROLES[model_type])
+    eos_id = hf_config.get("eos_token_id")
+    if model_type == "gpt2" and isinstance(eos_id, int) and tok.id_to_token(eos_id) is not None:
+        roles = {role: (tok.id_to_token(eos_id),) for role in roles}
+    ids, names = {}, {}
+    for role, spellings in roles.items():
+        found = next((t for t in spellings if tok.token_to_id(t) is not None), None)
+        if found is None:
+            raise ModelImportError(f"The {model_type.upper()} tokenizer has no {' or '.join(spellings)} token, "
+                                   "which the model needs; upload the tokenizer that belongs to it.")
+        ids[role], names[role] = tok.token_to_id(found), found
+    extra = 0
+    while extra < MAX_EXTRA_IDS and tok.token_to_id(sentinel_token(extra)) is not None:
+        extra += 1
+    algorithm = type(tok.model).__name__.lower()
+    meta = {"algorithm": algorithm, "lowercase": False, "vocab_size": tok.get_vocab_size(with_added_tokens=True),
+            "special_tokens": ids, "special_token_strings": names, "extra_ids": extra, "inferred": True}
+    return TokenizerBundle.from_tokenizer(tok, meta, src)
 
 
 def _load_model(src: Path) -> Any:
@@ -353,8 +410,10 @@ def _without_path(message: str, src: Path) -> str:
     return message.replace(str(src) + "/", "").replace(str(src), "the upload")
 
 
-def _write_tokenizer(bundle: Any, folder: Path) -> None:
-    """tokenizer.json + tokenizer_meta.json as train_tokenizer writes them (ids of the special roles)."""
+def _write_tokenizer(bundle: Any, folder: Path, *, encoder: bool = True) -> None:
+    """tokenizer.json + tokenizer_meta.json as train_tokenizer writes them (ids of the special roles).
+    Only an encoder's tokenizer gets BERT's [CLS] ... [SEP] template when it has none: T5 and
+    GPT inputs are laid out by the explorer itself."""
     from tokenizers import AddedToken, processors
 
     tok = bundle.tok
@@ -363,8 +422,8 @@ def _write_tokenizer(bundle: Any, folder: Path) -> None:
     names = {role: tok.id_to_token(int(i)) for role, i in bundle.meta["special_tokens"].items()}
     # Register them as special tokens (a vocab.txt alone does not): they are then matched before
     # the normalizer runs, so a lowercasing tokenizer still reads "[MASK]" as the mask token.
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in names.values()])
-    if tok.post_processor is None:  # e.g. a tokenizer.json saved without its template: add BERT's
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in dict.fromkeys(names.values())])
+    if tok.post_processor is None and encoder:  # e.g. a tokenizer.json saved without its template: add BERT's
         cls, sep = (names["cls"], bundle.cls_id), (names["sep"], bundle.sep_id)
         tok.post_processor = processors.TemplateProcessing(
             single=f"{cls[0]} $A {sep[0]}", pair=f"{cls[0]} $A {sep[0]} $B:1 {sep[0]}:1", special_tokens=[cls, sep])

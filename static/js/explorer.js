@@ -1,6 +1,8 @@
 // Explorer: ask the JSON API and draw the answers in place (the form also works without this).
-// With a checkpoint in "Compare with", every question goes to /api/explore/compare/ and the
-// answers stand in two columns.
+// With a checkpoint in "Compare with", every fill-mask and sentence-pair question goes to
+// /api/explore/compare/ and the answers stand in two columns. The panels shown follow the chosen
+// checkpoint's kind of model (data-kinds); explorer_generate.js and explorer_attention.js draw
+// the generation, span-filling, ELMo and attention tools.
 (function () {
   "use strict";
   const form = document.getElementById("explore-form");
@@ -61,8 +63,12 @@
       next_sentence: "This model was trained without next sentence prediction.",
       sentence_order: "This model has no sentence-pair head (NSP or SOP).",
     };
-    const generatePanel = document.getElementById("generate-seq2seq");
-    if (generatePanel) generatePanel.hidden = !opt || opt.dataset.architecture !== "unilm";
+    // Panels for the chosen checkpoint's kind of model (encoder, unilm, t5, gpt, elmo) only.
+    const kind = opt ? opt.dataset.kind || "encoder" : "";
+    form.dataset.kind = kind;
+    for (const node of form.querySelectorAll("[data-kinds]")) {
+      node.hidden = Boolean(kind) && !node.dataset.kinds.split(" ").includes(kind);
+    }
     for (const action of Object.keys(able)) {
       const button = form.querySelector(`button[value="${action}"]`);
       button.disabled = !able[action];
@@ -170,7 +176,7 @@
         headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf },
         body: JSON.stringify({
           checkpoint: select.value, source: document.getElementById("id_source").value,
-          max_new_tokens: Number(document.getElementById("id_max_new_tokens").value || 32),
+          max_new_tokens: Number(document.getElementById("id_s2s_max_new_tokens").value || 32),
         }),
       });
       const data = await response.json().catch(() => ({}));

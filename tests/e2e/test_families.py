@@ -6,9 +6,8 @@ from __future__ import annotations
 
 
 import pytest
-import requests
 
-from tests.livestack import demo_corpus_text, wait_for
+from tests.livestack import ready_corpus, ready_tokenizers, token_session, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -21,26 +20,10 @@ RUNS = {  # architecture -> (tokenizer algorithm, objectives the registry gives 
 
 
 def test_roberta_albert_and_electra_train_through_the_api_and_answer_fill_mask(live_stack, django_user_model):
-    from rest_framework.authtoken.models import Token
-
-    user = django_user_model.objects.create_user(username="fam", password="fam-password-123")
-    s = requests.Session()
-    s.headers["Authorization"] = f"Token {Token.objects.create(user=user).key}"
+    s = token_session(django_user_model, "fam")
     api = live_stack.url + "/api"
-
-    r = s.post(f"{api}/corpora/", data={"name": "docstrings"}, files={"file": ("docs.txt", demo_corpus_text(200_000).encode())})
-    assert r.status_code == 201, r.text
-    corpus = wait_for(s, f"{api}/corpora/{r.json()['id']}/", "status", {"ready", "failed"}, 180, live_stack)
-    assert corpus["status"] == "ready", corpus
-
-    tokenizers = {}
-    for algorithm in ("wordpiece", "bpe", "unigram"):
-        r = s.post(f"{api}/tokenizers/", json={"corpus": corpus["id"], "algorithm": algorithm, "vocab_size": 2000})
-        assert r.status_code == 201, r.text
-        tokenizers[algorithm] = r.json()["id"]
-    for algorithm, tok_id in tokenizers.items():
-        tok = wait_for(s, f"{api}/tokenizers/{tok_id}/", "status", {"ready", "failed"}, 180, live_stack)
-        assert tok["status"] == "ready" and tok["algorithm"] == algorithm, tok
+    corpus = ready_corpus(s, live_stack, 200_000)
+    tokenizers = ready_tokenizers(s, live_stack, corpus, {a: {"algorithm": a} for a in ("wordpiece", "bpe", "unigram")})
 
     # A RoBERTa run on a WordPiece tokenizer is refused with the way out.
     r = s.post(f"{api}/runs/", json={"tokenizer": tokenizers["wordpiece"], "architecture": "roberta"})

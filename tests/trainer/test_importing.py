@@ -110,7 +110,7 @@ def test_a_file_that_is_not_an_archive_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda d: (d / "config.json").write_text('{"model_type": "gpt2"}'), 'This is a "gpt2" model.*Supported model types: .*bert'),
+    (lambda d: (d / "config.json").write_text('{"model_type": "llama"}'), 'This is a "llama" model.*Supported model types: .*bert'),
     (lambda d: (d / "config.json").write_text('{"hidden_size": 8}'), "no model_type"),
     (lambda d: (d / "model.safetensors").unlink(), "no weights"),
     (lambda d: (d / "vocab.txt").unlink(), "no tokenizer"),

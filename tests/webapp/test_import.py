@@ -55,7 +55,7 @@ CONFIG = json.dumps({"model_type": "bert"}).encode()
     ({"model/../../evil.json": b"{}", "model/config.json": CONFIG}, {}, "leads outside the archive's folder"),
     ({"model/config.json": CONFIG}, {"symlink": "model/vocab.txt"}, "symbolic link"),
     ({"model/README.md": b"hi"}, {}, "has no config.json"),
-    ({"model/config.json": b'{"model_type": "t5"}'}, {}, 'This is a "t5" model, which LM Workbench cannot import yet. '
+    ({"model/config.json": b'{"model_type": "llama"}'}, {}, 'This is a "llama" model, which LM Workbench cannot import yet. '
                                                          "Supported model types: "),
     ({"model/config.json": CONFIG, "model/vocab.txt": b"[UNK]\n"}, {}, "no weights"),
 ])

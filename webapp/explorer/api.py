@@ -1,4 +1,5 @@
-"""JSON API of the explorer: questions to your checkpoints, comparisons, masked batches, imports."""
+"""JSON API of the explorer: questions to your checkpoints (fill-mask, sentence pairs, generation,
+span filling, attention, ELMo word similarity), comparisons, masked batches, imports."""
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -12,8 +13,11 @@ from rest_framework.views import APIView
 
 from webapp.explorer import imports, services
 from webapp.explorer.serializers import (
-    CompareRequestSerializer, CompareResponseSerializer, FillMaskRequestSerializer, FillMaskResponseSerializer,
-    GenerateSeq2SeqRequestSerializer, GenerateSeq2SeqResponseSerializer,
+    AttentionRequestSerializer, AttentionResponseSerializer, CompareRequestSerializer, CompareResponseSerializer,
+    FillMaskRequestSerializer, FillMaskResponseSerializer, FillSpansRequestSerializer, FillSpansResponseSerializer,
+    GenerateRequestSerializer, GenerateResponseSerializer, GenerateSeq2SeqRequestSerializer,
+    GenerateSeq2SeqResponseSerializer, WordSimilarityRequestSerializer, WordSimilarityResponseSerializer,
+    decoding_of,
     InspectRequestSerializer, InspectResponseSerializer, ModelImportCreateSerializer, ModelImportSerializer,
     NextSentenceRequestSerializer, NextSentenceResponseSerializer, SentenceOrderRequestSerializer,
     SentenceOrderResponseSerializer,
@@ -60,6 +64,72 @@ class GenerateSeq2SeqView(APIView):
         ckpt = owned_checkpoint(request, ser.validated_data["checkpoint"])
         return Response(services.generate_seq2seq(checkpoint=ckpt, source=ser.validated_data["source"],
                                                   max_new_tokens=ser.validated_data["max_new_tokens"]))
+
+
+class GenerateView(APIView):
+    @extend_schema(request=GenerateRequestSerializer,
+                   responses={200: GenerateResponseSerializer, 400: ERROR, 404: ERROR},
+                   summary="A T5, GPT or UniLM checkpoint writes text for a prompt",
+                   description="T5: text-to-text (put the task prefix in the prompt, e.g. 'summarize: ...'); "
+                               "GPT: continues the prompt; UniLM: writes a seq2seq target. Greedy, beam search or "
+                               "sampling (temperature, top-k, top-p, seed). Encoders and ELMo answer 400. The page "
+                               "streams the same answer token by token over the websocket /ws/explore/generate/.")
+    def post(self, request: Request) -> Response:
+        ser = GenerateRequestSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        ckpt = owned_checkpoint(request, ser.validated_data["checkpoint"])
+        out = services.generate(checkpoint=ckpt, prompt=ser.validated_data["prompt"],
+                                decoding=decoding_of(ser.validated_data))
+        return Response({"checkpoint": str(ckpt.id), **{k: out[k] for k in (
+            "family", "text", "tokens", "stopped", "prompt_tokens", "decoding")}})
+
+
+class FillSpansView(APIView):
+    @extend_schema(request=FillSpansRequestSerializer,
+                   responses={200: FillSpansResponseSerializer, 400: ERROR, 404: ERROR},
+                   summary="T5 fills the spans marked <extra_id_0>, <extra_id_1>, ...",
+                   description="The model writes span corruption's target ('<extra_id_0> span <extra_id_1> "
+                               "span ...'); each sentinel of the text gets its span.")
+    def post(self, request: Request) -> Response:
+        ser = FillSpansRequestSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        ckpt = owned_checkpoint(request, ser.validated_data["checkpoint"])
+        out = services.fill_spans(checkpoint=ckpt, text=ser.validated_data["text"],
+                                  decoding=decoding_of(ser.validated_data))
+        return Response({"checkpoint": str(ckpt.id), **out})
+
+
+class AttentionView(APIView):
+    @extend_schema(request=AttentionRequestSerializer,
+                   responses={200: AttentionResponseSerializer, 400: ERROR, 404: ERROR},
+                   summary="Attention weights of every layer and head for an input",
+                   description="Encoders: self-attention; GPT: causal self-attention; T5: the encoder's, the "
+                               "decoder's or the cross-attention (stack), the decoder side reading `target` or "
+                               "the model's greedy output. ELMo has no attention (400 with a sentence).")
+    def post(self, request: Request) -> Response:
+        ser = AttentionRequestSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        data = ser.validated_data
+        ckpt = owned_checkpoint(request, data["checkpoint"])
+        out = services.attention(checkpoint=ckpt, text=data["text"], target=data.get("target"),
+                                 stack=data.get("stack"), layer=data.get("layer"))
+        return Response({"checkpoint": str(ckpt.id), **out})
+
+
+class WordSimilarityView(APIView):
+    @extend_schema(request=WordSimilarityRequestSerializer,
+                   responses={200: WordSimilarityResponseSerializer, 400: ERROR, 404: ERROR},
+                   summary="ELMo: one word in two sentences, the cosine of its vectors per layer",
+                   description="Layer 0 (the token representation) is the same in every context; the biLSTM "
+                               "layers tell the word's senses apart (the seeds' 苹果: fruit vs phone).")
+    def post(self, request: Request) -> Response:
+        ser = WordSimilarityRequestSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        data = ser.validated_data
+        ckpt = owned_checkpoint(request, data["checkpoint"])
+        out = services.word_similarity(checkpoint=ckpt, sentence_a=data["sentence_a"],
+                                       sentence_b=data["sentence_b"], word=data["word"])
+        return Response({"checkpoint": str(ckpt.id), **out})
 
 
 class NextSentenceView(APIView):

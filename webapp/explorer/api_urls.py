@@ -5,6 +5,10 @@ from webapp.explorer import api
 urlpatterns = [
     path("explore/fill-mask/", api.FillMaskView.as_view(), name="api-explore-fill-mask"),
     path("explore/generate-seq2seq/", api.GenerateSeq2SeqView.as_view(), name="api-explore-generate-seq2seq"),
+    path("explore/generate/", api.GenerateView.as_view(), name="api-explore-generate"),
+    path("explore/fill-spans/", api.FillSpansView.as_view(), name="api-explore-fill-spans"),
+    path("explore/attention/", api.AttentionView.as_view(), name="api-explore-attention"),
+    path("explore/word-similarity/", api.WordSimilarityView.as_view(), name="api-explore-word-similarity"),
     path("explore/next-sentence/", api.NextSentenceView.as_view(), name="api-explore-next-sentence"),
     path("explore/sentence-order/", api.SentenceOrderView.as_view(), name="api-explore-sentence-order"),
     path("explore/compare/", api.CompareView.as_view(), name="api-explore-compare"),

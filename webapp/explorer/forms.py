@@ -1,15 +1,37 @@
 from django import forms
 
 from webapp.explorer import imports
-from webapp.explorer.services import MAX_TOP_K
+from webapp.explorer.services import MAX_BEAMS, MAX_GENERATE_TOKENS, MAX_TOP_K, STRATEGIES, TASK_PREFIXES
+
+EXAMPLE_SPANS = "The cat <extra_id_0> on the mat, and the dog <extra_id_1> to the park."
+EXAMPLE_SENTENCE_A = "我今天吃了一个苹果"
+EXAMPLE_SENTENCE_B = "我买了一部苹果手机"
+EXAMPLE_WORD = "苹果"
 
 
 class ExploreForm(forms.Form):
-    """One form, three questions: the pressed button (action) says which fields are needed.
-    With `compare_with` the question goes to both checkpoints and the answers stand side by side."""
+    """One form, several questions: the pressed button (action) says which fields are needed.
+    With `compare_with` the encoder questions (fill-mask, sentence pairs) go to both checkpoints
+    and the answers stand side by side; the others ask the first checkpoint only."""
 
-    ACTIONS = ("fill_mask", "next_sentence", "sentence_order")
+    ACTIONS = ("fill_mask", "next_sentence", "sentence_order", "text_to_text", "fill_spans", "generate",
+               "word_similarity")
     TASKS = {"fill_mask": "fill-mask", "next_sentence": "next-sentence", "sentence_order": "sentence-order"}
+    DECODING_FIELDS = ("strategy", "max_new_tokens", "num_beams", "temperature", "sample_top_k", "top_p", "seed")
+    # The fields each action reads; the others' mistakes never block it (the page posts them all).
+    FIELDS = {
+        "fill_mask": ("text", "top_k"),
+        "next_sentence": ("text_a", "text_b"),
+        "sentence_order": ("text_a", "text_b"),
+        "text_to_text": ("task_prefix", "prompt", *DECODING_FIELDS),
+        "fill_spans": ("span_text", *DECODING_FIELDS),
+        "generate": ("gen_prompt", *DECODING_FIELDS),
+        "word_similarity": ("sentence_a", "sentence_b", "word"),
+    }
+    ALWAYS = ("action", "checkpoint", "compare_with")
+    # The decoding fields each strategy reads (strategy itself aside).
+    STRATEGY_FIELDS = {"greedy": ("max_new_tokens",), "beam": ("max_new_tokens", "num_beams"),
+                       "sample": ("max_new_tokens", "temperature", "sample_top_k", "top_p", "seed")}
 
     action = forms.ChoiceField(choices=[(a, a) for a in ACTIONS])
     checkpoint = forms.UUIDField()
@@ -26,13 +48,71 @@ class ExploreForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 2, "placeholder": "She put on her warmest coat before going out."}),
     )
 
+    # T5 text-to-text
+    task_prefix = forms.ChoiceField(required=False, label="Task prefix",
+                                    choices=[("", "none (type it yourself)"), *TASK_PREFIXES])
+    prompt = forms.CharField(required=False, label="Input", widget=forms.Textarea(
+        attrs={"rows": 3, "placeholder": "summarize: The weather was cold that morning, so she put on her coat."}))
+    # T5 span filling
+    span_text = forms.CharField(required=False, label="Text with sentinels",
+                               widget=forms.Textarea(attrs={"rows": 2}))
+    # GPT generation
+    gen_prompt = forms.CharField(required=False, label="Prompt", widget=forms.Textarea(
+        attrs={"rows": 3, "placeholder": "The weather was cold that morning, so"}))
+    # decoding (T5 and GPT)
+    strategy = forms.ChoiceField(choices=[(s, s) for s in STRATEGIES], initial="greedy", required=False,
+                                 label="Decoding")
+    max_new_tokens = forms.IntegerField(min_value=1, max_value=MAX_GENERATE_TOKENS, initial=32, required=False,
+                                        label="Max new tokens")
+    num_beams = forms.IntegerField(min_value=1, max_value=MAX_BEAMS, initial=4, required=False, label="Beams")
+    temperature = forms.FloatField(initial=0.8, required=False, label="Temperature")
+    sample_top_k = forms.IntegerField(min_value=0, initial=40, required=False, label="Top-k",
+                                      help_text="0 keeps every token.")
+    top_p = forms.FloatField(initial=0.95, required=False, label="Top-p")
+    seed = forms.IntegerField(min_value=0, max_value=2**63 - 1, required=False, label="Seed",
+                              help_text="Empty: a new draw each time.")
+    # ELMo word similarity
+    sentence_a = forms.CharField(required=False, label="Sentence A")
+    sentence_b = forms.CharField(required=False, label="Sentence B")
+    word = forms.CharField(required=False, label="Word", max_length=100)
+
     def clean(self):
         data = super().clean()
-        if data.get("action") == "fill_mask":
+        action = data.get("action")
+        if action in self.FIELDS:  # unrelated panels' fields never block the question asked
+            reads = set(self.FIELDS[action])
+            if "strategy" in reads:  # nor do the decoding fields the chosen strategy ignores
+                strategy = data.get("strategy") or "greedy"
+                reads -= set(self.DECODING_FIELDS) - {"strategy", *self.STRATEGY_FIELDS.get(strategy, ())}
+            for name in list(self._errors):
+                if name not in reads and name not in self.ALWAYS and name != "__all__":
+                    del self._errors[name]
+        if action in ("text_to_text", "fill_spans", "generate") and data.get("strategy") == "sample":
+            if data.get("temperature") is not None and not data["temperature"] > 0:
+                self.add_error("temperature", "Must be greater than 0.")
+            if data.get("top_p") is not None and not 0 < data["top_p"] <= 1:
+                self.add_error("top_p", "Must be greater than 0 and at most 1.")
+        if action == "text_to_text":
+            prompt = (data.get("prompt") or "").strip()
+            prefix = data.get("task_prefix") or ""
+            if not prompt:
+                self.add_error("prompt", "Type an input for the model (with its task prefix, e.g. “summarize: …”).")
+            elif prefix and not prompt.startswith(prefix.strip()):
+                data["prompt"] = prefix + prompt
+        elif action == "fill_spans" and not (data.get("span_text") or "").strip():
+            self.add_error("span_text", "Type a text with <extra_id_0> where a span is missing.")
+        elif action == "generate" and not (data.get("gen_prompt") or "").strip():
+            self.add_error("gen_prompt", "Type a prompt for the model to continue.")
+        elif action == "word_similarity":
+            for name, label in (("sentence_a", "sentence A"), ("sentence_b", "sentence B"),
+                                ("word", "the word to compare")):
+                if not (data.get(name) or "").strip():
+                    self.add_error(name, f"Type {label}.")
+        if action == "fill_mask":
             if not data.get("text"):
                 self.add_error("text", "Type a sentence with [MASK] where a word should be predicted.")
             data["top_k"] = data.get("top_k") or 5
-        elif data.get("action") in ("next_sentence", "sentence_order"):
+        elif action in ("next_sentence", "sentence_order"):
             for name, label in (("text_a", "sentence A"), ("text_b", "sentence B")):
                 if not data.get(name):
                     self.add_error(name, f"Type {label}.")
@@ -41,10 +121,23 @@ class ExploreForm(forms.Form):
         return data
 
 
+def form_decoding(data: dict) -> dict:
+    """ExploreForm's cleaned decoding fields as the API names them, only those the chosen strategy
+    reads (trainer.inference checks them again)."""
+    strategy = data.get("strategy") or "greedy"
+    out = {"strategy": strategy, "max_new_tokens": data.get("max_new_tokens") or 32}
+    if strategy == "beam":
+        out["num_beams"] = data.get("num_beams") or 4
+    elif strategy == "sample":
+        out.update(temperature=data.get("temperature"), top_k=data.get("sample_top_k"), top_p=data.get("top_p"),
+                   seed=data.get("seed"))
+    return out
+
+
 class ImportForm(forms.Form):
     file = forms.FileField(label="Archive", help_text="A .zip or .tar.gz of a Hugging Face model folder "
                            "(what save_pretrained() writes): config.json, model.safetensors or pytorch_model.bin, "
-                           "and tokenizer.json or vocab.txt.")
+                           "and tokenizer.json (or vocab.txt for BERT). Encoders, T5 and GPT-2 are supported.")
     name = forms.CharField(required=False, max_length=200,
                            help_text="How the explorer lists it (default: the archive's name).")
 

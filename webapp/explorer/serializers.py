@@ -6,7 +6,10 @@ from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_fiel
 from rest_framework import serializers
 
 from webapp.explorer.models import ModelImport
-from webapp.explorer.services import MAX_NEW_TOKENS, MAX_TEXT_CHARS, MAX_TOP_K, TASKS
+from webapp.explorer.services import (
+    ATTENTION_MAX_TOKENS, MAX_BEAMS, MAX_GENERATE_TOKENS, MAX_NEW_TOKENS, MAX_TEXT_CHARS, MAX_TOP_K, STACKS,
+    STRATEGIES, TASKS,
+)
 
 CHECKPOINT_HELP = "A checkpoint of yours: a step of one of your runs, or a model you imported."
 
@@ -89,6 +92,145 @@ class SentenceOrderResultSerializer(serializers.Serializer):
 
 class SentenceOrderResponseSerializer(SentenceOrderResultSerializer):
     checkpoint = serializers.UUIDField()
+
+
+# ---------------------------------------------------------------------------- generation
+class DecodingSerializer(serializers.Serializer):
+    """How to pick each next token. Fields a strategy does not read are ignored."""
+
+    strategy = serializers.ChoiceField(
+        choices=list(STRATEGIES), default="greedy",
+        help_text="greedy: the most likely token each step; beam: beam search over num_beams hypotheses; "
+                  "sample: draw from the distribution shaped by temperature, top_k and top_p.")
+    max_new_tokens = serializers.IntegerField(min_value=1, max_value=MAX_GENERATE_TOKENS, default=32,
+                                              help_text="The most tokens to write (fewer when the model ends).")
+    num_beams = serializers.IntegerField(min_value=1, max_value=MAX_BEAMS, default=4, help_text="beam only.")
+    temperature = serializers.FloatField(default=1.0, help_text="sample only: > 0; below 1 is more conservative.")
+    top_k = serializers.IntegerField(min_value=0, default=0,
+                                     help_text="sample only: keep the k most likely tokens (0 = all).")
+    top_p = serializers.FloatField(default=1.0, help_text="sample only: nucleus sampling, 0 < top_p <= 1 (1 = off).")
+    seed = serializers.IntegerField(min_value=0, max_value=2**63 - 1, required=False, allow_null=True,
+                                    help_text="sample only: the same seed draws the same text (random when absent).")
+
+    def validate_temperature(self, value: float) -> float:
+        if not value > 0:
+            raise serializers.ValidationError("Must be greater than 0.")
+        return value
+
+    def validate_top_p(self, value: float) -> float:
+        if not 0 < value <= 1:
+            raise serializers.ValidationError("Must be greater than 0 and at most 1.")
+        return value
+
+
+def decoding_of(data: dict) -> dict:
+    """The decoding fields of validated request data."""
+    return {name: data.get(name) for name in DecodingSerializer().fields}
+
+
+class GenerateRequestSerializer(DecodingSerializer):
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " T5, GPT or UniLM.")
+    prompt = serializers.CharField(
+        help_text=f"T5: the input with its task prefix (e.g. 'summarize: ...'); GPT: the text to continue; "
+                  f"UniLM: the source. At most {MAX_TEXT_CHARS:,} characters.")
+
+
+class DecodingUsedSerializer(serializers.Serializer):
+    strategy = serializers.ChoiceField(choices=list(STRATEGIES))
+    max_new_tokens = serializers.IntegerField()
+    num_beams = serializers.IntegerField(required=False)
+    temperature = serializers.FloatField(required=False)
+    top_k = serializers.IntegerField(required=False)
+    top_p = serializers.FloatField(required=False)
+    seed = serializers.IntegerField(required=False, help_text="The seed a sample was drawn with: send it to draw "
+                                                              "the same text again.")
+
+
+class GenerateResponseSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField()
+    family = serializers.CharField(help_text='"t5", "gpt" or "unilm".')
+    text = serializers.CharField(allow_blank=True, help_text="The generated text (GPT: what follows the prompt, "
+                                                             "its leading space included).")
+    tokens = serializers.ListField(child=serializers.CharField(), help_text="The generated tokens.")
+    stopped = serializers.ChoiceField(choices=["end", "length"],
+                                      help_text="end: the model wrote its end-of-sequence token; length: "
+                                                "max_new_tokens or the model's positions ran out.")
+    prompt_tokens = serializers.IntegerField(help_text="How many tokens the model read.")
+    decoding = DecodingUsedSerializer()
+
+
+class FillSpansRequestSerializer(DecodingSerializer):
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " A T5 checkpoint whose tokenizer has sentinels.")
+    text = serializers.CharField(help_text="A text with <extra_id_0>, <extra_id_1>, ... where spans are missing.")
+
+
+class SpanSerializer(serializers.Serializer):
+    sentinel = serializers.CharField()
+    index = serializers.IntegerField()
+    text = serializers.CharField(allow_blank=True, help_text="The span the model wrote for this sentinel.")
+    tokens = serializers.ListField(child=serializers.CharField())
+    found = serializers.BooleanField(help_text="False when the model's output never named this sentinel.")
+
+
+class FillSpansResponseSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField()
+    spans = SpanSerializer(many=True)
+    filled = serializers.CharField(help_text="The text with each sentinel replaced by its span.")
+    output = serializers.CharField(allow_blank=True, help_text="The model's raw output, sentinels kept.")
+    stopped = serializers.ChoiceField(choices=["end", "length"])
+    decoding = DecodingUsedSerializer()
+
+
+class AttentionRequestSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " Any family but ELMo (which has no attention).")
+    text = serializers.CharField(help_text=f"The input (at most {ATTENTION_MAX_TOKENS} tokens).")
+    target = serializers.CharField(required=False, allow_blank=True,
+                                   help_text="T5's decoder side: the target text (default: the model's greedy output).")
+    stack = serializers.ChoiceField(choices=list(STACKS), required=False,
+                                    help_text="encoder (encoders, T5), decoder (GPT; T5's causal self-attention) or "
+                                              "cross (T5's decoder attending to the encoder). Default: the first.")
+    layer = serializers.IntegerField(min_value=0, required=False, allow_null=True,
+                                     help_text="One layer (0-based); all layers when absent.")
+
+
+class AttentionResponseSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField()
+    family = serializers.CharField()
+    stack = serializers.ChoiceField(choices=list(STACKS))
+    stacks = serializers.ListField(child=serializers.CharField(), help_text="The stacks this model has.")
+    layers = serializers.IntegerField()
+    heads = serializers.IntegerField()
+    layer = serializers.IntegerField(allow_null=True, help_text="The layer in maps, or null when maps has them all.")
+    tokens = serializers.ListField(child=serializers.CharField(), help_text="Query tokens (the maps' rows).")
+    key_tokens = serializers.ListField(child=serializers.CharField(), help_text="Key tokens (the maps' columns).")
+    maps = serializers.ListField(
+        child=serializers.ListField(child=serializers.ListField(child=serializers.ListField(
+            child=serializers.FloatField()))),
+        help_text="[layer][head][row][column] softmax weights (4 decimals); each row sums to 1.")
+    target = serializers.CharField(allow_null=True, help_text="T5's decoder side: the target that was read.")
+
+
+class WordSimilarityRequestSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " An ELMo checkpoint.")
+    sentence_a = serializers.CharField(help_text="e.g. 我今天吃了一个苹果")
+    sentence_b = serializers.CharField(help_text="e.g. 我买了一部苹果手机")
+    word = serializers.CharField(help_text="A word in both sentences, e.g. 苹果")
+
+
+class LayerCosineSerializer(serializers.Serializer):
+    layer = serializers.IntegerField()
+    name = serializers.CharField()
+    cosine = serializers.FloatField()
+
+
+class WordSimilarityResponseSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField()
+    word = serializers.CharField()
+    layers = LayerCosineSerializer(many=True, help_text="Layer 0 is the context-free token representation.")
+    tokens_a = serializers.ListField(child=serializers.CharField())
+    tokens_b = serializers.ListField(child=serializers.CharField())
+    positions_a = serializers.ListField(child=serializers.IntegerField(), help_text="The word's tokens in A.")
+    positions_b = serializers.ListField(child=serializers.IntegerField(), help_text="The word's tokens in B.")
 
 
 # ---------------------------------------------------------------------------- comparison

@@ -1,12 +1,15 @@
 """Ask checkpoints questions: fill-mask, next-sentence and pair-order scores, the same question to
-several checkpoints side by side, and a run's masked batches (trainer.inference and
-trainer.inspect do the work).
+several checkpoints side by side, text generation (T5 text-to-text, span filling, GPT and UniLM
+generation, streamed or not), attention maps, ELMo word similarity, and a run's masked batches
+(trainer.inference and trainer.inspect do the work).
 
 Models are loaded and cached per process by trainer.inference; here we only check what a
 user can get wrong before it reaches the model.
 """
 from __future__ import annotations
 
+import json
+from collections.abc import Generator
 from typing import Any
 
 from trainer.errors import InferenceError, UserError
@@ -15,7 +18,24 @@ from webapp.runs.models import Checkpoint
 
 MAX_TEXT_CHARS = 2000
 MAX_TOP_K = 50
-MAX_NEW_TOKENS = 128
+MAX_NEW_TOKENS = 128        # UniLM's seq2seq endpoint
+MAX_GENERATE_TOKENS = 256   # /generate/, /fill-spans/ and the streaming socket (trainer.inference's bound)
+MAX_BEAMS = 8
+ATTENTION_MAX_TOKENS = 128  # trainer.inference.ATTENTION_MAX_TOKENS, said on the page
+STRATEGIES = ("greedy", "beam", "sample")
+STACKS = ("encoder", "decoder", "cross")
+
+# T5's text-to-text task prefixes (Raffel et al. 2020, appendix D): value, label.
+TASK_PREFIXES = (
+    ("summarize: ", "summarize:"),
+    ("translate English to German: ", "translate English to German:"),
+    ("translate English to French: ", "translate English to French:"),
+    ("translate English to Romanian: ", "translate English to Romanian:"),
+    ("sst2 sentence: ", "sst2 sentence: (sentiment)"),
+    ("cola sentence: ", "cola sentence: (acceptability)"),
+    ("stsb sentence1: ", "stsb sentence1: … sentence2: (similarity)"),
+    ("question: ", "question: … context: (reading comprehension)"),
+)
 
 
 def _folder(checkpoint: Checkpoint):
@@ -70,6 +90,88 @@ def generate_seq2seq(*, checkpoint: Checkpoint, source: str, max_new_tokens: int
         raise InferenceError(f"max_new_tokens must be between 1 and {MAX_NEW_TOKENS}.")
     out = inference.generate_seq2seq(_folder(checkpoint), source, max_new_tokens=int(max_new_tokens))
     return {"text": out["text"], "tokens": out["tokens"], "stopped": out["stopped"]}
+
+
+# ---------------------------------------------------------------------------- generation
+def _decoding(decoding: dict[str, Any] | None) -> dict[str, Any]:
+    """The decoding fields a request gave (None = default); trainer.inference checks them."""
+    fields = ("strategy", "max_new_tokens", "num_beams", "temperature", "top_k", "top_p", "seed")
+    return {k: v for k, v in (decoding or {}).items() if k in fields and v is not None and v != ""}
+
+
+def generate(*, checkpoint: Checkpoint, prompt: str, decoding: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A T5 (text-to-text), GPT (continuation) or UniLM (seq2seq) checkpoint writes text:
+    {"family", "text", "tokens", "ids", "stopped", "prompt_tokens", "decoding"}."""
+    from trainer import inference  # imports torch
+
+    prompt = _text(prompt, "The prompt")
+    return inference.generate(_folder(checkpoint), prompt, **_decoding(decoding))
+
+
+def fill_spans(*, checkpoint: Checkpoint, text: str, decoding: dict[str, Any] | None = None) -> dict[str, Any]:
+    """T5 fills each <extra_id_N> of `text`: {"spans", "filled", "output", "stopped", "decoding"}."""
+    from trainer import inference  # imports torch
+
+    text = _text(text)
+    return inference.fill_spans(_folder(checkpoint), text, **_decoding(decoding))
+
+
+def stream_generate(*, checkpoint: Checkpoint, prompt: str,
+                    decoding: dict[str, Any] | None = None) -> Generator[str, None, dict[str, Any]]:
+    """`generate` as a generator of text pieces (its return value is generate's answer). The
+    request is checked now; advancing it runs the model, so do that off the event loop."""
+    from trainer import inference  # imports torch
+
+    prompt = _text(prompt, "The prompt")
+    return inference.stream_generate(_folder(checkpoint), prompt, **_decoding(decoding))
+
+
+def attention(*, checkpoint: Checkpoint, text: str, target: str | None = None, stack: str | None = None,
+              layer: int | None = None) -> dict[str, Any]:
+    """Attention weights per layer and head (trainer.inference.attention_maps)."""
+    from trainer import inference  # imports torch
+
+    text = _text(text)
+    if target:
+        target = _text(target, "The target")
+    return inference.attention_maps(_folder(checkpoint), text, target=target or None, stack=stack or None,
+                                    layer=layer)
+
+
+def word_similarity(*, checkpoint: Checkpoint, sentence_a: str, sentence_b: str, word: str) -> dict[str, Any]:
+    """Cosine of an ELMo checkpoint's vectors of `word` in two sentences, per layer."""
+    from trainer import inference  # imports torch
+
+    a, b = _text(sentence_a, "Sentence A"), _text(sentence_b, "Sentence B")
+    word = _text(word, "The word")
+    return inference.word_similarity(_folder(checkpoint), a, b, word)
+
+
+# ---------------------------------------------------------------------------- what a checkpoint is
+def checkpoint_family(checkpoint: Checkpoint) -> str:
+    """models_lib's family of the checkpoint's model ("bert", "t5", "gpt", "elmo", ...): what the
+    checkpoint's model_config.json says, else its run's architecture or its import's family."""
+    try:
+        family = json.loads((checkpoint.folder / "model_config.json").read_text(encoding="utf-8")).get("family")
+    except (OSError, ValueError, AttributeError):
+        family = None
+    if not family:
+        if checkpoint.run_id is not None:
+            family = checkpoint.run.architecture
+        else:
+            from trainer.importing import read_import_info  # reads a small JSON; no torch
+
+            family = read_import_info(checkpoint.folder).get("family")
+    return str(family or "bert")
+
+
+def family_kind(family: str) -> str:
+    """What the explorer offers a family: "t5", "gpt", "elmo" and "unilm" each have their own
+    tools; every other family is an "encoder" (fill-mask, sentence pairs)."""
+    family = (family or "").lower()
+    if family.startswith("gpt"):
+        return "gpt"
+    return family if family in ("unilm", "t5", "elmo") else "encoder"
 
 
 # ---------------------------------------------------------------------------- comparison

@@ -1,8 +1,12 @@
 """Explorer pages: ask checkpoints questions (alone or two side by side), look at a run's masked
 batches, import Hugging Face models.
 
+The page shows the tools that fit the chosen checkpoint's family: fill-mask and sentence pairs
+for encoders, UniLM's seq2seq, T5's text-to-text and span filling, GPT's generation (streamed
+over /ws/explore/generate/), ELMo's word similarity, and the attention viewer for all but ELMo.
 With JavaScript the pages ask the JSON API and draw the answers in place; without it the
-forms post here and the same answers are rendered on the page.
+forms post here and the same answers are rendered on the page (the attention heatmaps and
+streaming need JavaScript).
 """
 from __future__ import annotations
 
@@ -18,7 +22,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 from trainer.errors import UserError
 from webapp.corpora.uploads import human_bytes
 from webapp.explorer import imports, services
-from webapp.explorer.forms import ExploreForm, ImportForm
+from webapp.explorer.forms import (
+    EXAMPLE_SENTENCE_A, EXAMPLE_SENTENCE_B, EXAMPLE_SPANS, EXAMPLE_WORD, ExploreForm, ImportForm, form_decoding,
+)
 from webapp.explorer.models import ImportStatus
 from webapp.runs.models import Checkpoint
 from webapp.runs.selectors import checkpoint_get, checkpoints_for, latest_checkpoint, run_get, runs_for
@@ -54,8 +60,14 @@ def index(request: HttpRequest) -> HttpResponse:
             compare_to = checkpoint_get(request.user, request.GET["compare"])
         form = ExploreForm(initial={"text": EXAMPLE_TEXT, "top_k": 5,
                                     "checkpoint": selected.id if selected else None,
-                                    "compare_with": compare_to.id if compare_to else None})
+                                    "compare_with": compare_to.id if compare_to else None,
+                                    "span_text": EXAMPLE_SPANS, "sentence_a": EXAMPLE_SENTENCE_A,
+                                    "sentence_b": EXAMPLE_SENTENCE_B, "word": EXAMPLE_WORD})
+    kind = services.family_kind(services.checkpoint_family(selected)) if selected else ""
     return render(request, "explorer/index.html", {
+        "kind": kind,
+        "attention_max_tokens": services.ATTENTION_MAX_TOKENS,
+        "decoding_fields": [form[name] for name in ExploreForm.DECODING_FIELDS],
         "form": form,
         "groups": _grouped(checkpoints_for(request.user)),
         "selected": selected,
@@ -70,6 +82,8 @@ def index(request: HttpRequest) -> HttpResponse:
 def _answer(data: dict, selected: Checkpoint, compare_to: Checkpoint | None) -> dict[str, Any]:
     """{"kind": action, "columns": [{"label", "result", "error"}], ...the first answer's keys when alone}."""
     action = data["action"]
+    if action not in ExploreForm.TASKS:  # generation and ELMo: the first checkpoint only
+        return {"kind": action, **_single(action, data, selected)}
     inputs = {k: data.get(k) for k in ("text", "top_k", "text_a", "text_b")}
     if compare_to is None:
         if action == "fill_mask":
@@ -82,6 +96,20 @@ def _answer(data: dict, selected: Checkpoint, compare_to: Checkpoint | None) -> 
                 "columns": [{"checkpoint": str(selected.id), "label": selected.label, "result": answer, "error": None}]}
     columns = services.compare(checkpoints=[selected, compare_to], task=ExploreForm.TASKS[action], inputs=inputs)
     return {"kind": action, "columns": columns}
+
+
+def _single(action: str, data: dict, selected: Checkpoint) -> dict[str, Any]:
+    """The answer to a question the compare columns do not cover."""
+    decoding = form_decoding(data)
+    if action == "text_to_text":
+        return services.generate(checkpoint=selected, prompt=data["prompt"], decoding=decoding)
+    if action == "generate":
+        out = services.generate(checkpoint=selected, prompt=data["gen_prompt"], decoding=decoding)
+        return {**out, "prompt": data["gen_prompt"].strip()}
+    if action == "fill_spans":
+        return services.fill_spans(checkpoint=selected, text=data["span_text"], decoding=decoding)
+    return services.word_similarity(checkpoint=selected, sentence_a=data["sentence_a"],
+                                    sentence_b=data["sentence_b"], word=data["word"])
 
 
 def _grouped(checkpoints) -> list[dict[str, Any]]:
@@ -98,7 +126,10 @@ def _grouped(checkpoints) -> list[dict[str, Any]]:
         else:
             group = groups.setdefault("imported", {"label": "Imported models", "imported": True, "items": []})
             objectives = services.checkpoint_objectives(ckpt)
+        family = services.checkpoint_family(ckpt)
         group["items"].append({
+            "family": family,
+            "kind": services.family_kind(family),
             "checkpoint": ckpt,
             "pair": services.pair_head(objectives),
             "mlm": "mlm" in objectives,
