@@ -630,8 +630,8 @@ def attention_maps(checkpoint_dir: str | Path, text: str, *, target: str | None 
     key_ids = decoder_ids if stack == "decoder" and family == "t5" else ids
     return {
         "family": family, "stack": stack, "stacks": stacks, "layers": n_layers, "heads": n_heads, "layer": layer,
-        "tokens": [tok.tok.id_to_token(i) for i in query_ids],
-        "key_tokens": [tok.tok.id_to_token(i) for i in key_ids],
+        "tokens": [_shown_token(tok, i) for i in query_ids],
+        "key_tokens": [_shown_token(tok, i) for i in key_ids],
         "maps": [_rounded(m) for m in chosen],
         "target": target if family == "t5" and stack != "encoder" else None,
     }
@@ -800,3 +800,14 @@ def _nonempty(text: Any, message: str) -> str:
     if not isinstance(text, str) or not text.strip():
         raise InferenceError(message)
     return text.strip()
+
+
+# Byte-level BPE spells a space as "Ġ" and a newline as "Ċ" inside its tokens; on a chart's axis
+# the SentencePiece-style "▁" and "↵" read better.
+_BYTE_LEVEL_MARKS = str.maketrans({"Ġ": "▁", "Ċ": "↵"})
+
+
+def _shown_token(bundle: Any, token_id: int) -> str:
+    """A token's vocabulary string as the attention viewer labels it."""
+    text = bundle.tok.id_to_token(int(token_id)) or ""
+    return text.translate(_BYTE_LEVEL_MARKS) if bundle.meta.get("algorithm") == "bpe" else text

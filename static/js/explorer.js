@@ -185,7 +185,7 @@
         result.hidden = true;
         return;
       }
-      document.getElementById("generate-text").textContent = data.text || "(nothing: the model ended at once)";
+      document.getElementById("generate-text").textContent = data.text || (data.tokens && data.tokens.length ? "(no text: the model wrote only special tokens, e.g. sentinels; it needs more training)" : "(nothing: the model ended at once)");
       document.getElementById("generate-stopped").textContent = data.stopped === "end"
         ? `${data.tokens.length} tokens; the model ended the target itself.`
         : `${data.tokens.length} tokens; stopped at the token limit.`;

@@ -103,7 +103,7 @@
   async function textToText() {
     const box = $("text-to-text-result");
     const data = await post(form.dataset.generate, { checkpoint: select.value, prompt: withPrefix(), ...decoding() });
-    box.querySelector("[data-output]").textContent = data.text || "(nothing: the model ended at once)";
+    box.querySelector("[data-output]").textContent = data.text || (data.tokens && data.tokens.length ? "(no text: the model wrote only special tokens, e.g. sentinels; it needs more training)" : "(nothing: the model ended at once)");
     box.querySelector("[data-stopped]").textContent = stoppedText(data, "output");
     box.hidden = false;
   }

@@ -5,40 +5,9 @@ Screenshots land in test-artifacts/screenshots/ (the README's pictures come from
 """
 from __future__ import annotations
 
-import os
-import shutil
-from pathlib import Path
-
 import pytest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
-SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
-
-
-@pytest.fixture
-def page(live_stack):
-    if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
-        pytest.skip("No system Chromium (install the 'chromium' package to run the browser tests).")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    # Playwright's sync API runs an event loop in this thread; the test itself never touches the database.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        context = browser.new_context(base_url=live_stack.url, viewport={"width": 1280, "height": 900})
-        pg = context.new_page()
-        errors: list[str] = []
-        pg.on("pageerror", lambda exc: errors.append(str(exc)))
-        pg.set_default_timeout(60_000)
-        yield pg
-        browser.close()
-        assert not errors, f"JavaScript errors on the pages: {errors}"
-
 
 def _chart_points(page, chart_id: str) -> int:
     return page.evaluate(
@@ -48,7 +17,7 @@ def _chart_points(page, chart_id: str) -> int:
     )
 
 
-def test_first_session_from_signup_to_fill_mask(page, live_stack):
+def test_first_session_from_signup_to_fill_mask(page, live_stack, shots):
     page.goto("/signup/")
     page.fill("#id_username", "carol")
     page.fill("#id_password1", "a-long-Passw0rd-for-carol")
@@ -59,7 +28,7 @@ def test_first_session_from_signup_to_fill_mask(page, live_stack):
     page.goto("/corpora/")
     page.click("text=Create a demo corpus")
     page.wait_for_selector(".badge.ready", timeout=120_000)
-    page.screenshot(path=str(SHOTS / "corpus.png"), full_page=True)
+    page.screenshot(path=str(shots / "corpus.png"), full_page=True)
 
     page.fill("#id_vocab_size", "3000")
     page.click("text=Train tokenizer")
@@ -86,11 +55,11 @@ def test_first_session_from_signup_to_fill_mask(page, live_stack):
     )
     assert _chart_points(page, "chart-loss") > first
     page.wait_for_selector("#run-status.succeeded", timeout=300_000)
-    page.screenshot(path=str(SHOTS / "dashboard.png"), full_page=True)
+    page.screenshot(path=str(shots / "dashboard.png"), full_page=True)
 
     page.click("#checkpoints-body a[href*='/explore/']")
     page.wait_for_selector("#explore-form")
     page.fill("#id_text", "Return the [MASK] of items in the list.")
     page.click("button[value=fill_mask]")
     page.wait_for_selector("#fill-mask-results .explorer-mask svg .bars path, #fill-mask-results .explorer-mask svg .point path")
-    page.screenshot(path=str(SHOTS / "explorer.png"), full_page=True)
+    page.screenshot(path=str(shots / "explorer.png"), full_page=True)

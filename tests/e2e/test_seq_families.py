@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.livestack import ready_corpus, ready_tokenizers, token_session, wait_for
+from tests.livestack import finished_run, launch_run, ready_corpus, ready_tokenizers, token_session
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -31,20 +31,13 @@ def test_t5_and_gpt_train_through_the_api_and_answer_the_generate_endpoint(live_
 
     run_ids = {}
     for arch, (tok, objectives, _) in RUNS.items():
-        r = s.post(f"{api}/runs/", json={
-            "name": arch, "tokenizer": tokenizers[tok], "architecture": arch, "max_steps": STEPS,
-            "batch_size": 8, "seq_len": 64, "warmup_steps": 4, "eval_every": 20, "eval_batches": 2,
-            "checkpoint_every": STEPS, "log_every": 5, "device": "cpu", "num_threads": 1,
-        })
-        assert r.status_code == 201, r.text
-        assert r.json()["config"]["objectives"] == objectives
-        run_ids[arch] = r.json()["id"]
+        run = launch_run(s, live_stack, tokenizer=tokenizers[tok], architecture=arch, steps=STEPS, eval_every=20)
+        assert run["config"]["objectives"] == objectives
+        run_ids[arch] = run["id"]
     assert s.get(f"{api}/runs/{run_ids['t5']}/").json()["config"]["optimizer"] in ("", "adafactor")
 
     for arch, run_id in run_ids.items():
-        run = wait_for(s, f"{api}/runs/{run_id}/", "status", {"succeeded", "failed", "crashed", "cancelled"}, 400,
-                       live_stack)
-        assert run["status"] == "succeeded", (arch, run, live_stack.logs())
+        finished_run(s, live_stack, run_id)
         points = s.get(f"{api}/runs/{run_id}/metrics/").json()["points"]
         train = [p["values"] for p in points if p["split"] == "train"]
         assert train[-1]["loss"] < train[0]["loss"], (arch, train[0], train[-1])

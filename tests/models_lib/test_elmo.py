@@ -173,7 +173,7 @@ def test_both_directions_overfit_a_tiny_repeated_batch():
     first = None
     for _ in range(50):
         out = model(ids, mask)
-        first = first or (float(out.forward_loss), float(out.backward_loss))
+        first = first or (float(out.forward_loss.detach()), float(out.backward_loss.detach()))
         optimizer.zero_grad()
         out.loss.backward()
         optimizer.step()

@@ -1,0 +1,41 @@
+"""The browser tests' page: the system Chromium driven by Playwright, against the live stack."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
+
+
+@pytest.fixture
+def page(live_stack):
+    if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
+        pytest.skip("No system Chromium (install the 'chromium' package to run the browser tests).")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    # Playwright's sync API runs an event loop in this thread; the test itself never touches the database.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        context = browser.new_context(base_url=live_stack.url, viewport={"width": 1280, "height": 900})
+        pg = context.new_page()
+        errors: list[str] = []
+        pg.on("pageerror", lambda exc: errors.append(str(exc)))
+        pg.set_default_timeout(60_000)
+        yield pg
+        browser.close()
+        assert not errors, f"JavaScript errors on the pages: {errors}"
+
+
+@pytest.fixture
+def shots() -> Path:
+    """Where screenshots go (test-artifacts/screenshots/; the README's pictures come from there)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    return SHOTS
