@@ -22,6 +22,7 @@ mlm + 50 * rtd).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -45,7 +46,7 @@ Batch = dict[str, torch.Tensor]
 @dataclass
 class Entry:
     presets: dict                                     # preset name -> config fields
-    build_ours: Callable[[str, int], torch.nn.Module]  # (preset, vocab) -> our model
+    build_ours: Callable[..., torch.nn.Module]  # (preset, vocab, **config overrides) -> our model
     build_theirs: Callable[[torch.nn.Module], torch.nn.Module]  # our model -> transformers model, same weights
     make_batch: Callable[[int, int, int, torch.Generator], Batch]  # (B, T, vocab, generator) -> batch
     ours_loss: Callable[[torch.nn.Module, Batch], torch.Tensor]
@@ -55,8 +56,8 @@ class Entry:
 
 # --- BERT --------------------------------------------------------------------------------------
 
-def bert_ours(preset: str, vocab: int) -> torch.nn.Module:
-    return BertForPreTraining(BertConfig.from_preset(preset, vocab_size=vocab))
+def bert_ours(preset: str, vocab: int, **overrides) -> torch.nn.Module:
+    return BertForPreTraining(BertConfig.from_preset(preset, vocab_size=vocab, **overrides))
 
 
 def theirs_from(ours: torch.nn.Module, class_name: str, **export) -> torch.nn.Module:
@@ -96,8 +97,8 @@ def bert_theirs_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
 
 # --- RoBERTa (MLM only) ---------------------------------------------------------------------------
 
-def roberta_ours(preset: str, vocab: int) -> torch.nn.Module:
-    return RobertaForPreTraining(presets.get(preset, vocab_size=vocab))
+def roberta_ours(preset: str, vocab: int, **overrides) -> torch.nn.Module:
+    return RobertaForPreTraining(presets.get(preset, vocab_size=vocab, **overrides))
 
 
 def mlm_batch(B: int, T: int, vocab: int, g: torch.Generator) -> Batch:
@@ -115,8 +116,8 @@ def roberta_theirs_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
 
 # --- ALBERT (MLM + SOP) ----------------------------------------------------------------------------
 
-def albert_ours(preset: str, vocab: int) -> torch.nn.Module:
-    return AlbertForPreTraining(presets.get(preset, vocab_size=vocab))
+def albert_ours(preset: str, vocab: int, **overrides) -> torch.nn.Module:
+    return AlbertForPreTraining(presets.get(preset, vocab_size=vocab, **overrides))
 
 
 def albert_ours_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
@@ -131,8 +132,8 @@ def albert_theirs_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
 
 # --- ELECTRA (generator MLM + 50 * discriminator RTD) --------------------------------------------
 
-def electra_ours(preset: str, vocab: int) -> torch.nn.Module:
-    return ElectraForPreTraining(presets.get(preset, vocab_size=vocab))
+def electra_ours(preset: str, vocab: int, **overrides) -> torch.nn.Module:
+    return ElectraForPreTraining(presets.get(preset, vocab_size=vocab, **overrides))
 
 
 class TransformersElectra(torch.nn.Module):
@@ -181,10 +182,10 @@ def t5_target_len(T: int) -> int:
     return max(2, round(T * T5_TARGET_RATIO))
 
 
-def t5_ours(preset: str, vocab: int) -> torch.nn.Module:
+def t5_ours(preset: str, vocab: int, **overrides) -> torch.nn.Module:
     from models_lib.t5 import T5Config, T5ForConditionalGeneration
 
-    return T5ForConditionalGeneration(T5Config.from_preset(preset, vocab_size=vocab))
+    return T5ForConditionalGeneration(T5Config.from_preset(preset, vocab_size=vocab, **overrides))
 
 
 def t5_batch(B: int, T: int, vocab: int, g: torch.Generator) -> Batch:
@@ -202,10 +203,10 @@ def seq2seq_theirs_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
     return model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], labels=b["labels"]).loss
 
 
-def gpt_ours(preset: str, vocab: int) -> torch.nn.Module:
+def gpt_ours(preset: str, vocab: int, **overrides) -> torch.nn.Module:
     from models_lib.gpt import GPTConfig, GPTLMHeadModel
 
-    return GPTLMHeadModel(GPTConfig.from_preset(preset, vocab_size=vocab))
+    return GPTLMHeadModel(GPTConfig.from_preset(preset, vocab_size=vocab, **overrides))
 
 
 def clm_batch(B: int, T: int, vocab: int, g: torch.Generator) -> Batch:
@@ -259,7 +260,25 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", choices=["ours", "theirs"], help="time one implementation only")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override a model config field, e.g. --set version=1.1 (integers and true/false parse; the rest is text)")
     return p.parse_args()
+
+
+def config_overrides(pairs: list[str]) -> dict:
+    """--set FIELD=VALUE pairs as config overrides: integers and true/false parse, anything else
+    (e.g. version=1.1, T5's version string) stays text."""
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep:
+            raise SystemExit(f"--set takes FIELD=VALUE, not {pair!r}")
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError:
+            parsed = value
+        out[name] = parsed if isinstance(parsed, (bool, int)) else value
+    return out
 
 
 def find_entry(preset: str) -> Entry:
@@ -305,7 +324,7 @@ def main() -> None:
     entry = find_entry(args.model)
 
     torch.manual_seed(args.seed)
-    ours = entry.build_ours(args.model, args.vocab)
+    ours = entry.build_ours(args.model, args.vocab, **config_overrides(args.set))
     theirs = entry.build_theirs(ours) if args.only != "ours" else None  # built on the CPU, same weights
     runners = []
     if args.only != "theirs":
