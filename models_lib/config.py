@@ -10,13 +10,60 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from .layers import ACTIVATIONS
 
 # family -> label used in messages
 FAMILY_LABELS = {"bert": "BERT", "roberta": "RoBERTa", "albert": "ALBERT", "electra": "ELECTRA",
                  "distilbert": "DistilBERT", "spanbert": "SpanBERT", "unilm": "UniLM"}
+
+
+def refuse_unknown_fields(cls: type, d: Any, label: str) -> None:
+    """ValueError naming the fields of `d` that the dataclass `cls` does not have."""
+    if not isinstance(d, dict):
+        raise ValueError(f"A {label} config is a JSON object of fields, got {type(d).__name__}.")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"Unknown {label} config field(s): {', '.join(unknown)}. "
+                         f"Known fields: {', '.join(sorted(known))}.")
+
+
+def positive_int(name: str, value: Any) -> None:
+    """ValueError unless value is a positive whole number (a bool is not one)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive whole number, got {value!r}.")
+
+
+def check_sizes(config: Any, names: tuple[str, ...]) -> None:
+    """Each named field of config must be a positive whole number."""
+    for name in names:
+        positive_int(name, getattr(config, name))
+
+
+class PresetConfig:
+    """Serialisation of the configs that are not EncoderConfigs (T5, GPT, ELMo): a JSON-able dict,
+    unknown fields refused by name, named presets. A subclass (a dataclass) sets `config_label`
+    ("T5") and `presets` (name -> the fields that differ from its defaults)."""
+
+    config_label: ClassVar[str] = ""
+    presets: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Any:
+        refuse_unknown_fields(cls, d, cls.config_label)
+        return cls(**d)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> Any:
+        """A preset, with any field overridden (e.g. vocab_size from the tokenizer)."""
+        if name not in cls.presets:
+            raise ValueError(f"Unknown {cls.config_label} preset {name!r}; choose one of {', '.join(cls.presets)}.")
+        return cls.from_dict({**cls.presets[name], **overrides})
 
 
 @dataclass
@@ -60,11 +107,8 @@ class EncoderConfig:
                              f"not a {type(self).__name__}; use EncoderConfig.from_dict or a preset.")
         if self.intermediate_size is None:
             self.intermediate_size = 4 * self.hidden_size
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                     "max_position_embeddings"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive whole number, got {value!r}.")
+        check_sizes(self, ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                           "max_position_embeddings"))
         if self.hidden_size % self.num_heads:
             raise ValueError(f"The hidden size ({self.hidden_size}) must be divisible by the number of "
                              f"attention heads ({self.num_heads}).")
@@ -113,12 +157,7 @@ class EncoderConfig:
         """Build the config class of d["family"] (BERT when absent: checkpoints before families)."""
         family = d.get("family", cls.family)
         target = config_class(family) if family in FAMILY_LABELS else cls
-        known = {f.name for f in dataclasses.fields(target)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            label = FAMILY_LABELS.get(family, family)
-            raise ValueError(f"Unknown {label} config field(s): {', '.join(unknown)}. "
-                             f"Known fields: {', '.join(sorted(known))}.")
+        refuse_unknown_fields(target, d, FAMILY_LABELS.get(family, family))
         return target(**{**d, "family": family})
 
     @classmethod

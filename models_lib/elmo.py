@@ -32,13 +32,14 @@ What is scaled down or simplified (small sizes are fine for this app):
 """
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from .config import PresetConfig, positive_int
 
 __all__ = ["CHAR_VOCAB_SIZE", "ELMO_PRESETS", "ElmoConfig", "ElmoLanguageModel", "ElmoOutput", "ScalarMix",
            "char_table"]
@@ -70,13 +71,11 @@ ELMO_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def _positive_int(name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive whole number, got {value!r}.")
-
-
 @dataclass
-class ElmoConfig:
+class ElmoConfig(PresetConfig):
+    config_label: ClassVar[str] = "ELMo"
+    presets: ClassVar[dict[str, dict[str, Any]]] = ELMO_PRESETS
+
     family: str = "elmo"
 
     # Size
@@ -107,7 +106,7 @@ class ElmoConfig:
             raise ValueError(f"An ElmoConfig is for the ELMo family, got family {self.family!r}.")
         for name in ("vocab_size", "embedding_dim", "hidden_size", "num_layers", "max_chars",
                      "char_embedding_dim"):
-            _positive_int(name, getattr(self, name))
+            positive_int(name, getattr(self, name))
         if self.embedding_dim > self.hidden_size:
             raise ValueError(f"Each LSTM layer projects its {self.hidden_size} cells down to embedding_dim "
                              f"({self.embedding_dim}), so hidden_size must be at least embedding_dim.")
@@ -161,25 +160,6 @@ class ElmoConfig:
         return sum(n for _, n in self.char_filters)
 
     # Serialisation
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ElmoConfig:
-        if not isinstance(d, dict):
-            raise ValueError(f"An ELMo config is a JSON object of fields, got {type(d).__name__}.")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"Unknown ELMo config field(s): {', '.join(unknown)}. "
-                             f"Known fields: {', '.join(sorted(known))}.")
-        return cls(**d)
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> ElmoConfig:
-        if name not in ELMO_PRESETS:
-            raise ValueError(f"Unknown ELMo preset {name!r}; choose one of {', '.join(ELMO_PRESETS)}.")
-        return cls.from_dict({**ELMO_PRESETS[name], **overrides})
 
 
 @dataclass
@@ -212,7 +192,7 @@ def char_table(vocab_strings: Sequence[str], max_chars: int = 50) -> torch.Tenso
     "ing" (two different tokens) still read differently. Tokens longer than max_chars - 2 bytes
     are cut (the end marker is kept).
     """
-    _positive_int("max_chars", max_chars)
+    positive_int("max_chars", max_chars)
     if max_chars < 3:
         raise ValueError(f"max_chars must be at least 3 (begin marker, a character, end marker), got {max_chars}.")
     table = torch.full((len(vocab_strings), max_chars), CHAR_PAD, dtype=torch.long)
@@ -465,7 +445,7 @@ class ScalarMix(nn.Module):
 
     def __init__(self, num_layers: int, do_layer_norm: bool = False, trainable: bool = True):
         super().__init__()
-        _positive_int("num_layers", num_layers)
+        positive_int("num_layers", num_layers)
         self.num_layers = num_layers
         self.do_layer_norm = do_layer_norm
         self.scalar_parameters = nn.Parameter(torch.zeros(num_layers), requires_grad=trainable)

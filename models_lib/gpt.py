@@ -19,16 +19,16 @@ padded prompt gets the same positions, and the same outputs, as the unpadded one
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from . import generation
+from .config import PresetConfig, check_sizes
 from .encoder import Encoder, init_weights
 from .layers import ACTIVATIONS, KVCache, build_attention_mask, new_caches
 from .pretraining import IGNORE_INDEX, token_loss
@@ -48,7 +48,10 @@ GPT_PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass
-class GPTConfig:
+class GPTConfig(PresetConfig):
+    config_label: ClassVar[str] = "GPT"
+    presets: ClassVar[dict[str, dict[str, Any]]] = GPT_PRESETS
+
     family: str = "gpt"
 
     # Size
@@ -83,11 +86,8 @@ class GPTConfig:
             raise ValueError(f"A GPTConfig is for the GPT family, got family {self.family!r}.")
         if self.intermediate_size is None:
             self.intermediate_size = 4 * self.hidden_size
-        for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                     "max_position_embeddings"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive whole number, got {value!r}.")
+        check_sizes(self, ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                           "max_position_embeddings"))
         if self.hidden_size % self.num_heads:
             raise ValueError(f"The hidden size ({self.hidden_size}) must be divisible by the number of "
                              f"attention heads ({self.num_heads}).")
@@ -119,26 +119,6 @@ class GPTConfig:
         return self.max_position_embeddings
 
     # Serialisation
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> GPTConfig:
-        if not isinstance(d, dict):
-            raise ValueError(f"A GPT config is a JSON object of fields, got {type(d).__name__}.")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"Unknown GPT config field(s): {', '.join(unknown)}. "
-                             f"Known fields: {', '.join(sorted(known))}.")
-        return cls(**d)
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> GPTConfig:
-        """A preset of GPT_PRESETS with any field overridden (e.g. vocab_size from the tokenizer)."""
-        if name not in GPT_PRESETS:
-            raise ValueError(f"Unknown GPT preset {name!r}; choose one of {', '.join(GPT_PRESETS)}.")
-        return cls.from_dict({**GPT_PRESETS[name], **overrides})
 
 
 @dataclass

@@ -24,15 +24,15 @@ shifted right into the decoder inputs, -100 (ignored in the loss) becoming the p
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .config import PresetConfig, positive_int
 from .generation import generate as _generate
 from .layers import ACTIVATIONS, Attention, FeedForward, KVCache, RMSNorm, build_attention_mask, new_caches
 
@@ -53,11 +53,6 @@ T5_PRESETS: dict[str, dict[str, Any]] = {
     "t5-small": dict(d_model=512, d_ff=2048, d_kv=64, num_heads=8, num_layers=6, num_decoder_layers=6),
     "t5-base": dict(d_model=768, d_ff=3072, d_kv=64, num_heads=12, num_layers=12, num_decoder_layers=12),
 }
-
-
-def _positive_int(name: str, value: Any) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive whole number, got {value!r}.")
 
 
 def _token_id(name: str, value: Any, vocab_size: int, *, optional: bool) -> None:
@@ -82,8 +77,11 @@ def parse_feed_forward_proj(value: str) -> tuple[str, bool]:
 
 
 @dataclass
-class T5Config:
+class T5Config(PresetConfig):
     """Field names are transformers' T5Config names where it has them, so config.json maps 1:1."""
+    config_label: ClassVar[str] = "T5"
+    presets: ClassVar[dict[str, dict[str, Any]]] = T5_PRESETS
+
 
     family: str = "t5"
     version: str = "1.0"  # "1.0" | "1.1": the defaults of feed_forward_proj and tie_word_embeddings
@@ -128,7 +126,7 @@ class T5Config:
             self.decoder_start_token_id = self.pad_token_id
         for name in ("vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
                      "relative_attention_num_buckets", "relative_attention_max_distance"):
-            _positive_int(name, getattr(self, name))
+            positive_int(name, getattr(self, name))
         if self.relative_attention_num_buckets < 4:
             raise ValueError("relative_attention_num_buckets must be at least 4 (half of them, per direction in "
                              f"the encoder, count exact distances), got {self.relative_attention_num_buckets}.")
@@ -171,25 +169,6 @@ class T5Config:
         return parse_feed_forward_proj(self.feed_forward_proj)[1]
 
     # Serialisation
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> T5Config:
-        if not isinstance(d, dict):
-            raise ValueError(f"A T5 config is a JSON object of fields, got {type(d).__name__}.")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"Unknown T5 config field(s): {', '.join(unknown)}. "
-                             f"Known fields: {', '.join(sorted(known))}.")
-        return cls(**d)
-
-    @classmethod
-    def from_preset(cls, name: str, **overrides: Any) -> T5Config:
-        if name not in T5_PRESETS:
-            raise ValueError(f"Unknown T5 preset {name!r}; choose one of {', '.join(T5_PRESETS)}.")
-        return cls.from_dict({**T5_PRESETS[name], **overrides})
 
 
 @dataclass

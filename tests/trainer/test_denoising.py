@@ -16,7 +16,7 @@ from trainer.collators import (
 )
 from trainer.data import DataPosition, ExampleSource, TrainStream, make_source
 from trainer.denoising import (
-    DENOISING_COLLATORS, SENTINELS_NEEDED, SpanCorruptionCollator, TextInfillingCollator, infill, infilling_spans,
+    DENOISING_COLLATORS, SENTINELS_NEEDED, SpanCorruptionCollator, TextInfillingCollator, infill,
     span_corruption_lengths,
 )
 from trainer.errors import ConfigError
