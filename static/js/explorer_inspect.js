@@ -80,6 +80,15 @@
       if (ex.pair) head.append(" ", el("span", "badge", `${ex.pair.task.toUpperCase()}: ${ex.pair.meaning}`));
       head.append(" ", el("span", "muted small", Object.entries(ex.counts).map(([r, n]) => `${n} ${r}`).join(" · ")));
       wrap.append(head, tokens(ex.tokens));
+      if (ex.note) wrap.appendChild(el("p", "muted small", ex.note));
+      if (ex.target) {
+        // Encoder-decoder objectives (T5): what the decoder learns to write.
+        wrap.appendChild(el("p", "muted small inspect-target-label", "Decoder target"));
+        const row = el("div", "inspect-tokens");
+        row.title = "What the decoder learns to write";
+        for (const t of ex.target.tokens) row.appendChild(el("span", `inspect-chip role-${t.role}`, t.token));
+        wrap.appendChild(row);
+      }
       if (ex.electra) wrap.appendChild(electraView(ex.electra));
       box.appendChild(wrap);
     }

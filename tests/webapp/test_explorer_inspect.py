@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from tests.webapp.test_runs_helpers import make_data, make_run
+from tests.webapp.test_runs_helpers import TINY_TRAINING, make_data, make_run
+from trainer.config import RunConfig
 from webapp.corpora.models import JobStatus
 from webapp.runs.models import RunStatus
 
@@ -81,3 +82,17 @@ def test_for_an_electra_run_the_page_shows_generator_samples_and_discriminator_v
     assert view["generator"] and view["discriminator"] and "generator replaced" in view["message"]
     page = alice_client.get(reverse("explorer:inspect") + f"?run={run.id}&seed=0").content.decode()
     assert "electra-verdict" in page and "P(replaced)" in page
+
+
+def test_a_t5_run_shows_its_inputs_beside_the_decoder_targets(alice, alice_api, alice_client):
+    corpus, tokenizer = make_data(alice, real=True, algorithm="unigram", extra_ids=100)
+    config = RunConfig(**{**TINY_TRAINING, "architecture": "t5", "preset": "t5-tiny", "objectives": ["span_corruption"],
+                          "masking_unit": "", "optimizer": "", "model_overrides": {}})
+    t5 = make_run(alice, corpus=corpus, tokenizer=tokenizer, status=RunStatus.SUCCEEDED, name="t5",
+                  architecture="t5", preset="t5-tiny", objectives=["span_corruption"], config=config.to_dict())
+    body = inspect(alice_api, t5).json()
+    ex = body["examples"][0]
+    sentinels = [t["token"] for t in ex["tokens"] if t["role"] == "sentinel"]
+    assert sentinels and [t["token"] for t in ex["target"]["tokens"] if t["role"] == "sentinel"][:-1] == sentinels
+    html = alice_client.get(reverse("explorer:inspect") + f"?run={t5.id}").content.decode()
+    assert "inspect-chip role-sentinel" in html and "Decoder target" in html and "role-target" in html

@@ -32,10 +32,24 @@ def cache_dir() -> Path:
     return Path(settings.STORAGE_ROOT) / "test-cache"
 
 
-def prepared_data() -> tuple[Path, Path]:
-    """(corpus folder, tokenizer folder with shards), built on first use."""
+def prepared_data(algorithm: str = "wordpiece", extra_ids: int = 0) -> tuple[Path, Path]:
+    """(corpus folder, tokenizer folder with shards), built on first use; another algorithm or
+    number of T5 sentinel tokens gets a tokenizer folder of its own on the same corpus."""
     base = cache_dir()
-    corpus_dir, tok_dir = base / "corpus", base / "tokenizer"
+    corpus_dir = base / "corpus"
+    if (algorithm, extra_ids) != ("wordpiece", 0):
+        _, plain = prepared_data()
+        tok_dir = base / f"tokenizer-{algorithm}-{extra_ids}"
+        with _lock:
+            if not (tok_dir / "shards" / "valid").is_dir():
+                from trainer.shards import encode_corpus
+                from trainer.tokenization import train_tokenizer
+
+                train_tokenizer(corpus_dir, tok_dir, algorithm=algorithm, vocab_size=VOCAB_SIZE, lowercase=True,
+                                extra_ids=extra_ids)
+                encode_corpus(corpus_dir, tok_dir)
+        return corpus_dir, tok_dir
+    tok_dir = base / "tokenizer"
     with _lock:
         if (tok_dir / "shards" / "valid").is_dir():
             return corpus_dir, tok_dir
@@ -76,14 +90,14 @@ def trained_checkpoints() -> list[tuple[int, Path]]:
 
 
 def make_data(owner, *, real: bool = False, status: str = JobStatus.READY, algorithm: str = "wordpiece",
-              name: str = "demo") -> tuple[Corpus, Tokenizer]:
+              name: str = "demo", extra_ids: int = 0) -> tuple[Corpus, Tokenizer]:
     """A ready corpus and tokenizer of `owner`; with real=True their folders hold real files."""
     corpus = Corpus.objects.create(owner=owner, name=f"{name} corpus", status=status,
                                    stats={"documents": 10, "sentences": 100})
     tokenizer = Tokenizer.objects.create(owner=owner, corpus=corpus, name=f"{name} tokenizer", status=status,
-                                         algorithm=algorithm, vocab_size=VOCAB_SIZE)
+                                         algorithm=algorithm, vocab_size=VOCAB_SIZE, extra_ids=extra_ids)
     if real:
-        corpus_dir, tok_dir = prepared_data()
+        corpus_dir, tok_dir = prepared_data(algorithm, extra_ids)
         for src, dst in ((corpus_dir, corpus.folder), (tok_dir, tokenizer.folder)):
             dst.parent.mkdir(parents=True, exist_ok=True)
             if not dst.exists():

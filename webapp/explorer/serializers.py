@@ -295,9 +295,9 @@ class InspectTokenSerializer(serializers.Serializer):
     original = serializers.CharField(help_text="The token before corruption (the MLM target when selected).")
     original_id = serializers.IntegerField()
     role = serializers.ChoiceField(
-        choices=["masked", "random", "kept", "special", "none"],
+        choices=["masked", "random", "kept", "special", "none", "sentinel"],
         help_text="masked: became [MASK]; random: replaced by a random token; kept: selected but unchanged; "
-                  "special: [CLS]/[SEP]/...; none: not selected.")
+                  "special: [CLS]/[SEP]/...; none: not selected; sentinel: a T5 <extra_id_N> standing for a span.")
     segment = serializers.IntegerField(help_text="Token type id: 0 = segment A, 1 = segment B.")
     span = serializers.IntegerField(allow_null=True, help_text="Span id when selected tokens form spans.")
 
@@ -316,6 +316,11 @@ class InspectExampleSerializer(serializers.Serializer):
     electra = serializers.JSONField(
         allow_null=True, help_text="ELECTRA checkpoints only (null otherwise): generator replacements and "
                                    "discriminator verdicts per token.")
+    target = serializers.JSONField(
+        allow_null=True, help_text='Encoder-decoder objectives (T5) only: {"tokens": [{"token", "id", "role": '
+                                   '"sentinel" | "special" | "target"}]}, what the decoder learns to write.')
+    note = serializers.CharField(allow_null=True, help_text="What the model predicts, for objectives without MLM "
+                                                            "labels (causal and bidirectional LMs).")
 
 
 class InspectResponseSerializer(serializers.Serializer):
