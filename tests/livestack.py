@@ -181,3 +181,16 @@ def live_stack(django_db_setup, django_db_blocker, tmp_path_factory):
             p.wait(timeout=15)
         except subprocess.TimeoutExpired:
             p.kill()
+    _close_other_connections(django_db_blocker)
+
+
+def _close_other_connections(django_db_blocker) -> None:
+    """End every other session on the test database (a worker's pool child or a thread's
+    connection can outlive the stack), so that Django can drop the database afterwards."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                       "WHERE datname = current_database() AND pid <> pg_backend_pid()")
