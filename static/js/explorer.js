@@ -164,39 +164,6 @@
   const initial = document.getElementById("fill-mask-data");
   if (initial) drawColumns("fill_mask", JSON.parse(initial.textContent));
 
-  // ---- generation (UniLM) -----------------------------------------------------------------------
-  const generateButton = document.getElementById("generate-button");
-  if (generateButton) generateButton.addEventListener("click", async () => {
-    const result = document.getElementById("generate-result");
-    generateButton.disabled = true;
-    showError("generate_seq2seq", "");
-    try {
-      const response = await fetch(form.dataset.generateSeq2seq, {
-        method: "POST", credentials: "same-origin",
-        headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf },
-        body: JSON.stringify({
-          checkpoint: select.value, source: document.getElementById("id_source").value,
-          max_new_tokens: Number(document.getElementById("id_s2s_max_new_tokens").value || 32),
-        }),
-      });
-      const data = await response.json().catch(() => ({}));
-      if (!response.ok) {
-        showError("generate_seq2seq", data.error || `The request failed (HTTP ${response.status}).`);
-        result.hidden = true;
-        return;
-      }
-      document.getElementById("generate-text").textContent = data.text || (data.tokens && data.tokens.length ? "(no text: the model wrote only special tokens, e.g. sentinels; it needs more training)" : "(nothing: the model ended at once)");
-      document.getElementById("generate-stopped").textContent = data.stopped === "end"
-        ? `${data.tokens.length} tokens; the model ended the target itself.`
-        : `${data.tokens.length} tokens; stopped at the token limit.`;
-      result.hidden = false;
-    } catch (e) {
-      showError("generate_seq2seq", "Could not reach the server. Check your connection and try again.");
-    } finally {
-      generateButton.disabled = false;
-    }
-  });
-
   // ---- asking -----------------------------------------------------------------------------------
   function showError(action, message) {
     form.querySelector(`[data-error="${action}"]`).textContent = message || "";

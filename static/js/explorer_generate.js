@@ -33,6 +33,14 @@
     return data;
   }
 
+  // The generated text, or why there is none to show.
+  function shownText(data) {
+    if (data.text) return data.text;
+    return (data.tokens || []).length
+      ? "(no text: the model wrote only special tokens, e.g. sentinels; it needs more training)"
+      : "(nothing: the model ended at once)";
+  }
+
   function stoppedText(data, what) {
     const n = (data.tokens || []).length;
     if (data.stopped === "cancelled") return "Stopped before the end.";
@@ -62,6 +70,26 @@
     for (const key of Object.keys(out)) if (out[key] === undefined) delete out[key];
     return out;
   }
+
+  // ---- UniLM: source -> target, with the same decoding controls ----------------------------------
+  const generateButton = $("generate-button");
+  if (generateButton) generateButton.addEventListener("click", async () => {
+    const result = $("generate-result");
+    generateButton.disabled = true;
+    showError("generate_seq2seq", "");
+    try {
+      const data = await post(form.dataset.generate, { checkpoint: select.value, prompt: $("id_source").value, ...decoding() });
+      $("generate-text").textContent = shownText(data);
+      $("generate-stopped").textContent = stoppedText(data, "target");
+      result.hidden = false;
+    } catch (e) {
+      showError("generate_seq2seq", e instanceof TypeError
+        ? "Could not reach the server. Check your connection and try again." : e.message);
+      result.hidden = true;
+    } finally {
+      generateButton.disabled = false;
+    }
+  });
 
   // ---- T5: task prefixes and sentinels ------------------------------------------------------------
   const prefix = $("id_task_prefix");
@@ -103,7 +131,7 @@
   async function textToText() {
     const box = $("text-to-text-result");
     const data = await post(form.dataset.generate, { checkpoint: select.value, prompt: withPrefix(), ...decoding() });
-    box.querySelector("[data-output]").textContent = data.text || (data.tokens && data.tokens.length ? "(no text: the model wrote only special tokens, e.g. sentinels; it needs more training)" : "(nothing: the model ended at once)");
+    box.querySelector("[data-output]").textContent = shownText(data);
     box.querySelector("[data-stopped]").textContent = stoppedText(data, "output");
     box.hidden = false;
   }

@@ -1,7 +1,7 @@
 """The explorer in the system Chromium with T5, GPT and ELMo checkpoints trained by the real
 worker: GPT's text arrives token by token over the websocket, the attention heatmap draws,
 T5 answers a text-to-text prompt and fills <extra_id_N> spans, ELMo compares a word in two
-sentences layer by layer."""
+sentences layer by layer, UniLM writes a target with beam search from the same decoding card."""
 from __future__ import annotations
 
 import json
@@ -21,8 +21,9 @@ def test_generation_attention_span_filling_and_elmo_in_the_browser(page, live_st
     corpus = ready_corpus(s, live_stack, 150_000)
     toks = ready_tokenizers(s, live_stack, corpus, {"t5": {"algorithm": "unigram", "extra_ids": 100},
                                                     "gpt": {"algorithm": "bpe"}, "elmo": {"algorithm": "wordpiece"}})
+    toks["unilm"] = toks["elmo"]  # both read WordPiece
     runs = {arch: launch_run(s, live_stack, tokenizer=toks[arch], architecture=arch, steps=STEPS)["id"]
-            for arch in ("t5", "gpt", "elmo")}
+            for arch in ("t5", "gpt", "elmo", "unilm")}
     checkpoints = {}
     for arch, run_id in runs.items():
         finished_run(s, live_stack, run_id)
@@ -74,3 +75,14 @@ def test_generation_attention_span_filling_and_elmo_in_the_browser(page, live_st
     page.click("button[value=word_similarity]")
     page.wait_for_selector("#word-similarity-result table[data-layers] tr")
     assert page.locator("#word-similarity-result table[data-layers] tr").count() == 3  # token layer + 2 biLSTM layers
+
+    # UniLM: source -> target with the decoding card's beam search.
+    page.goto(f"/explore/?checkpoint={checkpoints['unilm']}")
+    assert page.is_visible("#generate-seq2seq") and page.is_visible("#decoding") and page.is_hidden("#text-to-text")
+    page.fill("#id_source", "return the value of the key.")
+    page.select_option("#id_strategy", "beam")
+    page.fill("#id_num_beams", "3")
+    page.fill("#id_max_new_tokens", "6")
+    page.click("#generate-button")
+    page.wait_for_selector("#generate-result:not([hidden])")
+    assert "tokens;" in page.inner_text("#generate-stopped")
