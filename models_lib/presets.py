@@ -1,4 +1,4 @@
-"""Named model sizes for every encoder family, in one registry.
+"""Named model sizes for every family, in one registry.
 
     from models_lib import presets
     cfg = presets.get("albert-base", vocab_size=8000)   # the right config class, fields overridden
@@ -78,19 +78,36 @@ PRESETS: dict[str, dict[str, Any]] = {name: fields for table in PRESETS_BY_FAMIL
                                       for name, fields in table.items()}
 
 
+def _other_families() -> dict[str, type]:
+    """The families with config classes of their own (T5, GPT, ELMo): family -> PresetConfig
+    subclass, whose `presets` table they keep beside their model (imported here on first use)."""
+    from .elmo import ElmoConfig
+    from .gpt import GPTConfig
+    from .t5 import T5Config
+
+    return {"t5": T5Config, "gpt": GPTConfig, "elmo": ElmoConfig}
+
+
 def list_presets(family: str | None = None) -> list[str]:
-    """Preset names, of one family or of all."""
+    """Preset names, of one family or of all (the encoder families', then T5's, GPT's, ELMo's)."""
+    others = _other_families()
     if family is None:
-        return list(PRESETS)
+        return [*PRESETS, *(name for cls in others.values() for name in cls.presets)]
+    if family in others:
+        return list(others[family].presets)
     if family not in PRESETS_BY_FAMILY:
-        raise ValueError(f"Unknown model family {family!r}; choose one of {', '.join(FAMILY_LABELS)}.")
+        raise ValueError(f"Unknown model family {family!r}; choose one of {', '.join([*FAMILY_LABELS, *others])}.")
     return list(PRESETS_BY_FAMILY[family])
 
 
-def get(name: str, **overrides: Any) -> EncoderConfig:
-    """The config of a preset, with any field overridden (e.g. vocab_size from the tokenizer)."""
+def get(name: str, **overrides: Any) -> Any:
+    """The config of a preset of any family, with any field overridden (e.g. vocab_size from the
+    tokenizer): an EncoderConfig (or its ELECTRA/SpanBERT subclass), a T5Config, GPTConfig or ElmoConfig."""
+    for cls in _other_families().values():
+        if name in cls.presets:
+            return cls.from_preset(name, **overrides)
     if name not in PRESETS:
-        raise ValueError(f"Unknown preset {name!r}. Available presets: {', '.join(PRESETS)}.")
+        raise ValueError(f"Unknown preset {name!r}. Available presets: {', '.join(list_presets())}.")
     fields = {**PRESETS[name], **overrides}
     if fields["family"] != PRESETS[name]["family"]:
         raise ValueError(f"The preset {name} is a {FAMILY_LABELS[PRESETS[name]['family']]} model; "

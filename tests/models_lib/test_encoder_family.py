@@ -30,11 +30,16 @@ def tiny(name: str, **fields) -> EncoderConfig:
 # --- presets and config ------------------------------------------------------------------------
 
 def test_every_family_has_presets_and_each_builds_its_config_class():
+    from models_lib.elmo import ElmoConfig
+    from models_lib.gpt import GPTConfig
+    from models_lib.t5 import T5Config
+
     expected = {"bert": EncoderConfig, "roberta": EncoderConfig, "albert": EncoderConfig, "electra": ElectraConfig,
-                "distilbert": EncoderConfig, "spanbert": SpanBertConfig, "unilm": EncoderConfig}
+                "distilbert": EncoderConfig, "spanbert": SpanBertConfig, "unilm": EncoderConfig,
+                "t5": T5Config, "gpt": GPTConfig, "elmo": ElmoConfig}
     for family, cls in expected.items():
         names = presets.list_presets(family)
-        assert names and all(n.startswith(family + "-") for n in names)
+        assert names and all(n.split("-")[0] in (family, "gpt2") for n in names)  # gpt2-small is GPT's
         for name in names:
             config = BertConfig.from_preset(name, vocab_size=1000)  # one from_preset for all families
             assert type(config) is cls and config.family == family and config.vocab_size == 1000

@@ -113,3 +113,19 @@ def test_rms_norm_formula():
     assert not hasattr(norm, "bias")
     with torch.no_grad():
         assert math.isclose(float(norm(torch.ones(1, 6)).sum()), 21.0, rel_tol=1e-5)
+
+
+def test_presets_of_every_family_come_from_one_registry():
+    from models_lib import presets
+    from models_lib.elmo import ElmoConfig
+    from models_lib.gpt import GPTConfig
+    from models_lib.t5 import T5Config
+
+    assert isinstance(presets.get("t5-tiny", vocab_size=100), T5Config)
+    assert isinstance(presets.get("gpt-mini", vocab_size=100), GPTConfig)
+    assert isinstance(presets.get("elmo-tiny", vocab_size=100), ElmoConfig)
+    assert presets.list_presets("gpt") == ["gpt-tiny", "gpt-mini", "gpt2-small"]
+    every = presets.list_presets()
+    assert {"bert-tiny", "t5-base", "elmo-small", "gpt2-small"} <= set(every) and len(every) == len(set(every))
+    with pytest.raises(ValueError, match="Unknown preset 'gpt-huge'.*t5-tiny"):
+        presets.get("gpt-huge")
