@@ -32,6 +32,7 @@ What is scaled down or simplified (small sizes are fine for this app):
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
 
@@ -40,6 +41,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import PresetConfig, positive_int
+
+# torch on the CPU says once per process that its oneDNN kernels lack LSTMs with projections and
+# that it uses its own implementation instead: true, expected here, and of no use in a log.
+warnings.filterwarnings("ignore", message="LSTM with projections is not supported with oneDNN")
 
 __all__ = ["CHAR_VOCAB_SIZE", "ELMO_PRESETS", "ElmoConfig", "ElmoLanguageModel", "ElmoOutput", "ScalarMix",
            "char_table"]
