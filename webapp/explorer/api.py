@@ -40,17 +40,31 @@ def owned_checkpoint(request: Request, checkpoint_id) -> Checkpoint:
     return _owned(selectors.checkpoint_get, request.user, checkpoint_id)
 
 
-class FillMaskView(APIView):
-    @extend_schema(request=FillMaskRequestSerializer,
-                   responses={200: FillMaskResponseSerializer, 400: ERROR, 404: ERROR},
-                   summary="Top-k tokens for each [MASK]")
+# A question to one of your checkpoints: the request is validated by `request_serializer`, its
+# `checkpoint` must be yours (404 otherwise), and `answer` fills the reply, which also names the
+# checkpoint. Subclasses carry their OpenAPI description with @extend_schema. (A comment, not a
+# docstring: drf-spectacular would show a docstring as every subclass's description.)
+class CheckpointQuestionView(APIView):
+    request_serializer: type
+
+    def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
+        raise NotImplementedError
+
     def post(self, request: Request) -> Response:
-        ser = FillMaskRequestSerializer(data=request.data)
+        ser = self.request_serializer(data=request.data)
         ser.is_valid(raise_exception=True)
         ckpt = owned_checkpoint(request, ser.validated_data["checkpoint"])
-        masks = services.fill_mask(checkpoint=ckpt, text=ser.validated_data["text"],
-                                   top_k=ser.validated_data["top_k"])
-        return Response({"checkpoint": str(ckpt.id), "masks": masks})
+        return Response({"checkpoint": str(ckpt.id), **self.answer(ckpt, ser.validated_data)})
+
+
+@extend_schema(request=FillMaskRequestSerializer,
+               responses={200: FillMaskResponseSerializer, 400: ERROR, 404: ERROR},
+               summary="Top-k tokens for each [MASK]")
+class FillMaskView(CheckpointQuestionView):
+    request_serializer = FillMaskRequestSerializer
+
+    def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
+        return {"masks": services.fill_mask(checkpoint=checkpoint, text=data["text"], top_k=data["top_k"])}
 
 
 class GenerateSeq2SeqView(APIView):
@@ -66,98 +80,80 @@ class GenerateSeq2SeqView(APIView):
                                                   max_new_tokens=ser.validated_data["max_new_tokens"]))
 
 
-class GenerateView(APIView):
-    @extend_schema(request=GenerateRequestSerializer,
-                   responses={200: GenerateResponseSerializer, 400: ERROR, 404: ERROR},
-                   summary="A T5, GPT or UniLM checkpoint writes text for a prompt",
-                   description="T5: text-to-text (put the task prefix in the prompt, e.g. 'summarize: ...'); "
-                               "GPT: continues the prompt; UniLM: writes a seq2seq target. Greedy, beam search or "
-                               "sampling (temperature, top-k, top-p, seed). Encoders and ELMo answer 400. The page "
-                               "streams the same answer token by token over the websocket /ws/explore/generate/.")
-    def post(self, request: Request) -> Response:
-        ser = GenerateRequestSerializer(data=request.data)
-        ser.is_valid(raise_exception=True)
-        ckpt = owned_checkpoint(request, ser.validated_data["checkpoint"])
-        out = services.generate(checkpoint=ckpt, prompt=ser.validated_data["prompt"],
-                                decoding=decoding_of(ser.validated_data))
-        return Response({"checkpoint": str(ckpt.id), **{k: out[k] for k in (
-            "family", "text", "tokens", "stopped", "prompt_tokens", "decoding")}})
+@extend_schema(request=GenerateRequestSerializer,
+               responses={200: GenerateResponseSerializer, 400: ERROR, 404: ERROR},
+               summary="A T5, GPT or UniLM checkpoint writes text for a prompt",
+               description="T5: text-to-text (put the task prefix in the prompt, e.g. 'summarize: ...'); "
+                           "GPT: continues the prompt; UniLM: writes a seq2seq target. Greedy, beam search or "
+                           "sampling (temperature, top-k, top-p, seed). Encoders and ELMo answer 400. The page "
+                           "streams the same answer token by token over the websocket /ws/explore/generate/.")
+class GenerateView(CheckpointQuestionView):
+    request_serializer = GenerateRequestSerializer
+
+    def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
+        out = services.generate(checkpoint=checkpoint, prompt=data["prompt"], decoding=decoding_of(data))
+        return {k: out[k] for k in ("family", "text", "tokens", "stopped", "prompt_tokens", "decoding")}
 
 
-class FillSpansView(APIView):
-    @extend_schema(request=FillSpansRequestSerializer,
-                   responses={200: FillSpansResponseSerializer, 400: ERROR, 404: ERROR},
-                   summary="T5 fills the spans marked <extra_id_0>, <extra_id_1>, ...",
-                   description="The model writes span corruption's target ('<extra_id_0> span <extra_id_1> "
-                               "span ...'); each sentinel of the text gets its span.")
-    def post(self, request: Request) -> Response:
-        ser = FillSpansRequestSerializer(data=request.data)
-        ser.is_valid(raise_exception=True)
-        ckpt = owned_checkpoint(request, ser.validated_data["checkpoint"])
-        out = services.fill_spans(checkpoint=ckpt, text=ser.validated_data["text"],
-                                  decoding=decoding_of(ser.validated_data))
-        return Response({"checkpoint": str(ckpt.id), **out})
+@extend_schema(request=FillSpansRequestSerializer,
+               responses={200: FillSpansResponseSerializer, 400: ERROR, 404: ERROR},
+               summary="T5 fills the spans marked <extra_id_0>, <extra_id_1>, ...",
+               description="The model writes span corruption's target ('<extra_id_0> span <extra_id_1> "
+                           "span ...'); each sentinel of the text gets its span.")
+class FillSpansView(CheckpointQuestionView):
+    request_serializer = FillSpansRequestSerializer
+
+    def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
+        return services.fill_spans(checkpoint=checkpoint, text=data["text"], decoding=decoding_of(data))
 
 
-class AttentionView(APIView):
-    @extend_schema(request=AttentionRequestSerializer,
-                   responses={200: AttentionResponseSerializer, 400: ERROR, 404: ERROR},
-                   summary="Attention weights of every layer and head for an input",
-                   description="Encoders: self-attention; GPT: causal self-attention; T5: the encoder's, the "
-                               "decoder's or the cross-attention (stack), the decoder side reading `target` or "
-                               "the model's greedy output. ELMo has no attention (400 with a sentence).")
-    def post(self, request: Request) -> Response:
-        ser = AttentionRequestSerializer(data=request.data)
-        ser.is_valid(raise_exception=True)
-        data = ser.validated_data
-        ckpt = owned_checkpoint(request, data["checkpoint"])
-        out = services.attention(checkpoint=ckpt, text=data["text"], target=data.get("target"),
-                                 stack=data.get("stack"), layer=data.get("layer"))
-        return Response({"checkpoint": str(ckpt.id), **out})
+@extend_schema(request=AttentionRequestSerializer,
+               responses={200: AttentionResponseSerializer, 400: ERROR, 404: ERROR},
+               summary="Attention weights of every layer and head for an input",
+               description="Encoders: self-attention; GPT: causal self-attention; T5: the encoder's, the "
+                           "decoder's or the cross-attention (stack), the decoder side reading `target` or "
+                           "the model's greedy output. ELMo has no attention (400 with a sentence).")
+class AttentionView(CheckpointQuestionView):
+    request_serializer = AttentionRequestSerializer
+
+    def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
+        return services.attention(checkpoint=checkpoint, text=data["text"], target=data.get("target"),
+                                  stack=data.get("stack"), layer=data.get("layer"))
 
 
-class WordSimilarityView(APIView):
-    @extend_schema(request=WordSimilarityRequestSerializer,
-                   responses={200: WordSimilarityResponseSerializer, 400: ERROR, 404: ERROR},
-                   summary="ELMo: one word in two sentences, the cosine of its vectors per layer",
-                   description="Layer 0 (the token representation) is the same in every context; the biLSTM "
-                               "layers tell the word's senses apart (the seeds' 苹果: fruit vs phone).")
-    def post(self, request: Request) -> Response:
-        ser = WordSimilarityRequestSerializer(data=request.data)
-        ser.is_valid(raise_exception=True)
-        data = ser.validated_data
-        ckpt = owned_checkpoint(request, data["checkpoint"])
-        out = services.word_similarity(checkpoint=ckpt, sentence_a=data["sentence_a"],
-                                       sentence_b=data["sentence_b"], word=data["word"])
-        return Response({"checkpoint": str(ckpt.id), **out})
+@extend_schema(request=WordSimilarityRequestSerializer,
+               responses={200: WordSimilarityResponseSerializer, 400: ERROR, 404: ERROR},
+               summary="ELMo: one word in two sentences, the cosine of its vectors per layer",
+               description="Layer 0 (the token representation) is the same in every context; the biLSTM "
+                           "layers tell the word's senses apart (the seeds' 苹果: fruit vs phone).")
+class WordSimilarityView(CheckpointQuestionView):
+    request_serializer = WordSimilarityRequestSerializer
+
+    def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
+        return services.word_similarity(checkpoint=checkpoint, sentence_a=data["sentence_a"],
+                                        sentence_b=data["sentence_b"], word=data["word"])
 
 
-class NextSentenceView(APIView):
-    @extend_schema(request=NextSentenceRequestSerializer,
-                   responses={200: NextSentenceResponseSerializer, 400: ERROR, 404: ERROR},
-                   summary="Probability that sentence B follows sentence A")
-    def post(self, request: Request) -> Response:
-        ser = NextSentenceRequestSerializer(data=request.data)
-        ser.is_valid(raise_exception=True)
-        ckpt = owned_checkpoint(request, ser.validated_data["checkpoint"])
-        scores = services.next_sentence(checkpoint=ckpt, text_a=ser.validated_data["text_a"],
-                                        text_b=ser.validated_data["text_b"])
-        return Response({"checkpoint": str(ckpt.id), **scores})
+@extend_schema(request=NextSentenceRequestSerializer,
+               responses={200: NextSentenceResponseSerializer, 400: ERROR, 404: ERROR},
+               summary="Probability that sentence B follows sentence A")
+class NextSentenceView(CheckpointQuestionView):
+    request_serializer = NextSentenceRequestSerializer
+
+    def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
+        return services.next_sentence(checkpoint=checkpoint, text_a=data["text_a"], text_b=data["text_b"])
 
 
-class SentenceOrderView(APIView):
-    @extend_schema(request=SentenceOrderRequestSerializer,
-                   responses={200: SentenceOrderResponseSerializer, 400: ERROR, 404: ERROR},
-                   summary="Score a sentence pair in both orders (A then B, B then A)",
-                   description="With a sentence-order (SOP) head the scores are P(in order); a model with "
-                               "only a next-sentence (NSP) head answers P(IsNext) for each order (head says which).")
-    def post(self, request: Request) -> Response:
-        ser = SentenceOrderRequestSerializer(data=request.data)
-        ser.is_valid(raise_exception=True)
-        ckpt = owned_checkpoint(request, ser.validated_data["checkpoint"])
-        scores = services.sentence_order(checkpoint=ckpt, text_a=ser.validated_data["text_a"],
-                                         text_b=ser.validated_data["text_b"])
-        return Response({"checkpoint": str(ckpt.id), **scores})
+@extend_schema(request=SentenceOrderRequestSerializer,
+               responses={200: SentenceOrderResponseSerializer, 400: ERROR, 404: ERROR},
+               summary="Score a sentence pair in both orders (A then B, B then A)",
+               description="With a sentence-order (SOP) head the scores are P(in order); a model with "
+                           "only a next-sentence (NSP) head answers P(IsNext) for each order (head says which).")
+class SentenceOrderView(CheckpointQuestionView):
+    request_serializer = SentenceOrderRequestSerializer
+
+    def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
+        return services.sentence_order(checkpoint=checkpoint, text_a=data["text_a"], text_b=data["text_b"])
 
 
 class CompareView(APIView):
