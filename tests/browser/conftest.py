@@ -39,3 +39,35 @@ def shots() -> Path:
     """Where screenshots go (test-artifacts/screenshots/; the README's pictures come from there)."""
     SHOTS.mkdir(parents=True, exist_ok=True)
     return SHOTS
+
+
+# The first steps every browser session takes, as a person does them on the pages.
+@pytest.fixture
+def sign_up(page):
+    def run(username: str) -> None:
+        page.goto("/signup/")
+        page.fill("#id_username", username)
+        page.fill("#id_password1", f"a-long-Passw0rd-for-{username}")
+        page.fill("#id_password2", f"a-long-Passw0rd-for-{username}")
+        page.click("form button[type=submit]")
+        page.wait_for_url(lambda url: "/signup/" not in url)
+    return run
+
+
+@pytest.fixture
+def create_demo_corpus(page):
+    def run() -> None:
+        page.goto("/corpora/")
+        page.click("text=Create a demo corpus")
+        page.wait_for_selector(".badge.ready", timeout=120_000)
+    return run
+
+
+@pytest.fixture
+def train_tokenizer(page):
+    """On a corpus page: train its default tokenizer with this vocabulary size and wait for it."""
+    def run(vocab_size: int) -> None:
+        page.fill("#id_vocab_size", str(vocab_size))
+        page.click("text=Train tokenizer")
+        page.wait_for_selector(".badge.ready", timeout=120_000)
+    return run

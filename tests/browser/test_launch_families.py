@@ -14,19 +14,11 @@ def _traces_with_points(page, chart_id: str) -> int:
                    return el && el.data ? el.data.filter(t => t.x && t.x.length).length : 0; }""", chart_id)
 
 
-def test_elmo_from_the_launch_form_charts_both_directions(page, live_stack, shots):
-    page.goto("/signup/")
-    page.fill("#id_username", "frank")
-    page.fill("#id_password1", "a-long-Passw0rd-for-frank")
-    page.fill("#id_password2", "a-long-Passw0rd-for-frank")
-    page.click("form button[type=submit]")
-    page.wait_for_url(lambda url: "/signup/" not in url)
-    page.goto("/corpora/")
-    page.click("text=Create a demo corpus")
-    page.wait_for_selector(".badge.ready", timeout=120_000)
-    page.fill("#id_vocab_size", "2000")
-    page.click("text=Train tokenizer")
-    page.wait_for_selector(".badge.ready", timeout=120_000)
+def test_elmo_from_the_launch_form_charts_both_directions(page, live_stack, shots, sign_up, create_demo_corpus,
+                                                          train_tokenizer):
+    sign_up("frank")
+    create_demo_corpus()
+    train_tokenizer(2000)
     page.click("text=Launch a run with this tokenizer")
     page.wait_for_selector("#run-form")
 

@@ -17,22 +17,12 @@ def _chart_points(page, chart_id: str) -> int:
     )
 
 
-def test_first_session_from_signup_to_fill_mask(page, live_stack, shots):
-    page.goto("/signup/")
-    page.fill("#id_username", "carol")
-    page.fill("#id_password1", "a-long-Passw0rd-for-carol")
-    page.fill("#id_password2", "a-long-Passw0rd-for-carol")
-    page.click("form button[type=submit]")
-    page.wait_for_url(lambda url: "/signup/" not in url)
-
-    page.goto("/corpora/")
-    page.click("text=Create a demo corpus")
-    page.wait_for_selector(".badge.ready", timeout=120_000)
+def test_first_session_from_signup_to_fill_mask(page, live_stack, shots, sign_up, create_demo_corpus,
+                                                train_tokenizer):
+    sign_up("carol")
+    create_demo_corpus()
     page.screenshot(path=str(shots / "corpus.png"), full_page=True)
-
-    page.fill("#id_vocab_size", "3000")
-    page.click("text=Train tokenizer")
-    page.wait_for_selector(".badge.ready", timeout=120_000)
+    train_tokenizer(3000)
     page.fill("#tokenize-input", "Return the number of items in the list.")
     page.wait_for_selector("#tokenize-output :nth-child(3)")
 
