@@ -31,7 +31,7 @@ from . import generation
 from .config import PresetConfig, check_sizes
 from .encoder import Encoder, init_weights
 from .layers import ACTIVATIONS, KVCache, build_attention_mask, new_caches
-from .pretraining import IGNORE_INDEX, token_loss
+from .pretraining import IGNORE_INDEX
 
 __all__ = ["GPT_PRESETS", "CausalLMOutput", "GPTConfig", "GPTLMHeadModel"]
 
@@ -255,11 +255,12 @@ class GPTLMHeadModel(nn.Module):
             # The logits at t predict the token at t + 1. Shifting the labels left (nothing to
             # predict after the last token) rather than slicing the logits keeps the (B*T, V)
             # logits a view: no copy of the largest tensor of the step, forward or backward.
+            # Sum over the predicted tokens / their count (at least 1): the mean, without a device
+            # sync to ask whether any token is predicted; with none it is a graph-connected zero.
             targets = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T)
-            if bool(targets.ne(IGNORE_INDEX).any()):
-                loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX)
-            else:
-                loss = token_loss(logits[:, :0].flatten(0, 1), targets[:, :0].flatten())  # a graph-connected zero
+            total = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
+                                    reduction="sum")
+            loss = total / targets.ne(IGNORE_INDEX).sum().clamp(min=1)
         return CausalLMOutput(loss, logits, states if output_hidden_states else None)
 
     # --- generation (driven by models_lib.generation.generate) -----------------------------
