@@ -122,9 +122,15 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 CHANNEL_LAYERS = {
     "default": {
-        "BACKEND": "channels_redis.core.RedisChannelLayer",
-        # redis-py times reads out after 5 s while channels_redis blocks up to 5 s per receive.
-        "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": 15}], "capacity": 2000, "expiry": 30},
+        # Redis pub/sub rather than channels_redis.core's list-based layer: that layer receives with
+        # a blocking BZPOPMIN, and cancelling such a receive (every closed websocket cancels one)
+        # now and then never finishes and keeps the layer's receive lock, so that no consumer of
+        # the process receives again (reproduced with channels_redis 4.3 and redis-py 7.4 and 8.1:
+        # about 1 in 40 cancellations of two concurrent receives). Events are live data: a
+        # dashboard that was not listening reads them from the database (?since=), so pub/sub's
+        # no-delivery-to-absent-listeners is what we want anyway.
+        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "CONFIG": {"hosts": [REDIS_URL]},
     }
 }
 
