@@ -34,11 +34,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere in the repo
 
-from models_lib import hf, presets  # noqa: E402
-from models_lib.albert import AlbertForPreTraining  # noqa: E402
-from models_lib.bert import BERT_PRESETS, BertConfig, BertForPreTraining  # noqa: E402
-from models_lib.electra import ElectraForPreTraining  # noqa: E402
-from models_lib.roberta import RobertaForPreTraining  # noqa: E402
+from models_lib import hf  # noqa: E402
+from models_lib.families import presets
+from models_lib.families.albert import AlbertForPreTraining  # noqa: E402
+from models_lib.families.bert import BERT_PRESETS, BertConfig, BertForPreTraining  # noqa: E402
+from models_lib.families.electra import ElectraForPreTraining  # noqa: E402
+from models_lib.families.roberta import RobertaForPreTraining  # noqa: E402
 
 Batch = dict[str, torch.Tensor]
 
@@ -183,7 +184,7 @@ def t5_target_len(T: int) -> int:
 
 
 def t5_ours(preset: str, vocab: int, **overrides) -> torch.nn.Module:
-    from models_lib.t5 import T5Config, T5ForConditionalGeneration
+    from models_lib.families.t5 import T5Config, T5ForConditionalGeneration
 
     return T5ForConditionalGeneration(T5Config.from_preset(preset, vocab_size=vocab, **overrides))
 
@@ -204,7 +205,7 @@ def seq2seq_theirs_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
 
 
 def gpt_ours(preset: str, vocab: int, **overrides) -> torch.nn.Module:
-    from models_lib.gpt import GPTConfig, GPTLMHeadModel
+    from models_lib.families.gpt import GPTConfig, GPTLMHeadModel
 
     return GPTLMHeadModel(GPTConfig.from_preset(preset, vocab_size=vocab, **overrides))
 
@@ -235,10 +236,10 @@ ARCHITECTURES: dict[str, Entry] = {
                     mlm_nsp_batch, albert_ours_loss, albert_theirs_loss),
     "electra": Entry(presets.ELECTRA_PRESETS, electra_ours, electra_theirs, mlm_nsp_batch, electra_ours_loss,
                      electra_theirs_loss),
-    "t5": Entry(_lazy_presets("models_lib.t5", "T5_PRESETS"), t5_ours,
+    "t5": Entry(_lazy_presets("models_lib.families.t5", "T5_PRESETS"), t5_ours,
                 lambda m: theirs_from(m, "T5ForConditionalGeneration"), t5_batch, seq2seq_ours_loss,
                 seq2seq_theirs_loss, tokens_per_row=lambda T: T + t5_target_len(T)),
-    "gpt": Entry(_lazy_presets("models_lib.gpt", "GPT_PRESETS"), gpt_ours, lambda m: theirs_from(m, "GPT2LMHeadModel"),
+    "gpt": Entry(_lazy_presets("models_lib.families.gpt", "GPT_PRESETS"), gpt_ours, lambda m: theirs_from(m, "GPT2LMHeadModel"),
                  clm_batch, clm_ours_loss, seq2seq_theirs_loss),
 }
 

@@ -15,18 +15,18 @@ import safetensors.torch
 import torch
 from torch import nn
 
-from .albert import AlbertForPreTraining
-from .bert import BertForPreTraining, BertModel
-from .config import ElectraConfig, EncoderConfig, SpanBertConfig
-from .distilbert import DistilBertForPreTraining
-from .electra import ElectraDiscriminator, ElectraForPreTraining, ElectraGenerator
-from .elmo import ElmoConfig, ElmoLanguageModel
-from .encoder import TransformerEncoder
-from .gpt import GPTConfig, GPTLMHeadModel
-from .roberta import RobertaForPreTraining
-from .spanbert import SpanBertForPreTraining
-from .t5 import T5Config, T5ForConditionalGeneration
-from .unilm import UniLMForPreTraining
+from models_lib.families.albert import AlbertForPreTraining
+from models_lib.families.bert import BertForPreTraining, BertModel
+from models_lib.core.config import ElectraConfig, EncoderConfig, SpanBertConfig
+from models_lib.families.distilbert import DistilBertForPreTraining
+from models_lib.families.electra import ElectraDiscriminator, ElectraForPreTraining, ElectraGenerator
+from models_lib.families.elmo import ElmoConfig, ElmoLanguageModel
+from models_lib.core.encoder import TransformerEncoder
+from models_lib.families.gpt import GPTConfig, GPTLMHeadModel
+from models_lib.families.roberta import RobertaForPreTraining
+from models_lib.families.spanbert import SpanBertForPreTraining
+from models_lib.families.t5 import T5Config, T5ForConditionalGeneration
+from models_lib.families.unilm import UniLMForPreTraining
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "model_config.json"

@@ -53,7 +53,7 @@ def demo_corpus_text(n_chars: int) -> str:
     """The start of the trainer's demo corpus: enough for a tiny model, quick to ingest."""
     import tempfile
 
-    from trainer.corpus import write_demo_corpus
+    from trainer.prep.corpus import write_demo_corpus
 
     path = Path(tempfile.mkdtemp()) / "demo.txt"
     write_demo_corpus(path)

@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def cmd_demo_corpus(out: Path) -> int:
-    from trainer.corpus import write_demo_corpus
+    from trainer.prep.corpus import write_demo_corpus
 
     path = write_demo_corpus(out)
     print(f"Wrote the demo corpus to {path} ({path.stat().st_size / 1e6:.1f} MB).")
@@ -90,8 +90,8 @@ def cmd_demo_corpus(out: Path) -> int:
 def cmd_run(config_path: Path, *, resume: bool) -> int:
     run_file = load_run_file(config_path)
     prepare(run_file)
-    from trainer.engine import train  # imports torch: after the cheap checks
-    from trainer.sinks import ConsoleSink
+    from trainer.training.engine import train  # imports torch: after the cheap checks
+    from trainer.training.sinks import ConsoleSink
 
     stop = StopFlag()
     with stop.installed():
@@ -108,9 +108,9 @@ def cmd_run(config_path: Path, *, resume: bool) -> int:
 
 # ---------------------------------------------------------------------------- the YAML file
 def load_run_file(path: Path) -> RunFile:
-    from trainer import registry
-    from trainer.config import RunConfig
-    from trainer.corpus import CleaningOptions
+    from trainer.catalog import registry
+    from trainer.training.config import RunConfig
+    from trainer.prep.corpus import CleaningOptions
 
     path = Path(path)
     if not path.is_file():
@@ -162,9 +162,9 @@ def load_run_file(path: Path) -> RunFile:
 # ---------------------------------------------------------------------------- preparation
 def prepare(run: RunFile) -> None:
     """corpus -> cleaned text -> tokenizer -> shards, skipping the steps already done."""
-    from trainer.corpus import CleaningOptions, ingest
-    from trainer.shards import encode_corpus
-    from trainer.tokenization import train_tokenizer
+    from trainer.prep.corpus import CleaningOptions, ingest
+    from trainer.prep.shards import encode_corpus
+    from trainer.prep.tokenization import train_tokenizer
 
     run.output_dir.mkdir(parents=True, exist_ok=True)
     check_stamp(run)

@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from models_lib.bert import BERT_PRESETS, BertConfig, BertForPreTraining, BertModel
+from models_lib.families.bert import BERT_PRESETS, BertConfig, BertForPreTraining, BertModel
 from models_lib.checkpoint import load_model, save_model
-from models_lib.layers import SelfAttention, build_attention_mask
+from models_lib.core.layers import SelfAttention, build_attention_mask
 
 V = 101
 

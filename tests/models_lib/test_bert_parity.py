@@ -7,7 +7,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from models_lib import hf  # noqa: E402
-from models_lib.bert import BertConfig, BertForPreTraining, BertModel  # noqa: E402
+from models_lib.families.bert import BertConfig, BertForPreTraining, BertModel  # noqa: E402
 
 TOL = dict(atol=1e-4, rtol=1e-4)
 VOCAB, T = 97, 12

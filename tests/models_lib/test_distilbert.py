@@ -4,10 +4,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models_lib import presets
-from models_lib.albert import AlbertForPreTraining
-from models_lib.bert import BertForPreTraining
-from models_lib.distilbert import DistilBertForPreTraining, distil_from_teacher, distillation_losses
+from models_lib.families import presets
+from models_lib.families.albert import AlbertForPreTraining
+from models_lib.families.bert import BertForPreTraining
+from models_lib.families.distilbert import DistilBertForPreTraining, distil_from_teacher, distillation_losses
 from tests.models_lib.helpers import randomise
 
 V = 101

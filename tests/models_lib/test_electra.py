@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models_lib import presets
-from models_lib.electra import ElectraForPreTraining
+from models_lib.families import presets
+from models_lib.families.electra import ElectraForPreTraining
 from tests.models_lib.helpers import padded_batch
 
 V, MASK = 101, 4

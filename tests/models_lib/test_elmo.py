@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from models_lib.checkpoint import load_model, save_model
-from models_lib.elmo import (BOW, BOW_MARKED, ELMO_PRESETS, EOW, ElmoConfig, ElmoLanguageModel, ScalarMix,
+from models_lib.families.elmo import (BOW, BOW_MARKED, ELMO_PRESETS, EOW, ElmoConfig, ElmoLanguageModel, ScalarMix,
                              char_table)
 
 from .helpers import padded_batch, randomise

@@ -6,17 +6,17 @@ import json
 import pytest
 import torch
 
-from models_lib import presets
-from models_lib.albert import AlbertForPreTraining
-from models_lib.bert import BertConfig, BertForPreTraining
+from models_lib.families import presets
+from models_lib.families.albert import AlbertForPreTraining
+from models_lib.families.bert import BertConfig, BertForPreTraining
 from models_lib.checkpoint import load_model, read_model_config, save_model
-from models_lib.config import ElectraConfig, EncoderConfig, SpanBertConfig
-from models_lib.distilbert import DistilBertForPreTraining
-from models_lib.electra import ElectraDiscriminator, ElectraForPreTraining, ElectraGenerator
-from models_lib.encoder import TransformerEncoder
-from models_lib.roberta import RobertaForPreTraining
-from models_lib.spanbert import SpanBertForPreTraining
-from models_lib.unilm import UniLMForPreTraining
+from models_lib.core.config import ElectraConfig, EncoderConfig, SpanBertConfig
+from models_lib.families.distilbert import DistilBertForPreTraining
+from models_lib.families.electra import ElectraDiscriminator, ElectraForPreTraining, ElectraGenerator
+from models_lib.core.encoder import TransformerEncoder
+from models_lib.families.roberta import RobertaForPreTraining
+from models_lib.families.spanbert import SpanBertForPreTraining
+from models_lib.families.unilm import UniLMForPreTraining
 from tests.models_lib.helpers import padded_batch
 
 V = 101
@@ -30,9 +30,9 @@ def tiny(name: str, **fields) -> EncoderConfig:
 # --- presets and config ------------------------------------------------------------------------
 
 def test_every_family_has_presets_and_each_builds_its_config_class():
-    from models_lib.elmo import ElmoConfig
-    from models_lib.gpt import GPTConfig
-    from models_lib.t5 import T5Config
+    from models_lib.families.elmo import ElmoConfig
+    from models_lib.families.gpt import GPTConfig
+    from models_lib.families.t5 import T5Config
 
     expected = {"bert": EncoderConfig, "roberta": EncoderConfig, "albert": EncoderConfig, "electra": ElectraConfig,
                 "distilbert": EncoderConfig, "spanbert": SpanBertConfig, "unilm": EncoderConfig,

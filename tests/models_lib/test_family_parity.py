@@ -15,14 +15,15 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from models_lib import hf, presets  # noqa: E402
-from models_lib.albert import AlbertForPreTraining  # noqa: E402
-from models_lib.config import ElectraConfig, EncoderConfig, SpanBertConfig  # noqa: E402
-from models_lib.distilbert import DistilBertForPreTraining  # noqa: E402
-from models_lib.electra import ElectraDiscriminator, ElectraForPreTraining, ElectraGenerator  # noqa: E402
-from models_lib.encoder import TransformerEncoder  # noqa: E402
-from models_lib.roberta import RobertaForPreTraining  # noqa: E402
-from models_lib.spanbert import SpanBertForPreTraining  # noqa: E402
+from models_lib import hf  # noqa: E402
+from models_lib.families import presets
+from models_lib.families.albert import AlbertForPreTraining  # noqa: E402
+from models_lib.core.config import ElectraConfig, EncoderConfig, SpanBertConfig  # noqa: E402
+from models_lib.families.distilbert import DistilBertForPreTraining  # noqa: E402
+from models_lib.families.electra import ElectraDiscriminator, ElectraForPreTraining, ElectraGenerator  # noqa: E402
+from models_lib.core.encoder import TransformerEncoder  # noqa: E402
+from models_lib.families.roberta import RobertaForPreTraining  # noqa: E402
+from models_lib.families.spanbert import SpanBertForPreTraining  # noqa: E402
 from tests.models_lib.helpers import padded_batch, randomise  # noqa: E402
 
 TOL = dict(atol=1e-4, rtol=1e-4)

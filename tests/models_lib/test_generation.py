@@ -1,11 +1,11 @@
-"""models_lib.generation on a toy model whose next-token logits are a fixed function of the
+"""models_lib.core.generation on a toy model whose next-token logits are a fixed function of the
 last token (a Markov chain), so the right answers can be worked out by hand or by brute force."""
 import itertools
 
 import pytest
 import torch
 
-from models_lib.generation import filter_logits, generate
+from models_lib.core.generation import filter_logits, generate
 
 
 class Markov(torch.nn.Module):

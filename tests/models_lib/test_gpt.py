@@ -1,4 +1,4 @@
-"""GPT (models_lib.gpt): config, causality, padding, KV-cached decoding, GPT-1 vs GPT-2, checkpoints, training."""
+"""GPT (models_lib.families.gpt): config, causality, padding, KV-cached decoding, GPT-1 vs GPT-2, checkpoints, training."""
 from __future__ import annotations
 
 import json
@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from models_lib.checkpoint import load_model, save_model
-from models_lib.gpt import GPT_PRESETS, CausalLMOutput, GPTConfig, GPTLMHeadModel
-from models_lib.layers import recording_attention
+from models_lib.families.gpt import GPT_PRESETS, CausalLMOutput, GPTConfig, GPTLMHeadModel
+from models_lib.core.layers import recording_attention
 
 from .helpers import randomise
 

@@ -9,7 +9,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from models_lib import hf  # noqa: E402
-from models_lib.gpt import GPTConfig, GPTLMHeadModel  # noqa: E402
+from models_lib.families.gpt import GPTConfig, GPTLMHeadModel  # noqa: E402
 
 VOCAB, PAD, EOS = 100, 0, 2
 TOL = dict(atol=1e-4, rtol=0)

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from models_lib.layers import (Attention, FeedForward, KVCache, RMSNorm, SelfAttention, causal_mask,
+from models_lib.core.layers import (Attention, FeedForward, KVCache, RMSNorm, SelfAttention, causal_mask,
                                new_caches, recording_attention)
 
 
@@ -116,10 +116,10 @@ def test_rms_norm_formula():
 
 
 def test_presets_of_every_family_come_from_one_registry():
-    from models_lib import presets
-    from models_lib.elmo import ElmoConfig
-    from models_lib.gpt import GPTConfig
-    from models_lib.t5 import T5Config
+    from models_lib.families import presets
+    from models_lib.families.elmo import ElmoConfig
+    from models_lib.families.gpt import GPTConfig
+    from models_lib.families.t5 import T5Config
 
     assert isinstance(presets.get("t5-tiny", vocab_size=100), T5Config)
     assert isinstance(presets.get("gpt-mini", vocab_size=100), GPTConfig)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models_lib import presets
-from models_lib.spanbert import SpanBertForPreTraining
+from models_lib.families import presets
+from models_lib.families.spanbert import SpanBertForPreTraining
 
 V, MASK = 61, 4
 

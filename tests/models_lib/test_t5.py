@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from models_lib import generation
+from models_lib.core import generation
 from models_lib.checkpoint import load_model, save_model
-from models_lib.layers import Attention, recording_attention
-from models_lib.t5 import (T5_PRESETS, Seq2SeqLMOutput, T5Config, T5ForConditionalGeneration,
+from models_lib.core.layers import Attention, recording_attention
+from models_lib.families.t5 import (T5_PRESETS, Seq2SeqLMOutput, T5Config, T5ForConditionalGeneration,
                            relative_position_bucket, shift_right)
 from tests.models_lib.helpers import randomise
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models_lib import masks, presets
-from models_lib.unilm import UniLMForPreTraining, generate_seq2seq
+from models_lib.core import masks
+from models_lib.families import presets
+from models_lib.families.unilm import UniLMForPreTraining, generate_seq2seq
 
 V, MASK, SEP = 61, 4, 3
 

@@ -11,7 +11,7 @@ VOCAB_SIZE = 2000
 
 def write_small_demo_corpus(path: Path, n_bytes: int = CORPUS_BYTES) -> Path:
     """The demo corpus cut after the last whole document within n_bytes."""
-    from trainer.corpus import write_demo_corpus
+    from trainer.prep.corpus import write_demo_corpus
 
     full = write_demo_corpus(path.parent / "demo_full.txt")
     text = full.read_text(encoding="utf-8")
@@ -29,9 +29,9 @@ def small_corpus_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory, small_corpus_file) -> Path:
     """A tokenizer folder with shards/{train,valid} built from ~200 KB of the demo corpus."""
-    from trainer.corpus import CleaningOptions, ingest
-    from trainer.shards import encode_corpus
-    from trainer.tokenization import train_tokenizer
+    from trainer.prep.corpus import CleaningOptions, ingest
+    from trainer.prep.shards import encode_corpus
+    from trainer.prep.tokenization import train_tokenizer
 
     base = tmp_path_factory.mktemp("prepared")
     corpus_dir, tok_dir = base / "corpus", base / "tokenizer"
@@ -44,7 +44,7 @@ def tokenizer_dir(tmp_path_factory, small_corpus_file) -> Path:
 
 def tiny_config(**changes):
     """bert-tiny shrunk to hidden 64: a few steps take well under a second on a CPU."""
-    from trainer.config import RunConfig
+    from trainer.training.config import RunConfig
 
     base = dict(preset="bert-tiny", model_overrides={"hidden_size": 64, "num_heads": 2},
                 objectives=["mlm", "nsp"], max_steps=40, batch_size=16, seq_len=64, lr=2e-3,
@@ -57,8 +57,8 @@ def tiny_config(**changes):
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory, tokenizer_dir):
     """40 steps of MLM + NSP; checkpoints at 20 and 40. -> (result, sink, run folder)."""
-    from trainer.engine import train
-    from trainer.sinks import ListSink
+    from trainer.training.engine import train
+    from trainer.training.sinks import ListSink
 
     out = tmp_path_factory.mktemp("run")
     sink = ListSink()
@@ -74,8 +74,8 @@ def make_config():
 
 def _tokenizer_for(tmp_path_factory, tokenizer_dir: Path, algorithm: str, **options) -> Path:
     """Another tokenizer (with shards) on the same prepared corpus as `tokenizer_dir`."""
-    from trainer.shards import encode_corpus
-    from trainer.tokenization import train_tokenizer
+    from trainer.prep.shards import encode_corpus
+    from trainer.prep.tokenization import train_tokenizer
 
     corpus_dir = tokenizer_dir.parent / "corpus"
     out = tmp_path_factory.mktemp(f"prepared-{algorithm}") / "tokenizer"
@@ -106,8 +106,8 @@ def unigram_tokenizer_dir(tmp_path_factory, tokenizer_dir) -> Path:
 def family_config(architecture: str, **changes):
     """A tiny run of any family: its -tiny preset at hidden 64, its default objectives, 50 steps
     of 8 x 64 tokens at lr 3e-3 (a few seconds on one CPU thread)."""
-    from trainer.config import RunConfig
-    from trainer.registry import ARCHITECTURES
+    from trainer.training.config import RunConfig
+    from trainer.catalog.registry import ARCHITECTURES
 
     spec = ARCHITECTURES[architecture]
     base = dict(architecture=architecture, preset=spec.default_preset,

@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.collators import (
+from trainer.objectives.collators import (
     IGNORE_INDEX, Example, MLMCollator, NSPCollator, ShardIndex, SpecialIds, build_packed_instances,
     build_pair_instances, mask_tokens, truncate_pair,
 )
-from trainer.config import RunConfig
-from trainer.data import DataPosition, ExampleSource, TrainStream, build_train_stream, build_valid_batches
+from trainer.training.config import RunConfig
+from trainer.training.data import DataPosition, ExampleSource, TrainStream, build_train_stream, build_valid_batches
 from trainer.errors import ConfigError
 
 SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, vocab_size=1000, special=(0, 1, 2, 3, 4))
@@ -54,7 +54,7 @@ def test_mask_count_is_exact_per_sequence():
 
 
 def test_nsp_pairs_are_half_random_and_from_other_documents(tokenizer_dir):
-    from trainer.data import open_split
+    from trainer.training.data import open_split
 
     index = open_split(tokenizer_dir, "train")
     tables = [build_pair_instances(index, max_tokens=61, rng=np.random.default_rng([2, 0, v])) for v in range(10)]
@@ -153,7 +153,7 @@ def test_stream_is_a_function_of_seed_and_position():
 
 
 def test_real_shards_give_train_and_fixed_valid_batches(tokenizer_dir):
-    from trainer.tokenization import load_tokenizer
+    from trainer.prep.tokenization import load_tokenizer
 
     special = SpecialIds.from_tokenizer(load_tokenizer(tokenizer_dir))
     config = RunConfig(seq_len=64, batch_size=8, eval_batches=3, objectives=["mlm"])
@@ -183,7 +183,7 @@ def test_collator_checks_its_output():
 
 
 def test_prefetcher_yields_the_stream_in_order_with_positions():
-    from trainer.data import Prefetcher
+    from trainer.training.data import Prefetcher
 
     index = synthetic_index(n_docs=60)
     make = lambda: TrainStream(  # noqa: E731
@@ -202,7 +202,7 @@ def test_nsp_needs_documents_of_two_sentences():
     single = ShardIndex.from_documents([[[5, 6, 7]], [[8, 9]], [[10, 11]]])
     with pytest.raises(ConfigError, match="documents of at least two sentences"):
         build_pair_instances(single, max_tokens=20, rng=np.random.default_rng(0))
-    from trainer.data import fixed_batches
+    from trainer.training.data import fixed_batches
 
     source = ExampleSource(single, special=SPECIAL, seq_len=32, nsp=True, static=True, seed=0)
     assert fixed_batches(source, NSPCollator(special=SPECIAL, seq_len=32), batch_size=2, n_batches=2, seed=0) == []

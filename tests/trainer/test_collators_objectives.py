@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.collators import (
+from trainer.objectives.collators import (
     COLLATORS, IGNORE_INDEX, MLMCollator, NSPCollator, SOPCollator, ShardIndex, SpanBERTCollator, SpecialIds,
     UniLMCollator, build_collator, build_packed_instances, build_sop_instances, collator_spec, example_rng,
 )
-from trainer.data import DataPosition, ExampleSource, TrainStream
+from trainer.training.data import DataPosition, ExampleSource, TrainStream
 from trainer.errors import ConfigError
-from trainer.masking import LEFT_TO_RIGHT, RIGHT_TO_LEFT, SEQ2SEQ, UNILM_MODE_PROBS, UNILM_MODES
+from trainer.objectives.masking import LEFT_TO_RIGHT, RIGHT_TO_LEFT, SEQ2SEQ, UNILM_MODE_PROBS, UNILM_MODES
 
 SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, vocab_size=1000, special=(0, 1, 2, 3, 4))
 
@@ -167,7 +167,7 @@ def test_unilm_modes_have_the_published_mixture_and_matching_masks():
 
 
 def test_unilm_batch_runs_through_the_bert_model():
-    from models_lib.bert import BertConfig, BertForPreTraining
+    from models_lib.families.bert import BertConfig, BertForPreTraining
 
     index = synthetic_index(n_docs=40)
     collator = build_collator(["unilm"], special=SPECIAL, seq_len=32)
@@ -213,8 +213,8 @@ def test_doc_sentences_never_cross_a_document_and_full_sentences_do():
 
 # ---------------------------------------------------------------------------- real shards
 def test_whole_word_masking_on_real_shards_never_splits_a_word(tokenizer_dir):
-    from trainer.data import open_split
-    from trainer.tokenization import load_tokenizer
+    from trainer.training.data import open_split
+    from trainer.prep.tokenization import load_tokenizer
 
     bundle = load_tokenizer(tokenizer_dir)
     special = SpecialIds.from_tokenizer(bundle)
@@ -315,7 +315,7 @@ def test_batches_move_and_pin_every_field():
     (["unilm"], "unilm-tiny", "mlm_loss"), (["mlm"], "roberta-tiny", "mlm_loss"),
 ])
 def test_batches_feed_the_models_lib_family_as_they_are(objectives, preset, loss):
-    from models_lib import presets
+    from models_lib.families import presets
     from models_lib.checkpoint import FAMILIES
 
     index = synthetic_index(n_docs=40)

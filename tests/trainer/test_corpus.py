@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from trainer import corpus
-from trainer.corpus import RULES, CleaningOptions, IngestResult, ingest, write_demo_corpus
+from trainer.prep import corpus
+from trainer.prep.corpus import RULES, CleaningOptions, IngestResult, ingest, write_demo_corpus
 from trainer.errors import CorpusError, UserError
 
 WORDS = (

@@ -2,7 +2,7 @@
 
 import pytest
 
-from trainer.sentences import MAX_SENTENCE_WORDS, count_words, split_sentences
+from trainer.prep.sentences import MAX_SENTENCE_WORDS, count_words, split_sentences
 
 
 @pytest.mark.parametrize(

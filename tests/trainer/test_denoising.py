@@ -1,4 +1,4 @@
-"""The encoder-decoder objectives of issue 4 (trainer.denoising): T5 span corruption at fixed
+"""The encoder-decoder objectives of issue 4 (trainer.objectives.denoising): T5 span corruption at fixed
 shapes, the T5 study's and BART's alternatives, the Batch contract, and static/dynamic
 corruption with exact resume."""
 from __future__ import annotations
@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.collators import (
+from trainer.objectives.collators import (
     COLLATORS, IGNORE_INDEX, Batch, Example, ShardIndex, SpecialIds, TextLayout, build_chunk_instances, build_collator,
     example_rng,
 )
-from trainer.data import DataPosition, ExampleSource, TrainStream, make_source
-from trainer.denoising import (
+from trainer.training.data import DataPosition, ExampleSource, TrainStream, make_source
+from trainer.objectives.denoising import (
     DENOISING_COLLATORS, SENTINELS_NEEDED, SpanCorruptionCollator, TextInfillingCollator, infill,
     span_corruption_lengths,
 )
@@ -31,8 +31,8 @@ OBJECTIVES = list(DENOISING_COLLATORS)
 @pytest.fixture(scope="module")
 def sentinel_unigram_dir(tmp_path_factory, tokenizer_dir):
     """A Unigram tokenizer with T5's 100 sentinels, and its shards, on the shared demo corpus."""
-    from trainer.shards import encode_corpus
-    from trainer.tokenization import train_tokenizer
+    from trainer.prep.shards import encode_corpus
+    from trainer.prep.tokenization import train_tokenizer
 
     out = tmp_path_factory.mktemp("unigram-sentinels") / "tokenizer"
     train_tokenizer(tokenizer_dir.parent / "corpus", out, algorithm="unigram", vocab_size=2000, lowercase=True,
@@ -166,8 +166,8 @@ def test_span_corruption_needs_sentinels():
 
 
 def test_span_corruption_on_real_shards_decodes_back_to_the_text(sentinel_unigram_dir):
-    from trainer.data import open_split
-    from trainer.tokenization import load_tokenizer
+    from trainer.training.data import open_split
+    from trainer.prep.tokenization import load_tokenizer
 
     bundle = load_tokenizer(sentinel_unigram_dir)
     special = SpecialIds.from_tokenizer(bundle)

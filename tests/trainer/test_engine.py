@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from models_lib.checkpoint import load_model
-from trainer.checkpoints import list_checkpoints, read_optimizer_state
-from trainer.engine import train
+from trainer.training.checkpoints import list_checkpoints, read_optimizer_state
+from trainer.training.engine import train
 from trainer.errors import ConfigError
-from trainer.sinks import ListSink
+from trainer.training.sinks import ListSink
 
 TRAIN_KEYS = {"loss", "mlm_loss", "nsp_loss", "mlm_acc", "nsp_acc", "lr", "grad_norm", "tokens_per_s",
               "memory_mb", "progress", "eta_s"}
@@ -115,7 +115,7 @@ def test_corpus_too_small_for_the_batch_is_a_user_error(tokenizer_dir, tmp_path,
 
 
 def test_background_collation_gives_the_same_run(tokenizer_dir, tmp_path, make_config, monkeypatch):
-    from trainer import engine
+    from trainer.training import engine
 
     config = make_config(max_steps=4, log_every=1, warmup_steps=1, checkpoint_every=100)
     direct, threaded = ListSink(), ListSink()

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from models_lib.bert import BertConfig, BertForPreTraining
-from trainer.optim import build_optimizer, clip_gradients, lr_factor, param_groups
-from trainer.sinks import ConsoleSink, ListSink, MetricsSink, NullSink, TeeSink, format_duration
+from models_lib.families.bert import BertConfig, BertForPreTraining
+from trainer.training.optim import build_optimizer, clip_gradients, lr_factor, param_groups
+from trainer.training.sinks import ConsoleSink, ListSink, MetricsSink, NullSink, TeeSink, format_duration
 
 
 def test_linear_schedule_warms_up_then_decays():

@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from models_lib.checkpoint import load_model
-from trainer import inference, registry
-from trainer.checkpoints import list_checkpoints, read_optimizer_state
-from trainer.engine import train
+from trainer.inference import tools as inference
+from trainer.catalog import registry
+from trainer.training.checkpoints import list_checkpoints, read_optimizer_state
+from trainer.training.engine import train
 from trainer.errors import InferenceError
-from trainer.sinks import ListSink
+from trainer.training.sinks import ListSink
 
 COMMON_TRAIN = {"loss", "lr", "grad_norm", "tokens_per_s", "memory_mb", "progress", "eta_s"}
 FAMILY_METRICS = {

@@ -8,10 +8,12 @@ import pytest
 import torch
 
 from models_lib.checkpoint import load_model
-from trainer import families, inference, registry
-from trainer.engine import train
+from trainer.training import steps as families
+from trainer.inference import tools as inference
+from trainer.catalog import registry
+from trainer.training.engine import train
 from trainer.errors import ConfigError
-from trainer.sinks import ListSink
+from trainer.training.sinks import ListSink
 
 TEACHER = {"hidden_size": 64, "num_heads": 2, "num_layers": 4}
 STUDENT = {"hidden_size": 64, "num_heads": 2, "num_layers": 2}

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from trainer import registry
-from trainer.config import RunConfig, choices
+from trainer.catalog import registry
+from trainer.training.config import RunConfig, choices
 from trainer.errors import ConfigError
 
 FAMILIES = ("bert", "roberta", "albert", "spanbert", "electra", "distilbert", "unilm")
@@ -48,8 +48,8 @@ def test_every_encoder_family_is_in_the_table_with_its_papers_settings():
 
 
 def test_choices_come_from_the_data_layer():
-    from trainer.collators import PACKINGS
-    from trainer.masking import MASKING_UNITS
+    from trainer.objectives.collators import PACKINGS
+    from trainer.objectives.masking import MASKING_UNITS
 
     assert choices()["masking_unit"] == tuple(MASKING_UNITS) and choices()["packing"] == tuple(PACKINGS)
 

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from models_lib.checkpoint import load_model
-from trainer import registry
-from trainer.checkpoints import read_optimizer_state
-from trainer.config import RunConfig
-from trainer.engine import train
+from trainer.catalog import registry
+from trainer.training.checkpoints import read_optimizer_state
+from trainer.training.config import RunConfig
+from trainer.training.engine import train
 from trainer.errors import ConfigError
-from trainer.sinks import ListSink
+from trainer.training.sinks import ListSink
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMON_TRAIN = {"loss", "lr", "grad_norm", "tokens_per_s", "memory_mb", "progress", "eta_s"}
@@ -110,7 +110,7 @@ def test_t5_trains_with_adafactor_and_the_inverse_sqrt_schedule_by_default(famil
     assert not any("exp_avg" in s for s in state.values())  # no AdamW moments
     model = load_model(result.last_checkpoint)
     # T5's token ids follow the tokenizer: pad, EOS = its separator, decoder start = pad
-    from trainer.tokenization import load_tokenizer
+    from trainer.prep.tokenization import load_tokenizer
 
     bundle = load_tokenizer(data_dirs["t5"])
     assert (model.config.pad_token_id, model.config.eos_token_id, model.config.decoder_start_token_id) == (
@@ -127,7 +127,7 @@ def test_gpt_and_elmo_use_adamw_and_gpt_knows_its_eos(family_run, data_dirs):
         state = read_optimizer_state(result.last_checkpoint)["optimizer"]["state"]
         assert all("exp_avg" in s for s in state.values())
     gpt = load_model(family_run("gpt")[0].last_checkpoint)
-    from trainer.tokenization import load_tokenizer
+    from trainer.prep.tokenization import load_tokenizer
 
     bundle = load_tokenizer(data_dirs["gpt"])
     assert (gpt.config.eos_token_id, gpt.config.pad_token_id, gpt.config.norm_placement) == (bundle.sep_id, 0, "pre")
@@ -196,10 +196,10 @@ def test_t5_span_corruption_refuses_a_tokenizer_without_sentinels(unigram_tokeni
 
 
 def test_elmo_with_the_character_cnn_spells_the_tokenizers_vocabulary(tokenizer_dir, tmp_path):
-    from models_lib.elmo import char_table
-    from trainer.families import build
-    from trainer.segmenter import vocab_strings
-    from trainer.tokenization import load_tokenizer
+    from models_lib.families.elmo import char_table
+    from trainer.training.steps import build
+    from trainer.prep.segmenter import vocab_strings
+    from trainer.prep.tokenization import load_tokenizer
 
     bundle = load_tokenizer(tokenizer_dir)
     config = seq_config("elmo", model_overrides={"char_cnn": True}, max_steps=2, warmup_steps=0, eval_every=2,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from trainer import inference
+from trainer.inference import tools as inference
 from trainer.errors import InferenceError
-from trainer.importing import ModelImportError, extract_archive, import_hf_directory
+from trainer.inference.importing import ModelImportError, extract_archive, import_hf_directory
 
 helpers = importlib.import_module("tests.trainer.test_importing_helpers")
 
@@ -38,7 +38,7 @@ def test_an_imported_masked_lm_predicts_what_transformers_predicts(hf_mlm, impor
                                                   "tokenizer_meta.json", "import_info.json"}
     text = "the cat [MASK] on the mat ."
     ours = inference.fill_mask(folder, text, top_k=3)
-    from trainer.tokenization import load_tokenizer
+    from trainer.prep.tokenization import load_tokenizer
 
     ids = load_tokenizer(folder).tok.encode(text).ids
     assert ids == [2, 5, 6, 4, 8, 5, 9, 26, 3]  # [CLS] ... [SEP], with [MASK] read as the mask token
@@ -63,7 +63,7 @@ def test_a_tar_gz_with_a_tokenizer_json_imports_too(tmp_path):
     src = extract_archive(helpers.tar_folder(folder, tmp_path / "m.tar.gz"), tmp_path / "x")
     info = import_hf_directory(src, tmp_path / "ckpt")
     assert info["objectives"] == ["mlm", "nsp"] and info["tokenizer"]["algorithm"] == "wordpiece"
-    from trainer.tokenization import load_tokenizer
+    from trainer.prep.tokenization import load_tokenizer
 
     assert load_tokenizer(tmp_path / "ckpt").tok.encode("The cat [MASK]").ids == [2, 5, 6, 4, 3]
     scores = inference.sentence_order(tmp_path / "ckpt", "the cat sat .", "the dog ran .")

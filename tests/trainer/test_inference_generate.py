@@ -1,4 +1,4 @@
-"""trainer.inference for T5, GPT, UniLM and ELMo: generation (all at once and streamed), span
+"""trainer.inference.tools for T5, GPT, UniLM and ELMo: generation (all at once and streamed), span
 filling, attention maps, ELMo word similarity, decoding mistakes, and imported T5 / GPT-2 models
 generating what transformers generates."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer import inference
+from trainer.inference import tools as inference
 from trainer.errors import InferenceError
 
 from .test_inference_generate_helpers import (
@@ -76,7 +76,7 @@ def test_t5_text_to_text_answers_with_its_greedy_decoding(ckpts, tok_dir):
     assert out["family"] == "t5" and out["decoding"] == {"strategy": "greedy", "max_new_tokens": 6}
     assert len(out["ids"]) == len(out["tokens"]) <= 6 and out["stopped"] in ("end", "length")
     # The same tokens as models_lib's generate on "text EOS", after the decoder start token.
-    from trainer.tokenization import load_tokenizer
+    from trainer.prep.tokenization import load_tokenizer
 
     tok = load_tokenizer(tok_dir)
     model = tiny_model("t5", tok_dir)
@@ -89,7 +89,7 @@ def test_t5_text_to_text_answers_with_its_greedy_decoding(ckpts, tok_dir):
 
 
 def test_gpt_beam_search_is_models_libs(ckpts, tok_dir):
-    from trainer.tokenization import load_tokenizer
+    from trainer.prep.tokenization import load_tokenizer
 
     tok = load_tokenizer(tok_dir)
     out = inference.generate(ckpts["gpt"], "the dog ran", strategy="beam", num_beams=3, max_new_tokens=8)
@@ -147,9 +147,9 @@ def test_encoder_questions_are_refused_for_decoders_and_elmo(ckpts):
 
 def test_unilm_generates_through_the_same_function(base, tok_dir):
     from models_lib.checkpoint import save_model
-    from models_lib.config import EncoderConfig
-    from models_lib.unilm import UniLMForPreTraining
-    from trainer.tokenization import load_tokenizer
+    from models_lib.core.config import EncoderConfig
+    from models_lib.families.unilm import UniLMForPreTraining
+    from trainer.prep.tokenization import load_tokenizer
 
     tok = load_tokenizer(tok_dir)
     torch.manual_seed(0)
@@ -169,7 +169,7 @@ def test_unilm_generates_through_the_same_function(base, tok_dir):
 
 # ---------------------------------------------------------------------------- span filling
 def test_fill_spans_gives_each_sentinel_its_span(ckpts, tok_dir, monkeypatch):
-    from trainer.tokenization import load_tokenizer
+    from trainer.prep.tokenization import load_tokenizer
 
     tok = load_tokenizer(tok_dir)
     s0, s1, s2 = tok.sentinel_ids[:3]
@@ -245,10 +245,10 @@ def test_t5_has_three_stacks_and_reads_a_target(ckpts):
 
 
 def test_albert_shared_layers_give_one_map_per_layer(base, tok_dir):
-    from models_lib.albert import AlbertForPreTraining
+    from models_lib.families.albert import AlbertForPreTraining
     from models_lib.checkpoint import save_model
-    from models_lib.config import EncoderConfig
-    from trainer.tokenization import load_tokenizer
+    from models_lib.core.config import EncoderConfig
+    from trainer.prep.tokenization import load_tokenizer
 
     tok = load_tokenizer(tok_dir)
     cfg = EncoderConfig.from_preset("albert-tiny", vocab_size=tok.vocab_size, hidden_size=32, num_heads=2,
@@ -312,7 +312,7 @@ def _hf_generate(kind: str, folder: Path, prompt: str, **kw) -> list[int]:
 
 @pytest.mark.parametrize("kind, prompt", [("t5", "summarize: the cat sat on the mat"), ("gpt2", "The cat sat on")])
 def test_imported_t5_and_gpt2_generate_what_transformers_generates(base, kind, prompt):
-    from trainer.importing import import_hf_directory
+    from trainer.inference.importing import import_hf_directory
 
     src = (write_tiny_hf_t5 if kind == "t5" else write_tiny_hf_gpt2)(base / f"hf-{kind}")
     info = import_hf_directory(src, base / f"imported-{kind}")

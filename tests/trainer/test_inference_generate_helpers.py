@@ -25,7 +25,7 @@ _lock = threading.Lock()
 
 def make_tokenizer(folder: Path, *, extra_ids: int = EXTRA_IDS, algorithm: str = "wordpiece") -> Path:
     """A WordPiece tokenizer (lower case) trained on TEXT, with `extra_ids` sentinels; made once per folder."""
-    from trainer.tokenization import train_tokenizer
+    from trainer.prep.tokenization import train_tokenizer
 
     folder = Path(folder)
     with _lock:
@@ -47,33 +47,33 @@ def tiny_model(family: str, tokenizer_dir: Path, *, seed: int = 0):
     """A tiny random model of `family` sized for the tokenizer, in eval mode."""
     import torch
 
-    from trainer.tokenization import load_tokenizer
+    from trainer.prep.tokenization import load_tokenizer
 
     tok = load_tokenizer(tokenizer_dir)
     torch.manual_seed(seed)
     V = tok.vocab_size
     if family == "t5":
-        from models_lib.t5 import T5Config, T5ForConditionalGeneration
+        from models_lib.families.t5 import T5Config, T5ForConditionalGeneration
 
         cfg = T5Config.from_preset("t5-tiny", vocab_size=V, d_model=32, d_ff=64, d_kv=8, num_heads=2,
                                    num_layers=2, num_decoder_layers=2, dropout_rate=0.0,
                                    pad_token_id=tok.pad_id, eos_token_id=tok.sep_id)
         model = T5ForConditionalGeneration(cfg)
     elif family == "gpt":
-        from models_lib.gpt import GPTConfig, GPTLMHeadModel
+        from models_lib.families.gpt import GPTConfig, GPTLMHeadModel
 
         cfg = GPTConfig(vocab_size=V, hidden_size=32, num_layers=2, num_heads=2, max_position_embeddings=64,
                         hidden_dropout=0.0, attention_dropout=0.0, embedding_dropout=0.0,
                         pad_token_id=tok.pad_id, eos_token_id=tok.sep_id)
         model = GPTLMHeadModel(cfg)
     elif family == "elmo":
-        from models_lib.elmo import ElmoConfig, ElmoLanguageModel
+        from models_lib.families.elmo import ElmoConfig, ElmoLanguageModel
 
         cfg = ElmoConfig.from_preset("elmo-tiny", vocab_size=V, pad_token_id=tok.pad_id, char_cnn=False,
                                      embedding_dim=16, hidden_size=32, dropout=0.0)
         model = ElmoLanguageModel(cfg)
     elif family == "bert":
-        from models_lib.bert import BertConfig, BertForPreTraining
+        from models_lib.families.bert import BertConfig, BertForPreTraining
 
         cfg = BertConfig.from_preset("bert-tiny", vocab_size=V, hidden_size=32, num_heads=2, intermediate_size=64,
                                      num_layers=2, max_position_embeddings=64)

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from trainer import inference
+from trainer.inference import tools as inference
 from trainer.errors import InferenceError
 
 

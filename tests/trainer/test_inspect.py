@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from trainer.errors import InferenceError
-from trainer.inspect import sample_batch
+from trainer.objectives.inspection import sample_batch
 
 
 def test_a_batch_shows_each_token_with_its_role_segment_and_pair_label(tokenizer_dir, make_config):
@@ -59,9 +59,9 @@ def test_what_cannot_be_shown_says_why(tokenizer_dir, make_config, monkeypatch):
     def not_yet(*args, **kwargs):  # a collator factory without a collator for this objective
         raise NotImplementedError
 
-    import trainer.data
+    import trainer.training.data
 
-    monkeypatch.setattr(trainer.data, "build_train_stream", not_yet)
+    monkeypatch.setattr(trainer.training.data, "build_train_stream", not_yet)
     with pytest.raises(InferenceError, match="cannot show MLM \\+ NSP batches yet"):
         sample_batch(config, tokenizer_dir)
 
@@ -69,7 +69,7 @@ def test_what_cannot_be_shown_says_why(tokenizer_dir, make_config, monkeypatch):
 def test_spans_come_from_the_collator_when_its_batch_has_them():
     import torch
 
-    from trainer.inspect import _collator_spans
+    from trainer.objectives.inspection import _collator_spans
 
     class SpanBatch:  # SpanBERT's span boundary targets: row, left, right, position, index in span
         input_ids = torch.zeros(2, 8, dtype=torch.long)
@@ -82,8 +82,8 @@ def test_spans_come_from_the_collator_when_its_batch_has_them():
 def test_for_electra_it_shows_the_generators_samples_and_the_discriminators_verdicts(
         tokenizer_dir, make_family_config, tmp_path):
     from models_lib.checkpoint import save_model
-    from trainer.families import build
-    from trainer.tokenization import load_tokenizer
+    from trainer.training.steps import build
+    from trainer.prep.tokenization import load_tokenizer
 
     config = make_family_config("electra")
     bundle = load_tokenizer(tokenizer_dir)

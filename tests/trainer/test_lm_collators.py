@@ -1,4 +1,4 @@
-"""Causal-LM (GPT) and biLM (ELMo) batches (trainer.lm_collators): packed rows of exactly
+"""Causal-LM (GPT) and biLM (ELMo) batches (trainer.objectives.lm): packed rows of exactly
 seq_len tokens with EOS after every document, labels = input ids."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.collators import COLLATORS, IGNORE_INDEX, ShardIndex, SpecialIds, TextLayout, build_collator
-from trainer.data import DataPosition, ExampleSource, TrainStream, fixed_batches, make_source, open_split
+from trainer.objectives.collators import COLLATORS, IGNORE_INDEX, ShardIndex, SpecialIds, TextLayout, build_collator
+from trainer.training.data import DataPosition, ExampleSource, TrainStream, fixed_batches, make_source, open_split
 from trainer.errors import ConfigError
-from trainer.lm_collators import BiLMCollator, CausalLMCollator
+from trainer.objectives.lm import BiLMCollator, CausalLMCollator
 
 SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, vocab_size=1000, special=(0, 1, 2, 3, 4))
 EOS = SPECIAL.eos
@@ -60,7 +60,7 @@ def test_rows_are_exactly_seq_len_with_eos_between_documents(objective, cls):
 
 
 def test_clm_on_real_shards(tokenizer_dir):
-    from trainer.tokenization import load_tokenizer
+    from trainer.prep.tokenization import load_tokenizer
 
     bundle = load_tokenizer(tokenizer_dir)
     special = SpecialIds.from_tokenizer(bundle)

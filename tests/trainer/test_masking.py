@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.collators import SpecialIds
-from trainer.masking import (
+from trainer.objectives.collators import SpecialIds
+from trainer.objectives.masking import (
     BIDIRECTIONAL, IGNORE_INDEX, KEEP, LEFT_TO_RIGHT, RIGHT_TO_LEFT, SEQ2SEQ, TO_MASK, TO_RANDOM, UNILM_MODE_PROBS,
     UNILM_MODES, Masker, find_words, ngram_probs, phrase_break_table, phrase_units, span_length_probs,
     unilm_attention_masks,
@@ -192,7 +192,7 @@ def test_token_unit_with_a_maskable_region_masks_only_there():
 
 # ---------------------------------------------------------------------------- UniLM masks
 def test_unilm_masks_are_the_four_published_shapes():
-    from models_lib import masks
+    from models_lib.core import masks
 
     assert UNILM_MODES == masks.MODES  # mode ids mean the same on both sides
     assert abs(sum(UNILM_MODE_PROBS) - 1) < 1e-12

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.collators import IGNORE_INDEX, SpecialIds, build_collator
-from trainer.config import RunConfig
-from trainer.segmenter import TokenWordStarts, refine_word_starts, segment, word_starts_for
+from trainer.objectives.collators import IGNORE_INDEX, SpecialIds, build_collator
+from trainer.training.config import RunConfig
+from trainer.prep.segmenter import TokenWordStarts, refine_word_starts, segment, word_starts_for
 
 SENTENCES = [
     "我喜欢吃苹果。", "自然语言处理是人工智能的一个重要方向。", "他们在北京大学学习计算机科学。",
@@ -23,8 +23,8 @@ SENTENCES = [
 @pytest.fixture(scope="module")
 def chinese_tokenizer(tmp_path_factory) -> Path:
     """A WordPiece tokenizer (CJK characters split apart, as BERT does) with shards."""
-    from trainer.shards import encode_corpus
-    from trainer.tokenization import train_tokenizer
+    from trainer.prep.shards import encode_corpus
+    from trainer.prep.tokenization import train_tokenizer
 
     base = tmp_path_factory.mktemp("zh")
     corpus, tok = base / "corpus", base / "tok"
@@ -43,7 +43,7 @@ def test_jieba_finds_multi_character_words():
 
 
 def test_word_starts_follow_jieba_inside_cjk_runs(chinese_tokenizer):
-    from trainer.tokenization import load_tokenizer
+    from trainer.prep.tokenization import load_tokenizer
 
     bundle = load_tokenizer(chinese_tokenizer)
     text = "我喜欢吃苹果, ok"
@@ -60,8 +60,8 @@ def test_word_starts_follow_jieba_inside_cjk_runs(chinese_tokenizer):
 
 
 def test_whole_word_masking_masks_both_characters_of_a_chinese_word(chinese_tokenizer):
-    from trainer.data import _tokenizer_if_needed, make_collator, make_source, open_split
-    from trainer.tokenization import load_tokenizer
+    from trainer.training.data import _tokenizer_if_needed, make_collator, make_source, open_split
+    from trainer.prep.tokenization import load_tokenizer
 
     bundle = load_tokenizer(chinese_tokenizer)
     special = SpecialIds.from_tokenizer(bundle)
@@ -98,7 +98,7 @@ def test_whole_word_masking_masks_both_characters_of_a_chinese_word(chinese_toke
 
 
 def test_segmenter_prints_nothing():
-    code = "from trainer.segmenter import segment; print('/'.join(segment('我喜欢吃苹果')))"
+    code = "from trainer.prep.segmenter import segment; print('/'.join(segment('我喜欢吃苹果')))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0 and done.stdout.strip() == "我/喜欢/吃/苹果" and done.stderr == ""

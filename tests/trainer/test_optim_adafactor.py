@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from trainer.config import RunConfig
+from trainer.training.config import RunConfig
 from trainer.errors import ConfigError
-from trainer.optim import build_optimizer, lr_factor
+from trainer.training.optim import build_optimizer, lr_factor
 
 
 def t5_config(**changes) -> RunConfig:
@@ -20,7 +20,7 @@ def t5_config(**changes) -> RunConfig:
 
 
 def tiny_t5():
-    from models_lib.t5 import T5Config, T5ForConditionalGeneration
+    from models_lib.families.t5 import T5Config, T5ForConditionalGeneration
 
     torch.manual_seed(0)
     cfg = T5Config.from_preset("t5-tiny", vocab_size=64, d_model=16, d_ff=32, d_kv=8, num_heads=2, num_layers=1,

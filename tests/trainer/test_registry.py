@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from trainer import registry
-from trainer.config import RunConfig
+from trainer.catalog import registry
+from trainer.training.config import RunConfig
 from trainer.errors import ConfigError
 
 

@@ -6,11 +6,11 @@ import random
 import numpy as np
 import pytest
 
-from trainer import shards
-from trainer.corpus import CleaningOptions, ingest, write_demo_corpus
+from trainer.prep import shards
+from trainer.prep.corpus import CleaningOptions, ingest, write_demo_corpus
 from trainer.errors import CorpusError, TokenizerError
-from trainer.shards import encode_corpus, open_shards, token_dtype
-from trainer.tokenization import load_tokenizer, train_tokenizer
+from trainer.prep.shards import encode_corpus, open_shards, token_dtype
+from trainer.prep.tokenization import load_tokenizer, train_tokenizer
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
 

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from trainer.errors import TokenizerError, UserError
-from trainer.tokenization import ALGORITHMS, ROLES, load_tokenizer, tokenize_preview, train_tokenizer
+from trainer.prep.tokenization import ALGORITHMS, ROLES, load_tokenizer, tokenize_preview, train_tokenizer
 
 WORDS = (
     "play playing played player players replay display run running runner runs walk walking "

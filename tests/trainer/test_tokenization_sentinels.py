@@ -8,9 +8,9 @@ import random
 import numpy as np
 import pytest
 
-from trainer.collators import SpecialIds
+from trainer.objectives.collators import SpecialIds
 from trainer.errors import TokenizerError
-from trainer.tokenization import load_tokenizer, sentinel_token, tokenize_preview, train_tokenizer
+from trainer.prep.tokenization import load_tokenizer, sentinel_token, tokenize_preview, train_tokenizer
 
 WORDS = ("the a model token train language run walk house kind happy play player playing display "
          "talk talked running runner houses").split()

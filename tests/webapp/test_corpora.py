@@ -57,7 +57,7 @@ def stored_files(corpus: Corpus) -> set[str]:
 
 
 def test_upload_page_has_one_checkbox_per_cleaning_rule(alice_client):
-    from trainer.corpus import RULES
+    from trainer.prep.corpus import RULES
 
     html = alice_client.get(reverse("corpora:upload")).content.decode()
     for field, label, _help in RULES:
@@ -199,7 +199,7 @@ def test_bad_upload_fails_with_a_clear_message_and_no_half_made_output(
 
 
 def test_an_internal_error_is_logged_and_shown_as_a_generic_sentence(alice, monkeypatch, caplog, settings):
-    import trainer.corpus
+    import trainer.prep.corpus
 
     def broken_ingest(*args, **kwargs):
         raise RuntimeError("disk on fire")
@@ -208,7 +208,7 @@ def test_an_internal_error_is_logged_and_shown_as_a_generic_sentence(alice, monk
         owner=alice, name="c", uploaded_file=SimpleUploadedFile("c.txt", sample_text().encode()),
         original_filename="c.txt", options={},
     )
-    monkeypatch.setattr(trainer.corpus, "ingest", broken_ingest)
+    monkeypatch.setattr(trainer.prep.corpus, "ingest", broken_ingest)
     with caplog.at_level(logging.ERROR, logger="webapp.corpora.services"):
         services.corpus_process(corpus_id=corpus.id)
     corpus.refresh_from_db()
@@ -218,10 +218,10 @@ def test_an_internal_error_is_logged_and_shown_as_a_generic_sentence(alice, monk
 
 
 def test_processing_reports_progress_to_the_row(alice, monkeypatch):
-    import trainer.corpus
+    import trainer.prep.corpus
 
     seen = []
-    real_ingest = trainer.corpus.ingest
+    real_ingest = trainer.prep.corpus.ingest
 
     def watching_ingest(*args, progress, **kwargs):
         def spy(percent):
@@ -233,7 +233,7 @@ def test_processing_reports_progress_to_the_row(alice, monkeypatch):
         owner=alice, name="c", uploaded_file=SimpleUploadedFile("c.txt", sample_text().encode()),
         original_filename="c.txt", options={},
     )
-    monkeypatch.setattr(trainer.corpus, "ingest", watching_ingest)
+    monkeypatch.setattr(trainer.prep.corpus, "ingest", watching_ingest)
     services.corpus_process(corpus_id=corpus.id)
     assert Corpus.objects.get(pk=corpus.pk).status == JobStatus.READY
     assert seen and all(0 <= p <= 100 for p in seen)

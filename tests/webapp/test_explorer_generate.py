@@ -40,7 +40,7 @@ def test_bad_inputs_are_400(alice_api, bert_checkpoint, body):
 
 
 def test_a_unilm_answer_has_text_tokens_and_stopped(alice_api, bert_checkpoint, monkeypatch):
-    from trainer import inference
+    from trainer.inference import tools as inference
 
     calls = []
 

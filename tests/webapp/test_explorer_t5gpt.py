@@ -39,7 +39,7 @@ def ask(api, url, ckpt, **body):
 
 # ---------------------------------------------------------------------------- answers
 def test_t5_answers_the_explorers_generate_endpoint(alice_api, t5):
-    from trainer import inference
+    from trainer.inference import tools as inference
 
     response = ask(alice_api, GENERATE, t5, prompt="summarize: the cat sat on the mat", max_new_tokens=6)
     assert response.status_code == 200, response.json()

@@ -151,15 +151,15 @@ def test_reading_the_run_list_reaps_stale_runs(alice, alice_client, settings):
 @pytest.fixture
 def fake_train(monkeypatch):
     """Replace the engine with a function the test provides."""
-    import trainer.engine
+    import trainer.training.engine
 
     def install(fn):
-        monkeypatch.setattr(trainer.engine, "train", fn)
+        monkeypatch.setattr(trainer.training.engine, "train", fn)
     return install
 
 
 def test_run_execute_records_success_and_every_event(alice, fake_train, tmp_path):
-    from trainer.engine import TrainResult
+    from trainer.training.engine import TrainResult
 
     run = make_run(alice)
 
@@ -532,7 +532,7 @@ def test_api_cancel_resume_clone_and_config_yaml(alice, alice_api, enqueued):
     assert clone.json()["cloned_from"] == str(run.id)
     text = alice_api.get(f"/api/runs/{run.id}/config.yaml")
     assert text.status_code == 200 and text["Content-Type"].startswith("application/yaml")
-    from trainer.config import RunConfig
+    from trainer.training.config import RunConfig
 
     assert RunConfig.from_yaml(text.content.decode()).to_dict() == run.config
 

@@ -42,8 +42,8 @@ def prepared_data(algorithm: str = "wordpiece", extra_ids: int = 0) -> tuple[Pat
         tok_dir = base / f"tokenizer-{algorithm}-{extra_ids}"
         with _lock:
             if not (tok_dir / "shards" / "valid").is_dir():
-                from trainer.shards import encode_corpus
-                from trainer.tokenization import train_tokenizer
+                from trainer.prep.shards import encode_corpus
+                from trainer.prep.tokenization import train_tokenizer
 
                 train_tokenizer(corpus_dir, tok_dir, algorithm=algorithm, vocab_size=VOCAB_SIZE, lowercase=True,
                                 extra_ids=extra_ids)
@@ -53,9 +53,9 @@ def prepared_data(algorithm: str = "wordpiece", extra_ids: int = 0) -> tuple[Pat
     with _lock:
         if (tok_dir / "shards" / "valid").is_dir():
             return corpus_dir, tok_dir
-        from trainer.corpus import CleaningOptions, ingest, write_demo_corpus
-        from trainer.shards import encode_corpus
-        from trainer.tokenization import train_tokenizer
+        from trainer.prep.corpus import CleaningOptions, ingest, write_demo_corpus
+        from trainer.prep.shards import encode_corpus
+        from trainer.prep.tokenization import train_tokenizer
 
         base.mkdir(parents=True, exist_ok=True)
         full = write_demo_corpus(base / "demo_full.txt")
@@ -73,16 +73,16 @@ def prepared_data(algorithm: str = "wordpiece", extra_ids: int = 0) -> tuple[Pat
 def trained_checkpoints() -> list[tuple[int, Path]]:
     """[(step, folder)] of a 20-step MLM+NSP run trained once into the cache (no database)."""
     out = cache_dir() / "trained-run"
-    from trainer.checkpoints import list_checkpoints
+    from trainer.training.checkpoints import list_checkpoints
 
     with _lock:
         found = list_checkpoints(out)
         if found:
             return found
     _, tok_dir = prepared_data()
-    from trainer.config import RunConfig
-    from trainer.engine import train
-    from trainer.sinks import NullSink
+    from trainer.training.config import RunConfig
+    from trainer.training.engine import train
+    from trainer.training.sinks import NullSink
 
     with _lock:
         train(RunConfig(**TINY_TRAINING), data_dir=tok_dir, out_dir=out, sink=NullSink())
@@ -106,7 +106,7 @@ def make_data(owner, *, real: bool = False, status: str = JobStatus.READY, algor
 
 
 def make_run(owner, *, corpus=None, tokenizer=None, status: str = RunStatus.QUEUED, **fields) -> Run:
-    from trainer.config import RunConfig
+    from trainer.training.config import RunConfig
 
     if tokenizer is None:
         corpus, tokenizer = make_data(owner)

@@ -14,7 +14,7 @@ import yaml
 from django.urls import reverse
 
 from tests.webapp.test_runs_helpers import cache_dir, make_data, make_run, prepared_data
-from trainer.config import RunConfig
+from trainer.training.config import RunConfig
 from webapp.runs import services
 from webapp.runs.models import MetricPoint, Run, RunStatus
 
@@ -44,8 +44,8 @@ def real_tokenizer(owner, algorithm: str, *, extra_ids: int = 0):
     cached = cache_dir() / f"tokenizer-{algorithm}-{extra_ids}"
     with _lock:
         if not (cached / "shards" / "valid").is_dir():
-            from trainer.shards import encode_corpus
-            from trainer.tokenization import train_tokenizer
+            from trainer.prep.shards import encode_corpus
+            from trainer.prep.tokenization import train_tokenizer
 
             train_tokenizer(corpus_dir, cached, algorithm=algorithm, vocab_size=1000, lowercase=True,
                             extra_ids=extra_ids)

@@ -119,13 +119,13 @@ def test_bad_settings_are_refused_with_a_sentence(alice_api, alice, payload, mes
 
 
 def test_training_failure_is_shown_and_leaves_no_files(alice, ready_corpus, monkeypatch):
-    import trainer.tokenization
+    import trainer.prep.tokenization
     from trainer.errors import TokenizerError
 
     def refuse(*args, **kwargs):
         raise TokenizerError("The corpus has too little text to learn a vocabulary from.")
 
-    monkeypatch.setattr(trainer.tokenization, "train_tokenizer", refuse)
+    monkeypatch.setattr(trainer.prep.tokenization, "train_tokenizer", refuse)
     tokenizer = services.tokenizer_create(owner=alice, corpus=ready_corpus, name="", algorithm="wordpiece",
                                           vocab_size=500, lowercase=True)
     services.tokenizer_process(tokenizer_id=tokenizer.id)

@@ -36,7 +36,7 @@ def ready_corpus(alice) -> Corpus:
 
 
 def test_the_api_trains_a_tokenizer_with_sentinels(alice_api, ready_corpus, eager, django_capture_on_commit_callbacks):
-    from trainer.tokenization import load_tokenizer
+    from trainer.prep.tokenization import load_tokenizer
 
     with django_capture_on_commit_callbacks(execute=True):
         response = alice_api.post("/api/tokenizers/", {"corpus": str(ready_corpus.id), "algorithm": "unigram",
@@ -96,15 +96,15 @@ def test_the_form_offers_sentinels_and_the_detail_page_shows_them(alice_client, 
 
 
 def test_training_passes_the_setting_to_the_trainer(alice, ready_corpus, monkeypatch):
-    import trainer.tokenization
+    import trainer.prep.tokenization
 
     seen = {}
 
     def fake_train(corpus_dir, out_dir, **kwargs):
         seen.update(kwargs)
-        raise trainer.tokenization.TokenizerError("stop here")
+        raise trainer.prep.tokenization.TokenizerError("stop here")
 
-    monkeypatch.setattr(trainer.tokenization, "train_tokenizer", fake_train)
+    monkeypatch.setattr(trainer.prep.tokenization, "train_tokenizer", fake_train)
     tokenizer = services.tokenizer_create(owner=alice, corpus=ready_corpus, name="", algorithm="unigram",
                                           vocab_size=300, lowercase=True, extra_ids=42)
     services.tokenizer_process(tokenizer_id=tokenizer.id)

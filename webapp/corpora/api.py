@@ -149,7 +149,7 @@ class TokenizeApi(APIView):
                                                                   404: ERROR}, tags=["tokenizers"])
     def post(self, request: Request, pk) -> Response:
         """Split `text` into tokens with this tokenizer: each token with its id (no special tokens added)."""
-        from trainer.tokenization import tokenize_preview
+        from trainer.prep.tokenization import tokenize_preview
 
         tokenizer = tokenizer_get(request.user, pk)
         form = TokenizeRequestSerializer(data=request.data)

@@ -44,7 +44,7 @@ def corpus_stats(stats: dict[str, Any]) -> dict[str, Any] | None:
 
 def removed_rows(removed: dict[str, int], options: dict[str, bool]) -> list[dict[str, Any]]:
     """One row per rule that was switched on (in the form's order), then the always-on checks."""
-    from trainer.corpus import REMOVED_KEYS
+    from trainer.prep.corpus import REMOVED_KEYS
 
     rows = []
     shown = set()

@@ -1,4 +1,4 @@
-"""Forms of the corpus pages. The cleaning checkboxes are generated from trainer.corpus.RULES."""
+"""Forms of the corpus pages. The cleaning checkboxes are generated from trainer.prep.corpus.RULES."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,7 +21,7 @@ class CleaningRule:
 
 def cleaning_rules() -> list[CleaningRule]:
     """The trainer's cleaning rules (one checkbox each), in the trainer's order."""
-    from trainer.corpus import RULES
+    from trainer.prep.corpus import RULES
 
     return [CleaningRule(field, label, help_text) for field, label, help_text in RULES]
 
@@ -33,8 +33,8 @@ def rule_labels() -> dict[str, str]:
 def algorithm_choices() -> list[tuple[str, str]]:
     """The tokenizer algorithms worth training: those the trainer implements and at least one
     trainable architecture accepts (so a tokenizer made here can always be used by a run)."""
-    from trainer.registry import ARCHITECTURES
-    from trainer.tokenization import ALGORITHMS
+    from trainer.catalog.registry import ARCHITECTURES
+    from trainer.prep.tokenization import ALGORITHMS
 
     names: list[str] = []
     for spec in ARCHITECTURES.values():
@@ -43,13 +43,13 @@ def algorithm_choices() -> list[tuple[str, str]]:
 
 
 def vocab_bounds() -> tuple[int, int]:
-    from trainer.tokenization import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
+    from trainer.prep.tokenization import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
 
     return MIN_VOCAB_SIZE, MAX_VOCAB_SIZE
 
 
 def extra_ids_max() -> int:
-    from trainer.tokenization import MAX_EXTRA_IDS
+    from trainer.prep.tokenization import MAX_EXTRA_IDS
 
     return MAX_EXTRA_IDS
 

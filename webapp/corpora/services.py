@@ -44,7 +44,7 @@ class ActionRefused(Exception):
 
 def _cleaning_options(options: dict[str, Any] | None):
     """The trainer's CleaningOptions from a dict (unknown keys are ignored)."""
-    from trainer.corpus import CleaningOptions
+    from trainer.prep.corpus import CleaningOptions
 
     return CleaningOptions.from_dict(options)
 
@@ -164,7 +164,7 @@ def _default_name(filename: str) -> str:
 @transaction.atomic
 def corpus_create_demo(*, owner: AbstractBaseUser) -> Corpus:
     """A corpus built from the standard library's docstrings, ingested like any upload."""
-    from trainer.corpus import write_demo_corpus
+    from trainer.prep.corpus import write_demo_corpus
     from trainer.tasks import ingest_corpus
 
     corpus = Corpus.objects.create(owner=owner, name=DEMO_NAME, original_filename="demo.txt",
@@ -183,7 +183,7 @@ def corpus_create_demo(*, owner: AbstractBaseUser) -> Corpus:
 
 def corpus_process(*, corpus_id) -> None:
     """Validate, clean and split a corpus (the ingest task). Never raises for bad data."""
-    from trainer.corpus import ingest
+    from trainer.prep.corpus import ingest
 
     if not _claim(Corpus, corpus_id):
         log.info("Corpus %s is finished or gone; nothing to do.", corpus_id)
@@ -262,8 +262,8 @@ def default_tokenizer_name(corpus: Corpus, algorithm: str, vocab_size: int, lowe
 
 def tokenizer_process(*, tokenizer_id) -> None:
     """Train the tokenizer (0-60 %), then encode the corpus into token shards (60-100 %)."""
-    from trainer.shards import encode_corpus
-    from trainer.tokenization import train_tokenizer
+    from trainer.prep.shards import encode_corpus
+    from trainer.prep.tokenization import train_tokenizer
 
     if not _claim(Tokenizer, tokenizer_id):
         log.info("Tokenizer %s is finished or gone; nothing to do.", tokenizer_id)

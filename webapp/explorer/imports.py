@@ -1,6 +1,6 @@
 """Import a Hugging Face model: upload -> ModelImport row -> worker -> Checkpoint (source "import").
 
-Writes (services) and reads (selectors) of imports live here; trainer.importing does the
+Writes (services) and reads (selectors) of imports live here; trainer.inference.importing does the
 unpacking and the conversion. `checkpoint_import` is the whole conversion for one archive
 (usable from a shell or a command); `import_process` is the body of the Celery task
 `trainer.tasks.import_checkpoint(import_id)`, enqueued once the upload's row is committed.
@@ -49,7 +49,7 @@ def max_unpacked_bytes() -> int:
 
 def check_archive(filename: str, size: int) -> str:
     """The archive suffix of an acceptable upload; ValidationError with a sentence otherwise."""
-    from trainer.importing import archive_suffix
+    from trainer.inference.importing import archive_suffix
     from webapp.corpora.uploads import human_bytes
 
     suffix = archive_suffix(filename)
@@ -126,7 +126,7 @@ def import_process(*, import_id) -> None:
         log.exception("Import %s failed", import_id)
         _finish(job, ImportStatus.FAILED, error=INTERNAL_ERROR)
     else:
-        from trainer.importing import read_import_info
+        from trainer.inference.importing import read_import_info
 
         _finish(job, ImportStatus.READY, checkpoint=checkpoint, info=read_import_info(checkpoint.folder))
     finally:
@@ -136,9 +136,9 @@ def import_process(*, import_id) -> None:
 def checkpoint_import(*, owner, name: str, archive_path: str | Path) -> Checkpoint:
     """Unpack a Hugging Face model archive and make it `owner`'s checkpoint (source "import").
 
-    Raises a UserError (trainer.importing.ModelImportError) with a sentence when the archive
+    Raises a UserError (trainer.inference.importing.ModelImportError) with a sentence when the archive
     is unsafe or not an importable model; nothing is left behind then."""
-    from trainer.importing import extract_archive, import_hf_directory
+    from trainer.inference.importing import extract_archive, import_hf_directory
 
     checkpoint_id = uuid.uuid4()
     relative = Path("imports") / "checkpoints" / str(checkpoint_id)

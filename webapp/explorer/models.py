@@ -29,7 +29,7 @@ class ModelImport(models.Model):
     size_bytes = models.BigIntegerField(default=0)
     status = models.CharField(max_length=20, choices=ImportStatus.choices, default=ImportStatus.PENDING)
     error = models.TextField(blank=True)
-    info = models.JSONField(default=dict, blank=True)  # trainer.importing.import_hf_directory's answer
+    info = models.JSONField(default=dict, blank=True)  # trainer.inference.importing.import_hf_directory's answer
     checkpoint = models.OneToOneField("runs.Checkpoint", null=True, blank=True, on_delete=models.SET_NULL,
                                       related_name="model_import")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -1,9 +1,9 @@
 """Ask checkpoints questions: fill-mask, next-sentence and pair-order scores, the same question to
 several checkpoints side by side, text generation (T5 text-to-text, span filling, GPT and UniLM
 generation, streamed or not), attention maps, ELMo word similarity, and a run's masked batches
-(trainer.inference and trainer.inspect do the work).
+(trainer.inference.tools and trainer.objectives.inspection do the work).
 
-Models are loaded and cached per process by trainer.inference; here we only check what a
+Models are loaded and cached per process by trainer.inference.tools; here we only check what a
 user can get wrong before it reaches the model.
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ from webapp.runs.models import Checkpoint
 MAX_TEXT_CHARS = 2000
 MAX_TOP_K = 50
 MAX_NEW_TOKENS = 128        # UniLM's seq2seq endpoint
-MAX_GENERATE_TOKENS = 256   # /generate/, /fill-spans/ and the streaming socket (trainer.inference's bound)
+MAX_GENERATE_TOKENS = 256   # /generate/, /fill-spans/ and the streaming socket (trainer.inference.tools's bound)
 MAX_BEAMS = 8
-ATTENTION_MAX_TOKENS = 128  # trainer.inference.ATTENTION_MAX_TOKENS, said on the page
+ATTENTION_MAX_TOKENS = 128  # trainer.inference.tools.ATTENTION_MAX_TOKENS, said on the page
 STRATEGIES = ("greedy", "beam", "sample")
 STACKS = ("encoder", "decoder", "cross")
 
@@ -56,7 +56,7 @@ def _text(value: str, what: str = "The text") -> str:
 
 def fill_mask(*, checkpoint: Checkpoint, text: str, top_k: int = 5) -> list[dict[str, Any]]:
     """For each [MASK] in `text`: its position and the top-k tokens with probabilities."""
-    from trainer import inference  # imports torch
+    from trainer.inference import tools as inference  # imports torch
 
     text = _text(text)
     if not 1 <= int(top_k) <= MAX_TOP_K:
@@ -66,7 +66,7 @@ def fill_mask(*, checkpoint: Checkpoint, text: str, top_k: int = 5) -> list[dict
 
 def next_sentence(*, checkpoint: Checkpoint, text_a: str, text_b: str) -> dict[str, float]:
     """P(sentence B follows sentence A) as {"is_next": p, "not_next": 1 - p}."""
-    from trainer import inference  # imports torch
+    from trainer.inference import tools as inference  # imports torch
 
     text_a, text_b = _text(text_a, "Sentence A"), _text(text_b, "Sentence B")
     return inference.next_sentence(_folder(checkpoint), text_a, text_b)
@@ -74,7 +74,7 @@ def next_sentence(*, checkpoint: Checkpoint, text_a: str, text_b: str) -> dict[s
 
 def sentence_order(*, checkpoint: Checkpoint, text_a: str, text_b: str) -> dict[str, Any]:
     """The pair in both orders: {"ab", "ba", "head"} (P(in order) with an SOP head, else P(IsNext))."""
-    from trainer import inference  # imports torch
+    from trainer.inference import tools as inference  # imports torch
 
     text_a, text_b = _text(text_a, "Sentence A"), _text(text_b, "Sentence B")
     return inference.sentence_order(_folder(checkpoint), text_a, text_b)
@@ -83,7 +83,7 @@ def sentence_order(*, checkpoint: Checkpoint, text_a: str, text_b: str) -> dict[
 def generate_seq2seq(*, checkpoint: Checkpoint, source: str, max_new_tokens: int = 32) -> dict[str, Any]:
     """A UniLM checkpoint writes a target for `source` (e.g. title → article, article → title):
     {"text", "tokens", "stopped": "end" | "length"}."""
-    from trainer import inference  # imports torch
+    from trainer.inference import tools as inference  # imports torch
 
     source = _text(source, "The source")
     if not 1 <= int(max_new_tokens) <= MAX_NEW_TOKENS:
@@ -94,7 +94,7 @@ def generate_seq2seq(*, checkpoint: Checkpoint, source: str, max_new_tokens: int
 
 # ---------------------------------------------------------------------------- generation
 def _decoding(decoding: dict[str, Any] | None) -> dict[str, Any]:
-    """The decoding fields a request gave (None = default); trainer.inference checks them."""
+    """The decoding fields a request gave (None = default); trainer.inference.tools checks them."""
     fields = ("strategy", "max_new_tokens", "num_beams", "temperature", "top_k", "top_p", "seed")
     return {k: v for k, v in (decoding or {}).items() if k in fields and v is not None and v != ""}
 
@@ -102,7 +102,7 @@ def _decoding(decoding: dict[str, Any] | None) -> dict[str, Any]:
 def generate(*, checkpoint: Checkpoint, prompt: str, decoding: dict[str, Any] | None = None) -> dict[str, Any]:
     """A T5 (text-to-text), GPT (continuation) or UniLM (seq2seq) checkpoint writes text:
     {"family", "text", "tokens", "ids", "stopped", "prompt_tokens", "decoding"}."""
-    from trainer import inference  # imports torch
+    from trainer.inference import tools as inference  # imports torch
 
     prompt = _text(prompt, "The prompt")
     return inference.generate(_folder(checkpoint), prompt, **_decoding(decoding))
@@ -110,7 +110,7 @@ def generate(*, checkpoint: Checkpoint, prompt: str, decoding: dict[str, Any] | 
 
 def fill_spans(*, checkpoint: Checkpoint, text: str, decoding: dict[str, Any] | None = None) -> dict[str, Any]:
     """T5 fills each <extra_id_N> of `text`: {"spans", "filled", "output", "stopped", "decoding"}."""
-    from trainer import inference  # imports torch
+    from trainer.inference import tools as inference  # imports torch
 
     text = _text(text)
     return inference.fill_spans(_folder(checkpoint), text, **_decoding(decoding))
@@ -120,7 +120,7 @@ def stream_generate(*, checkpoint: Checkpoint, prompt: str,
                     decoding: dict[str, Any] | None = None) -> Generator[str, None, dict[str, Any]]:
     """`generate` as a generator of text pieces (its return value is generate's answer). The
     request is checked now; advancing it runs the model, so do that off the event loop."""
-    from trainer import inference  # imports torch
+    from trainer.inference import tools as inference  # imports torch
 
     prompt = _text(prompt, "The prompt")
     return inference.stream_generate(_folder(checkpoint), prompt, **_decoding(decoding))
@@ -128,8 +128,8 @@ def stream_generate(*, checkpoint: Checkpoint, prompt: str,
 
 def attention(*, checkpoint: Checkpoint, text: str, target: str | None = None, stack: str | None = None,
               layer: int | None = None) -> dict[str, Any]:
-    """Attention weights per layer and head (trainer.inference.attention_maps)."""
-    from trainer import inference  # imports torch
+    """Attention weights per layer and head (trainer.inference.tools.attention_maps)."""
+    from trainer.inference import tools as inference  # imports torch
 
     text = _text(text)
     if target:
@@ -140,7 +140,7 @@ def attention(*, checkpoint: Checkpoint, text: str, target: str | None = None, s
 
 def word_similarity(*, checkpoint: Checkpoint, sentence_a: str, sentence_b: str, word: str) -> dict[str, Any]:
     """Cosine of an ELMo checkpoint's vectors of `word` in two sentences, per layer."""
-    from trainer import inference  # imports torch
+    from trainer.inference import tools as inference  # imports torch
 
     a, b = _text(sentence_a, "Sentence A"), _text(sentence_b, "Sentence B")
     word = _text(word, "The word")
@@ -159,7 +159,7 @@ def checkpoint_family(checkpoint: Checkpoint) -> str:
         if checkpoint.run_id is not None:
             family = checkpoint.run.architecture
         else:
-            from trainer.importing import read_import_info  # reads a small JSON; no torch
+            from trainer.inference.importing import read_import_info  # reads a small JSON; no torch
 
             family = read_import_info(checkpoint.folder).get("family")
     return str(family or "bert")
@@ -213,7 +213,7 @@ def checkpoint_objectives(checkpoint: Checkpoint) -> list[str]:
     """What the model learnt: its run's objectives, or the heads an import brought weights for."""
     if checkpoint.run_id is not None:
         return list(checkpoint.run.objectives or [])
-    from trainer.importing import read_import_info  # reads a small JSON; no torch
+    from trainer.inference.importing import read_import_info  # reads a small JSON; no torch
 
     return list(read_import_info(checkpoint.folder).get("objectives", []))
 
@@ -225,9 +225,9 @@ def pair_head(objectives: list[str]) -> str:
 
 # ---------------------------------------------------------------------------- masking inspector
 def inspect_run(*, run, seed: int = 0, n_examples: int = 4) -> dict[str, Any]:
-    """A real collated batch of the run's training data (trainer.inspect.sample_batch), with the
+    """A real collated batch of the run's training data (trainer.objectives.inspection.sample_batch), with the
     run's objective settings for the page's caption."""
-    from trainer.inspect import sample_batch  # imports torch
+    from trainer.objectives.inspection import sample_batch  # imports torch
 
     tokenizer = run.tokenizer
     if tokenizer.status != JobStatus.READY:

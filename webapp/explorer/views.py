@@ -208,7 +208,7 @@ def import_model(request: HttpRequest) -> HttpResponse:
                 messages.success(request, f"“{job.name}” was uploaded and is being imported.")
             return redirect("explorer:import")
         status = 400
-    from trainer.importing import supported_model_types
+    from trainer.inference.importing import supported_model_types
 
     max_bytes = imports.max_archive_bytes()
     return render(request, "explorer/import.html", {

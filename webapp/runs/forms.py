@@ -1,4 +1,4 @@
-"""The launch form, generated from trainer.registry.as_json(), and the YAML import form.
+"""The launch form, generated from trainer.catalog.registry.as_json(), and the YAML import form.
 
 The page's JavaScript hides presets, objectives, masking units and family settings that do not
 fit the chosen architecture, and warns about a tokenizer of the wrong algorithm, but every

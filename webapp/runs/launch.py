@@ -1,5 +1,5 @@
 """What the launch form and the create API offer: fields, labels, tiny CPU-friendly defaults,
-and reading a run config from YAML. Everything else comes from trainer.registry.as_json().
+and reading a run config from YAML. Everything else comes from trainer.catalog.registry.as_json().
 """
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from trainer import registry
-from trainer.config import RunConfig
+from trainer.catalog import registry
+from trainer.training.config import RunConfig
 from trainer.errors import ConfigError
 
 # Shown on the form (in this order); the rest of RunConfig keeps its defaults unless a YAML sets it.

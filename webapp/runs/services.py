@@ -22,8 +22,8 @@ from django.db.models import DateTimeField, F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from trainer import registry
-from trainer.config import RunConfig
+from trainer.catalog import registry
+from trainer.training.config import RunConfig
 from trainer.errors import ConfigError, UserError
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
 from webapp.runs.events import send_run_event, status_event
@@ -278,7 +278,7 @@ def run_clone(*, run: Run, owner, name: str | None = None) -> Run:
 
 def resume_point(run_folder: Path) -> tuple[int, Path] | None:
     """(step, folder) of the newest checkpoint a resume continues from, or None."""
-    from trainer import checkpoints
+    from trainer.training import checkpoints
 
     folder = checkpoints.latest_resumable(run_folder)
     if folder is None:
@@ -325,8 +325,8 @@ def _claim(run_id, me: str) -> bool:
 
 def _train(run: Run, sink: DatabaseChannelsSink, me: str) -> tuple[str, int]:
     """Call the engine (from the last checkpoint when there is one); returns (status, final step)."""
-    from trainer.checkpoints import list_checkpoints
-    from trainer.engine import train  # imports torch: only workers pay for it
+    from trainer.training.checkpoints import list_checkpoints
+    from trainer.training.engine import train  # imports torch: only workers pay for it
 
     config = RunConfig.from_dict(run.config)
     resume = bool(list_checkpoints(run.folder))  # the engine refuses to start over existing checkpoints

@@ -66,7 +66,7 @@ def storage_relative(path: Path) -> str:
 
 
 class DatabaseChannelsSink:
-    """Implements trainer.sinks.MetricsSink for one claimed run."""
+    """Implements trainer.training.sinks.MetricsSink for one claimed run."""
 
     def __init__(
         self,

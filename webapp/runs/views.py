@@ -11,7 +11,7 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from trainer.config import RunConfig
+from trainer.training.config import RunConfig
 from trainer.errors import UserError
 from webapp.corpora.models import JobStatus, Tokenizer
 from webapp.runs import launch, selectors, services
@@ -121,8 +121,8 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
 
 
 def metric_keys(objectives) -> set[str]:
-    """The metrics a run's objectives report (trainer.registry.OBJECTIVES), which decide its charts."""
-    from trainer.registry import OBJECTIVES
+    """The metrics a run's objectives report (trainer.catalog.registry.OBJECTIVES), which decide its charts."""
+    from trainer.catalog.registry import OBJECTIVES
 
     return {key for o in objectives or [] if o in OBJECTIVES for key in OBJECTIVES[o].metrics}
 

@@ -1,0 +1,224 @@
+"""One configuration for the whole encoder family (BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT,
+SpanBERT, UniLM), plus tiny subclasses for the two families that add fields of their own.
+
+The defaults are BERT's. A family is BERT with some fields set differently (see presets.py):
+RoBERTa counts positions from the padding, ALBERT factorises the embeddings and shares layers,
+DistilBERT drops token types and the pooler. `family` names which pre-training model and which
+Hugging Face format the config belongs to; it does not change the modules by itself.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from models_lib.core.layers import ACTIVATIONS
+
+# family -> label used in messages
+FAMILY_LABELS = {"bert": "BERT", "roberta": "RoBERTa", "albert": "ALBERT", "electra": "ELECTRA",
+                 "distilbert": "DistilBERT", "spanbert": "SpanBERT", "unilm": "UniLM"}
+
+
+def refuse_unknown_fields(cls: type, d: Any, label: str) -> None:
+    """ValueError naming the fields of `d` that the dataclass `cls` does not have."""
+    if not isinstance(d, dict):
+        raise ValueError(f"A {label} config is a JSON object of fields, got {type(d).__name__}.")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"Unknown {label} config field(s): {', '.join(unknown)}. "
+                         f"Known fields: {', '.join(sorted(known))}.")
+
+
+def positive_int(name: str, value: Any) -> None:
+    """ValueError unless value is a positive whole number (a bool is not one)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive whole number, got {value!r}.")
+
+
+def check_sizes(config: Any, names: tuple[str, ...]) -> None:
+    """Each named field of config must be a positive whole number."""
+    for name in names:
+        positive_int(name, getattr(config, name))
+
+
+class PresetConfig:
+    """Serialisation of the configs that are not EncoderConfigs (T5, GPT, ELMo): a JSON-able dict,
+    unknown fields refused by name, named presets. A subclass (a dataclass) sets `config_label`
+    ("T5") and `presets` (name -> the fields that differ from its defaults)."""
+
+    config_label: ClassVar[str] = ""
+    presets: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Any:
+        refuse_unknown_fields(cls, d, cls.config_label)
+        return cls(**d)
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> Any:
+        """A preset, with any field overridden (e.g. vocab_size from the tokenizer)."""
+        if name not in cls.presets:
+            raise ValueError(f"Unknown {cls.config_label} preset {name!r}; choose one of {', '.join(cls.presets)}.")
+        return cls.from_dict({**cls.presets[name], **overrides})
+
+
+@dataclass
+class EncoderConfig:
+    # Which model this is (decides the pre-training heads and the transformers format)
+    family: str = "bert"
+
+    # Size
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_layers: int = 12
+    num_heads: int = 12
+    intermediate_size: int | None = None  # None -> 4 * hidden_size
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2  # segments A/B; 0 = no token-type embeddings
+
+    # Regularisation and numerics
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    hidden_act: str = "gelu"  # exact erf GELU
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02
+
+    # Tokens
+    pad_token_id: int | None = 0  # its embedding row starts at zero and gets no gradient
+
+    # Encoder variants (defaults are BERT; see models_lib/encoder.py)
+    embedding_size: int | None = None  # ALBERT/ELECTRA: embeddings of this size + an E -> H projection
+    share_layers: str = "none"  # "none" | "all" | "attention" | "ffn" (ALBERT: "all")
+    norm_placement: str = "post"  # "post" | "pre"
+    position_offset: int = 0  # first position id; derived when positions_from_padding
+    positions_from_padding: bool = False  # RoBERTa: ids count non-pad tokens from pad_token_id + 1
+    use_pooler: bool = True  # the [CLS] pooler, which the NSP/SOP head needs
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILY_LABELS:
+            raise ValueError(f"Unknown model family {self.family!r}; choose one of {', '.join(FAMILY_LABELS)}.")
+        expected = config_class(self.family)
+        if not isinstance(self, expected):
+            raise ValueError(f"A {FAMILY_LABELS[self.family]} configuration is a {expected.__name__}, "
+                             f"not a {type(self).__name__}; use EncoderConfig.from_dict or a preset.")
+        if self.intermediate_size is None:
+            self.intermediate_size = 4 * self.hidden_size
+        check_sizes(self, ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
+                           "max_position_embeddings"))
+        if self.hidden_size % self.num_heads:
+            raise ValueError(f"The hidden size ({self.hidden_size}) must be divisible by the number of "
+                             f"attention heads ({self.num_heads}).")
+        if self.type_vocab_size < 0:
+            raise ValueError(f"type_vocab_size must be 0 or more, got {self.type_vocab_size}.")
+        for name in ("hidden_dropout", "attention_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be between 0 and 1, got {getattr(self, name)}.")
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(f"Unknown activation {self.hidden_act!r}; choose one of {', '.join(sorted(ACTIVATIONS))}.")
+        if self.layer_norm_eps <= 0 or self.initializer_range <= 0:
+            raise ValueError("layer_norm_eps and initializer_range must be positive.")
+        if self.pad_token_id is not None and not 0 <= self.pad_token_id < self.vocab_size:
+            raise ValueError(f"pad_token_id {self.pad_token_id} is outside the vocabulary (size {self.vocab_size}).")
+        if self.embedding_size is not None and self.embedding_size < 1:
+            raise ValueError(f"embedding_size must be positive or None, got {self.embedding_size}.")
+        if self.share_layers not in ("none", "all", "attention", "ffn"):
+            raise ValueError(f"share_layers must be 'none', 'all', 'attention' or 'ffn', got {self.share_layers!r}.")
+        if self.norm_placement not in ("post", "pre"):
+            raise ValueError(f"norm_placement must be 'post' or 'pre', got {self.norm_placement!r}.")
+        if self.positions_from_padding:
+            if self.pad_token_id is None:
+                raise ValueError("positions_from_padding (RoBERTa) counts positions from the padding token, "
+                                 "so pad_token_id must be set.")
+            # RoBERTa (fairseq): the pad token owns position id pad_token_id; real tokens follow it.
+            self.position_offset = self.pad_token_id + 1
+        if not 0 <= self.position_offset < self.max_position_embeddings:
+            raise ValueError(f"position_offset, the first position id ({self.position_offset}), must be at least 0 "
+                             f"and below max_position_embeddings ({self.max_position_embeddings}).")
+
+    @property
+    def label(self) -> str:
+        return FAMILY_LABELS[self.family]
+
+    @property
+    def max_positions(self) -> int:
+        """The longest input (in tokens, [CLS] and [SEP] included) the model accepts."""
+        return self.max_position_embeddings - self.position_offset
+
+    # Serialisation
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EncoderConfig:
+        """Build the config class of d["family"] (BERT when absent: checkpoints before families)."""
+        family = d.get("family", cls.family)
+        target = config_class(family) if family in FAMILY_LABELS else cls
+        refuse_unknown_fields(target, d, FAMILY_LABELS.get(family, family))
+        return target(**{**d, "family": family})
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides: Any) -> EncoderConfig:
+        """Any preset of any family (see models_lib.families.presets); fields can be overridden."""
+        from models_lib.families import presets
+
+        return presets.get(name, **overrides)
+
+
+@dataclass
+class ElectraConfig(EncoderConfig):
+    """The discriminator's sizes, plus the generator's width as a fraction of them.
+
+    The generator keeps the number of layers and the embedding size; hidden size, FFN size and
+    heads are scaled by `generator_size` (heads so that the head size stays the discriminator's).
+    ELECTRA paper, Table 6: 1/4 for Small and Large, 1/3 for Base.
+    """
+
+    family: str = "electra"
+    use_pooler: bool = False
+    generator_size: float = 0.25
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 < self.generator_size <= 1.0:
+            raise ValueError(f"generator_size is a fraction of the discriminator's width (ELECTRA uses 1/4 to "
+                             f"1/2), so it must be in (0, 1], got {self.generator_size}.")
+        hidden, heads = self._generator_width()
+        if hidden % heads:
+            raise ValueError(f"A generator_size of {self.generator_size} gives a generator hidden size of {hidden}, "
+                             f"which {heads} attention heads do not divide; choose another fraction.")
+
+    def _generator_width(self) -> tuple[int, int]:
+        hidden = max(1, round(self.hidden_size * self.generator_size))
+        head_size = self.hidden_size // self.num_heads
+        return hidden, max(1, hidden // head_size)
+
+    def generator_config(self) -> ElectraConfig:
+        """The generator's own config: same depth, vocabulary and embeddings, narrower."""
+        hidden, heads = self._generator_width()
+        embedding = self.embedding_size or self.hidden_size  # the shared embedding table's width
+        return dataclasses.replace(
+            self, hidden_size=hidden, num_heads=heads,
+            intermediate_size=max(1, round(self.intermediate_size * self.generator_size)),
+            # A projection only where the widths differ: what transformers' ElectraModel does.
+            embedding_size=None if embedding == hidden else embedding,
+            generator_size=1.0)
+
+
+@dataclass
+class SpanBertConfig(EncoderConfig):
+    family: str = "spanbert"
+    use_pooler: bool = False  # single segment, no NSP
+    max_span_length: int = 10  # span lengths are clipped at 10; rows of the SBO position table
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_span_length < 1:
+            raise ValueError(f"max_span_length must be at least 1, got {self.max_span_length}.")
+
+
+def config_class(family: str) -> type[EncoderConfig]:
+    return {"electra": ElectraConfig, "spanbert": SpanBertConfig}.get(family, EncoderConfig)

@@ -1,0 +1,130 @@
+"""What every encoder pre-training model shares: a backbone, heads, and the masked-LM step.
+
+`EncoderWithHeads` holds the backbone under the family's name (`bert`, `roberta`, `albert`,
+`electra`, `distilbert`: the state-dict prefix, as in transformers) and builds the heads a
+subclass lists in `build_heads`. `EncoderForPreTraining` adds the MLM head and a forward that
+computes it; the families' models add one head each on top (NSP, SOP, SBO) or none.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from models_lib.core.config import FAMILY_LABELS, EncoderConfig
+from models_lib.core.encoder import Embeddings, TransformerEncoder, init_weights
+from models_lib.heads.pretraining import MLMHead
+
+IGNORE_INDEX = -100  # label value for positions that are not predicted
+
+
+@dataclass
+class PreTrainingOutput:
+    loss: torch.Tensor | None  # the sum of the losses present
+    mlm_loss: torch.Tensor | None
+    nsp_loss: torch.Tensor | None
+    mlm_logits: torch.Tensor | None  # (N, V) at labelled positions with mlm_labels, else (B, T, V)
+    mlm_targets: torch.Tensor | None  # (N,) the labels at those positions
+    nsp_logits: torch.Tensor | None  # (B, 2); None when the model has no NSP head
+    # Heads of other families (None where absent)
+    sop_loss: torch.Tensor | None = None  # ALBERT
+    sop_logits: torch.Tensor | None = None  # (B, 2): 0 = in order, 1 = swapped
+    sbo_loss: torch.Tensor | None = None  # SpanBERT
+    sbo_logits: torch.Tensor | None = None  # (N, V), one row per sbo pair
+    sbo_targets: torch.Tensor | None = None  # (N,)
+    hidden_states: tuple[torch.Tensor, ...] | None = None  # L + 1 tensors (B, T, H) when asked for
+
+    def add_loss(self, loss: torch.Tensor | None) -> None:
+        if loss is not None:
+            self.loss = loss if self.loss is None else self.loss + loss
+
+
+class EncoderWithHeads(nn.Module):
+    """A backbone (TransformerEncoder) plus the heads `build_heads` returns, initialised as BERT's."""
+
+    backbone_name = "bert"  # attribute and state-dict prefix of the backbone
+    backbone_class: type[TransformerEncoder] = TransformerEncoder
+    families: tuple[str, ...] = ("bert",)  # config families this model accepts
+
+    def __init__(self, config: EncoderConfig, *, embeddings: Embeddings | None = None):
+        super().__init__()
+        if config.family not in self.families:
+            raise ValueError(f"{type(self).__name__} is a {FAMILY_LABELS[self.families[0]]} model, but the config "
+                             f"is for {config.label}; build the model class of that family.")
+        self.config = config
+        self.add_module(self.backbone_name, self.backbone_class(config, embeddings=embeddings))
+        heads = self.build_heads(config)
+        for name, head in heads.items():
+            setattr(self, name, head)
+        for head in heads.values():
+            if head is not None:
+                head.apply(lambda m: init_weights(m, config.initializer_range))
+
+    def build_heads(self, config: EncoderConfig) -> dict[str, nn.Module | None]:
+        return {}
+
+    @property
+    def backbone(self) -> TransformerEncoder:
+        return getattr(self, self.backbone_name)
+
+    @property
+    def max_positions(self) -> int:
+        return self.config.max_positions
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+               token_type_ids: torch.Tensor | None = None,
+               output_hidden_states: bool = False) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """Final hidden states (B, T, H), or all L + 1 of them with output_hidden_states."""
+        return self.backbone.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
+
+    def run_backbone(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                     token_type_ids: torch.Tensor | None, output_hidden_states: bool = False):
+        """-> (final hidden (B, T, H), pooled (B, H) or None, all hidden states or None)."""
+        states = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
+        hidden = states[-1] if output_hidden_states else states
+        pooled = self.backbone.pooler(hidden) if self.backbone.pooler is not None else None
+        return hidden, pooled, (states if output_hidden_states else None)
+
+    @property
+    def word_embeddings(self) -> torch.Tensor:
+        return self.backbone.embeddings.word.weight  # (V, E): the tied decoder of token heads
+
+
+class EncoderForPreTraining(EncoderWithHeads):
+    """Backbone + masked-LM head. forward -> PreTrainingOutput with the MLM fields set."""
+
+    mlm_activation: str | None = None  # None: config.hidden_act
+
+    def build_heads(self, config: EncoderConfig) -> dict[str, nn.Module | None]:
+        return {"mlm_head": MLMHead(config, activation=self.mlm_activation)}
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, mlm_labels: torch.Tensor | None = None,
+                *, output_hidden_states: bool = False) -> PreTrainingOutput:
+        """input_ids (B, T); attention_mask (B, T) padding or (B, T, T) visibility; mlm_labels (B, T),
+        -100 where nothing is predicted."""
+        hidden, _, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states)
+        return self.masked_lm(hidden, mlm_labels, hidden_states=states)
+
+    def masked_lm(self, hidden: torch.Tensor, mlm_labels: torch.Tensor | None,
+                  hidden_states: tuple[torch.Tensor, ...] | None = None) -> PreTrainingOutput:
+        """The MLM part of the output: logits, targets and loss from the final hidden states."""
+        if mlm_labels is None:
+            logits = self.mlm_head(hidden, self.word_embeddings)  # (B, T, V)
+            return PreTrainingOutput(None, None, None, logits, None, None, hidden_states=hidden_states)
+        # Project to the vocabulary only where a label exists (~15% of positions): the (.., V)
+        # matmul and softmax dominate a small model's cost, so this is the big saving.
+        selected = mlm_labels != IGNORE_INDEX  # (B, T)
+        targets = mlm_labels[selected]  # (N,)
+        logits = self.mlm_head(hidden[selected], self.word_embeddings)  # (N, V)
+        loss = token_loss(logits, targets)
+        return PreTrainingOutput(loss, loss, None, logits, targets, None, hidden_states=hidden_states)
+
+
+def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over (N, V) logits; with N = 0, a zero that still belongs to the graph."""
+    if targets.numel():
+        return F.cross_entropy(logits.float(), targets)
+    return logits.sum() * 0.0

@@ -1,0 +1,115 @@
+"""Named model sizes for every family, in one registry.
+
+    from models_lib.families import presets
+    cfg = presets.get("albert-base", vocab_size=8000)   # the right config class, fields overridden
+    presets.list_presets("electra")                    # ['electra-tiny', 'electra-small', ...]
+
+Each family also has its own table (BERT_PRESETS, ROBERTA_PRESETS, ...) for code that lists one
+family. An entry holds only what differs from EncoderConfig's (BERT's) defaults.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from models_lib.core.config import FAMILY_LABELS, EncoderConfig, config_class
+
+# Sizes: Turc et al. 2019 for the small BERTs; Devlin et al. 2019 for base/large. FFN = 4H.
+_SIZES = {
+    "tiny": dict(num_layers=2, hidden_size=128, num_heads=2),
+    "mini": dict(num_layers=4, hidden_size=256, num_heads=4),
+    "small": dict(num_layers=4, hidden_size=512, num_heads=8),
+    "medium": dict(num_layers=8, hidden_size=512, num_heads=8),
+    "base": dict(num_layers=12, hidden_size=768, num_heads=12),
+    "large": dict(num_layers=24, hidden_size=1024, num_heads=16),
+}
+
+
+def _family(family: str, sizes: dict[str, dict], **common: Any) -> dict[str, dict[str, Any]]:
+    return {f"{family}-{size}": {"family": family, **common, **fields} for size, fields in sizes.items()}
+
+
+BERT_PRESETS = _family("bert", _SIZES)
+
+# RoBERTa (Liu et al. 2019): BERT's encoder; byte-level BPE 50k (<s>=0, <pad>=1); positions
+# counted from pad+1, so 514 rows serve 512 tokens; one token type; no NSP, hence no pooler.
+ROBERTA_PRESETS = _family("roberta", _SIZES, vocab_size=50265, pad_token_id=1, max_position_embeddings=514,
+                          type_vocab_size=1, layer_norm_eps=1e-5, positions_from_padding=True, use_pooler=False)
+
+# ALBERT (Lan et al. 2020, v2 settings): E=128 factorised embeddings, all layers shared, SOP on
+# the pooler, gelu_new, no dropout, SentencePiece 30k. albert-tiny uses E=64 so that the
+# factorisation still shrinks something at H=128.
+ALBERT_PRESETS = _family("albert", {
+    "tiny": dict(num_layers=2, hidden_size=128, num_heads=2, embedding_size=64),
+    "base": dict(num_layers=12, hidden_size=768, num_heads=12),
+    "large": dict(num_layers=24, hidden_size=1024, num_heads=16),
+    "xlarge": dict(num_layers=24, hidden_size=2048, num_heads=16),
+    "xxlarge": dict(num_layers=12, hidden_size=4096, num_heads=64),
+}, vocab_size=30000, embedding_size=128, share_layers="all", hidden_act="gelu_new",
+    hidden_dropout=0.0, attention_dropout=0.0)
+
+# ELECTRA (Clark et al. 2020, Table 6): sizes are the discriminator's; generator_size the
+# generator's width as a fraction of it. Small: E=128 under H=256; Base/Large: E=H.
+ELECTRA_PRESETS = _family("electra", {
+    "tiny": dict(num_layers=2, hidden_size=128, num_heads=2, generator_size=0.25),
+    "small": dict(num_layers=12, hidden_size=256, num_heads=4, embedding_size=128, generator_size=0.25),
+    "base": dict(num_layers=12, hidden_size=768, num_heads=12, generator_size=1 / 3),
+    "large": dict(num_layers=24, hidden_size=1024, num_heads=16, generator_size=0.25),
+}, use_pooler=False)
+
+# DistilBERT (Sanh et al. 2019): half the layers of the BERT preset of the same name; no token
+# types, no pooler. A student is usually made with distilbert.distil_from_teacher(teacher).
+DISTILBERT_PRESETS = _family(
+    "distilbert", {size: {**fields, "num_layers": max(1, fields["num_layers"] // 2)} for size, fields in _SIZES.items()},
+    type_vocab_size=0, use_pooler=False)
+
+# SpanBERT (Joshi et al. 2020): BERT sizes, one segment, MLM + SBO, no NSP (so no pooler).
+SPANBERT_PRESETS = _family("spanbert", {k: _SIZES[k] for k in ("tiny", "mini", "small", "base", "large")},
+                           use_pooler=False)
+
+# UniLM (Dong et al. 2019): the BERT encoder trained with self-attention masks; MLM only.
+UNILM_PRESETS = _family("unilm", {k: _SIZES[k] for k in ("tiny", "mini", "small", "base", "large")},
+                        use_pooler=False)
+
+PRESETS_BY_FAMILY: dict[str, dict[str, dict[str, Any]]] = {
+    "bert": BERT_PRESETS, "roberta": ROBERTA_PRESETS, "albert": ALBERT_PRESETS, "electra": ELECTRA_PRESETS,
+    "distilbert": DISTILBERT_PRESETS, "spanbert": SPANBERT_PRESETS, "unilm": UNILM_PRESETS,
+}
+PRESETS: dict[str, dict[str, Any]] = {name: fields for table in PRESETS_BY_FAMILY.values()
+                                      for name, fields in table.items()}
+
+
+def _other_families() -> dict[str, type]:
+    """The families with config classes of their own (T5, GPT, ELMo): family -> PresetConfig
+    subclass, whose `presets` table they keep beside their model (imported here on first use)."""
+    from models_lib.families.elmo import ElmoConfig
+    from models_lib.families.gpt import GPTConfig
+    from models_lib.families.t5 import T5Config
+
+    return {"t5": T5Config, "gpt": GPTConfig, "elmo": ElmoConfig}
+
+
+def list_presets(family: str | None = None) -> list[str]:
+    """Preset names, of one family or of all (the encoder families', then T5's, GPT's, ELMo's)."""
+    others = _other_families()
+    if family is None:
+        return [*PRESETS, *(name for cls in others.values() for name in cls.presets)]
+    if family in others:
+        return list(others[family].presets)
+    if family not in PRESETS_BY_FAMILY:
+        raise ValueError(f"Unknown model family {family!r}; choose one of {', '.join([*FAMILY_LABELS, *others])}.")
+    return list(PRESETS_BY_FAMILY[family])
+
+
+def get(name: str, **overrides: Any) -> Any:
+    """The config of a preset of any family, with any field overridden (e.g. vocab_size from the
+    tokenizer): an EncoderConfig (or its ELECTRA/SpanBERT subclass), a T5Config, GPTConfig or ElmoConfig."""
+    for cls in _other_families().values():
+        if name in cls.presets:
+            return cls.from_preset(name, **overrides)
+    if name not in PRESETS:
+        raise ValueError(f"Unknown preset {name!r}. Available presets: {', '.join(list_presets())}.")
+    fields = {**PRESETS[name], **overrides}
+    if fields["family"] != PRESETS[name]["family"]:
+        raise ValueError(f"The preset {name} is a {FAMILY_LABELS[PRESETS[name]['family']]} model; "
+                         f"its family cannot be overridden.")
+    return config_class(fields["family"]).from_dict(fields)

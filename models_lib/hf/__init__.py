@@ -1,0 +1,154 @@
+"""Hugging Face `transformers` on-disk format: import and export for the encoder family
+(no transformers import).
+
+    model = hf.from_pretrained(path)           # BERT, RoBERTa, ALBERT, ELECTRA or DistilBERT folder
+    hf.to_pretrained(model, path)              # config.json + model.safetensors
+    hf.to_pretrained(electra, path, part="generator")
+
+A folder holds config.json and weights (model.safetensors, or the older pytorch_model.bin,
+possibly sharded with an *.index.json). config.json's model_type picks the format (hf_bert.py,
+hf_roberta.py, hf_albert.py, hf_electra.py, hf_distilbert.py), which maps the tensor names.
+
+What each folder reads into, and what each model writes:
+  bert        BertForPreTraining        <-> BertForPreTraining (BertModel for a bare backbone)
+  spanbert, unilm                        -> BertForMaskedLM (the SBO head has no transformers home)
+  roberta     RobertaForPreTraining     <-> RobertaForMaskedLM (RobertaModel)
+  albert      AlbertForPreTraining      <-> AlbertForPreTraining (AlbertForMaskedLM without a pooler; AlbertModel)
+  electra     ElectraDiscriminator      <-> ElectraForPreTraining
+              ElectraGenerator          <-> ElectraForMaskedLM
+              ElectraForPreTraining      -> either, by part= ("discriminator", the default, or "generator")
+  distilbert  DistilBertForPreTraining  <-> DistilBertForMaskedLM (DistilBertModel)
+A folder with fewer heads (e.g. RobertaModel) still loads: the missing heads keep their fresh
+initialisation and are listed in `model.missing_keys`; tensors we have no place for are listed
+in `model.unexpected_keys`.
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from models_lib.core.config import EncoderConfig
+from models_lib.core.encoder import TransformerEncoder
+from models_lib.hf.albert import AlbertFormat
+from models_lib.hf.base import HFFormat, gather, log, normalise_names, read_config, read_weights, scatter, write_folder
+from models_lib.hf.bert import BertFormat
+from models_lib.hf.distilbert import DistilBertFormat
+from models_lib.hf.electra import ElectraFormat
+from models_lib.hf.roberta import RobertaFormat
+from models_lib.core.pretraining import EncoderWithHeads
+
+FORMATS: dict[str, HFFormat] = {f.model_type: f for f in
+                                (BertFormat(), RobertaFormat(), AlbertFormat(), ElectraFormat(), DistilBertFormat())}
+# Model kinds that are not encoders have a module of their own with from_pretrained(folder,
+# map_location) and to_pretrained(model, folder): by config.json's model_type on import, by our
+# config's family on export.
+OTHER_FORMATS = {"t5": "models_lib.hf.t5", "gpt2": "models_lib.hf.gpt2"}
+OTHER_FAMILIES = {"t5": "models_lib.hf.t5", "gpt": "models_lib.hf.gpt2"}
+SUPPORTED_MODEL_TYPES = (*FORMATS, *OTHER_FORMATS)
+# Our family -> the transformers model type it is written as.
+FAMILY_FORMATS = {"bert": "bert", "spanbert": "bert", "unilm": "bert", "roberta": "roberta", "albert": "albert",
+                  "electra": "electra", "distilbert": "distilbert"}
+
+
+def config_from_hf(hf: dict) -> EncoderConfig:
+    """Our config for a transformers config.json (as a dict) of any supported model type."""
+    return _format_of(hf).config_from_hf(hf, {})
+
+
+def config_to_hf(config: EncoderConfig, architecture: str | None = None, dtype: torch.dtype = torch.float32) -> dict:
+    """transformers' config.json for one of our configs; ValueError for what it cannot represent."""
+    fmt = FORMATS[FAMILY_FORMATS[config.family]]
+    return fmt.config_to_hf(config, architecture or fmt.backbone_architecture, dtype)
+
+
+def _format_of(hf: dict) -> HFFormat:
+    model_type = hf.get("model_type", "bert")
+    if model_type not in FORMATS:
+        raise ValueError(f"This is a {model_type!r} checkpoint; supported model types are "
+                         f"{', '.join([*FORMATS, *OTHER_FORMATS])}.")
+    return FORMATS[model_type]
+
+
+# --- import ----------------------------------------------------------------------------------
+
+def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu") -> EncoderWithHeads:
+    """Load a transformers folder into the matching model of ours (see the table above), in eval mode."""
+    folder = Path(path)
+    hf = read_config(folder)
+    if hf.get("model_type") in OTHER_FORMATS:
+        return importlib.import_module(OTHER_FORMATS[hf["model_type"]]).from_pretrained(folder, map_location)
+    fmt = _format_of(hf)
+    hf_state = normalise_names(read_weights(folder), fmt.base_prefix)
+    for key, older in fmt.aliases.items():
+        if key not in hf_state and older in hf_state:
+            hf_state[key] = hf_state[older]
+
+    config = fmt.config_from_hf(hf, hf_state)
+    model_cls = fmt.import_target(hf, hf_state)
+    model = model_cls(config)
+    prefix = model.backbone_name + "."
+    names = [(prefix + ours, theirs) for ours, theirs in fmt.backbone_names(config)]
+    names += fmt.head_names(model_cls, config)[1]
+    ours = model.state_dict()
+    state, used = gather(ours, hf_state, names)
+
+    missing = [k for k in ours if k not in state]
+    essential = [k for k in missing if k.startswith(prefix) and not k.startswith(prefix + "pooler.")]
+    if essential:
+        raise ValueError(f"{folder} is not a complete {fmt.label} checkpoint; missing for example "
+                         f"{', '.join(essential[:3])} ({len(essential)} tensors in all).")
+    try:
+        model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # shapes that disagree with config.json
+        raise ValueError(f"The weights in {folder} do not match its config.json: {exc}") from exc
+
+    model.missing_keys = missing
+    model.unexpected_keys = sorted(k for k in hf_state if k not in used and not k.endswith(fmt.ignored))
+    if missing:
+        log.warning("%s has no weights for %s; they keep their random initialisation.", folder, ", ".join(missing))
+    if model.unexpected_keys:
+        log.warning("%s: ignored tensors %s.", folder, ", ".join(model.unexpected_keys))
+    return model.to(map_location).eval()
+
+
+# --- export ----------------------------------------------------------------------------------
+
+def to_pretrained(model: nn.Module, path: str | Path, *, part: str | None = None) -> Path:
+    """Write config.json + model.safetensors that transformers loads as the class the table above
+    names (a bare backbone as BertModel, RobertaModel, ...). `part` picks the ELECTRA model to
+    write from an ElectraForPreTraining. Returns the folder."""
+    config = getattr(model, "config", None)
+    if getattr(config, "family", None) in OTHER_FAMILIES:
+        return importlib.import_module(OTHER_FAMILIES[config.family]).to_pretrained(model, Path(path))
+    if not isinstance(config, EncoderConfig):
+        raise TypeError(f"to_pretrained takes an encoder model of models_lib, not {type(model).__name__}.")
+    fmt = FORMATS[FAMILY_FORMATS[config.family]]
+    target = fmt.export_target(model, part)
+    if isinstance(target, TransformerEncoder):
+        backbone, heads, prefix = target, None, ""
+        architecture, head_map = fmt.backbone_architecture, []
+    elif isinstance(target, EncoderWithHeads):
+        backbone, heads, prefix = target.backbone, target, fmt.base_prefix
+        architecture, head_map = fmt.head_names(type(target), target.config)
+    else:
+        raise TypeError(f"{type(target).__name__} has no transformers {fmt.label} counterpart.")
+    config = backbone.config
+    hf_config = fmt.config_to_hf(config, architecture, backbone.embeddings.word.weight.dtype)
+
+    names = fmt.backbone_names(config)
+    if architecture not in fmt.pooled_architectures:
+        if backbone.pooler is not None:
+            log.warning("transformers' %s has no pooler; the model's pooler is not written.", architecture)
+        names = [(o, t) for o, t in names if not o.startswith("pooler.")]
+    tensors = scatter(backbone.state_dict(), names, prefix)
+    if heads is not None:
+        head_state = {k: v for k, v in heads.state_dict().items() if not k.startswith(heads.backbone_name + ".")}
+        tensors.update(scatter(head_state, head_map))
+        written = {o for o, _ in head_map}
+        left = sorted(k for k in head_state if k not in written)
+        if left:
+            log.warning("transformers' %s has no place for %s; not written.", architecture, ", ".join(left))
+    return write_folder(Path(path), tensors, hf_config)

@@ -1,0 +1,880 @@
+"""Objectives as collators: each turns examples (token ids) into a model batch.
+
+- `MLMCollator`: single segments, `[CLS] sentences... [SEP]`, MLM labels. Its masking unit
+  (trainer.objectives.masking: "token", "word", "phrase", "ngram", "span") is an option, so whole-word
+  (BERT-wwm), phrase (ERNIE), n-gram (ALBERT) and span (SpanBERT) masking work for every
+  collator below. ELECTRA's generator input and DistilBERT's student input are this batch.
+- `NSPCollator`: pairs `[CLS] A [SEP] B [SEP]`, segment ids 0/1, MLM labels + NSP labels.
+- `SOPCollator`: the same layout over two consecutive segments of one document, swapped half
+  the time (ALBERT's sentence-order prediction); MLM labels + SOP labels.
+- `SpanBERTCollator`: single segments with span masking, MLM labels + span-boundary pairs.
+- `UniLMCollator`: consecutive pairs, each example in one of UniLM's four attention modes,
+  with a (B, T, T) self-attention mask; MLM labels (seq2seq: in the target only).
+- Encoder-decoder objectives (T5's span corruption and the T5 study's / BART's alternatives)
+  live in trainer.objectives.denoising, causal-LM and biLM batches in trainer.objectives.lm; both register
+  themselves in `COLLATORS` and read raw text laid out as a `TextLayout` says (fixed-length
+  chunks of the corpus as one stream, or whole sentences of one document).
+- `COLLATORS` / `build_collator`: objective names -> collator, for the engine and registry.
+- `build_pair_instances` / `build_sop_instances` / `build_packed_instances`: cut a shard's
+  documents into examples (as token offset ranges, so an epoch's worth of examples is a
+  small integer table); packing is RoBERTa's FULL-SENTENCES or DOC-SENTENCES (`PACKINGS`).
+
+All randomness comes from explicit `numpy.random.Generator`s. Each example's masks (and
+pair truncation, UniLM mode) come from a generator seeded by (seed, variant, example uid),
+so a given example always gets the same masks for the same variant: static masking uses
+variant = epoch % dupe_factor, dynamic masking variant = epoch (new masks each time).
+The losses that go with these batches are computed by the model (models_lib heads).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from trainer.errors import ConfigError
+from trainer.objectives.masking import (
+    IGNORE_INDEX, MASKING_UNITS, SEQ2SEQ, UNILM_MODE_PROBS, Masker, mask_tokens, unilm_attention_masks,
+)
+
+__all__ = [  # mask_tokens and IGNORE_INDEX live in trainer.objectives.masking; imported from here too
+    "IGNORE_INDEX", "NSP_IS_NEXT", "NSP_NOT_NEXT", "SOP_ORIGINAL", "SOP_SWAPPED", "SpecialIds", "mask_tokens",
+    "truncate_pair", "Example", "Batch", "MLMCollator", "NSPCollator", "SOPCollator", "SpanBERTCollator",
+    "UniLMCollator", "CollatorSpec", "COLLATORS", "collator_spec", "build_collator", "ShardIndex",
+    "PACKINGS", "build_pair_instances", "build_sop_instances", "build_packed_instances", "example_rng",
+    "TextLayout", "build_chunk_instances",
+]
+
+NSP_IS_NEXT, NSP_NOT_NEXT = 0, 1  # Hugging Face's convention
+SOP_ORIGINAL, SOP_SWAPPED = 0, 1  # the same convention: 0 = the segments in their document's order
+
+# Seed namespaces: keeps the generator streams of different uses independent.
+_MASK, _PAIRS, _ORDER, _VALID = 1, 2, 3, 4
+
+
+def example_rng(seed: int, variant: int, uid: int, stream: int = _MASK) -> np.random.Generator:
+    """The generator of one example's randomness (masks, truncation)."""
+    return np.random.default_rng([stream, seed, variant, uid])
+
+
+# ---------------------------------------------------------------------------- token ids
+@dataclass(frozen=True)
+class SpecialIds:
+    """The ids the collators need; `special` are never masked nor used as random replacements.
+
+    eos ends encoder inputs, decoder targets and documents in causal-LM streams: the
+    tokenizer's separator (`</s>` for byte-level BPE, `[SEP]` for Unigram/WordPiece), the
+    default when None. sentinels are T5's `<extra_id_0>`, `<extra_id_1>`, ... ids in that
+    order (empty when the tokenizer has none); they are special too."""
+
+    pad: int
+    cls: int
+    sep: int
+    mask: int
+    vocab_size: int
+    special: tuple[int, ...] = ()
+    eos: int | None = None
+    sentinels: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.eos is None:
+            object.__setattr__(self, "eos", self.sep)
+        object.__setattr__(self, "sentinels", tuple(int(i) for i in self.sentinels))
+        every = tuple(sorted(set(self.special) | set(self.sentinels)
+                             | {self.pad, self.cls, self.sep, self.mask, self.eos}))
+        object.__setattr__(self, "special", every)
+        lut = np.zeros(max(self.vocab_size, max(every) + 1), dtype=bool)
+        lut[list(every)] = True
+        object.__setattr__(self, "_lut", lut)  # id -> is special, a table lookup per token
+        replace = np.flatnonzero(~lut[: self.vocab_size]).astype(np.int64)
+        if len(replace) == 0:
+            raise ConfigError("The tokenizer has no ordinary tokens, only special ones.")
+        object.__setattr__(self, "replacement_ids", replace)
+
+    @classmethod
+    def from_tokenizer(cls, bundle: Any) -> "SpecialIds":
+        """From a trainer.prep.tokenization.TokenizerBundle."""
+        return cls(pad=bundle.pad_id, cls=bundle.cls_id, sep=bundle.sep_id, mask=bundle.mask_id,
+                   vocab_size=bundle.vocab_size, special=tuple(sorted(bundle.special_ids)),
+                   eos=bundle.sep_id, sentinels=tuple(getattr(bundle, "sentinel_ids", None) or ()))
+
+    def is_special(self, ids: np.ndarray) -> np.ndarray:
+        return self._lut[ids]
+
+
+def truncate_pair(a: np.ndarray, b: np.ndarray, max_tokens: int,
+                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """BERT's truncate_seq_pair: shorten the longer side one token at a time, each token
+    removed from its front or its back at random, until len(a) + len(b) <= max_tokens."""
+    sa, sb = truncate_pair_slices(len(a), len(b), max_tokens, rng)
+    return a[sa], b[sb]
+
+
+def truncate_pair_slices(la: int, lb: int, max_tokens: int, rng: np.random.Generator) -> tuple[slice, slice]:
+    """`truncate_pair` as the two slices it keeps (to cut word-start flags alike)."""
+    excess = la + lb - max_tokens
+    if excess <= 0:
+        return slice(0, la), slice(0, lb)
+    # The one-at-a-time loop in closed form: first level the longer side down to the
+    # shorter one, then alternate (ties shorten b, as in the reference loop).
+    first = min(excess, abs(la - lb))
+    cut_a, cut_b = (first, 0) if la > lb else (0, first)
+    rest = excess - first
+    cut_a, cut_b = cut_a + rest // 2, cut_b + rest - rest // 2
+    return _cut(la, cut_a, rng), _cut(lb, cut_b, rng)
+
+
+def _cut(length: int, n: int, rng: np.random.Generator) -> slice:
+    if n <= 0:
+        return slice(0, length)
+    front = int(rng.binomial(n, 0.5))
+    return slice(front, length - (n - front))
+
+
+# ---------------------------------------------------------------------------- batches
+@dataclass
+class Example:
+    """One training example before collation: token ids of segment A (and B for pairs)."""
+
+    uid: int                     # row of the example in its variant's instance table
+    variant: int                 # mask variant (see module docstring)
+    a: np.ndarray
+    b: np.ndarray | None = None
+    is_random_next: bool = False  # NSP: B comes from another document
+    swapped: bool = False         # SOP: A and B are two consecutive segments in swapped order
+    a_starts: np.ndarray | None = None  # word-start flags of a (1 = starts a word); needed by
+    b_starts: np.ndarray | None = None  # every masking unit but "token"
+    sentence_starts: np.ndarray | None = None  # offsets in a where its sentences start (0 first);
+                                               # TextLayout "sentences" only (sentence permutation)
+
+
+@dataclass
+class Batch:
+    """A model batch. The first five fields are BERT's; the rest are set by the objectives
+    that produce them and None otherwise.
+
+    Encoder-decoder batches (trainer.objectives.denoising): input_ids / attention_mask are the encoder's,
+    token_type_ids zeros, mlm_labels all -100, plus labels, decoder_input_ids and
+    decoder_attention_mask. Causal-LM and biLM batches (trainer.objectives.lm): labels are the
+    input ids with -100 at padding (the model shifts them, Hugging Face's convention)."""
+
+    input_ids: torch.Tensor              # (B, T) long
+    attention_mask: torch.Tensor         # (B, T) long, 1 = real token (padding mask)
+    token_type_ids: torch.Tensor         # (B, T) long, 0 = segment A, 1 = segment B
+    mlm_labels: torch.Tensor             # (B, T) long, -100 = not predicted
+    nsp_labels: torch.Tensor | None = None   # (B,) long, 0 = IsNext, 1 = NotNext
+    sop_labels: torch.Tensor | None = None   # (B,) long, 0 = original order, 1 = swapped
+    sbo_pairs: torch.Tensor | None = None    # (N, 5) long, one row per masked span token:
+                                             # batch row, left boundary s-1, right boundary e+1,
+                                             # target position, position in its span (0-based)
+    sbo_labels: torch.Tensor | None = None   # (N,) long, the original token at each target
+    self_attention_mask: torch.Tensor | None = None  # (B, T, T) bool, True = query may attend key
+    lm_mode: torch.Tensor | None = None      # (B,) long, UniLM mode (trainer.objectives.masking.UNILM_MODES)
+    span_ids: torch.Tensor | None = None     # (B, T) long: masked unit (word, phrase, n-gram,
+                                             # span) of each token, numbered per row; -1 = none.
+                                             # Not a model input (for inspection).
+    labels: torch.Tensor | None = None       # (B, L) long: decoder targets (seq2seq) or the input
+                                             # ids (clm, bilm); -100 at padding
+    decoder_input_ids: torch.Tensor | None = None      # (B, L) long: labels shifted right, starting
+                                                       # with the decoder start id (= pad, T5's)
+    decoder_attention_mask: torch.Tensor | None = None  # (B, L) long, 1 = real target token
+
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> "Batch":
+        """A batch with `fn` applied to every tensor that is set."""
+        return dataclasses.replace(self, **{f.name: fn(getattr(self, f.name)) for f in dataclasses.fields(self)
+                                            if getattr(self, f.name) is not None})
+
+    def to(self, device: str | torch.device) -> "Batch":
+        return self.map(lambda t: t.to(device, non_blocking=True))
+
+    def pin_memory(self) -> "Batch":
+        return self.map(lambda t: t.pin_memory())
+
+    def model_inputs(self) -> dict[str, torch.Tensor]:
+        """Keyword arguments of the model's forward (models_lib names): input_ids,
+        attention_mask (the (B, T, T) mask when the objective has one, UniLM; else the (B, T)
+        padding mask), token_type_ids, mlm_labels, and nsp_labels / sop_labels / sbo_pairs +
+        sbo_labels only when set (a model without that head does not take the argument)."""
+        inputs = {"input_ids": self.input_ids,
+                  "attention_mask": self.attention_mask if self.self_attention_mask is None
+                  else self.self_attention_mask,
+                  "token_type_ids": self.token_type_ids, "mlm_labels": self.mlm_labels}
+        for name in ("nsp_labels", "sop_labels", "sbo_pairs", "sbo_labels"):
+            if getattr(self, name) is not None:
+                inputs[name] = getattr(self, name)
+        return inputs
+
+    @property
+    def n_tokens(self) -> int:
+        """Real (non-padding) tokens in the batch: the encoder's plus, for encoder-decoder
+        batches, the decoder's (what tokens/s counts)."""
+        n = int(self.attention_mask.sum())
+        if self.decoder_attention_mask is not None:
+            n += int(self.decoder_attention_mask.sum())
+        return n
+
+    @property
+    def size(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+@dataclass
+class Encoded:
+    """One example laid out as a sequence with its special tokens, before masking."""
+
+    ids: np.ndarray                      # (T,) int64
+    types: np.ndarray                    # (T,) int64
+    starts: np.ndarray | None = None     # (T,) word-start flags, None when not needed
+    maskable: np.ndarray | None = None   # (T,) bool: where masks may go (None: every ordinary token)
+    source_len: int = 0                  # UniLM: length of [CLS] A [SEP]
+    mode: int = 0                        # UniLM mode
+
+
+@dataclass
+class Row:
+    """One corrupted example."""
+
+    inputs: np.ndarray
+    types: np.ndarray
+    labels: np.ndarray
+    units: np.ndarray                    # (U, 4) masked units, see trainer.objectives.masking.Masked
+    encoded: Encoded
+
+
+def _flags(starts: np.ndarray | None, part: slice | int, needed: bool) -> np.ndarray | None:
+    if not needed:
+        return None
+    if starts is None:
+        raise ValueError("this masking unit needs word boundaries, and the example has none (a_starts/b_starts)")
+    return starts[:part] if isinstance(part, int) else starts[part]
+
+
+@dataclass
+class MLMCollator:
+    """Masked-LM batches of single segments: `[CLS] tokens [SEP]`, padded to the longest.
+
+    masking_unit picks how tokens are chosen (trainer.objectives.masking.MASKING_UNITS); every unit but
+    "token" needs word-start flags on the examples. phrase_breaks (a bool per token id, from
+    trainer.objectives.masking.phrase_break_table) tells "phrase" masking where phrases end."""
+
+    special: SpecialIds
+    seq_len: int
+    mask_prob: float = 0.15
+    seed: int = 0
+    masking_unit: str = "token"
+    phrase_breaks: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.masking_unit not in MASKING_UNITS:
+            raise ConfigError(f"Unknown masking unit {self.masking_unit!r}; choose one of {', '.join(MASKING_UNITS)}.")
+        self.masker = Masker(self.special, self.masking_unit, self.mask_prob, self.phrase_breaks)
+
+    @property
+    def needs_word_starts(self) -> bool:
+        return self.masker.needs_words
+
+    def encode(self, ex: Example, rng: np.random.Generator) -> Encoded:
+        """One example as a sequence with its special tokens."""
+        n = self.seq_len - 2
+        a = ex.a[:n]
+        ids = np.concatenate([[self.special.cls], a, [self.special.sep]]).astype(np.int64)
+        starts = _flags(ex.a_starts, n, self.needs_word_starts)
+        if starts is not None:
+            starts = np.concatenate([[1], starts, [1]]).astype(np.uint8)
+        return Encoded(ids, np.zeros_like(ids), starts)
+
+    def corrupt(self, ex: Example) -> Row:
+        rng = example_rng(self.seed, ex.variant, ex.uid)
+        enc = self.encode(ex, rng)
+        m = self.masker(enc.ids, rng, word_starts=enc.starts, maskable=enc.maskable)
+        return Row(m.inputs, enc.types, m.labels, m.units, enc)
+
+    def __call__(self, examples: Sequence[Example]) -> Batch:
+        if not examples:
+            raise ValueError("cannot collate an empty list of examples")
+        rows = [self.corrupt(ex) for ex in examples]
+        T = max(len(r.inputs) for r in rows)
+        B = len(rows)
+        input_ids = np.full((B, T), self.special.pad, dtype=np.int64)
+        attention = np.zeros((B, T), dtype=np.int64)
+        types = np.zeros((B, T), dtype=np.int64)
+        labels = np.full((B, T), IGNORE_INDEX, dtype=np.int64)
+        for i, r in enumerate(rows):
+            n = len(r.inputs)
+            input_ids[i, :n] = r.inputs
+            attention[i, :n] = 1
+            types[i, :n] = r.types
+            labels[i, :n] = r.labels
+        batch = Batch(*(torch.from_numpy(a) for a in (input_ids, attention, types, labels)))
+        if self.masking_unit != "token":
+            batch.span_ids = torch.from_numpy(_span_ids(rows, T))
+        batch = self.finish(batch, examples, rows)
+        self.check(batch, B)
+        return batch
+
+    def finish(self, batch: Batch, examples: Sequence[Example], rows: Sequence[Row]) -> Batch:
+        """Add the objective's own fields to the padded batch."""
+        batch.nsp_labels = self.nsp_labels(examples)
+        return batch
+
+    def nsp_labels(self, examples: Sequence[Example]) -> torch.Tensor | None:
+        return None
+
+    def check(self, batch: Batch, n: int) -> None:
+        B, T = batch.input_ids.shape
+        if B != n or T > self.seq_len:
+            raise ValueError(f"collated batch has shape {(B, T)}, expected ({n}, <= {self.seq_len})")
+        for name in ("attention_mask", "token_type_ids", "mlm_labels"):
+            if getattr(batch, name).shape != (B, T):
+                raise ValueError(f"{name} has shape {tuple(getattr(batch, name).shape)}, expected {(B, T)}")
+        for name in ("nsp_labels", "sop_labels", "lm_mode"):
+            t = getattr(batch, name)
+            if t is not None and t.shape != (B,):
+                raise ValueError(f"{name} has shape {tuple(t.shape)}, expected {(B,)}")
+        if batch.span_ids is not None and batch.span_ids.shape != (B, T):
+            raise ValueError(f"span_ids has shape {tuple(batch.span_ids.shape)}, expected {(B, T)}")
+
+
+def _span_ids(rows: Sequence[Row], T: int) -> np.ndarray:
+    """(B, T) int64: index of the masked unit covering each token (per row), -1 elsewhere."""
+    out = np.full((len(rows), T), -1, dtype=np.int64)
+    for i, r in enumerate(rows):
+        lo, hi = r.units[:, 0], r.units[:, 1]
+        n = hi - lo
+        out[i, _positions(lo, hi)] = np.repeat(np.arange(len(lo)), n)
+    return out
+
+
+def _positions(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Every position of the ranges [lo[k], hi[k]), concatenated."""
+    n = hi - lo
+    return np.repeat(lo, n) + np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n)
+
+
+@dataclass
+class NSPCollator(MLMCollator):
+    """Next-sentence-prediction pairs (plus MLM): `[CLS] A [SEP] B [SEP]`, types 0 then 1."""
+
+    def encode(self, ex: Example, rng: np.random.Generator) -> Encoded:
+        if ex.b is None:
+            raise ValueError(f"{type(self).__name__} examples need a B segment")
+        sa, sb = truncate_pair_slices(len(ex.a), len(ex.b), self.seq_len - 3, rng)
+        a, b = ex.a[sa], ex.b[sb]
+        s = self.special
+        ids = np.concatenate([[s.cls], a, [s.sep], b, [s.sep]]).astype(np.int64)
+        types = np.zeros_like(ids)
+        types[len(a) + 2:] = 1
+        starts = None
+        if self.needs_word_starts:
+            fa, fb = _flags(ex.a_starts, sa, True), _flags(ex.b_starts, sb, True)
+            starts = np.concatenate([[1], fa, [1], fb, [1]]).astype(np.uint8)
+        return Encoded(ids, types, starts, source_len=len(a) + 2)
+
+    def nsp_labels(self, examples: Sequence[Example]) -> torch.Tensor:
+        return torch.tensor([NSP_NOT_NEXT if ex.is_random_next else NSP_IS_NEXT for ex in examples],
+                            dtype=torch.long)
+
+
+@dataclass
+class SOPCollator(NSPCollator):
+    """ALBERT's sentence-order prediction (plus MLM): two consecutive segments of one document
+    as `[CLS] A [SEP] B [SEP]`; sop_labels 0 when A comes first in the document, 1 when the
+    instance table swapped them (build_sop_instances). Truncation as for NSP."""
+
+    def finish(self, batch: Batch, examples: Sequence[Example], rows: Sequence[Row]) -> Batch:
+        batch.sop_labels = torch.tensor([SOP_SWAPPED if ex.swapped else SOP_ORIGINAL for ex in examples],
+                                        dtype=torch.long)
+        return batch
+
+
+@dataclass
+class SpanBERTCollator(MLMCollator):
+    """SpanBERT: single segments (no NSP) with span masking, plus the span-boundary objective's
+    targets. For every masked token t of a span covering tokens s..e (positions in the
+    padded batch), one row of sbo_pairs = (batch row, s-1, e+1, t, t-s) and sbo_labels =
+    its original token, in row-major token order. Spans never touch
+    (trainer.objectives.masking.choose_spans), so the boundary tokens s-1 and e+1 are always unmasked
+    ([CLS]/[SEP] at the edges).
+
+    Span lengths are counted in words, relative positions in tokens: a span token with
+    t-s >= sbo_max_position (the rows of the SBO head's position table, models_lib's
+    SpanBertConfig.max_span_length) gets no SBO row, only its MLM label, as SpanBERT's
+    max_pair_targets does."""
+
+    masking_unit: str = "span"
+    sbo_max_position: int = 10
+
+    def __post_init__(self) -> None:
+        if self.masking_unit != "span":
+            raise ConfigError("The span boundary objective (SpanBERT) needs span masking (masking_unit \"span\").")
+        if self.sbo_max_position < 1:
+            raise ConfigError("sbo_max_position must be at least 1.")
+        super().__post_init__()
+
+    def finish(self, batch: Batch, examples: Sequence[Example], rows: Sequence[Row]) -> Batch:
+        parts = []
+        for b, r in enumerate(rows):
+            lo, hi = r.units[:, 0], r.units[:, 1]
+            n = hi - lo
+            t = _positions(lo, hi)
+            first = np.repeat(lo, n)
+            part = np.stack([np.full_like(t, b), first - 1, np.repeat(hi, n), t, t - first], axis=1)
+            parts.append(part[part[:, 4] < self.sbo_max_position])
+        pairs = torch.from_numpy(np.concatenate(parts).astype(np.int64).reshape(-1, 5))
+        batch.sbo_pairs = pairs
+        batch.sbo_labels = batch.mlm_labels[pairs[:, 0], pairs[:, 3]].clone()
+        return batch
+
+    def check(self, batch: Batch, n: int) -> None:
+        super().check(batch, n)
+        N = batch.sbo_pairs.shape[0]
+        if batch.sbo_pairs.shape != (N, 5) or batch.sbo_labels.shape != (N,):
+            raise ValueError(f"sbo_pairs {tuple(batch.sbo_pairs.shape)} / sbo_labels "
+                             f"{tuple(batch.sbo_labels.shape)} must be (N, 5) / (N,)")
+        if N > int((batch.mlm_labels != IGNORE_INDEX).sum()) or (batch.sbo_labels == IGNORE_INDEX).any():
+            raise ValueError("sbo_pairs point at positions without an MLM label")
+
+
+@dataclass
+class UniLMCollator(MLMCollator):
+    """UniLM: every example is a pair of consecutive segments `[CLS] A [SEP] B [SEP]` (types 0/1)
+    trained in one of four self-attention modes, drawn per example with probabilities 1/3
+    bidirectional, 1/3 seq2seq (A = source, B = target), 1/6 left-to-right, 1/6 right-to-left.
+    MLM masking as configured, except that seq2seq examples are masked in the target only.
+
+    Emits self_attention_mask (B, T, T) bool (trainer.objectives.masking.unilm_attention_masks, built
+    by models_lib.core.masks) and lm_mode (B,) (ids into trainer.objectives.masking.UNILM_MODES).
+    Simplifications: the unidirectional modes also use the pair layout, and there is no NSP
+    for the bidirectional mode (UniLM adds one there)."""
+
+    def encode(self, ex: Example, rng: np.random.Generator) -> Encoded:
+        mode = int(rng.choice(len(UNILM_MODE_PROBS), p=UNILM_MODE_PROBS))
+        enc = NSPCollator.encode(self, ex, rng)
+        enc.mode = mode
+        if mode == SEQ2SEQ:
+            enc.maskable = np.arange(len(enc.ids)) >= enc.source_len
+        return enc
+
+    def finish(self, batch: Batch, examples: Sequence[Example], rows: Sequence[Row]) -> Batch:
+        modes = torch.tensor([r.encoded.mode for r in rows], dtype=torch.long)
+        sources = torch.tensor([r.encoded.source_len for r in rows], dtype=torch.long)
+        batch.self_attention_mask = unilm_attention_masks(modes, batch.attention_mask, sources)
+        batch.lm_mode = modes
+        return batch
+
+    def check(self, batch: Batch, n: int) -> None:
+        super().check(batch, n)
+        B, T = batch.input_ids.shape
+        m = batch.self_attention_mask
+        if m is None or m.shape != (B, T, T) or m.dtype != torch.bool:
+            raise ValueError(f"self_attention_mask must be a ({B}, {T}, {T}) bool tensor")
+
+
+# ---------------------------------------------------------------------------- objectives -> collators
+@dataclass(frozen=True)
+class CollatorSpec:
+    """How one set of objectives becomes batches."""
+
+    collator: type[MLMCollator]
+    pairs: str | None         # the instance table the data needs: None (packed single segments),
+                              # "nsp", "sop" (consecutive, swapped half the time), "consecutive"
+    units: tuple[str, ...]    # masking units it accepts; the first is its default
+    label: str
+
+
+_ALL_UNITS = tuple(MASKING_UNITS)
+
+COLLATORS: dict[frozenset[str], CollatorSpec] = {
+    frozenset({"mlm"}): CollatorSpec(MLMCollator, None, _ALL_UNITS, "MLM (BERT without NSP, RoBERTa)"),
+    frozenset({"mlm", "nsp"}): CollatorSpec(NSPCollator, "nsp", _ALL_UNITS, "MLM + NSP (BERT)"),
+    frozenset({"mlm", "sop"}): CollatorSpec(SOPCollator, "sop", _ALL_UNITS, "MLM + SOP (ALBERT)"),
+    frozenset({"mlm", "sbo"}): CollatorSpec(SpanBERTCollator, None, ("span",), "MLM + SBO (SpanBERT)"),
+    frozenset({"mlm", "unilm"}): CollatorSpec(UniLMCollator, "consecutive", _ALL_UNITS, "UniLM attention modes"),
+    frozenset({"unilm"}): CollatorSpec(UniLMCollator, "consecutive", _ALL_UNITS, "UniLM attention modes"),
+    # ELECTRA: the generator reads the MLM batch; RTD labels come from its samples, in the model.
+    frozenset({"mlm", "rtd"}): CollatorSpec(MLMCollator, None, _ALL_UNITS, "MLM + RTD (ELECTRA)"),
+    frozenset({"rtd"}): CollatorSpec(MLMCollator, None, _ALL_UNITS, "MLM + RTD (ELECTRA)"),
+    # DistilBERT: teacher and student read the same MLM batch.
+    frozenset({"mlm", "distill"}): CollatorSpec(MLMCollator, None, _ALL_UNITS, "MLM + distillation (DistilBERT)"),
+}
+
+
+def collator_spec(objectives: Sequence[str]) -> CollatorSpec:
+    try:
+        return COLLATORS[frozenset(objectives)]
+    except KeyError:
+        known = "; ".join(" + ".join(sorted(k)) for k in COLLATORS)
+        raise ConfigError(f"No collator for the objectives {' + '.join(objectives)}; known sets: {known}.") from None
+
+
+def build_collator(objectives: Sequence[str], *, special: SpecialIds, seq_len: int,
+                   masking_unit: str | None = None, mask_prob: float = 0.15, seed: int = 0,
+                   phrase_breaks: np.ndarray | None = None, **options: Any) -> MLMCollator:
+    """The collator of a set of objectives (COLLATORS) with a masking unit (None: its default).
+    `options` go to the collator class (e.g. sbo_max_position for SpanBERT). Packing
+    (FULL-/DOC-SENTENCES) is a property of the examples, see trainer.training.data."""
+    spec = collator_spec(objectives)
+    unit = masking_unit or spec.units[0]
+    if unit not in spec.units:
+        raise ConfigError(f"{spec.label} cannot use {unit!r} masking; it takes {', '.join(spec.units)}.")
+    return spec.collator(special=special, seq_len=seq_len, mask_prob=mask_prob, seed=seed,
+                         masking_unit=unit, phrase_breaks=phrase_breaks, **options)
+
+
+# ---------------------------------------------------------------------------- examples
+@dataclass
+class ShardIndex:
+    """Token ids plus sentence and document boundaries (the layout of trainer.prep.shards), and the
+    per-token word-start flags when the shards have them."""
+
+    tokens: np.ndarray          # (N,) token ids (a memmap for real shards)
+    sentences: np.ndarray       # (S+1,) token offset of each sentence start, plus the end
+    documents: np.ndarray       # (D+1,) sentence index of each document start, plus the end
+    word_starts: np.ndarray | None = None  # (N,) uint8, 1 = the token starts a word
+    meta: dict = field(default_factory=dict)  # shard.json
+    doc_token_starts: np.ndarray = field(init=False, repr=False)
+    _stream_docs: tuple[np.ndarray, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.sentences = np.asarray(self.sentences, dtype=np.int64)
+        self.documents = np.asarray(self.documents, dtype=np.int64)
+        self.doc_token_starts = np.unique(self.sentences[self.documents[:-1]]) if self.n_documents else \
+            np.zeros(0, dtype=np.int64)
+
+    @classmethod
+    def from_documents(cls, docs: Sequence[Sequence[Sequence[int]]],
+                       word_starts: Sequence[Sequence[Sequence[int]]] | None = None) -> "ShardIndex":
+        """Build from nested lists (documents of sentences of ids, and optionally of word-start
+        flags in the same layout); for tests and small data."""
+        sent_lens = [len(s) for d in docs for s in d]
+        tokens = np.asarray([t for d in docs for s in d for t in s], dtype=np.int64)
+        sentences = np.concatenate([[0], np.cumsum(sent_lens, dtype=np.int64)])
+        documents = np.concatenate([[0], np.cumsum([len(d) for d in docs], dtype=np.int64)])
+        flags = None
+        if word_starts is not None:
+            flags = np.asarray([f for d in word_starts for s in d for f in s], dtype=np.uint8)
+            if len(flags) != len(tokens):
+                raise ValueError(f"{len(flags)} word-start flags for {len(tokens)} tokens")
+        return cls(tokens, sentences, documents, flags)
+
+    @classmethod
+    def from_shards(cls, shards: Any) -> "ShardIndex":
+        """From a trainer.prep.shards.TokenShards (its memmaps and its boundary arrays)."""
+        sentences = _first_attr(shards, "sentence_offsets", "sentences", "sentence_starts")
+        documents = _first_attr(shards, "document_offsets", "documents", "document_starts")
+        if sentences is None or documents is None:  # fall back on the documented files
+            folder = _first_attr(shards, "folder", "path", "dir", "directory")
+            sentences = np.load(f"{folder}/sentences.npy")
+            documents = np.load(f"{folder}/documents.npy")
+        meta = getattr(shards, "meta", None)
+        return cls(shards.tokens, sentences, documents, _first_attr(shards, "word_starts"),
+                   dict(meta) if isinstance(meta, dict) else {})
+
+    @property
+    def n_documents(self) -> int:
+        return len(self.documents) - 1
+
+    @property
+    def n_sentences(self) -> int:
+        return len(self.sentences) - 1
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.sentences[-1])
+
+    def _doc_breaks(self, start: int, end: int) -> np.ndarray:
+        """Offsets (relative to start) of the document starts strictly inside (start, end)."""
+        lo, hi = np.searchsorted(self.doc_token_starts, [start + 1, end])
+        return self.doc_token_starts[lo:hi] - start
+
+    def span(self, start: int, end: int, sep: int | None = None) -> np.ndarray:
+        """Tokens [start, end) as int64; with `sep`, a separator before each document start inside."""
+        toks = np.asarray(self.tokens[start:end], dtype=np.int64)
+        if sep is None:
+            return toks
+        breaks = self._doc_breaks(start, end)
+        return np.insert(toks, breaks, sep) if len(breaks) else toks
+
+    def sentence_starts_in(self, start: int, end: int) -> np.ndarray:
+        """Offsets (relative to start) where the sentences of tokens [start, end) begin; 0 is
+        always one (a piece of a long sentence counts as a sentence)."""
+        lo, hi = np.searchsorted(self.sentences, [start + 1, end])
+        return np.concatenate([[0], self.sentences[lo:hi] - start]).astype(np.int64)
+
+    # The corpus as one stream of tokens, for fixed-length chunks (TextLayout "chunks"):
+    # documents one after another, each followed by a separator when one is given (so stream
+    # offset = token offset + number of documents before it).
+    def stream_length(self, doc_sep: bool) -> int:
+        return self.n_tokens + (self.n_documents if doc_sep else 0)
+
+    def stream(self, start: int, end: int, sep: int | None = None) -> np.ndarray:
+        """Tokens [start, end) of the stream as int64; with `sep`, it follows every document."""
+        if sep is None:
+            return np.asarray(self.tokens[start:end], dtype=np.int64)
+        if end <= start:
+            return np.zeros(0, dtype=np.int64)
+        if self._stream_docs is None:  # once per index: O(documents)
+            bounds = self.sentences[self.documents]             # (D+1,) token offset of each document start
+            self._stream_docs = (bounds, bounds[:-1] + np.arange(self.n_documents))  # + stream offsets
+        bounds, firsts = self._stream_docs
+        pos = np.arange(start, end, dtype=np.int64)
+        doc = np.searchsorted(firsts, pos, side="right") - 1
+        tok = pos - doc                                    # token offset (= the document's end at its separator)
+        is_sep = tok == bounds[doc + 1]
+        lo = int(tok[0])
+        chunk = np.asarray(self.tokens[lo:int(tok[-1]) + 1], dtype=np.int64)
+        return np.where(is_sep, sep, chunk[np.minimum(tok - lo, len(chunk) - 1)]) if len(chunk) else \
+            np.full(len(pos), sep, dtype=np.int64)
+
+    def span_starts(self, start: int, end: int, sep: bool = False) -> np.ndarray | None:
+        """Word-start flags of `span(start, end, sep)` (a separator counts as a start), or None
+        when the shards have no flags."""
+        if self.word_starts is None:
+            return None
+        flags = np.array(self.word_starts[start:end], dtype=np.uint8)
+        if not sep:
+            return flags
+        breaks = self._doc_breaks(start, end)
+        return np.insert(flags, breaks, 1) if len(breaks) else flags
+
+
+def _first_attr(obj: Any, *names: str) -> Any:
+    for n in names:
+        v = getattr(obj, n, None)
+        if v is not None and not callable(v):
+            return v
+    return None
+
+
+# Columns of a pair-instance table.
+A_START, A_END, B_START, B_END, RANDOM_NEXT = range(5)
+
+
+def build_pair_instances(index: ShardIndex, *, max_tokens: int, rng: np.random.Generator,
+                         short_seq_prob: float = 0.1) -> np.ndarray:
+    """NSP examples the way BERT's create_pretraining_data.py makes them.
+
+    Per document: accumulate whole sentences up to a target length (max_tokens, or with
+    probability short_seq_prob a random shorter one), split the chunk at a random sentence
+    boundary into A and B; half the time replace B by sentences from another document (the
+    unused sentences of the chunk go back to the pool).
+
+    One deviation: BERT makes every one-sentence chunk NotNext, which skews the labels (to
+    ~60% NotNext on short documents). Here the coin decides first; an IsNext for a
+    one-sentence chunk takes the document's next (or previous) sentence as B, and
+    one-sentence documents give no A. So the labels stay a fair coin.
+
+    Returns an int64 table (N, 5): token offsets a_start, a_end, b_start, b_end, is_random_next.
+    """
+    if index.n_documents < 2:
+        raise ConfigError("Next sentence prediction needs at least two documents in the corpus; "
+                          "this split has fewer. Use a larger corpus or train with MLM only.")
+    off = index.sentences.tolist()
+    lens = np.diff(index.sentences).tolist()
+    docs = index.documents.tolist()
+    D = len(docs) - 1
+    rows: list[tuple[int, int, int, int, int]] = []
+    for d in range(D):
+        s_begin, s_end = docs[d], docs[d + 1]
+        if s_end - s_begin < 2 or off[s_end] == off[s_begin]:
+            # A one-sentence document has no true next sentence; were it used as an A it could
+            # only be NotNext and the labels would stop being a fair coin. (It still serves as a
+            # random B for other documents.)
+            continue
+        target = max_tokens
+        if rng.random() < short_seq_prob:
+            target = int(rng.integers(2, max_tokens + 1))
+        chunk_start, length, i = s_begin, 0, s_begin
+        while i < s_end:
+            length += lens[i]
+            if i == s_end - 1 or length >= target:
+                n = i + 1 - chunk_start
+                random_next = rng.random() < 0.5
+                a_end = chunk_start + int(rng.integers(1, n)) if n >= 2 else i + 1
+                a, b = (chunk_start, a_end), (0, 0)
+                if not random_next:
+                    if n >= 2:
+                        b = (a_end, i + 1)
+                    elif i + 1 < s_end:  # one long sentence: B is the sentence after it
+                        b = (i + 1, i + 2)
+                        i += 1
+                    else:  # the document's last sentence: pair it with the one before
+                        a, b = (i - 1, i), (i, i + 1)
+                else:
+                    target_b = max(1, target - (off[a_end] - off[chunk_start]))
+                    r = d
+                    for _ in range(10):
+                        r = int(rng.integers(0, D))
+                        if r != d and off[docs[r + 1]] > off[docs[r]]:
+                            break
+                    if r == d or off[docs[r + 1]] == off[docs[r]]:
+                        r = _next_nonempty_doc(off, docs, d)
+                    r_start = int(rng.integers(docs[r], docs[r + 1]))
+                    r_end, got = r_start, 0
+                    while r_end < docs[r + 1] and got < target_b:
+                        got += lens[r_end]
+                        r_end += 1
+                    b = (r_start, r_end)
+                    i = a_end - 1  # the chunk's sentences after A were not used: put them back
+                if off[a[1]] > off[a[0]] and off[b[1]] > off[b[0]]:
+                    rows.append((off[a[0]], off[a[1]], off[b[0]], off[b[1]], int(random_next)))
+                chunk_start, length = i + 1, 0
+            i += 1
+    if not rows:
+        raise ConfigError("Next sentence prediction needs documents of at least two sentences, and this "
+                          "split has none. Train with MLM only, or use a corpus with longer documents.")
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 5)
+
+
+def _next_nonempty_doc(off: list[int], docs: list[int], d: int) -> int:
+    D = len(docs) - 1
+    for k in range(1, D):
+        r = (d + k) % D
+        if off[docs[r + 1]] > off[docs[r]]:
+            return r
+    raise ConfigError("Next sentence prediction needs at least two non-empty documents.")
+
+
+def build_sop_instances(index: ShardIndex, *, max_tokens: int, rng: np.random.Generator,
+                        short_seq_prob: float = 0.1, swap_prob: float = 0.5) -> np.ndarray:
+    """Sentence-order-prediction examples (ALBERT's create_pretraining_data.py without the
+    random-next branch): per document, whole sentences are accumulated up to a target length
+    (max_tokens, or with probability short_seq_prob a random shorter one) and the chunk is
+    split at a random sentence boundary into two consecutive segments; with probability
+    swap_prob they are presented in swapped order.
+
+    A one-sentence chunk takes the document's next sentence as its second segment (or, at
+    the document's end, the previous one as its first); ALBERT would fall back on a random
+    document there, which is not an ordering example. One-sentence documents give none.
+    With swap_prob=0 these are UniLM's consecutive (source, target) pairs.
+
+    Returns an int64 table (N, 5): a_start, a_end, b_start, b_end (token offsets of the
+    segments in the order presented) and swapped; for a swapped row b_end == a_start.
+    """
+    off = index.sentences.tolist()
+    lens = np.diff(index.sentences).tolist()
+    docs = index.documents.tolist()
+    rows: list[tuple[int, int, int, int, int]] = []
+    for d in range(len(docs) - 1):
+        s_begin, s_end = docs[d], docs[d + 1]
+        if s_end - s_begin < 2 or off[s_end] == off[s_begin]:
+            continue
+        target = max_tokens
+        if rng.random() < short_seq_prob:
+            target = int(rng.integers(2, max_tokens + 1))
+        chunk_start, length, i = s_begin, 0, s_begin
+        while i < s_end:
+            length += lens[i]
+            if i == s_end - 1 or length >= target:
+                if i == chunk_start:  # one sentence: pair it with a neighbour
+                    if i + 1 < s_end:
+                        i += 1
+                    else:
+                        chunk_start = i - 1
+                n = i + 1 - chunk_start
+                split = chunk_start + int(rng.integers(1, n))
+                swapped = rng.random() < swap_prob
+                first, second = (off[chunk_start], off[split]), (off[split], off[i + 1])
+                if first[1] > first[0] and second[1] > second[0]:
+                    a, b = (second, first) if swapped else (first, second)
+                    rows.append((a[0], a[1], b[0], b[1], int(swapped)))
+                chunk_start, length = i + 1, 0
+            i += 1
+    if not rows:
+        raise ConfigError("Sentence pairs (SOP, UniLM) need documents of at least two sentences, and this "
+                          "split has none. Train with MLM only, or use a corpus with longer documents.")
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 5)
+
+
+# RoBERTa's input formats for single-segment objectives (Liu et al. 2019, section 4.2).
+PACKINGS: dict[str, str] = {
+    "full-sentences": "FULL-SENTENCES: whole sentences packed up to the length, across document "
+                      "boundaries, with an extra separator between documents.",
+    "doc-sentences": "DOC-SENTENCES: like FULL-SENTENCES but never across a document boundary; "
+                     "sequences at a document's end may be shorter (padded).",
+}
+
+
+@dataclass(frozen=True)
+class TextLayout:
+    """The raw text an encoder-decoder or decoder-only collator wants per example.
+
+    kind "chunks": the corpus read as one stream (ShardIndex.stream) and cut into pieces of
+    exactly `length` tokens (the last one may be shorter), crossing sentence and document
+    boundaries; `doc_sep` follows every document (EOS for causal LMs) or, None, documents are
+    simply concatenated (T5's pretraining stream).
+    kind "sentences": whole consecutive sentences of one document packed up to `length`
+    tokens (DOC-SENTENCES), with their sentence starts (sentence permutation)."""
+
+    kind: str
+    length: int
+    doc_sep: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("chunks", "sentences"):
+            raise ValueError(f"TextLayout kind must be 'chunks' or 'sentences', not {self.kind!r}")
+        if self.length < 1:
+            raise ConfigError(f"The sequence length leaves {self.length} tokens of text per example; "
+                              "use a longer seq_len.")
+
+
+def build_chunk_instances(index: ShardIndex, *, length: int, doc_sep: bool = False, min_tokens: int = 2) -> np.ndarray:
+    """Fixed-length pieces of the corpus stream (ShardIndex.stream): [k*length, (k+1)*length)
+    for every k, the last piece cut at the stream's end and dropped when shorter than
+    min_tokens (nothing to predict). Returns an int64 table (N, 2) of stream offsets."""
+    total = index.stream_length(doc_sep)
+    starts = np.arange(0, total, length, dtype=np.int64)
+    ends = np.minimum(starts + length, total)
+    keep = ends - starts >= min_tokens
+    return np.stack([starts[keep], ends[keep]], axis=1).reshape(-1, 2)
+
+
+def build_packed_instances(index: ShardIndex, *, max_tokens: int, cross_documents: bool = True) -> np.ndarray:
+    """Single-segment examples: whole consecutive sentences packed up to max_tokens; a sentence
+    longer than max_tokens is cut into pieces.
+
+    cross_documents=True is RoBERTa's FULL-SENTENCES: documents may share an example, with a
+    [SEP] between them (counted here, inserted by ShardIndex.span(..., sep=...)).
+    cross_documents=False is DOC-SENTENCES: an example ends where its document ends.
+    Returns an int64 table (N, 2) of token offsets [start, end)."""
+    off = index.sentences.tolist()
+    lens = np.diff(index.sentences).tolist()
+    doc_starts = set(index.doc_token_starts.tolist())
+    rows: list[tuple[int, int]] = []
+    start = end = None
+    used = 0
+    for s, L in enumerate(lens):
+        if L == 0:
+            continue
+        new_doc = start is not None and off[s] in doc_starts
+        if new_doc and not cross_documents:
+            rows.append((start, end))
+            start = None
+        if L > max_tokens:
+            if start is not None:
+                rows.append((start, end))
+                start = None
+            rows.extend((c, min(c + max_tokens, off[s + 1])) for c in range(off[s], off[s + 1], max_tokens))
+            continue
+        cost = L + (1 if start is not None and off[s] in doc_starts else 0)
+        if start is not None and used + cost > max_tokens:
+            rows.append((start, end))
+            start = None
+        if start is None:
+            start, used = off[s], L
+        else:
+            used += cost
+        end = off[s + 1]
+    if start is not None:
+        rows.append((start, end))
+    return np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+
+
+# ---------------------------------------------------------------------------- issue-4 objectives
+# The encoder-decoder (T5, BART) and decoder-only / biLM (GPT, ELMo) collators build on the
+# types above and add their rows to COLLATORS when imported; importing them here makes
+# COLLATORS complete for every caller.
+import trainer.objectives.denoising  # noqa: E402,F401
+import trainer.objectives.lm  # noqa: E402,F401

@@ -1,0 +1,408 @@
+"""RunConfig: everything a training run needs besides its data, validated on creation.
+
+A RunConfig is JSON- and YAML-able (the web form stores `to_dict()` on the Run row; the CLI
+reads it from YAML). `__post_init__` checks each field on its own, then asks the
+architecture registry whether the combination (architecture, preset, objectives, seq_len)
+is one we can train; either way a bad value raises `ConfigError` with a sentence a user can
+act on. Nothing here imports torch at import time: the web process validates configs too.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import inspect
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from trainer.errors import ConfigError
+
+MIN_SEQ_LEN = 16
+
+# Inclusive bounds of the numeric fields: used by validation and shown on the launch form.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "mask_prob": (0.01, 0.5),
+    "max_steps": (1, 10_000_000),
+    "batch_size": (1, 8192),
+    "seq_len": (MIN_SEQ_LEN, 8192),  # the real upper bound is the model's max positions
+    "grad_accum": (1, 1024),
+    "lr": (1e-7, 1.0),
+    "eps": (1e-12, 1e-2),
+    "weight_decay": (0.0, 1.0),
+    "warmup_steps": (0, 10_000_000),
+    "clip_grad": (0.0, 1000.0),
+    "eval_every": (1, 10_000_000),
+    "eval_batches": (1, 10_000),
+    "checkpoint_every": (1, 10_000_000),
+    "log_every": (1, 100_000),
+    "seed": (0, 2**31 - 1),
+    "num_threads": (0, 1024),
+    "rtd_weight": (0.0, 1000.0),
+    "distill_temperature": (0.5, 20.0),
+    "distill_soft_weight": (0.0, 100.0),
+    "distill_mlm_weight": (0.0, 100.0),
+    "distill_cos_weight": (0.0, 100.0),
+}
+
+CHOICES: dict[str, tuple[str, ...]] = {
+    "masking": ("dynamic", "static"),
+    "schedule": ("linear", "cosine", "constant", "inverse_sqrt"),
+    "optimizer": ("adamw", "adafactor"),
+    "device": ("auto", "cpu", "cuda"),
+    "precision": ("auto", "fp32", "bf16"),
+}
+# Choices owned by the data layer (trainer.objectives.masking.MASKING_UNITS, trainer.objectives.collators.PACKINGS);
+# read lazily so that importing this module does not import torch. See choices().
+_LAZY_CHOICES = {
+    "masking_unit": ("trainer.objectives.masking", "MASKING_UNITS"),
+    "packing": ("trainer.objectives.collators", "PACKINGS"),
+}
+
+# Static masking: each example gets this many different masks, reused round-robin by epoch.
+DUPE_FACTOR = 10
+
+
+@dataclass
+class RunConfig:
+    """How to train one model. Field docstrings double as help text on the launch form."""
+
+    # --- what to train
+    architecture: str = "bert"
+    """Model family, a key of trainer.catalog.registry.ARCHITECTURES (e.g. "bert")."""
+    preset: str = "bert-tiny"
+    """Named model size of that family (e.g. "bert-tiny", "bert-base")."""
+    model_overrides: dict[str, Any] = field(default_factory=dict)
+    """Model config fields that replace the preset's values (e.g. {"num_layers": 4, "hidden_dropout": 0.0})."""
+    objectives: list[str] = field(default_factory=lambda: ["mlm", "nsp"])
+    """Pre-training objectives: "mlm" (masked language modelling), "nsp" (next sentence prediction)."""
+
+    # --- objective details
+    masking: str = "dynamic"
+    """"dynamic": new masks every time a sequence is fed; "static": 10 masks per sequence, fixed up front."""
+    mask_prob: float = 0.15
+    """Share of (non-special) tokens chosen for masked-token prediction; for T5, the noise density of span corruption (15%, spans of mean length 3), token dropping and its BERT-style objective."""
+    masking_unit: str = ""
+    """What one mask covers: "token" (BERT), "word" (whole-word masking, BERT-wwm), "phrase" (ERNIE phrase masking), "ngram" (ALBERT, 1- to 3-grams of words) or "span" (SpanBERT, with its span boundary objective). Empty = the architecture's default (ALBERT "ngram", SpanBERT "span", otherwise "token")."""
+    packing: str = "full-sentences"
+    """How single-segment inputs are filled (RoBERTa): "full-sentences" (whole sentences up to seq_len, across documents, with a separator between them) or "doc-sentences" (never across a document boundary). Sentence-pair objectives (NSP, SOP, UniLM) make their own pairs and take "full-sentences"."""
+
+    # --- ELECTRA (the generator's width is the model field generator_size)
+    rtd_weight: float = 50.0
+    """ELECTRA: weight of the discriminator's replaced-token-detection loss; loss = MLM(generator) + rtd_weight x RTD(discriminator). The paper uses 50."""
+
+    # --- DistilBERT
+    teacher_checkpoint: str = ""
+    """DistilBERT: folder of a trained BERT checkpoint (model_config.json + model.safetensors, trained with the same tokenizer). The student gets half its layers, initialised from every other teacher layer."""
+    distill_temperature: float = 2.0
+    """DistilBERT: softmax temperature of the soft targets (teacher and student logits are divided by it)."""
+    distill_soft_weight: float = 5.0
+    """DistilBERT: weight of the soft-target loss, KL(teacher || student) at the temperature, times temperature squared."""
+    distill_mlm_weight: float = 2.0
+    """DistilBERT: weight of the student's own masked-LM loss on the true tokens."""
+    distill_cos_weight: float = 1.0
+    """DistilBERT: weight of the cosine loss between the student's and the teacher's final hidden states (real tokens)."""
+
+    # --- length and batches
+    max_steps: int = 1000
+    """Number of optimizer updates to make."""
+    batch_size: int = 32
+    """Sequences per forward pass (per micro-batch)."""
+    seq_len: int = 128
+    """Maximum sequence length in tokens, special tokens included."""
+    grad_accum: int = 1
+    """Micro-batches whose gradients are summed before each update (effective batch = batch_size x grad_accum)."""
+
+    # --- optimizer and schedule
+    optimizer: str = ""
+    """"adamw" or "adafactor" (T5's: PyTorch's Adafactor, steps relative to each weight's size; lr caps that step; betas and eps do not apply). Empty = the architecture's (T5 Adafactor, otherwise AdamW)."""
+    lr: float = 1e-4
+    """Peak learning rate, reached at the end of warm-up."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW beta1 and beta2 (Adafactor ignores them)."""
+    eps: float = 1e-6
+    """AdamW epsilon (Adafactor ignores it)."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay (not applied to biases and normalization weights)."""
+    warmup_steps: int = 100
+    """Steps of linear warm-up from 0 to lr; with "inverse_sqrt", the steps at constant lr before the decay."""
+    schedule: str = "linear"
+    """Learning-rate shape after warm-up: "linear" decay to 0, "cosine" decay to 0, "constant", or "inverse_sqrt" (T5: lr x sqrt(warmup_steps / step) after warmup_steps steps at lr; T5 itself used lr 0.01 for 10^4 steps, i.e. 1/sqrt(max(step, 10^4)))."""
+    clip_grad: float = 1.0
+    """Clip the global gradient norm to this value (0 = no clipping)."""
+
+    # --- bookkeeping
+    eval_every: int = 100
+    """Run validation every this many steps (and at the end)."""
+    eval_batches: int = 20
+    """Validation batches per evaluation (the same batches every time)."""
+    checkpoint_every: int = 500
+    """Save a checkpoint every this many steps (and at the end)."""
+    log_every: int = 10
+    """Report training metrics every this many steps (and at step 1)."""
+    seed: int = 0
+    """Seed for weights, data order, masks and dropout: same seed, same run."""
+
+    # --- hardware
+    device: str = "auto"
+    """"auto" (a CUDA GPU when there is one, else the CPU), "cpu" or "cuda"."""
+    precision: str = "auto"
+    """"auto" (bf16 autocast on CUDA, fp32 on CPU), "fp32" or "bf16" (CUDA only)."""
+    num_threads: int = 0
+    """CPU threads for PyTorch (0 = PyTorch's default)."""
+
+    def __post_init__(self) -> None:
+        self._coerce_types()
+        from trainer.catalog import registry  # lazy: registry reads the model presets
+
+        if self.architecture in registry.ARCHITECTURES:
+            spec = registry.ARCHITECTURES[self.architecture]
+            if not self.masking_unit:
+                self.masking_unit = spec.default_masking_unit
+            if not self.optimizer:  # configs saved before the field existed read as AdamW (their families')
+                self.optimizer = spec.optimizer_defaults.get("optimizer", "adamw")
+        self._check_fields()
+        registry.validate(self)
+
+    # ----------------------------------------------------------------- validation
+    def _coerce_types(self) -> None:
+        """Accept what JSON and YAML produce (lists for tuples, "1e-4" strings, 3.0 for 3)."""
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            default = _default_of(f)
+            try:
+                setattr(self, f.name, _coerce(value, default))
+            except (TypeError, ValueError):
+                raise ConfigError(f"{f.name} must be {_kind(default)}, not {value!r}.") from None
+
+    def _check_fields(self) -> None:
+        for name, (lo, hi) in BOUNDS.items():
+            value = getattr(self, name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{name} must be a finite number, not {value}.")
+            if name == "seq_len":
+                continue  # checked against the model's positions by the registry
+            if not lo <= value <= hi:
+                raise ConfigError(f"{name} must be between {_num(lo)} and {_num(hi)}, not {_num(value)}.")
+        if self.seq_len < MIN_SEQ_LEN:
+            raise ConfigError(f"seq_len must be at least {MIN_SEQ_LEN} tokens, not {self.seq_len}.")
+        for name, options in choices().items():
+            if name in ("masking_unit", "optimizer") and not getattr(self, name):
+                continue  # an unknown architecture: the registry says so
+            if getattr(self, name) not in options:
+                raise ConfigError(
+                    f"{name} must be one of {', '.join(repr(o) for o in options)}, not {getattr(self, name)!r}."
+                )
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ConfigError(f"betas must be two numbers in [0, 1), like [0.9, 0.999], not {list(self.betas)}.")
+        if not self.objectives:
+            raise ConfigError("Choose at least one objective.")
+        if len(set(self.objectives)) != len(self.objectives):
+            raise ConfigError(f"objectives lists an objective twice: {self.objectives}.")
+        if not all(isinstance(o, str) for o in self.objectives):
+            raise ConfigError(f"objectives must be names like \"mlm\", not {self.objectives!r}.")
+        if not all(isinstance(k, str) for k in self.model_overrides):
+            raise ConfigError("model_overrides must map field names to values.")
+        if self.warmup_steps > self.max_steps:
+            raise ConfigError(
+                f"warmup_steps ({self.warmup_steps}) must not be larger than max_steps ({self.max_steps})."
+            )
+        if self.precision == "bf16" and self.device == "cpu":
+            raise ConfigError("bf16 precision needs a CUDA GPU; use precision \"auto\" or \"fp32\" on the CPU.")
+        if not (self.distill_soft_weight or self.distill_mlm_weight or self.distill_cos_weight):
+            raise ConfigError("The three distillation loss weights cannot all be 0: the student would learn nothing.")
+
+    # ----------------------------------------------------------------- (de)serialisation
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict (tuples become lists)."""
+        d = dataclasses.asdict(self)
+        d["betas"] = list(self.betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
+        """Build from a dict; missing keys take their defaults, unknown keys are refused."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"A run config must be a mapping of field names to values, not {type(d).__name__}.")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(
+                f"Unknown config field{'s' if len(unknown) > 1 else ''}: {', '.join(map(str, unknown))}."
+            )
+        return cls(**d)
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    @classmethod
+    def from_yaml(cls, text: str) -> "RunConfig":
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"The config is not valid YAML: {e}".replace("\n", " ")) from None
+        return cls.from_dict(data if data is not None else {})
+
+    def replace(self, **changes: Any) -> "RunConfig":
+        """A validated copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    # ----------------------------------------------------------------- derived
+    @property
+    def uses_nsp(self) -> bool:
+        return "nsp" in self.objectives
+
+    @property
+    def distill_weights(self) -> dict[str, float]:
+        """DistilBERT's loss weights by metric name: soft targets, MLM, cosine."""
+        return {"soft_loss": self.distill_soft_weight, "mlm_loss": self.distill_mlm_weight,
+                "cos_loss": self.distill_cos_weight}
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Upper bound on tokens per update (padding included)."""
+        return self.batch_size * self.grad_accum * self.seq_len
+
+
+# --------------------------------------------------------------------- helpers
+def field_help() -> dict[str, str]:
+    """{field name: its docstring}, read from this file's source (attribute docstrings)."""
+    return dict(_field_docs())
+
+
+@functools.lru_cache(maxsize=1)
+def _field_docs() -> tuple[tuple[str, str], ...]:
+    try:
+        tree = ast.parse(inspect.getsource(RunConfig))
+    except (OSError, TypeError):  # no source (frozen app): no help text
+        return ()
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs = []
+    for node, nxt in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                and isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant)
+                and isinstance(nxt.value.value, str)):
+            docs.append((node.target.id, " ".join(nxt.value.value.split())))
+    return tuple(docs)
+
+
+def choices() -> dict[str, tuple[str, ...]]:
+    """{field: its allowed values} for every text field with a fixed set of values: CHOICES,
+    plus the masking units and packings of the data layer."""
+    import importlib
+
+    out = dict(CHOICES)
+    for name, (module, table) in _LAZY_CHOICES.items():
+        out[name] = tuple(getattr(importlib.import_module(module), table))
+    return out
+
+
+def field_defaults() -> dict[str, Any]:
+    """{field name: default value}, JSON-able."""
+    out = {}
+    for f in dataclasses.fields(RunConfig):
+        v = _default_of(f)
+        out[f.name] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def resolve_device(device: str) -> str:
+    """'auto' -> 'cuda' when a CUDA GPU is usable, else 'cpu'. Call at run time, not import time."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device is \"cuda\" but no CUDA GPU is available here; use \"auto\" or \"cpu\".")
+    return device
+
+
+def resolve_precision(precision: str, device: str) -> str:
+    """'auto' -> 'bf16' on CUDA (when supported), else 'fp32'."""
+    if precision == "auto":
+        if device == "cuda":
+            import torch
+
+            return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+        return "fp32"
+    if precision == "bf16" and device != "cuda":
+        raise ConfigError("bf16 precision needs a CUDA GPU; use precision \"auto\" or \"fp32\" on the CPU.")
+    return precision
+
+
+def _default_of(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    return f.default_factory()  # type: ignore[misc]
+
+
+def _coerce(value: Any, default: Any) -> Any:
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise TypeError
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool):
+            raise TypeError
+        if isinstance(value, str):
+            value = float(value.strip())
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise ValueError
+            return int(value)
+        if not isinstance(value, int):
+            raise TypeError
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool):
+            raise TypeError
+        if isinstance(value, str):  # YAML reads 1e-4 (no dot) as a string
+            return float(value.strip())
+        if not isinstance(value, (int, float)):
+            raise TypeError
+        return float(value)
+    if isinstance(default, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise TypeError
+        return tuple(_coerce(v, d) for v, d in zip(value, default)) + tuple(value[len(default):])
+    if isinstance(default, list):
+        if isinstance(value, str):  # "mlm,nsp" or "mlm"
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise TypeError
+        return list(value)
+    if isinstance(default, dict):
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise TypeError
+        return dict(value)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise TypeError
+        return value.strip()
+    return value
+
+
+def _kind(default: Any) -> str:
+    if isinstance(default, bool):
+        return "true or false"
+    if isinstance(default, int):
+        return "a whole number"
+    if isinstance(default, float):
+        return "a number"
+    if isinstance(default, tuple):
+        return f"a list of {len(default)} numbers"
+    if isinstance(default, list):
+        return "a list"
+    if isinstance(default, dict):
+        return "a mapping"
+    return "a text value"
+
+
+def _num(x: float) -> str:
+    if isinstance(x, int) or (float(x).is_integer() and abs(x) >= 1):
+        return f"{int(x):,}"
+    return f"{x:g}"

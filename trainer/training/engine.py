@@ -1,0 +1,448 @@
+"""The training loop: train(config, data_dir=..., out_dir=..., sink=...) -> TrainResult.
+
+train() reads as a table of contents: load the tokenizer, build the model, the optimizer and
+the data (or restore all of them from the latest checkpoint), then loop over steps with
+maybe_log / maybe_eval / maybe_checkpoint. Everything random is seeded from config.seed:
+weights and dropout through torch's generator (whose state is checkpointed), data order,
+pairs and masks through explicit generators keyed by the data position, ELECTRA's sampling
+through its own checkpointed generator. So N steps, a stop, and a resume give the same model
+as one uninterrupted run.
+
+What a family computes per batch lives in trainer.training.steps (a `Step` returns the loss, its
+named parts and (hits, total) counts); the loop here only adds them up, so every family's
+losses and accuracies are reported for training and validation alike.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import resource
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from trainer.training import checkpoints
+from trainer.training import steps as families
+from trainer.catalog import registry
+from trainer.objectives.collators import Batch, SpecialIds
+from trainer.training.config import RunConfig, resolve_device, resolve_precision
+from trainer.training.data import DataPosition, Prefetcher, TrainStream, build_train_stream, build_valid_batches
+from trainer.errors import ConfigError
+from trainer.training.optim import build_optimizer, clip_gradients
+from trainer.training.sinks import MetricsSink, format_duration
+
+
+PREFETCH_DEVICES = ("cuda",)  # where batches are collated on a background thread (on a CPU it would
+                              # compete with the compute threads)
+
+
+@dataclass
+class TrainResult:
+    final_step: int
+    status: str  # "succeeded" | "cancelled"
+    last_checkpoint: Path | None
+
+
+@dataclass
+class TrainState:
+    """What a checkpoint restores besides weights, optimizer and RNG."""
+
+    step: int = 0
+    tokens_seen: int = 0
+    position: DataPosition = field(default_factory=DataPosition)
+    elapsed_s: float = 0.0  # training time before this session (for the ETA)
+    train_metrics: dict[str, float] = field(default_factory=dict)
+    valid_metrics: dict[str, float] = field(default_factory=dict)
+
+
+def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink,
+          should_stop: Callable[[], bool] = lambda: False, resume: bool = False) -> TrainResult:
+    """Train per `config` on the shards in data_dir (a tokenizer folder), writing checkpoints to
+    out_dir/checkpoints/. Calls sink.close() when done, also on error."""
+    data_dir, out_dir = Path(data_dir), Path(out_dir)
+    try:
+        registry.validate(config)
+        tokenizer = load_tokenizer(config, data_dir)
+        device, precision = setup_runtime(config)
+        resume_from = find_resume_point(out_dir, resume, sink)
+        model, forward = families.build(config, vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
+                                        device=device, data_dir=data_dir, tokenizer=tokenizer)
+        optimizer, scheduler = build_optimizer(model, config)
+        state = TrainState()
+        if resume_from is not None:
+            state = restore(resume_from, config, data_dir, model, optimizer, scheduler, forward)
+        special = SpecialIds.from_tokenizer(tokenizer)
+        stream = build_train_stream(config, data_dir, special, state.position)
+        valid = build_valid_batches(config, data_dir, special)
+        if not valid:
+            sink.log("The validation split gives no examples for these settings; training without validation.")
+        loop = Loop(config, model=model, forward=forward, optimizer=optimizer, scheduler=scheduler, stream=stream,
+                    valid=valid, state=state, sink=sink, data_dir=data_dir, out_dir=out_dir,
+                    device=device, precision=precision, resumed_from=resume_from)
+        return loop.run(should_stop)
+    finally:
+        sink.close()
+
+
+# ---------------------------------------------------------------------------- building
+def load_tokenizer(config: RunConfig, data_dir: Path) -> Any:
+    from trainer.prep.tokenization import load_tokenizer as _load
+
+    bundle = _load(data_dir)
+    registry.validate_tokenizer(config, bundle.meta.get("algorithm", "wordpiece"), bundle.meta)
+    return bundle
+
+
+def setup_runtime(config: RunConfig) -> tuple[str, str]:
+    """Resolve device and precision, set threads and the seed (before the weights are made)."""
+    device = resolve_device(config.device)
+    precision = resolve_precision(config.precision, device)
+    if config.num_threads > 0:
+        torch.set_num_threads(config.num_threads)
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    torch.manual_seed(config.seed)
+    return device, precision
+
+
+def find_resume_point(out_dir: Path, resume: bool, sink: MetricsSink) -> Path | None:
+    if resume:
+        folder = checkpoints.latest_resumable(out_dir)
+        if folder is None:
+            sink.log(f"No checkpoint to resume from in {out_dir}; starting from step 0.")
+        return folder
+    if checkpoints.list_checkpoints(out_dir):
+        raise ConfigError(f"{out_dir} already holds checkpoints of a run. Resume that run, or train into "
+                          f"another folder.")
+    return None
+
+
+def restore(folder: Path, config: RunConfig, data_dir: Path, model: nn.Module,
+            optimizer: torch.optim.Optimizer, scheduler: Any, forward: families.Step | None = None) -> TrainState:
+    """Load weights, optimizer, scheduler and RNG states from a checkpoint; return the rest."""
+    import safetensors.torch
+
+    from models_lib.checkpoint import read_model_config
+
+    saved = read_model_config(folder)["config"]
+    if saved != model.config.to_dict():
+        changed = sorted(k for k in set(saved) | set(model.config.to_dict())
+                         if saved.get(k) != model.config.to_dict().get(k))
+        raise ConfigError(f"The checkpoint {folder.name} holds a different model ({', '.join(changed)} differ); "
+                          f"resume with the preset and model_overrides the run started with.")
+    if _digest(folder / "tokenizer.json") != _digest(data_dir / "tokenizer.json"):
+        raise ConfigError(f"The checkpoint {folder.name} was trained with another tokenizer than the one in "
+                          f"{data_dir}; resume with the run's own tokenizer.")
+    safetensors.torch.load_model(model, str(folder / "model.safetensors"), strict=True,
+                                 device=str(next(model.parameters()).device))
+    opt = checkpoints.read_optimizer_state(folder)
+    optimizer.load_state_dict(opt["optimizer"])
+    scheduler.load_state_dict(opt["scheduler"])
+    checkpoints.restore_rng_state(opt["rng"])
+    if forward is not None:  # e.g. ELECTRA's sampler
+        forward.load_state_dict(opt.get("family_state", {}))
+    s = checkpoints.read_state(folder)
+    metrics = s.get("metrics", {})
+    return TrainState(step=int(s["step"]), tokens_seen=int(s.get("tokens_seen", 0)),
+                      position=DataPosition.from_dict(s["data_position"]),
+                      elapsed_s=float(s.get("elapsed_s", 0.0)),
+                      train_metrics=metrics.get("train", {}), valid_metrics=metrics.get("valid", {}))
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+
+
+# ---------------------------------------------------------------------------- the loop
+class _Interval:
+    """Sums over the steps since the last log line (kept on the device: no sync per step)."""
+
+    def __init__(self) -> None:
+        self.micro_batches = 0
+        self.sums: dict[str, torch.Tensor | float] = {}
+        self.tokens = 0
+        self.started = time.perf_counter()
+
+    def add(self, key: str, value: torch.Tensor | float) -> None:
+        self.sums[key] = self.sums.get(key, 0.0) + value
+
+    def get(self, key: str) -> float:
+        v = self.sums.get(key, 0.0)
+        return float(v.item() if isinstance(v, torch.Tensor) else v)
+
+
+class Tally:
+    """Named losses and ratios of StepOutputs, added up. weighted=False averages each loss over
+    the micro-batches that had it (training, as BERT logs); weighted=True weights each batch's
+    mean by what it is over, targets, sequences or tokens (validation). Ratios are always
+    total hits / total count."""
+
+    def __init__(self, *, weighted: bool) -> None:
+        self.weighted = weighted
+        self.losses: dict[str, list] = {}   # name -> [sum, weight]
+        self.ratios: dict[str, list] = {}   # name -> [hits, total]
+
+    def add(self, out: families.StepOutput) -> None:
+        for name, value in out.losses.items():
+            w = out.weights.get(name, 1.0) if self.weighted else 1.0
+            acc = self.losses.setdefault(name, [0.0, 0.0])
+            acc[0] = acc[0] + value * w
+            acc[1] = acc[1] + w
+        for name, (hits, total) in out.ratios.items():
+            acc = self.ratios.setdefault(name, [0.0, 0.0])
+            acc[0], acc[1] = acc[0] + hits, acc[1] + total
+
+    def values(self) -> dict[str, float]:
+        """{loss name: mean, ..., ratio name: hits / total} (one device sync per value)."""
+        out = {name: _item(s) / max(_item(w), 1e-12) for name, (s, w) in self.losses.items()}
+        out.update({name: _item(h) / max(_item(t), 1.0) for name, (h, t) in self.ratios.items()})
+        return out
+
+
+def _item(x: torch.Tensor | float) -> float:
+    return float(x.item() if isinstance(x, torch.Tensor) else x)
+
+
+class Loop:
+    def __init__(self, config: RunConfig, *, model: nn.Module, forward: families.Step,
+                 optimizer: torch.optim.Optimizer, scheduler: Any,
+                 stream: TrainStream, valid: list[Batch], state: TrainState, sink: MetricsSink, data_dir: Path,
+                 out_dir: Path, device: str, precision: str, resumed_from: Path | None):
+        self.config, self.model, self.optimizer, self.scheduler = config, model, optimizer, scheduler
+        self.forward = forward  # batch -> StepOutput (the family's forward, loss and counts)
+        self.stream, self.valid, self.state, self.sink = stream, valid, state, sink
+        self.data_dir, self.out_dir, self.device, self.precision = data_dir, out_dir, device, precision
+        self.resumed_from = resumed_from
+        self.first_step = state.step
+        self.last_checkpoint: Path | None = resumed_from
+        self.last_checkpoint_step = state.step if resumed_from is not None else -1
+        self.last_eval_step = -1
+        self.session_start = time.perf_counter()
+        self.interval = _Interval()
+        self.tally = Tally(weighted=False)
+        self.grad_norm: torch.Tensor | float = 0.0
+        self.lr = 0.0
+        self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if precision == "bf16"
+                         else contextlib.nullcontext())
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+
+    # -- the table of contents
+    def run(self, should_stop: Callable[[], bool]) -> TrainResult:
+        self.log_start()
+        # On a GPU, the next batches are collated on a thread while the current one computes.
+        self.prefetch = (Prefetcher(self.stream, pin=self.device == "cuda")
+                         if self.device in PREFETCH_DEVICES else None)
+        try:
+            while self.state.step < self.config.max_steps:
+                if should_stop():
+                    return self.cancel()
+                self.train_step()
+                self.sink.heartbeat(self.state.step, self.state.tokens_seen)
+                self.maybe_log()
+                self.maybe_eval()
+                self.maybe_checkpoint()
+            return self.finish()
+        except torch.cuda.OutOfMemoryError:
+            raise ConfigError(
+                f"The GPU ran out of memory at step {self.state.step + 1}. Lower batch_size or seq_len "
+                f"(raise grad_accum to keep the effective batch), or pick a smaller preset."
+            ) from None
+        finally:
+            if self.prefetch is not None:
+                self.prefetch.close()
+
+    def next_batch(self) -> tuple[Batch, DataPosition]:
+        """The next micro-batch and the data position after it."""
+        if self.prefetch is not None:
+            return self.prefetch.next_batch()
+        return self.stream.next_batch(), self.stream.position
+
+    def train_step(self) -> None:
+        cfg, model = self.config, self.model
+        model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        for _ in range(cfg.grad_accum):
+            batch, position = self.next_batch()
+            n_tokens = batch.n_tokens
+            batch = batch.to(self.device)
+            with self.autocast:
+                out = self.forward(batch, train=True)
+            (out.loss / cfg.grad_accum).backward()
+            self.record(out, n_tokens)
+        self.grad_norm = clip_gradients(model, cfg.clip_grad)
+        self.lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.state.step += 1
+        self.state.position = position
+
+    def record(self, out: families.StepOutput, n_tokens: int) -> None:
+        iv = self.interval
+        iv.micro_batches += 1
+        iv.tokens += n_tokens
+        self.state.tokens_seen += n_tokens
+        iv.add("loss", out.loss.detach().float())
+        self.tally.add(out)
+
+    def maybe_log(self) -> None:
+        step = self.state.step
+        if step != 1 and step % self.config.log_every and step != self.config.max_steps:
+            return
+        iv, n = self.interval, max(1, self.interval.micro_batches)
+        loss = iv.get("loss") / n
+        if not math.isfinite(loss):
+            raise ConfigError(f"The loss became {loss} at step {step}: training diverged. "
+                              f"Lower lr, raise warmup_steps or keep clip_grad on.")
+        now = time.perf_counter()
+        values = {"loss": loss, **_ordered(self.tally.values())}
+        done = step - self.first_step
+        per_step = (now - self.session_start) / max(1, done)
+        values.update(lr=self.lr, grad_norm=float(self.grad_norm),
+                      tokens_per_s=iv.tokens / max(1e-9, now - iv.started),
+                      memory_mb=memory_mb(self.device), progress=step / self.config.max_steps,
+                      eta_s=per_step * (self.config.max_steps - step))
+        self.state.train_metrics = values
+        self.sink.metrics(step, "train", values)
+        self.interval = _Interval()
+        self.tally = Tally(weighted=False)
+
+    def maybe_eval(self, force: bool = False) -> None:
+        step = self.state.step
+        if not force and step % self.config.eval_every:
+            return
+        if step == self.last_eval_step or not self.valid:
+            return
+        started = time.perf_counter()
+        values = self.evaluate()
+        self.interval.started += time.perf_counter() - started  # tokens_per_s measures training only
+        self.last_eval_step = step
+        self.state.valid_metrics = values
+        self.sink.metrics(step, "valid", values)
+        text = ", ".join(f"{k} {v:.4g}" for k, v in values.items())
+        self.sink.log(f"Validation at step {step}: {text}.")
+
+    def maybe_checkpoint(self, force: bool = False) -> None:
+        step = self.state.step
+        if (force or step % self.config.checkpoint_every == 0) and step != self.last_checkpoint_step:
+            started = time.perf_counter()
+            self.save_checkpoint()
+            self.interval.started += time.perf_counter() - started
+
+    # -- the pieces
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Every named loss (weighted per target / sequence / token over the fixed validation
+        batches), "loss" = their weighted sum as in training, the perplexities the family names
+        (exp of the MLM or LM loss; ELMo's per direction), and the ratios (accuracies, RTD
+        precision and recall)."""
+        model = self.model
+        model.eval()
+        self.forward.start_validation()
+        tally = Tally(weighted=True)
+        for batch in self.valid:
+            batch = batch.to(self.device)
+            with self.autocast:
+                tally.add(self.forward(batch, train=False))
+        model.train()
+        parts = tally.values()
+        weights = self.forward.loss_weights
+        values = {"loss": sum(weights.get(k, 1.0) * v for k, v in parts.items() if k.endswith("_loss"))}
+        values.update(_ordered(parts))
+        for name, source in self.forward.perplexities.items():
+            if source in values:
+                values[name] = math.exp(min(values[source], 50.0))
+        return values
+
+    def save_checkpoint(self) -> Path:
+        s = self.state
+        elapsed = s.elapsed_s + time.perf_counter() - self.session_start
+        metrics = {"train": s.train_metrics, "valid": s.valid_metrics}
+        state = {"step": s.step, "tokens_seen": s.tokens_seen, "config": self.config.to_dict(),
+                 "data_position": s.position.to_dict(), "epoch": s.position.epoch,
+                 "elapsed_s": round(elapsed, 3), "metrics": metrics,
+                 "architecture": self.config.architecture, "objectives": list(self.config.objectives)}
+        opt_state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                     "rng": checkpoints.capture_rng_state(), "data_position": s.position.to_dict(),
+                     "step": s.step, "family_state": self.forward.state_dict()}
+        folder = checkpoints.save_checkpoint(self.out_dir, s.step, model=self.model, tokenizer_dir=self.data_dir,
+                                             state=state, optimizer_state=opt_state)
+        self.last_checkpoint, self.last_checkpoint_step = folder, s.step
+        self.sink.checkpoint(s.step, folder, metrics)
+        self.sink.log(f"Saved checkpoint {folder.name}.")
+        return folder
+
+    def cancel(self) -> TrainResult:
+        step = self.state.step
+        if step > 0 and step != self.last_checkpoint_step:
+            self.save_checkpoint()
+        self.sink.log(f"Cancelled at step {step}" + (f"; the last checkpoint is {self.last_checkpoint.name}."
+                                                    if self.last_checkpoint else "."))
+        return TrainResult(step, "cancelled", self.last_checkpoint)
+
+    def finish(self) -> TrainResult:
+        step = self.state.step
+        if step > self.first_step:
+            self.maybe_eval(force=True)
+            self.maybe_checkpoint(force=True)
+        took = time.perf_counter() - self.session_start
+        self.sink.log(f"Finished at step {step} after {format_duration(took)} "
+                      f"({self.state.tokens_seen:,} tokens seen, epoch {self.state.position.epoch}).")
+        return TrainResult(step, "succeeded", self.last_checkpoint)
+
+    def log_start(self) -> None:
+        cfg = self.config
+        n_params = sum(p.numel() for p in self.model.parameters())
+        if self.resumed_from is not None:
+            self.sink.log(f"Resuming from {self.resumed_from.name} (step {self.state.step}).")
+        objectives = " + ".join(o.upper() if len(o) <= 5 else registry.OBJECTIVES[o].label
+                                if o in registry.OBJECTIVES else o for o in cfg.objectives)
+        target_len = getattr(self.stream.collator, "target_len", None)  # encoder-decoder objectives
+        targets = f" (decoder targets up to {target_len})" if target_len else ""
+        self.sink.log(
+            f"Training {cfg.preset} ({n_params / 1e6:.2f}M parameters, vocabulary {self.model.config.vocab_size:,}) "
+            f"with {objectives} on {self.device} ({self.precision}), {optimizer_label(cfg)}: "
+            f"{cfg.max_steps:,} steps of {cfg.batch_size} x {cfg.grad_accum} sequences of up to {cfg.seq_len} "
+            f"tokens{targets}; {self.stream.epoch_size:,} training sequences per epoch, "
+            f"{len(self.valid)} validation batches."
+        )
+
+
+def optimizer_label(cfg: RunConfig) -> str:
+    """E.g. "Adafactor at lr 0.01 (inverse_sqrt schedule)", for the start-of-training log line."""
+    name = {"adamw": "AdamW", "adafactor": "Adafactor"}.get(cfg.optimizer, cfg.optimizer)
+    return f"{name} at lr {cfg.lr:g} ({cfg.schedule} schedule)"
+
+
+def _ordered(values: dict[str, float]) -> dict[str, float]:
+    """Losses first, then the ratios, each group in a fixed order (stable metric rows)."""
+    losses = sorted((k for k in values if k.endswith("_loss")), key=_metric_rank)
+    rest = sorted((k for k in values if not k.endswith("_loss")), key=_metric_rank)
+    return {k: values[k] for k in losses + rest}
+
+
+_METRIC_ORDER = ("mlm", "nsp", "sop", "sbo", "rtd", "soft", "cos", "lm", "forward", "backward")
+
+
+def _metric_rank(key: str) -> tuple[int, str]:
+    head = key.split("_", 1)[0]
+    return (_METRIC_ORDER.index(head) if head in _METRIC_ORDER else len(_METRIC_ORDER), key)
+
+
+def memory_mb(device: str) -> float:
+    """Peak CUDA memory allocated, or the process's resident memory on the CPU."""
+    if device == "cuda":
+        return torch.cuda.max_memory_allocated() / 2**20
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+

@@ -1,0 +1,106 @@
+"""The optimizers (AdamW, or PyTorch's Adafactor for T5) with BERT's weight-decay exclusions,
+and the learning-rate schedules.
+
+Schedules are written in terms of the 1-based update number k (the k-th optimizer step):
+warm-up k / warmup_steps up to 1, then
+  linear:   (max_steps - k + 1) / (max_steps - warmup_steps)   -> 1/(max_steps - warmup) at the end
+  cosine:   0.5 * (1 + cos(pi * (k - warmup - 1) / (max_steps - warmup)))
+  constant: 1
+Neither the first nor the last update is wasted on a zero learning rate.
+  inverse_sqrt (T5): sqrt(W / max(k, W)) with W = max(warmup_steps, 1): constant 1 for the first
+            W updates (no linear ramp), then 1/sqrt(k) scaled to meet 1 at k = W. T5's
+            lr = 1/sqrt(max(step, 10^4)) is lr 0.01 with warmup_steps 10^4.
+
+Adafactor is torch.optim.Adafactor (Shazeer & Stern 2018, as PyTorch implements it): factored
+second moments, beta2 = 1 - t^-0.8, update clipping at RMS 1, no first moment, and a
+relative step size rho_t = min(lr, 1/sqrt(t)) times max(1e-3, RMS(weight)). Our schedule sets
+the group lr, so with lr 0.01 and the inverse_sqrt schedule rho_t is T5's 1/sqrt(max(t, 10^4))
+(the min() with 1/sqrt(t) never bites, as lr x factor <= 1/sqrt(t) whenever lr <= 1/sqrt(W)).
+Its weight decay is decoupled and scaled by that lr (theta -= lr * wd * theta); T5 used none.
+betas and eps are AdamW's and do not apply.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+
+from trainer.training.config import RunConfig
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Two groups: decayed weights, and biases + normalisation weights (no decay, as in BERT)."""
+    no_decay_ids: set[int] = set()
+    for module in model.modules():
+        is_norm = isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d)) or "norm" in type(module).__name__.lower()
+        for name, p in module.named_parameters(recurse=False):
+            if is_norm or name == "bias" or name.endswith("_bias"):
+                no_decay_ids.add(id(p))
+    decay, no_decay, seen = [], [], set()
+    for p in model.parameters():  # parameters() yields each shared tensor once
+        if not p.requires_grad or id(p) in seen:
+            continue
+        seen.add(id(p))
+        (no_decay if id(p) in no_decay_ids or p.ndim < 2 else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
+
+
+def lr_factor(schedule: str, warmup_steps: int, max_steps: int) -> Callable[[int], float]:
+    """f(k): the multiplier of the peak lr for the k-th update (k = 1, 2, ..., max_steps)."""
+
+    if schedule == "inverse_sqrt":
+        w = max(warmup_steps, 1)
+        return lambda k: math.sqrt(w / max(k, w))
+
+    def f(k: int) -> float:
+        if warmup_steps and k <= warmup_steps:
+            return k / warmup_steps
+        if schedule == "constant":
+            return 1.0
+        span = max(1, max_steps - warmup_steps)
+        done = min(max(k - warmup_steps - 1, 0), span)  # updates since warm-up ended
+        if schedule == "linear":
+            return max(0.0, (span - done) / span)
+        if schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * done / span))
+        raise ValueError(f"unknown schedule {schedule!r}")
+
+    return f
+
+
+OPTIMIZERS = ("adamw", "adafactor")
+
+
+def build_optimizer(model: nn.Module, config: RunConfig) -> tuple[torch.optim.Optimizer, LambdaLR]:
+    """config.optimizer (AdamW or Adafactor) + LambdaLR; call scheduler.step() after each optimizer.step()."""
+    groups = param_groups(model, config.weight_decay)
+    cuda = next(model.parameters()).is_cuda
+    if config.optimizer == "adafactor":
+        # PyTorch's defaults are Adafactor's published ones (beta2 decay -0.8, clipping threshold
+        # 1.0, eps (None -> dtype's eps, 1e-3)); only the lr (the cap of the relative step size,
+        # driven by the schedule) and the weight decay come from the config. On a GPU the
+        # multi-tensor path saves a kernel launch per parameter (at the cost of some memory).
+        optimizer: torch.optim.Optimizer = torch.optim.Adafactor(groups, lr=config.lr, foreach=cuda or None)
+    elif config.optimizer in ("adamw", ""):
+        fused = cuda
+        optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas), eps=config.eps,
+                                      fused=fused or None)
+    else:  # RunConfig refuses this first
+        raise ValueError(f"unknown optimizer {config.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    f = lr_factor(config.schedule, config.warmup_steps, config.max_steps)
+    # LambdaLR passes the number of scheduler.step() calls so far (0 before the 1st update).
+    scheduler = LambdaLR(optimizer, lambda i: f(i + 1))
+    return optimizer, scheduler
+
+
+def clip_gradients(model: nn.Module, max_norm: float) -> torch.Tensor:
+    """Clip the global gradient norm (max_norm 0 = no clipping); returns the norm before
+    clipping as a tensor (reading it forces a device sync, so callers do that only when logging)."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    if not params:
+        return torch.zeros(())
+    return torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
