@@ -5,10 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.objectives.collators import (
-    IGNORE_INDEX, Example, MLMCollator, NSPCollator, ShardIndex, SpecialIds, build_packed_instances,
-    build_pair_instances, mask_tokens, truncate_pair,
-)
+from trainer.objectives.masking import IGNORE_INDEX, mask_tokens
+from trainer.objectives.examples import Example, ShardIndex, SpecialIds, build_packed_instances, build_pair_instances, truncate_pair
+from trainer.objectives.encoder import MaskedBatch, MLMCollator, NSPCollator
 from trainer.training.config import RunConfig
 from trainer.training.data import DataPosition, ExampleSource, TrainStream, build_train_stream, build_valid_batches
 from trainer.errors import ConfigError
@@ -107,7 +106,7 @@ def test_packing_fills_sequences_with_whole_sentences():
     assert table[0, 0] == 0 and (table[1:, 0] == table[:-1, 1]).all()  # every token used once, in order
     assert table[-1, 1] == index.n_tokens
     batch = MLMCollator(special=SPECIAL, seq_len=64)([source.example(table, 0, 0)])
-    assert batch.nsp_labels is None and batch.input_ids[0, 0] == SPECIAL.cls
+    assert type(batch) is MaskedBatch and batch.input_ids[0, 0] == SPECIAL.cls  # no pair labels
     assert (batch.token_type_ids == 0).all()
 
 

@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.objectives.collators import (
-    COLLATORS, IGNORE_INDEX, Batch, Example, ShardIndex, SpecialIds, TextLayout, build_chunk_instances, build_collator,
-    example_rng,
-)
+from trainer.objectives import resolve
+from trainer.objectives.masking import IGNORE_INDEX
+from trainer.objectives.base import Batch
+from trainer.objectives.examples import Example, ShardIndex, SpecialIds, TextLayout, build_chunk_instances, example_rng
+from trainer.objectives import build_collator
 from trainer.training.data import DataPosition, ExampleSource, TrainStream, make_source
 from trainer.objectives.denoising import (
-    DENOISING_COLLATORS, SENTINELS_NEEDED, SpanCorruptionCollator, TextInfillingCollator, infill,
+    DENOISING_OBJECTIVES, SENTINELS_NEEDED, Seq2SeqBatch, SpanCorruptionCollator, TextInfillingCollator, infill,
     span_corruption_lengths,
 )
 from trainer.errors import ConfigError
@@ -25,7 +26,7 @@ VOCAB = 1000  # ordinary ids 5..999; sentinels on top, as train_tokenizer puts t
 SENTINELS = tuple(range(VOCAB, VOCAB + 100))
 SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, vocab_size=VOCAB + 100, special=(0, 1, 2, 3, 4), sentinels=SENTINELS)
 EOS = SPECIAL.eos
-OBJECTIVES = list(DENOISING_COLLATORS)
+OBJECTIVES = [o.name for o in DENOISING_OBJECTIVES]
 
 
 @pytest.fixture(scope="module")
@@ -204,13 +205,13 @@ def batches_of(objective, index=None, seq_len=64, n=600, seed=0, variant=0):
 
 def test_every_objective_gives_the_batch_contract():
     for objective in OBJECTIVES:
-        assert COLLATORS[frozenset({objective})].collator is DENOISING_COLLATORS[objective][0]
+        assert resolve([objective]).collator is next(o.collator for o in DENOISING_OBJECTIVES if o.name == objective)
         collator, examples, batches = batches_of(objective, n=100)
         for batch in batches:
             B, T = batch.input_ids.shape
             L = batch.labels.shape[1]
             assert T <= 64 and L <= (collator.target_len if objective == "span_corruption" else 64)
-            assert (batch.token_type_ids == 0).all() and (batch.mlm_labels == IGNORE_INDEX).all()
+            assert type(batch) is Seq2SeqBatch  # its own batch type: no MLM fields
             real_target = batch.labels != IGNORE_INDEX
             assert torch.equal(batch.decoder_attention_mask, real_target.long())
             # decoder inputs: the decoder start id (= pad), then the labels shifted right, pad for -100
@@ -219,7 +220,8 @@ def test_every_objective_gives_the_batch_contract():
             assert torch.equal(batch.decoder_input_ids[:, 1:], shifted)
             assert batch.n_tokens == int(batch.attention_mask.sum()) + int(real_target.sum())
             assert (batch.input_ids[batch.attention_mask == 0] == SPECIAL.pad).all()
-            assert batch.model_inputs().keys() == {"input_ids", "attention_mask", "token_type_ids", "mlm_labels"}
+            assert batch.model_inputs().keys() == {"input_ids", "attention_mask", "decoder_input_ids",
+                                                   "decoder_attention_mask", "labels"}
             split_pairs(batch)  # both sides end with EOS, and only there
 
 

@@ -48,7 +48,7 @@ def test_every_encoder_family_is_in_the_table_with_its_papers_settings():
 
 
 def test_choices_come_from_the_data_layer():
-    from trainer.objectives.collators import PACKINGS
+    from trainer.objectives.examples import PACKINGS
     from trainer.objectives.masking import MASKING_UNITS
 
     assert choices()["masking_unit"] == tuple(MASKING_UNITS) and choices()["packing"] == tuple(PACKINGS)

@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.objectives.collators import COLLATORS, IGNORE_INDEX, ShardIndex, SpecialIds, TextLayout, build_collator
+from trainer.objectives import resolve
+from trainer.objectives.masking import IGNORE_INDEX
+from trainer.objectives.examples import ShardIndex, SpecialIds, TextLayout
+from trainer.objectives import build_collator
 from trainer.training.data import DataPosition, ExampleSource, TrainStream, fixed_batches, make_source, open_split
 from trainer.errors import ConfigError
-from trainer.objectives.lm import BiLMCollator, CausalLMCollator
+from trainer.objectives.lm import BiLMCollator, CausalLMCollator, LMBatch
 
 SPECIAL = SpecialIds(pad=0, cls=2, sep=3, mask=4, vocab_size=1000, special=(0, 1, 2, 3, 4))
 EOS = SPECIAL.eos
@@ -36,7 +39,7 @@ def test_rows_are_exactly_seq_len_with_eos_between_documents(objective, cls):
     docs = synthetic_docs()
     index = ShardIndex.from_documents(docs)
     collator = build_collator([objective], special=SPECIAL, seq_len=48)
-    assert type(collator) is cls and COLLATORS[frozenset({objective})].collator is cls
+    assert type(collator) is cls and resolve([objective]).collator is cls
     assert collator.layout == TextLayout("chunks", 48, doc_sep=EOS)
     examples, batches = rows_of(index, collator)
     ids = torch.cat([b.input_ids for b in batches])
@@ -54,8 +57,7 @@ def test_rows_are_exactly_seq_len_with_eos_between_documents(objective, cls):
     assert torch.equal(labels[mask.bool()], ids[mask.bool()])
     assert (labels[~mask.bool()] == IGNORE_INDEX).all() and (ids[~mask.bool()] == SPECIAL.pad).all()
     for b in batches:
-        assert b.decoder_input_ids is None and b.decoder_attention_mask is None
-        assert (b.mlm_labels == IGNORE_INDEX).all() and (b.token_type_ids == 0).all()
+        assert type(b) is LMBatch  # its own batch type: no decoder or MLM fields
         assert b.n_tokens == int(b.attention_mask.sum())
 
 

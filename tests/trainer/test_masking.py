@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.objectives.collators import SpecialIds
+from trainer.objectives.examples import SpecialIds
 from trainer.objectives.masking import (
     BIDIRECTIONAL, IGNORE_INDEX, KEEP, LEFT_TO_RIGHT, RIGHT_TO_LEFT, SEQ2SEQ, TO_MASK, TO_RANDOM, UNILM_MODE_PROBS,
     UNILM_MODES, Masker, find_words, ngram_probs, phrase_break_table, phrase_units, span_length_probs,

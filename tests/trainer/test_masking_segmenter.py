@@ -8,7 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainer.objectives.collators import IGNORE_INDEX, SpecialIds, build_collator
+from trainer.objectives.masking import IGNORE_INDEX
+from trainer.objectives.examples import SpecialIds
+from trainer.objectives import build_collator
 from trainer.training.config import RunConfig
 from trainer.prep.segmenter import TokenWordStarts, refine_word_starts, segment, word_starts_for
 

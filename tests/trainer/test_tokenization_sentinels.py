@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from trainer.objectives.collators import SpecialIds
+from trainer.objectives.examples import SpecialIds
 from trainer.errors import TokenizerError
 from trainer.prep.tokenization import load_tokenizer, sentinel_token, tokenize_preview, train_tokenizer
 

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ObjectiveSpec:
-    """A pre-training objective as the form shows it; its collator lives in trainer.objectives.collators."""
+    """A pre-training objective as the form shows it; its collator lives in trainer.objectives.examples."""
 
     name: str
     label: str
@@ -755,7 +755,7 @@ def as_json() -> dict[str, Any]:
     units, packings, tokenizer algorithm, family settings), objectives, field defaults, bounds,
     choices and help text."""
     from trainer.training import config as config_mod
-    from trainer.objectives.collators import PACKINGS
+    from trainer.objectives.examples import PACKINGS
     from trainer.objectives.masking import MASKING_UNITS
 
     archs = []

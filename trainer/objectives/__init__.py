@@ -1,0 +1,88 @@
+"""The registered pre-training objectives: one table, one line each.
+
+    from trainer import objectives
+    objectives.get("mlm")                     # the Objective (trainer.objectives.base)
+    objectives.all()                          # every Objective, in the form's order
+    lead = objectives.resolve(["mlm", "nsp"])  # the objective whose collator and step train the set
+    collator = objectives.build_collator(["mlm", "nsp"], special=..., seq_len=128)
+
+Adding an objective: write its module (its collator, batch type, step and `Objective`), add
+one line to `REGISTRY`, and list it in the objectives of the families that train it.
+Modules are imported on first use, so importing this package costs nothing.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Sequence
+
+from trainer.errors import ConfigError
+from trainer.objectives.base import Objective
+
+# name -> "module:ATTRIBUTE" of its Objective, in the order the launch form lists them.
+REGISTRY: dict[str, str] = {
+    "mlm": "trainer.objectives.encoder:MLM",
+    "nsp": "trainer.objectives.encoder:NSP",
+    "sop": "trainer.objectives.encoder:SOP",
+    "sbo": "trainer.objectives.encoder:SBO",
+    "rtd": "trainer.objectives.electra:RTD",
+    "distill": "trainer.objectives.distill:DISTILL",
+    "unilm": "trainer.objectives.encoder:UNILM",
+    "span_corruption": "trainer.objectives.denoising:SPAN_CORRUPTION",
+    "prefix_lm": "trainer.objectives.denoising:PREFIX_LM",
+    "t5_mlm": "trainer.objectives.denoising:T5_MLM",
+    "deshuffle": "trainer.objectives.denoising:DESHUFFLE",
+    "drop_tokens": "trainer.objectives.denoising:DROP_TOKENS",
+    "text_infilling": "trainer.objectives.denoising:TEXT_INFILLING",
+    "sentence_permutation": "trainer.objectives.denoising:SENTENCE_PERMUTATION",
+    "clm": "trainer.objectives.lm:CLM",
+    "bilm": "trainer.objectives.lm:BILM",
+}
+
+
+def names() -> list[str]:
+    return list(REGISTRY)
+
+
+def get(name: str) -> Objective:
+    try:
+        ref = REGISTRY[name]
+    except KeyError:
+        raise ConfigError(f"Unknown objective {name!r}; choose one of {', '.join(REGISTRY)}.") from None
+    module, _, attr = ref.partition(":")
+    objective = getattr(importlib.import_module(module), attr)
+    if objective.name != name:
+        raise RuntimeError(f"objective registry: {ref} is named {objective.name!r}, not {name!r}")
+    return objective
+
+
+def all() -> list[Objective]:  # noqa: A001 - the registry's own vocabulary: objectives.all()
+    return [get(n) for n in REGISTRY]
+
+
+def combinations() -> list[tuple[str, ...]]:
+    """Every set of objectives that trains together, each with its lead objective last:
+    ("mlm",), ("mlm", "nsp"), ("unilm",), ("span_corruption",), ..."""
+    out: list[tuple[str, ...]] = []
+    for o in all():
+        if not o.requires:
+            out.append((o.name,))
+        out.extend((base, o.name) for base in o.combines)
+    return out
+
+
+def resolve(objective_names: Sequence[str]) -> Objective:
+    """The objective that trains a set: the one that extends the others (NSP in MLM + NSP), or
+    the only one. ConfigError for a set that does not train together."""
+    wanted = list(dict.fromkeys(objective_names))
+    chosen = [get(n) for n in wanted]
+    leads = [o for o in chosen if not o.base]
+    lead = leads[0] if len(leads) == 1 else chosen[0] if len(chosen) == 1 else None
+    if lead is None or not set(wanted) <= {lead.name, *lead.combines} or not set(lead.requires) <= set(wanted):
+        known = "; ".join(" + ".join(sorted(c)) for c in combinations())
+        raise ConfigError(f"No collator for the objectives {' + '.join(wanted) or '(none)'}; known sets: {known}.")
+    return lead
+
+
+def build_collator(objective_names: Sequence[str], **options: Any) -> Any:
+    """The collator that trains a set of objectives (see Objective.build_collator for the options)."""
+    return resolve(objective_names).build_collator(**options)

@@ -28,8 +28,8 @@ and a decoder target, both ending with EOS.
 
 The 15% rates are the run's mask_prob (default 0.15). Texts come from the corpus as one stream
 of fixed-length chunks (documents simply concatenated, as T5 does) except for sentence
-permutation (trainer.objectives.collators.TextLayout). Every random choice comes from the example's
-generator (trainer.objectives.collators.example_rng), so static and dynamic masking and exact resume
+permutation (trainer.objectives.examples.TextLayout). Every random choice comes from the example's
+generator (trainer.objectives.examples.example_rng), so static and dynamic masking and exact resume
 work as for MLM.
 """
 from __future__ import annotations
@@ -40,11 +40,10 @@ from typing import ClassVar, Sequence
 import numpy as np
 import torch
 
-from trainer.objectives.collators import (
-    COLLATORS, IGNORE_INDEX, Batch, CollatorSpec, Example, SpecialIds, TextLayout, example_rng,
-)
 from trainer.errors import ConfigError
-from trainer.objectives.masking import mask_budget
+from trainer.objectives.base import Batch, Objective, Step, StepOutput
+from trainer.objectives.examples import Example, SpecialIds, TextLayout, example_rng
+from trainer.objectives.masking import IGNORE_INDEX, mask_budget
 
 # Published constants.
 NOISE_DENSITY = 0.15        # T5: 15% of the tokens corrupted
@@ -194,6 +193,27 @@ def infill(ids: np.ndarray, starts: np.ndarray, lengths: np.ndarray, mask_id: in
     return np.concatenate(out).astype(np.int64)
 
 
+# ---------------------------------------------------------------------------- batches
+@dataclass
+class Seq2SeqBatch(Batch):
+    """input_ids / attention_mask are the encoder's."""
+
+    labels: torch.Tensor                  # (B, L) long: decoder targets, -100 at padding
+    decoder_input_ids: torch.Tensor       # (B, L) long: labels shifted right, starting with the
+                                          # decoder start id (= pad, T5's)
+    decoder_attention_mask: torch.Tensor  # (B, L) long, 1 = real target token
+
+    def model_inputs(self) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask,
+                "decoder_input_ids": self.decoder_input_ids, "decoder_attention_mask": self.decoder_attention_mask,
+                "labels": self.labels}
+
+    @property
+    def n_tokens(self) -> int:
+        """The encoder's and the decoder's real tokens (what tokens/s counts)."""
+        return int(self.attention_mask.sum()) + int(self.decoder_attention_mask.sum())
+
+
 # ---------------------------------------------------------------------------- collators
 @dataclass
 class Seq2SeqCollator:
@@ -244,7 +264,7 @@ class Seq2SeqCollator:
     def _eos(self, ids: np.ndarray) -> np.ndarray:
         return np.concatenate([np.asarray(ids, dtype=np.int64), [self.special.eos]]).astype(np.int64)
 
-    def __call__(self, examples: Sequence[Example]) -> Batch:
+    def __call__(self, examples: Sequence[Example]) -> Seq2SeqBatch:
         if not examples:
             raise ValueError("cannot collate an empty list of examples")
         pairs = [self.pair(ex, example_rng(self.seed, ex.variant, ex.uid)) for ex in examples]
@@ -268,10 +288,8 @@ class Seq2SeqCollator:
         decoder_inputs = np.full((B, L), pad, dtype=np.int64)  # position 0: the decoder start id
         decoder_inputs[:, 1:] = np.where(labels[:, :-1] == IGNORE_INDEX, pad, labels[:, :-1])
         t = torch.from_numpy
-        return Batch(input_ids=t(input_ids), attention_mask=t(attention),
-                     token_type_ids=torch.zeros(B, T, dtype=torch.long),
-                     mlm_labels=torch.full((B, T), IGNORE_INDEX, dtype=torch.long), labels=t(labels),
-                     decoder_input_ids=t(decoder_inputs), decoder_attention_mask=t(decoder_mask))
+        return Seq2SeqBatch(input_ids=t(input_ids), attention_mask=t(attention), labels=t(labels),
+                            decoder_input_ids=t(decoder_inputs), decoder_attention_mask=t(decoder_mask))
 
 
 @dataclass
@@ -417,15 +435,78 @@ class SentencePermutationCollator(Seq2SeqCollator):
         return self._eos(np.concatenate([pieces[i] for i in order]) if pieces else ids), self._eos(ids)
 
 
-DENOISING_COLLATORS: dict[str, tuple[type[Seq2SeqCollator], str]] = {
-    "span_corruption": (SpanCorruptionCollator, "T5 span corruption (15%, mean span 3, sentinels)"),
-    "prefix_lm": (PrefixLMCollator, "Prefix LM (T5 study)"),
-    "t5_mlm": (T5MLMCollator, "BERT-style MLM, encoder-decoder (T5 study)"),
-    "deshuffle": (DeshuffleCollator, "Deshuffling (T5 study)"),
-    "drop_tokens": (DropTokensCollator, "Token dropping (T5 study)"),
-    "text_infilling": (TextInfillingCollator, "Text infilling (BART)"),
-    "sentence_permutation": (SentencePermutationCollator, "Sentence permutation (BART)"),
-}
+# ---------------------------------------------------------------------------- step and objectives
+class Seq2SeqStep(Step):
+    """T5: the encoder reads the corrupted input, the decoder the target shifted right (the
+    collator's decoder_input_ids, starting with the pad id); loss and accuracy over the target
+    tokens (labels != -100)."""
 
-for _name, (_cls, _label) in DENOISING_COLLATORS.items():
-    COLLATORS[frozenset({_name})] = CollatorSpec(_cls, None, ("token",), _label)
+    perplexities = {"perplexity": "lm_loss"}
+
+    @property
+    def loss_weights(self) -> dict[str, float]:
+        return {"lm_loss": 1.0}
+
+    def __call__(self, batch: Seq2SeqBatch, *, train: bool) -> StepOutput:
+        out = self.model(batch.input_ids, batch.attention_mask, batch.decoder_input_ids,
+                         batch.decoder_attention_mask, batch.labels)
+        return lm_step_output(out.loss, out.logits, batch.labels)
+
+
+def lm_step_output(loss: torch.Tensor, logits: torch.Tensor, targets: torch.Tensor) -> StepOutput:
+    """lm_loss and lm_acc of (B, L, V) logits against (B, L) targets (-100 = not predicted);
+    validation weights the loss by the number of predicted tokens."""
+    predicted = targets != IGNORE_INDEX  # (B, L)
+    n = predicted.sum()
+    hits = ((logits.detach().argmax(-1) == targets) & predicted).sum()
+    return StepOutput(loss, {"lm_loss": loss.detach().float()}, {"lm_loss": n}, {"lm_acc": (hits, n)})
+
+
+# What the language-model objectives report: the loss and accuracy over the predicted tokens
+# (a seq2seq model's target tokens, a causal LM's next tokens) and, in validation, exp(lm_loss).
+LM_METRICS = ("lm_loss", "lm_acc", "perplexity")
+
+
+def _denoising(name: str, collator: type[Seq2SeqCollator], label: str, help: str, collator_label: str,
+               **spec: bool) -> Objective:
+    return Objective(name=name, label=label, help=help, collator=collator, step=Seq2SeqStep, metrics=LM_METRICS,
+                     collator_label=collator_label, **spec)
+
+
+SPAN_CORRUPTION = _denoising(
+    "span_corruption", SpanCorruptionCollator, "Span corruption (T5)",
+    "15% of the tokens (noise density 0.15, the run's mask probability) are corrupted in spans of mean "
+    "length 3; each span becomes one sentinel token <extra_id_0>, <extra_id_1>, ... in the input, and "
+    "the decoder writes each sentinel followed by the tokens it replaced. T5's default; needs a "
+    "tokenizer with sentinel tokens.",
+    "T5 span corruption (15%, mean span 3, sentinels)", needs_sentinels=True)
+PREFIX_LM = _denoising(
+    "prefix_lm", PrefixLMCollator, "Prefix LM (T5 study)",
+    "The text is split at a random point: the encoder reads the first part, the decoder writes the rest.",
+    "Prefix LM (T5 study)")
+T5_MLM = _denoising(
+    "t5_mlm", T5MLMCollator, "BERT-style MLM, encoder-decoder (T5 study)",
+    "15% of the tokens are corrupted (90% become the mask token, 10% a random token); the decoder "
+    "writes the whole original text.",
+    "BERT-style MLM, encoder-decoder (T5 study)")
+DESHUFFLE = _denoising(
+    "deshuffle", DeshuffleCollator, "Deshuffling (T5 study)",
+    "The encoder reads the text's tokens in a random order; the decoder writes them in the original order.",
+    "Deshuffling (T5 study)")
+DROP_TOKENS = _denoising(
+    "drop_tokens", DropTokensCollator, "Drop tokens (T5 study)",
+    "Each token is left out of the input with probability 0.15; the decoder writes the dropped tokens.",
+    "Token dropping (T5 study)")
+TEXT_INFILLING = _denoising(
+    "text_infilling", TextInfillingCollator, "Text infilling (BART)",
+    "Spans with lengths ~ Poisson(3) covering 30% of the tokens are each replaced by ONE mask token "
+    "(0-length spans insert one); the decoder writes the original text.",
+    "Text infilling (BART)")
+SENTENCE_PERMUTATION = _denoising(
+    "sentence_permutation", SentencePermutationCollator, "Sentence permutation (BART)",
+    "The sentences of a piece of one document are shuffled; the decoder writes them in the original order.",
+    "Sentence permutation (BART)")
+
+# The T5 family's objectives, one per run, in the form's order.
+DENOISING_OBJECTIVES = (SPAN_CORRUPTION, PREFIX_LM, T5_MLM, DESHUFFLE, DROP_TOKENS, TEXT_INFILLING,
+                        SENTENCE_PERMUTATION)

@@ -57,7 +57,7 @@ def sample_batch(config_dict: dict[str, Any], tokenizer_dir: str | Path, n_examp
     dupe_factor epochs, as in training).
     """
     from trainer.training import data
-    from trainer.objectives.collators import SpecialIds
+    from trainer.objectives.examples import SpecialIds
     from trainer.training.config import RunConfig
     from trainer.prep.tokenization import load_tokenizer
 
@@ -75,10 +75,10 @@ def sample_batch(config_dict: dict[str, Any], tokenizer_dir: str | Path, n_examp
         raise InferenceError(_cannot_inspect(config)) from None
     except FileNotFoundError:
         raise InferenceError("The run's token shards are no longer on disk, so there is no data to show.") from None
-    if getattr(batch, "input_ids", None) is None or getattr(batch, "mlm_labels", None) is None:
-        raise InferenceError(_cannot_inspect(config))
     if getattr(batch, "labels", None) is not None:
         return _sequence_examples(batch, bundle, special, config)
+    if getattr(batch, "input_ids", None) is None or getattr(batch, "mlm_labels", None) is None:
+        raise InferenceError(_cannot_inspect(config))
     examples = _examples(batch, bundle, special)
     electra = _electra_view(checkpoint_dir, batch, bundle, seed)
     for i, ex in enumerate(examples):
@@ -92,7 +92,7 @@ def _cannot_inspect(config: Any) -> str:
 
 
 def _examples(batch: Any, bundle: Any, special: Any) -> list[dict[str, Any]]:
-    from trainer.objectives.collators import IGNORE_INDEX
+    from trainer.objectives.masking import IGNORE_INDEX
 
     ids = batch.input_ids.tolist()
     labels = batch.mlm_labels.tolist()

@@ -2,7 +2,7 @@
 backward language models (`bilm`).
 
 Both read the corpus as one stream, documents one after another, each followed by EOS (GPT-2's
-<|endoftext|> between texts), cut into rows of exactly seq_len tokens (trainer.objectives.collators.
+<|endoftext|> between texts), cut into rows of exactly seq_len tokens (trainer.objectives.examples.
 TextLayout "chunks"); only the stream's last row can be shorter, and only it is padded.
 labels are the input ids with -100 at padding: the model shifts them itself (Hugging Face's
 convention), and a biLM reads them in both directions. Nothing here is random, so static and
@@ -16,8 +16,19 @@ from typing import ClassVar, Sequence
 import numpy as np
 import torch
 
-from trainer.objectives.collators import COLLATORS, IGNORE_INDEX, Batch, CollatorSpec, Example, SpecialIds, TextLayout
 from trainer.errors import ConfigError
+from trainer.objectives.base import Batch, Objective, Step, StepOutput
+from trainer.objectives.denoising import LM_METRICS, lm_step_output
+from trainer.objectives.examples import Example, SpecialIds, TextLayout
+from trainer.objectives.masking import IGNORE_INDEX
+
+
+@dataclass
+class LMBatch(Batch):
+    labels: torch.Tensor     # (B, T) long: the input ids, -100 at padding (the model shifts them)
+
+    def model_inputs(self) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "labels": self.labels}
 
 
 @dataclass
@@ -49,7 +60,7 @@ class CausalLMCollator:
     def layout(self) -> TextLayout:
         return TextLayout("chunks", self.seq_len, doc_sep=self.special.eos)
 
-    def __call__(self, examples: Sequence[Example]) -> Batch:
+    def __call__(self, examples: Sequence[Example]) -> LMBatch:
         if not examples:
             raise ValueError("cannot collate an empty list of examples")
         B, T = len(examples), self.seq_len
@@ -62,9 +73,8 @@ class CausalLMCollator:
             input_ids[b, :len(ids)] = ids
             attention[b, :len(ids)] = 1
         labels = np.where(attention == 1, input_ids, IGNORE_INDEX)
-        return Batch(input_ids=torch.from_numpy(input_ids), attention_mask=torch.from_numpy(attention),
-                     token_type_ids=torch.zeros(B, T, dtype=torch.long),
-                     mlm_labels=torch.full((B, T), IGNORE_INDEX, dtype=torch.long), labels=torch.from_numpy(labels))
+        return LMBatch(input_ids=torch.from_numpy(input_ids), attention_mask=torch.from_numpy(attention),
+                       labels=torch.from_numpy(labels))
 
 
 @dataclass
@@ -75,5 +85,56 @@ class BiLMCollator(CausalLMCollator):
     objective: ClassVar[str] = "bilm"
 
 
-COLLATORS[frozenset({"clm"})] = CollatorSpec(CausalLMCollator, None, ("token",), "Causal LM (GPT)")
-COLLATORS[frozenset({"bilm"})] = CollatorSpec(BiLMCollator, None, ("token",), "Bidirectional LM (ELMo)")
+class CausalLMStep(Step):
+    """GPT: labels are the input ids (-100 at padding); the logits at t predict the label at t + 1."""
+
+    perplexities = {"perplexity": "lm_loss"}
+
+    @property
+    def loss_weights(self) -> dict[str, float]:
+        return {"lm_loss": 1.0}
+
+    def __call__(self, batch: LMBatch, *, train: bool) -> StepOutput:
+        out = self.model(batch.input_ids, batch.attention_mask, batch.labels)
+        return lm_step_output(out.loss, out.logits[:, :-1], batch.labels[:, 1:])
+
+
+class ElmoStep(Step):
+    """ELMo: the forward LM predicts each next token, the backward LM each previous one; the
+    loss is their mean, each reported with its accuracy and (in validation) its perplexity
+    ("perplexity" is exp of the mean of the two losses, their geometric mean)."""
+
+    perplexities = {"forward_perplexity": "forward_loss", "backward_perplexity": "backward_loss",
+                    "perplexity": "loss"}
+
+    @property
+    def loss_weights(self) -> dict[str, float]:
+        return {"forward_loss": 0.5, "backward_loss": 0.5}
+
+    def __call__(self, batch: LMBatch, *, train: bool) -> StepOutput:
+        out = self.model(batch.input_ids, batch.attention_mask)
+        losses = {"forward_loss": out.forward_loss.detach().float(), "backward_loss": out.backward_loss.detach().float()}
+        weights = {"forward_loss": out.forward_tokens, "backward_loss": out.backward_tokens}
+        ratios = {"forward_acc": (out.forward_correct, out.forward_tokens),
+                  "backward_acc": (out.backward_correct, out.backward_tokens)}
+        return StepOutput(out.loss, losses, weights, ratios)
+
+
+CLM = Objective(
+    name="clm",
+    label="Causal language modelling (CLM)",
+    help="Next-token prediction, left to right, on packed sequences: the corpus is read as one stream "
+         "cut into pieces of seq_len tokens, documents separated by the end-of-text token.",
+    collator=CausalLMCollator, step=CausalLMStep, metrics=LM_METRICS, collator_label="Causal LM (GPT)",
+)
+
+BILM = Objective(
+    name="bilm",
+    label="Bidirectional LM (ELMo)",
+    help="A forward LSTM language model predicts each next token, a backward one each previous token; "
+         "they share the token representation and the softmax, and the loss is their mean.",
+    collator=BiLMCollator, step=ElmoStep,
+    metrics=("forward_loss", "backward_loss", "forward_acc", "backward_acc", "forward_perplexity",
+             "backward_perplexity", "perplexity"),
+    collator_label="Bidirectional LM (ELMo)",
+)

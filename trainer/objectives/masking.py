@@ -3,7 +3,7 @@ and UniLM's mode table (its attention masks are built by models_lib.core.masks).
 
 Every function works on one sequence (token ids with its special tokens) and draws all its
 randomness from the `numpy.random.Generator` it is given, so a collator that seeds one
-generator per example (trainer.objectives.collators.example_rng) gets the same masks for the same
+generator per example (trainer.objectives.examples.example_rng) gets the same masks for the same
 example every time.
 
 Masking units (`MASKING_UNITS`), all with the same budget: round(mask_prob * n) of the n
@@ -336,7 +336,7 @@ class Masked:
 class Masker:
     """Corrupts one sequence with a masking unit (see the module docstring)."""
 
-    special: Any                 # trainer.objectives.collators.SpecialIds (is_special, mask, replacement_ids)
+    special: Any                 # trainer.objectives.examples.SpecialIds (is_special, mask, replacement_ids)
     unit: str = "token"
     mask_prob: float = 0.15
     phrase_breaks: np.ndarray | None = None  # bool per token id, see phrase_break_table

@@ -33,6 +33,7 @@ BPE/WordPiece trainer breaks ties between equally frequent merges in hash-map or
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import shutil
@@ -494,6 +495,17 @@ class TokenizerBundle:
 
     def token_to_id(self, token: str) -> int | None:
         return self.tok.token_to_id(token)
+
+
+def same_tokenizer(folder_a: Path, folder_b: Path) -> bool:
+    """Whether two folders hold the same tokenizer.json, byte for byte (a checkpoint and the run
+    that resumes from it, a teacher and its student). A folder without one matches only another
+    without one."""
+    def digest(folder: Path) -> str:
+        path = Path(folder) / "tokenizer.json"
+        return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+
+    return digest(folder_a) == digest(folder_b)
 
 
 def load_tokenizer(folder: Path) -> TokenizerBundle:

@@ -54,11 +54,11 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "device": ("auto", "cpu", "cuda"),
     "precision": ("auto", "fp32", "bf16"),
 }
-# Choices owned by the data layer (trainer.objectives.masking.MASKING_UNITS, trainer.objectives.collators.PACKINGS);
+# Choices owned by the data layer (trainer.objectives.masking.MASKING_UNITS, trainer.objectives.examples.PACKINGS);
 # read lazily so that importing this module does not import torch. See choices().
 _LAZY_CHOICES = {
     "masking_unit": ("trainer.objectives.masking", "MASKING_UNITS"),
-    "packing": ("trainer.objectives.collators", "PACKINGS"),
+    "packing": ("trainer.objectives.examples", "PACKINGS"),
 }
 
 # Static masking: each example gets this many different masks, reused round-robin by epoch.

@@ -1,6 +1,6 @@
 """Batches from token shards, in an order that depends only on (seed, position).
 
-An epoch is a table of instances (token offset ranges, see trainer.objectives.collators) in a
+An epoch is a table of instances (token offset ranges, see trainer.objectives.examples) in a
 permutation seeded by (seed, epoch). The stream's position is (epoch, index of the next
 example in that permutation); it is saved in checkpoints, and a stream rebuilt at a saved
 position yields exactly the batches the uninterrupted run would have seen.
@@ -10,14 +10,14 @@ dupe_factor: ten fixed versions of the data, reused), with dynamic masking varia
 (new pairs and new masks every epoch). Packing single segments (RoBERTa's FULL-SENTENCES or
 DOC-SENTENCES) does not depend on it.
 
-What the examples look like follows from the objectives (trainer.objectives.collators.COLLATORS): packed
+What the examples look like follows from the objective that trains the run (its `pairs`): packed
 single segments (MLM, SBO, RTD, distillation), NSP pairs, SOP pairs (consecutive segments,
 swapped half the time) or consecutive pairs (UniLM). Masking units other than "token" need
 word-start flags, which come from the shards (word_starts.bin); for CJK text they are
 re-segmented with jieba unless the shards already were (trainer.prep.segmenter).
 
 The encoder-decoder, causal-LM and biLM collators (trainer.objectives.denoising, trainer.objectives.lm)
-say which raw text they want with a `layout` (trainer.objectives.collators.TextLayout): fixed-length
+say which raw text they want with a `layout` (trainer.objectives.examples.TextLayout): fixed-length
 chunks of the corpus read as one stream, or whole sentences of one document with their
 sentence starts. Those tables do not depend on the variant either; the corruption does,
 through the mask variant, exactly as MLM masks do.
@@ -32,15 +32,16 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from trainer.objectives.collators import (
-    _ORDER, _PAIRS, _VALID, A_END, A_START, B_END, B_START, PACKINGS, RANDOM_NEXT, Batch, Example, MLMCollator,
-    ShardIndex, SpecialIds, TextLayout, build_chunk_instances, build_collator, build_packed_instances,
-    build_pair_instances, build_sop_instances, collator_spec,
-)
-from trainer.training.config import DUPE_FACTOR, RunConfig
+from trainer import objectives
 from trainer.errors import ConfigError
+from trainer.objectives.base import Batch, Collator
+from trainer.objectives.examples import (
+    _ORDER, _PAIRS, _VALID, A_END, A_START, B_END, B_START, PACKINGS, RANDOM_NEXT, Example, ShardIndex, SpecialIds,
+    TextLayout, build_chunk_instances, build_packed_instances, build_pair_instances, build_sop_instances,
+)
 from trainer.objectives.masking import phrase_break_table
 from trainer.prep.segmenter import TokenWordStarts, vocab_strings
+from trainer.training.config import DUPE_FACTOR, RunConfig
 
 PAIR_KINDS = ("nsp", "sop", "consecutive")
 VALID_VARIANT = 2**31 - 1  # mask variant of the validation examples (never a training epoch)
@@ -63,7 +64,7 @@ class ExampleSource:
     """The instance tables of one split and how to turn rows into Examples.
 
     pairs: None (packed single segments), "nsp", "sop" or "consecutive" (see
-    trainer.objectives.collators.CollatorSpec); `nsp=True` is the older spelling of pairs="nsp".
+    trainer.objectives.base.Objective.pairs); `nsp=True` is the older spelling of pairs="nsp".
     packing: "full-sentences" or "doc-sentences" (single segments only).
     word_starts: attach word-start flags to the examples (masking units other than "token");
     refine(ids, stored_flags) -> flags recomputes them (trainer.prep.segmenter.TokenWordStarts:
@@ -156,7 +157,7 @@ class ExampleSource:
 class TrainStream:
     """Endless batches of the training split; `position` says where the next batch starts."""
 
-    def __init__(self, source: ExampleSource, collator: MLMCollator, *, batch_size: int, seed: int,
+    def __init__(self, source: ExampleSource, collator: Collator, *, batch_size: int, seed: int,
                  position: DataPosition | None = None):
         self.source, self.collator, self.batch_size, self.seed = source, collator, batch_size, seed
         self._pos = DataPosition(**asdict(position)) if position else DataPosition()
@@ -240,7 +241,7 @@ class Prefetcher:
         self._thread.join(timeout=5)
 
 
-def fixed_batches(source: ExampleSource, collator: MLMCollator, *, batch_size: int, n_batches: int,
+def fixed_batches(source: ExampleSource, collator: Collator, *, batch_size: int, n_batches: int,
                   seed: int) -> list[Batch]:
     """The validation set: the same batches (examples and masks) every evaluation."""
     if source.index.n_tokens == 0:
@@ -255,19 +256,19 @@ def fixed_batches(source: ExampleSource, collator: MLMCollator, *, batch_size: i
 
 
 # ---------------------------------------------------------------------------- wiring
-def make_collator(config: RunConfig, special: SpecialIds, tokenizer: Any = None) -> MLMCollator:
-    """The collator of config.objectives (trainer.objectives.collators.COLLATORS) with its masking unit
+def make_collator(config: RunConfig, special: SpecialIds, tokenizer: Any = None) -> Collator:
+    """The collator of config.objectives (trainer.objectives.resolve) with its masking unit
     (config.masking_unit when the config has one). `tokenizer` (a TokenizerBundle) gives the
     phrase-break table for "phrase" masking."""
     unit = getattr(config, "masking_unit", None)
     breaks = None
     if unit == "phrase" and tokenizer is not None:
         breaks = phrase_break_table(vocab_strings(tokenizer))
-    return build_collator(config.objectives, special=special, seq_len=config.seq_len, masking_unit=unit,
-                          mask_prob=config.mask_prob, seed=config.seed, phrase_breaks=breaks)
+    return objectives.build_collator(config.objectives, special=special, seq_len=config.seq_len, masking_unit=unit,
+                                     mask_prob=config.mask_prob, seed=config.seed, phrase_breaks=breaks)
 
 
-def make_source(config: RunConfig, index: ShardIndex, special: SpecialIds, collator: MLMCollator, *,
+def make_source(config: RunConfig, index: ShardIndex, special: SpecialIds, collator: Collator, *,
                 static: bool, tokenizer: Any = None) -> ExampleSource:
     """The examples the collator needs: pairs per its objectives, packing per config.packing,
     or the raw text layout of an encoder-decoder / decoder-only collator."""
@@ -281,7 +282,7 @@ def make_source(config: RunConfig, index: ShardIndex, special: SpecialIds, colla
         if words.has_cjk or index.word_starts is None:  # CJK runs need jieba; no flags need the vocab
             refine = words
     return ExampleSource(index, special=special, seq_len=config.seq_len, static=static, seed=config.seed,
-                         pairs=collator_spec(config.objectives).pairs,
+                         pairs=objectives.resolve(config.objectives).pairs,
                          packing=getattr(config, "packing", "full-sentences"),
                          word_starts=collator.needs_word_starts, refine=refine)
 
@@ -289,7 +290,7 @@ def make_source(config: RunConfig, index: ShardIndex, special: SpecialIds, colla
 def _tokenizer_if_needed(config: RunConfig, tokenizer_dir: Path) -> Any:
     """The tokenizer, loaded only when the masking unit needs its vocabulary (word boundaries
     for CJK text or for shards without them, phrase breaks)."""
-    unit = getattr(config, "masking_unit", None) or collator_spec(config.objectives).units[0]
+    unit = getattr(config, "masking_unit", None) or objectives.resolve(config.objectives).units[0]
     if unit == "token":
         return None
     from trainer.prep.tokenization import load_tokenizer

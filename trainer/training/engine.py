@@ -8,13 +8,14 @@ pairs and masks through explicit generators keyed by the data position, ELECTRA'
 through its own checkpointed generator. So N steps, a stop, and a resume give the same model
 as one uninterrupted run.
 
-What a family computes per batch lives in trainer.training.steps (a `Step` returns the loss, its
+What a run computes per batch is its objective's Step (trainer.objectives; a `Step` returns the loss, its
 named parts and (hits, total) counts); the loop here only adds them up, so every family's
 losses and accuracies are reported for training and validation alike.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import math
 import os
@@ -28,9 +29,11 @@ import torch
 from torch import nn
 
 from trainer.training import checkpoints
-from trainer.training import steps as families
+from trainer import objectives
+from trainer.training import steps
 from trainer.catalog import registry
-from trainer.objectives.collators import Batch, SpecialIds
+from trainer.objectives.base import Batch, Step, StepOutput
+from trainer.objectives.examples import SpecialIds
 from trainer.training.config import RunConfig, resolve_device, resolve_precision
 from trainer.training.data import DataPosition, Prefetcher, TrainStream, build_train_stream, build_valid_batches
 from trainer.errors import ConfigError
@@ -71,7 +74,7 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
         tokenizer = load_tokenizer(config, data_dir)
         device, precision = setup_runtime(config)
         resume_from = find_resume_point(out_dir, resume, sink)
-        model, forward = families.build(config, vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
+        model, forward = steps.build(config, vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
                                         device=device, data_dir=data_dir, tokenizer=tokenizer)
         optimizer, scheduler = build_optimizer(model, config)
         state = TrainState()
@@ -125,7 +128,7 @@ def find_resume_point(out_dir: Path, resume: bool, sink: MetricsSink) -> Path | 
 
 
 def restore(folder: Path, config: RunConfig, data_dir: Path, model: nn.Module,
-            optimizer: torch.optim.Optimizer, scheduler: Any, forward: families.Step | None = None) -> TrainState:
+            optimizer: torch.optim.Optimizer, scheduler: Any, forward: Step | None = None) -> TrainState:
     """Load weights, optimizer, scheduler and RNG states from a checkpoint; return the rest."""
     import safetensors.torch
 
@@ -189,7 +192,7 @@ class Tally:
         self.losses: dict[str, list] = {}   # name -> [sum, weight]
         self.ratios: dict[str, list] = {}   # name -> [hits, total]
 
-    def add(self, out: families.StepOutput) -> None:
+    def add(self, out: StepOutput) -> None:
         for name, value in out.losses.items():
             w = out.weights.get(name, 1.0) if self.weighted else 1.0
             acc = self.losses.setdefault(name, [0.0, 0.0])
@@ -211,7 +214,7 @@ def _item(x: torch.Tensor | float) -> float:
 
 
 class Loop:
-    def __init__(self, config: RunConfig, *, model: nn.Module, forward: families.Step,
+    def __init__(self, config: RunConfig, *, model: nn.Module, forward: Step,
                  optimizer: torch.optim.Optimizer, scheduler: Any,
                  stream: TrainStream, valid: list[Batch], state: TrainState, sink: MetricsSink, data_dir: Path,
                  out_dir: Path, device: str, precision: str, resumed_from: Path | None):
@@ -284,7 +287,7 @@ class Loop:
         self.state.step += 1
         self.state.position = position
 
-    def record(self, out: families.StepOutput, n_tokens: int) -> None:
+    def record(self, out: StepOutput, n_tokens: int) -> None:
         iv = self.interval
         iv.micro_batches += 1
         iv.tokens += n_tokens
@@ -402,13 +405,13 @@ class Loop:
         n_params = sum(p.numel() for p in self.model.parameters())
         if self.resumed_from is not None:
             self.sink.log(f"Resuming from {self.resumed_from.name} (step {self.state.step}).")
-        objectives = " + ".join(o.upper() if len(o) <= 5 else registry.OBJECTIVES[o].label
-                                if o in registry.OBJECTIVES else o for o in cfg.objectives)
+        names = " + ".join(o.upper() if len(o) <= 5 else objectives.get(o).label if o in objectives.REGISTRY else o
+                           for o in cfg.objectives)
         target_len = getattr(self.stream.collator, "target_len", None)  # encoder-decoder objectives
         targets = f" (decoder targets up to {target_len})" if target_len else ""
         self.sink.log(
             f"Training {cfg.preset} ({n_params / 1e6:.2f}M parameters, vocabulary {self.model.config.vocab_size:,}) "
-            f"with {objectives} on {self.device} ({self.precision}), {optimizer_label(cfg)}: "
+            f"with {names} on {self.device} ({self.precision}), {optimizer_label(cfg)}: "
             f"{cfg.max_steps:,} steps of {cfg.batch_size} x {cfg.grad_accum} sequences of up to {cfg.seq_len} "
             f"tokens{targets}; {self.stream.epoch_size:,} training sequences per epoch, "
             f"{len(self.valid)} validation batches."
@@ -428,12 +431,15 @@ def _ordered(values: dict[str, float]) -> dict[str, float]:
     return {k: values[k] for k in losses + rest}
 
 
-_METRIC_ORDER = ("mlm", "nsp", "sop", "sbo", "rtd", "soft", "cos", "lm", "forward", "backward")
+@functools.cache
+def _metric_heads() -> tuple[str, ...]:
+    """The metric families in the objectives' registered order: mlm, nsp, ..., lm, forward, backward."""
+    return tuple(dict.fromkeys(name.split("_", 1)[0] for o in objectives.all() for name in o.metrics if "_" in name))
 
 
 def _metric_rank(key: str) -> tuple[int, str]:
-    head = key.split("_", 1)[0]
-    return (_METRIC_ORDER.index(head) if head in _METRIC_ORDER else len(_METRIC_ORDER), key)
+    head, heads = key.split("_", 1)[0], _metric_heads()
+    return (heads.index(head) if head in heads else len(heads), key)
 
 
 def memory_mb(device: str) -> float:
