@@ -1,4 +1,5 @@
-"""The Celery application. Tasks live in trainer.tasks (the trainer's one Django-aware module)."""
+"""The Celery application. Tasks live in each app's tasks.py (webapp/corpora, runs, explorer),
+found by autodiscovery; each takes an id and calls its service."""
 import os
 
 from celery import Celery
@@ -10,4 +11,4 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_routes = {
     "trainer.tasks.train_run": {"queue": "cpu"},  # overridden per run by run_create
 }
-app.conf.include = ["trainer.tasks"]
+app.autodiscover_tasks()  # <app>/tasks.py of every installed app

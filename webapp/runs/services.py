@@ -186,7 +186,7 @@ def _check_data(*, owner, corpus: Corpus | None, tokenizer: Tokenizer) -> Corpus
 
 
 def _enqueue(run: Run) -> None:
-    from trainer.tasks import train_run
+    from webapp.runs.tasks import train_run
 
     run_id, queue = str(run.id), run.queue
     transaction.on_commit(lambda: train_run.apply_async(args=[run_id], queue=queue))
