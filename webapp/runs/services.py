@@ -1,6 +1,8 @@
 """Writes for runs: create, cancel, resume, clone, execute (in a worker), reap crashed runs.
 
-Views, the API and the Celery task call these; each takes keyword arguments only.
+Views, the API and the Celery tasks (webapp/runs/tasks.py) call these; each takes keyword
+arguments only. Reads (selectors) never write: crashed runs are reaped by the periodic task,
+and before a resume or a claim looks at a run's state.
 User-caused problems raise trainer.errors.UserError subclasses with a sentence to show.
 """
 from __future__ import annotations
@@ -238,9 +240,16 @@ def run_cancel(*, run: Run) -> Run:
     return run
 
 
-@transaction.atomic
 def run_resume(*, run: Run) -> Run:
-    """Queue a stopped run again; the worker continues from its last checkpoint."""
+    """Queue a stopped run again; the worker continues from its last checkpoint. A run still marked
+    running whose worker went silent is marked crashed first (committed on its own), so it can be
+    resumed without waiting for the periodic reaper."""
+    mark_stale_runs(run_id=run.pk)
+    return _requeue(run=run)
+
+
+@transaction.atomic
+def _requeue(*, run: Run) -> Run:
     run = Run.objects.select_for_update().get(pk=run.pk)
     if run.status not in RESUMABLE_STATES:
         raise RunStateError(
@@ -296,6 +305,7 @@ def run_execute(*, run_id) -> None:
     A redelivered task finds the row no longer queued and returns without doing anything.
     """
     me = worker_name()
+    mark_stale_runs(run_id=run_id)  # a redelivered task of a dead worker's run: crashed, not claimed again
     if not _claim(run_id, me):
         log.info("Run %s is not queued (already claimed, cancelled or deleted); nothing to do.", run_id)
         return
@@ -387,13 +397,17 @@ def _finish(run: Run, sink: DatabaseChannelsSink, *, me: str, status: str, error
 
 # -- crash detection ------------------------------------------------------------------------
 
-def mark_stale_runs(*, now=None) -> int:
-    """Mark running runs whose worker went silent as crashed; returns how many."""
+def mark_stale_runs(*, now=None, run_id=None) -> int:
+    """Mark running runs whose worker went silent (no heartbeat for RUN_HEARTBEAT_TIMEOUT_S) as
+    crashed, only the run `run_id` when given; returns how many. Callers: the periodic task
+    (webapp.runs.tasks.reap_stale_runs), `manage.py reap_runs`, run_resume and run_execute."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=int(getattr(settings, "RUN_HEARTBEAT_TIMEOUT_S", 120)))
     stale = Run.objects.filter(status=RunStatus.RUNNING).filter(
         Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff)
     )
+    if run_id is not None:
+        stale = stale.filter(pk=run_id)
     count = 0
     for run in stale:
         seen = run.heartbeat_at or run.started_at
