@@ -92,11 +92,11 @@ def student_shape(teacher: Checkpoint, preset: str, overrides: dict[str, Any] | 
     """model_overrides that give a DistilBERT preset (with the user's overrides) the teacher's width
     and half its layers: only the fields still needed, in order (a new hidden size also changes
     the derived FFN size). {} when the teacher's files cannot be read (validate_teacher says why)."""
-    meta_path = teacher.folder / "model_config.json"
+    from trainer.checkpoints import read_model_meta
+
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        wanted = registry.student_overrides(dict(meta["config"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        wanted = registry.student_overrides(read_model_meta(teacher.folder)["config"])
+    except (UserError, ValueError, TypeError):
         return {}
     spec, user, needed = registry.get("distilbert"), dict(overrides or {}), {}
     for name, value in wanted.items():
