@@ -11,6 +11,7 @@ readers ignore and the next save replaces). Contents:
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -145,6 +146,16 @@ def checkpoint_family(folder: str | Path) -> str | None:
         return None
 
 
+def tokenizers_differ(folder_a: str | Path, folder_b: str | Path) -> bool:
+    """True when both folders (a tokenizer's, a checkpoint's) hold a tokenizer.json and the two
+    differ (sha256 of the bytes): a model then reads ids of another vocabulary. A folder without
+    one has nothing to compare (False); loading its tokenizer fails with its own message."""
+    a, b = Path(folder_a) / "tokenizer.json", Path(folder_b) / "tokenizer.json"
+    if not (a.is_file() and b.is_file()):
+        return False
+    return _sha256(a) != _sha256(b)
+
+
 # ---------------------------------------------------------------------------- RNG states
 def capture_rng_state() -> dict[str, Any]:
     """torch (CPU and CUDA), numpy and Python global RNG states as tensors/plain values.
@@ -189,6 +200,11 @@ def _jsonable(x: Any) -> Any:
     if isinstance(x, tuple):
         return list(x)
     raise TypeError(f"{type(x).__name__} is not JSON serialisable")
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _fsync(path: Path) -> None:

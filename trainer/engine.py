@@ -15,7 +15,6 @@ losses and accuracies are reported for training and validation alike.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
 import os
 import resource
@@ -135,7 +134,7 @@ def restore(folder: Path, config: RunConfig, data_dir: Path, model: nn.Module,
                          if saved.get(k) != model.config.to_dict().get(k))
         raise ConfigError(f"The checkpoint {folder.name} holds a different model ({', '.join(changed)} differ); "
                           f"resume with the preset and model_overrides the run started with.")
-    if _digest(folder / "tokenizer.json") != _digest(data_dir / "tokenizer.json"):
+    if checkpoints.tokenizers_differ(folder, data_dir):
         raise ConfigError(f"The checkpoint {folder.name} was trained with another tokenizer than the one in "
                           f"{data_dir}; resume with the run's own tokenizer.")
     safetensors.torch.load_model(model, str(folder / "model.safetensors"), strict=True,
@@ -152,10 +151,6 @@ def restore(folder: Path, config: RunConfig, data_dir: Path, model: nn.Module,
                       position=DataPosition.from_dict(s["data_position"]),
                       elapsed_s=float(s.get("elapsed_s", 0.0)),
                       train_metrics=metrics.get("train", {}), valid_metrics=metrics.get("valid", {}))
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
 
 
 # ---------------------------------------------------------------------------- the loop

@@ -35,7 +35,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer import registry
+from trainer import checkpoints, registry
 from trainer.collators import IGNORE_INDEX, Batch, SpecialIds
 from trainer.config import RunConfig
 from trainer.errors import ConfigError
@@ -320,11 +320,10 @@ def load_teacher(config: RunConfig, *, vocab_size: int, data_dir: Path | None) -
 
     registry.validate_teacher(config)
     folder = Path(config.teacher_checkpoint)
-    if data_dir is not None and (folder / "tokenizer.json").is_file():
-        if _digest(folder / "tokenizer.json") != _digest(Path(data_dir) / "tokenizer.json"):
-            raise ConfigError(f"The teacher checkpoint {folder.name} was trained with another tokenizer than this "
-                              f"run's; a student reads the teacher's vocabulary, so train it on the teacher's "
-                              f"tokenizer.")
+    if data_dir is not None and checkpoints.tokenizers_differ(folder, data_dir):
+        raise ConfigError(f"The teacher checkpoint {folder.name} was trained with another tokenizer than this "
+                          f"run's; a student reads the teacher's vocabulary, so train it on the teacher's "
+                          f"tokenizer.")
     try:
         teacher = load_model(folder, map_location="cpu")
     except ValueError as e:
@@ -348,7 +347,3 @@ def init_student(student: nn.Module, teacher: nn.Module) -> None:
         student.load_state_dict(distil_from_teacher(teacher).state_dict(), strict=True)
     except (RuntimeError, ValueError) as e:  # registry.validate_teacher checks all this first; belt and braces
         raise ConfigError(f"The student does not fit its teacher: {e}") from None
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""

@@ -7,7 +7,6 @@ User-caused problems raise trainer.errors.UserError subclasses with a sentence t
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -113,9 +112,10 @@ def check_teacher(*, config: RunConfig, tokenizer: Tokenizer) -> None:
     """A DistilBERT run's teacher: a BERT checkpoint on disk, trained with the run's tokenizer."""
     if config.architecture != "distilbert":
         return
+    from trainer.checkpoints import tokenizers_differ
+
     registry.validate_teacher(config)
-    ours, theirs = Path(tokenizer.folder) / "tokenizer.json", Path(config.teacher_checkpoint) / "tokenizer.json"
-    if ours.is_file() and theirs.is_file() and _digest(ours) != _digest(theirs):
+    if tokenizers_differ(tokenizer.folder, config.teacher_checkpoint):
         raise ConfigError(f"The teacher was trained with another tokenizer than '{tokenizer.name}'; a student reads "
                           f"its teacher's vocabulary, so choose the tokenizer the teacher's run used.")
 
@@ -148,10 +148,6 @@ def check_tokenizer(*, config: RunConfig, tokenizer: Tokenizer) -> None:
         raise ConfigError(f"{e} Train a {registry.algorithm_label(wanted)} tokenizer on the corpus's page "
                           f"(Corpora, then the corpus, then “Train a tokenizer”"
                           f"{', with “T5 sentinel tokens” set to 100' if sentinels else ''}).") from None
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def training_settings(config: RunConfig) -> dict[str, Any]:
