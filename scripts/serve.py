@@ -1,4 +1,5 @@
-"""Start LM Workbench on one machine: Redis (if needed), migrations, web server, Celery worker.
+"""Start LM Workbench on one machine: Redis (if needed), migrations, web server, Celery worker,
+and the scheduler (Celery beat with a small worker for the periodic jobs, e.g. the crash reaper).
 
 Run through ./run.sh, which creates the virtual environment first. Ctrl-C stops everything.
 """
@@ -77,7 +78,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
-    parser.add_argument("--no-worker", action="store_true", help="start only the web server")
+    parser.add_argument("--no-worker", action="store_true", help="start only the web server (no workers, no beat)")
     args = parser.parse_args()
 
     storage = Path(os.environ.get("STORAGE_ROOT", ROOT / "var")).resolve()
@@ -106,6 +107,15 @@ def main() -> None:
                 subprocess.Popen(
                     [PY, "-m", "celery", "-A", "webapp", "worker", "-Q", queues, "--concurrency", "2",
                      "--prefetch-multiplier", "1", "-O", "fair", "--loglevel", "INFO", "-n", f"worker-{os.getpid()}@%h"],
+                    cwd=ROOT, env=env, start_new_session=True,
+                )
+            )
+            # Beat, embedded (-B) in a one-slot worker of its own: the periodic jobs (the reaper that
+            # marks runs of a dead worker as crashed) never wait behind two training runs.
+            procs.append(
+                subprocess.Popen(
+                    [PY, "-m", "celery", "-A", "webapp", "worker", "-B", "-Q", "maintenance", "--pool", "solo",
+                     "--loglevel", "INFO", "-n", f"scheduler-{os.getpid()}@%h"],
                     cwd=ROOT, env=env, start_new_session=True,
                 )
             )

@@ -109,7 +109,7 @@ def cmd_run(config_path: Path, *, resume: bool) -> int:
 # ---------------------------------------------------------------------------- the YAML file
 def load_run_file(path: Path) -> RunFile:
     from trainer.catalog import registry
-    from trainer.training.config import RunConfig
+    from trainer.config import RunConfig
     from trainer.prep.corpus import CleaningOptions
 
     path = Path(path)

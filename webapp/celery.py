@@ -1,4 +1,6 @@
-"""The Celery application. Tasks live in trainer.tasks (the trainer's one Django-aware module)."""
+"""The Celery application. Tasks live in each app's tasks.py (webapp/corpora, runs, explorer),
+found by autodiscovery; each takes an id and calls its service. The beat schedule (settings:
+CELERY_BEAT_SCHEDULE) sends the periodic ones, e.g. the crashed-run reaper."""
 import os
 
 from celery import Celery
@@ -9,5 +11,6 @@ app = Celery("webapp")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_routes = {
     "trainer.tasks.train_run": {"queue": "cpu"},  # overridden per run by run_create
+    "webapp.runs.tasks.reap_stale_runs": {"queue": "maintenance"},  # never behind a training run
 }
-app.conf.include = ["trainer.tasks"]
+app.autodiscover_tasks()  # <app>/tasks.py of every installed app

@@ -151,6 +151,21 @@ RUN_DEFAULT_QUEUE = os.environ.get("RUN_DEFAULT_QUEUE", "cpu")
 
 # A run whose heartbeat is older than this is marked crashed.
 RUN_HEARTBEAT_TIMEOUT_S = int(os.environ.get("RUN_HEARTBEAT_TIMEOUT_S", "120"))
+# How often Celery beat sends the reaper that does it (pages and the API only read).
+RUN_REAP_EVERY_S = int(os.environ.get("RUN_REAP_EVERY_S", "60"))
+
+# Periodic jobs. Celery beat sends them to the "maintenance" queue (webapp/celery.py routes), which
+# a small worker of its own consumes, so a training worker whose slots are all busy never holds
+# them up: `celery worker -B -Q maintenance` (started by scripts/serve.py; docker-compose.yml's
+# scheduler service).
+CELERY_BEAT_SCHEDULE = {
+    "reap-stale-runs": {
+        "task": "webapp.runs.tasks.reap_stale_runs",
+        "schedule": RUN_REAP_EVERY_S,
+        "options": {"expires": RUN_REAP_EVERY_S},  # one not taken by then is dropped, not piled up
+    },
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(STORAGE_ROOT / "celerybeat-schedule")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [

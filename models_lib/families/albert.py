@@ -13,7 +13,7 @@ from torch import nn
 
 from models_lib.core.config import EncoderConfig
 from models_lib.heads.pretraining import SOPHead
-from models_lib.core.pretraining import EncoderForPreTraining, PreTrainingOutput
+from models_lib.families.pretraining import EncoderForPreTraining, PreTrainingOutput
 
 
 class AlbertForPreTraining(EncoderForPreTraining):

@@ -13,7 +13,7 @@ from models_lib.core.config import EncoderConfig
 from models_lib.core.encoder import TransformerEncoder
 from models_lib.heads.pretraining import NSPHead
 from models_lib.families.presets import BERT_PRESETS
-from models_lib.core.pretraining import IGNORE_INDEX, EncoderForPreTraining, PreTrainingOutput
+from models_lib.families.pretraining import IGNORE_INDEX, EncoderForPreTraining, PreTrainingOutput
 
 BertConfig = EncoderConfig  # the name BERT code has always used
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from models_lib.core.config import EncoderConfig
-from models_lib.core.pretraining import EncoderForPreTraining, EncoderWithHeads
+from models_lib.families.pretraining import EncoderForPreTraining, EncoderWithHeads
 
 
 class DistilBertForPreTraining(EncoderForPreTraining):

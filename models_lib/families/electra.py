@@ -19,7 +19,7 @@ from torch import nn
 
 from models_lib.core.config import ElectraConfig
 from models_lib.heads.pretraining import RTDHead
-from models_lib.core.pretraining import IGNORE_INDEX, EncoderForPreTraining, EncoderWithHeads
+from models_lib.families.pretraining import IGNORE_INDEX, EncoderForPreTraining, EncoderWithHeads
 
 
 class ElectraDiscriminator(EncoderWithHeads):

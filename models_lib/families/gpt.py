@@ -31,7 +31,7 @@ from models_lib.core import generation
 from models_lib.core.config import PresetConfig, check_sizes
 from models_lib.core.encoder import Encoder, init_weights
 from models_lib.core.layers import ACTIVATIONS, KVCache, build_attention_mask, new_caches
-from models_lib.core.pretraining import IGNORE_INDEX
+from models_lib.families.pretraining import IGNORE_INDEX
 
 __all__ = ["GPT_PRESETS", "CausalLMOutput", "GPTConfig", "GPTLMHeadModel"]
 

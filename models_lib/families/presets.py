@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from models_lib.core.config import FAMILY_LABELS, EncoderConfig, config_class
+from models_lib.core.config import FAMILY_LABELS, config_class
 
 # Sizes: Turc et al. 2019 for the small BERTs; Devlin et al. 2019 for base/large. FFN = 4H.
 _SIZES = {

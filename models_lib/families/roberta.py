@@ -6,7 +6,7 @@ eps 1e-5, a 50k byte-level BPE vocabulary. Its LM head always uses exact GELU.
 """
 from __future__ import annotations
 
-from models_lib.core.pretraining import EncoderForPreTraining
+from models_lib.families.pretraining import EncoderForPreTraining
 
 
 class RobertaForPreTraining(EncoderForPreTraining):

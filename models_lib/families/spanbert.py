@@ -11,7 +11,7 @@ from torch import nn
 
 from models_lib.core.config import SpanBertConfig
 from models_lib.heads.pretraining import SBOHead
-from models_lib.core.pretraining import EncoderForPreTraining, PreTrainingOutput, token_loss
+from models_lib.families.pretraining import EncoderForPreTraining, PreTrainingOutput, token_loss
 
 
 class SpanBertForPreTraining(EncoderForPreTraining):

@@ -18,7 +18,7 @@ import torch
 
 from models_lib.core import generation
 from models_lib.core import masks
-from models_lib.core.pretraining import EncoderForPreTraining
+from models_lib.families.pretraining import EncoderForPreTraining
 
 
 @dataclass

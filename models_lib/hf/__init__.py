@@ -38,7 +38,7 @@ from models_lib.hf.bert import BertFormat
 from models_lib.hf.distilbert import DistilBertFormat
 from models_lib.hf.electra import ElectraFormat
 from models_lib.hf.roberta import RobertaFormat
-from models_lib.core.pretraining import EncoderWithHeads
+from models_lib.families.pretraining import EncoderWithHeads
 
 FORMATS: dict[str, HFFormat] = {f.model_type: f for f in
                                 (BertFormat(), RobertaFormat(), AlbertFormat(), ElectraFormat(), DistilBertFormat())}

@@ -16,7 +16,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from models_lib import hf  # noqa: E402
-from models_lib.families import presets
+from models_lib.families import presets  # noqa: E402
 from models_lib.families.albert import AlbertForPreTraining  # noqa: E402
 from models_lib.core.config import ElectraConfig, EncoderConfig, SpanBertConfig  # noqa: E402
 from models_lib.families.distilbert import DistilBertForPreTraining  # noqa: E402

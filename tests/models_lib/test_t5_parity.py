@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers")
 import safetensors.torch  # noqa: E402
 
 from models_lib import hf  # noqa: E402
-from models_lib.hf import t5 as hf_t5
+from models_lib.hf import t5 as hf_t5  # noqa: E402
 from models_lib.families.t5 import T5Config, T5ForConditionalGeneration, relative_position_bucket  # noqa: E402
 from tests.models_lib.helpers import randomise  # noqa: E402
 

@@ -44,7 +44,7 @@ def tokenizer_dir(tmp_path_factory, small_corpus_file) -> Path:
 
 def tiny_config(**changes):
     """bert-tiny shrunk to hidden 64: a few steps take well under a second on a CPU."""
-    from trainer.training.config import RunConfig
+    from trainer.config import RunConfig
 
     base = dict(preset="bert-tiny", model_overrides={"hidden_size": 64, "num_heads": 2},
                 objectives=["mlm", "nsp"], max_steps=40, batch_size=16, seq_len=64, lr=2e-3,
@@ -106,7 +106,7 @@ def unigram_tokenizer_dir(tmp_path_factory, tokenizer_dir) -> Path:
 def family_config(architecture: str, **changes):
     """A tiny run of any family: its -tiny preset at hidden 64, its default objectives, 50 steps
     of 8 x 64 tokens at lr 3e-3 (a few seconds on one CPU thread)."""
-    from trainer.training.config import RunConfig
+    from trainer.config import RunConfig
     from trainer.catalog.registry import ARCHITECTURES
 
     spec = ARCHITECTURES[architecture]

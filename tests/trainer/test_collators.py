@@ -8,7 +8,7 @@ import torch
 from trainer.objectives.masking import IGNORE_INDEX, mask_tokens
 from trainer.objectives.examples import Example, ShardIndex, SpecialIds, build_packed_instances, build_pair_instances, truncate_pair
 from trainer.objectives.encoder import MaskedBatch, MLMCollator, NSPCollator
-from trainer.training.config import RunConfig
+from trainer.config import RunConfig
 from trainer.training.data import DataPosition, ExampleSource, TrainStream, build_train_stream, build_valid_batches
 from trainer.errors import ConfigError
 

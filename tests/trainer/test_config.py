@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.training.config import RunConfig, field_help, resolve_device, resolve_precision
+from trainer.config import RunConfig, field_help, resolve_device, resolve_precision
 from trainer.errors import ConfigError, UserError
 
 

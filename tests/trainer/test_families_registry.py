@@ -7,7 +7,7 @@ import json
 import pytest
 
 from trainer.catalog import registry
-from trainer.training.config import RunConfig, choices
+from trainer.config import RunConfig, choices
 from trainer.errors import ConfigError
 
 FAMILIES = ("bert", "roberta", "albert", "spanbert", "electra", "distilbert", "unilm")

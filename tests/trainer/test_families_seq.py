@@ -13,7 +13,7 @@ import torch
 from models_lib.checkpoint import load_model
 from trainer.catalog import registry
 from trainer.training.checkpoints import read_optimizer_state
-from trainer.training.config import RunConfig
+from trainer.config import RunConfig
 from trainer.training.engine import train
 from trainer.errors import ConfigError
 from trainer.training.sinks import ListSink

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from trainer.errors import InferenceError
-from trainer.objectives.inspection import sample_batch
+from trainer.inference.inspection import sample_batch
 
 
 def test_a_batch_shows_each_token_with_its_role_segment_and_pair_label(tokenizer_dir, make_config):
@@ -69,7 +69,7 @@ def test_what_cannot_be_shown_says_why(tokenizer_dir, make_config, monkeypatch):
 def test_spans_come_from_the_collator_when_its_batch_has_them():
     import torch
 
-    from trainer.objectives.inspection import _collator_spans
+    from trainer.inference.inspection import _collator_spans
 
     class SpanBatch:  # SpanBERT's span boundary targets: row, left, right, position, index in span
         input_ids = torch.zeros(2, 8, dtype=torch.long)

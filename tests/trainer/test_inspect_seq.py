@@ -2,7 +2,7 @@
 the encoder input next to the decoder target; GPT's and ELMo's LM batches say what is predicted."""
 from __future__ import annotations
 
-from trainer.objectives.inspection import sample_batch
+from trainer.inference.inspection import sample_batch
 
 
 def test_span_corruption_shows_sentinels_in_the_input_and_their_spans_in_the_target(

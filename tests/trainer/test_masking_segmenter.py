@@ -11,7 +11,7 @@ import pytest
 from trainer.objectives.masking import IGNORE_INDEX
 from trainer.objectives.examples import SpecialIds
 from trainer.objectives import build_collator
-from trainer.training.config import RunConfig
+from trainer.config import RunConfig
 from trainer.prep.segmenter import TokenWordStarts, refine_word_starts, segment, word_starts_for
 
 SENTENCES = [

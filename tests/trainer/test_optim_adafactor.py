@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from trainer.training.config import RunConfig
+from trainer.config import RunConfig
 from trainer.errors import ConfigError
 from trainer.training.optim import build_optimizer, lr_factor
 

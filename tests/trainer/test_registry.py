@@ -6,7 +6,7 @@ import json
 import pytest
 
 from trainer.catalog import registry
-from trainer.training.config import RunConfig
+from trainer.config import RunConfig
 from trainer.errors import ConfigError
 
 

@@ -22,7 +22,7 @@ def eager(settings):
 @pytest.fixture
 def enqueued(monkeypatch):
     """Record train_run.apply_async calls instead of talking to the broker."""
-    from trainer import tasks
+    from webapp.runs import tasks
 
     calls = []
     monkeypatch.setattr(tasks.train_run, "apply_async", lambda *a, **kw: calls.append((a, kw)))

@@ -330,7 +330,7 @@ def test_anonymous_visitors_are_sent_to_log_in(client):
 
 def test_a_broker_that_does_not_answer_is_reported_on_the_corpus(alice, monkeypatch,
                                                                   django_capture_on_commit_callbacks):
-    from trainer.tasks import ingest_corpus
+    from webapp.corpora.tasks import ingest_corpus
 
     def down(*args, **kwargs):
         raise ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")

@@ -1,6 +1,7 @@
 """The explorer: pick a checkpoint of your runs, fill masks, score sentence pairs; clear errors."""
 from __future__ import annotations
 
+import html
 import re
 import shutil
 
@@ -62,7 +63,19 @@ def test_a_checkpoint_whose_files_are_gone_says_so(alice, alice_api, alice_clien
     assert response.status_code == 400
     assert response.json() == {"error": "This checkpoint's files are no longer on disk."}
     page = alice_client.get(reverse("explorer:index") + f"?checkpoint={checkpoint.id}")
-    assert "This checkpoint's files are no longer on disk." in page.content.decode()
+    assert "This checkpoint's files are no longer on disk." in html.unescape(page.content.decode())
+
+
+@pytest.mark.parametrize("content, message", [
+    (b'{"family": "bert", "config": ', "has a broken model_config.json (not valid JSON: Expecting value at line 1)"),
+    (b'{"config": {}}', "has a broken model_config.json: it does not name a model family and its config."),
+])
+def test_a_checkpoint_with_a_broken_model_config_says_so(alice_api, alice_client, checkpoint, content, message):
+    (checkpoint.folder / "model_config.json").write_bytes(content)
+    response = fill(alice_api, checkpoint, "the [MASK] .")
+    assert response.status_code == 400 and message in response.json()["error"]
+    page = alice_client.get(reverse("explorer:index") + f"?checkpoint={checkpoint.id}")
+    assert page.status_code == 200 and message in page.content.decode()
 
 
 def test_bob_gets_404_for_alices_checkpoint(bob_api, bob_client, checkpoint):

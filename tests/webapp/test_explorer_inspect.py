@@ -5,7 +5,7 @@ import pytest
 from django.urls import reverse
 
 from tests.webapp.test_runs_helpers import TINY_TRAINING, make_data, make_run
-from trainer.training.config import RunConfig
+from trainer.config import RunConfig
 from webapp.corpora.models import JobStatus
 from webapp.runs.models import RunStatus
 
@@ -62,7 +62,7 @@ def test_other_users_runs_are_not_found(bob_api, bob_client, anon_api, run):
 
 def test_for_an_electra_run_the_page_shows_generator_samples_and_discriminator_verdicts(alice, alice_api, alice_client):
     from models_lib.checkpoint import save_model
-    from trainer.training.config import RunConfig
+    from trainer.config import RunConfig
     from trainer.training.steps import build
     from trainer.prep.tokenization import load_tokenizer
     from webapp.runs.models import Checkpoint

@@ -103,18 +103,18 @@ def test_bob_cannot_see_or_ask_alices_imported_model(alice, bob_api, bob_client,
 
 @pytest.mark.django_db  # not transactional: the on-commit callbacks are captured and run here
 def test_with_the_worker_task_the_import_is_queued_then_done(alice_api, monkeypatch, django_capture_on_commit_callbacks):
-    import trainer.tasks
+    import webapp.explorer.tasks
     from webapp.explorer.imports import import_process
 
     sent = []
 
-    class FakeTask:  # records the queue, then does what trainer.tasks.import_checkpoint does
+    class FakeTask:  # records the queue, then does what webapp.explorer.tasks.import_checkpoint does
         @staticmethod
         def apply_async(args, queue):
             sent.append((args, queue))
             import_process(import_id=args[0])
 
-    monkeypatch.setattr(trainer.tasks, "import_checkpoint", FakeTask)
+    monkeypatch.setattr(webapp.explorer.tasks, "import_checkpoint", FakeTask)
     with django_capture_on_commit_callbacks(execute=True):
         body = upload_api(alice_api, hf_zip()).json()
         assert body["status"] == "pending"

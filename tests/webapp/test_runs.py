@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 from datetime import timedelta
 
 import pytest
@@ -136,15 +139,95 @@ def test_reaper_marks_runs_with_an_old_heartbeat_as_crashed(alice, settings):
     assert fresh.status == RunStatus.RUNNING
 
 
-def test_reading_the_run_list_reaps_stale_runs(alice, alice_client, settings):
-    settings.RUN_HEARTBEAT_TIMEOUT_S = 60
+def stale_run(owner, **fields) -> Run:
+    """A run marked running whose worker stopped sending heartbeats an hour ago."""
     old = timezone.now() - timedelta(hours=1)
-    run = make_run(alice, status=RunStatus.RUNNING, heartbeat_at=old, started_at=old)
-    page = alice_client.get(reverse("runs:list"))
-    assert page.status_code == 200
+    return make_run(owner, status=RunStatus.RUNNING, heartbeat_at=old, started_at=old, claimed_by="dead:1", **fields)
+
+
+def test_reading_runs_never_writes(alice, alice_client, alice_api, settings):
+    """Pages and the API only read, even with a run whose worker died (the reaper marks it)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    settings.RUN_HEARTBEAT_TIMEOUT_S = 60
+    run = stale_run(alice)
+    make_checkpoint(run, step=10)
+    LogLine.objects.create(run=run, text="Started.")
+    urls = [reverse("runs:list"), reverse("runs:detail", args=[run.id]), reverse("runs:config-yaml", args=[run.id])]
+    api = [f"/api/runs/{run.id}/{tail}" for tail in ("", "metrics/", "log/", "checkpoints/")] + ["/api/runs/"]
+    with CaptureQueriesContext(connection) as queries:
+        for url in urls:
+            assert alice_client.get(url).status_code == 200, url
+        for url in api:
+            assert alice_api.get(url).status_code == 200, url
+    writes = [q["sql"] for q in queries if not q["sql"].lstrip().upper().startswith("SELECT")]
+    assert writes == []
     run.refresh_from_db()
-    assert run.status == RunStatus.CRASHED
+    assert run.status == RunStatus.RUNNING and not LogLine.objects.filter(run=run, text__contains="heartbeats")
+
+
+def test_the_periodic_task_reaps_stale_runs_and_the_list_then_shows_them(alice, alice_client, settings):
+    from webapp.runs.tasks import reap_stale_runs
+
+    settings.RUN_HEARTBEAT_TIMEOUT_S = 60
+    run = stale_run(alice)
+    assert reap_stale_runs.apply().get() == 1
+    run.refresh_from_db()
+    assert run.status == RunStatus.CRASHED and "dead:1" in run.error
+    page = alice_client.get(reverse("runs:list"))
     assert 'class="badge crashed"' in page.content.decode()
+    assert reap_stale_runs.apply().get() == 0
+
+
+def test_celery_knows_every_task_and_beat_sends_the_reaper_to_its_own_queue(settings):
+    from webapp.celery import app
+
+    # What a fresh worker process registers (autodiscovery of <app>/tasks.py; here the tests have
+    # imported some of them already).
+    code = ("from webapp.celery import app; app.loader.import_default_modules(); "
+            "print(' '.join(sorted(app.tasks)))")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "webapp.settings"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, cwd=settings.BASE_DIR, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    names = {"trainer.tasks.ingest_corpus", "trainer.tasks.build_tokenizer", "trainer.tasks.train_run",
+             "trainer.tasks.import_checkpoint", "webapp.runs.tasks.reap_stale_runs"}
+    assert names <= set(done.stdout.split())
+    entry = settings.CELERY_BEAT_SCHEDULE["reap-stale-runs"]
+    assert entry["task"] == "webapp.runs.tasks.reap_stale_runs"
+    assert 0 < entry["schedule"] <= settings.RUN_HEARTBEAT_TIMEOUT_S
+    assert app.amqp.router.route({}, entry["task"])["queue"].name == "maintenance"
+    assert app.amqp.router.route({}, "trainer.tasks.train_run")["queue"].name == "cpu"
+
+
+def test_resuming_a_run_whose_worker_died_marks_it_crashed_then_queues_it(
+        alice, alice_api, enqueued, settings, django_capture_on_commit_callbacks):
+    settings.RUN_HEARTBEAT_TIMEOUT_S = 60
+    run = stale_run(alice)
+    make_checkpoint(run, step=10)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = alice_api.post(f"/api/runs/{run.id}/resume/")
+    assert response.status_code == 200, response.json()
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED and run.claimed_by == "" and not run.error
+    assert LogLine.objects.filter(run=run, text__startswith="The worker stopped sending heartbeats").exists()
+    assert enqueued and enqueued[0][1]["args"] == [str(run.id)]
+    alive = make_run(alice, status=RunStatus.RUNNING, heartbeat_at=timezone.now(), started_at=timezone.now())
+    make_checkpoint(alive, step=10)
+    response = alice_api.post(f"/api/runs/{alive.id}/resume/")
+    assert response.status_code == 409 and "this one is running" in response.json()["error"]
+
+
+def test_a_worker_given_a_dead_workers_run_marks_it_crashed_instead_of_training(alice, settings, monkeypatch):
+    import trainer.training.engine
+
+    monkeypatch.setattr(trainer.training.engine, "train", lambda *a, **k: pytest.fail("must not train"))
+    settings.RUN_HEARTBEAT_TIMEOUT_S = 60
+    run = stale_run(alice)
+    services.run_execute(run_id=run.id)  # e.g. the task redelivered after its worker was killed
+    run.refresh_from_db()
+    assert run.status == RunStatus.CRASHED and run.claimed_by == "dead:1"
 
 
 # ---------------------------------------------------------------------------- run_execute (fake engine)
@@ -532,7 +615,7 @@ def test_api_cancel_resume_clone_and_config_yaml(alice, alice_api, enqueued):
     assert clone.json()["cloned_from"] == str(run.id)
     text = alice_api.get(f"/api/runs/{run.id}/config.yaml")
     assert text.status_code == 200 and text["Content-Type"].startswith("application/yaml")
-    from trainer.training.config import RunConfig
+    from trainer.config import RunConfig
 
     assert RunConfig.from_yaml(text.content.decode()).to_dict() == run.config
 

@@ -14,7 +14,7 @@ import yaml
 from django.urls import reverse
 
 from tests.webapp.test_runs_helpers import make_checkpoint, make_data, make_run
-from trainer.training.config import RunConfig
+from trainer.config import RunConfig
 from webapp.runs.models import Checkpoint, CheckpointSource, Run, RunStatus
 
 pytestmark = pytest.mark.django_db

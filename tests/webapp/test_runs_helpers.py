@@ -80,7 +80,7 @@ def trained_checkpoints() -> list[tuple[int, Path]]:
         if found:
             return found
     _, tok_dir = prepared_data()
-    from trainer.training.config import RunConfig
+    from trainer.config import RunConfig
     from trainer.training.engine import train
     from trainer.training.sinks import NullSink
 
@@ -106,7 +106,7 @@ def make_data(owner, *, real: bool = False, status: str = JobStatus.READY, algor
 
 
 def make_run(owner, *, corpus=None, tokenizer=None, status: str = RunStatus.QUEUED, **fields) -> Run:
-    from trainer.training.config import RunConfig
+    from trainer.config import RunConfig
 
     if tokenizer is None:
         corpus, tokenizer = make_data(owner)

@@ -14,7 +14,7 @@ import yaml
 from django.urls import reverse
 
 from tests.webapp.test_runs_helpers import cache_dir, make_data, make_run, prepared_data
-from trainer.training.config import RunConfig
+from trainer.config import RunConfig
 from webapp.runs import services
 from webapp.runs.models import MetricPoint, Run, RunStatus
 

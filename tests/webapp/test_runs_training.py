@@ -15,7 +15,7 @@ from webapp.runs.models import LogLine, MetricPoint, Run, RunStatus
 
 @pytest.fixture
 def no_broker(monkeypatch):
-    from trainer import tasks
+    from webapp.runs import tasks
 
     calls = []
     monkeypatch.setattr(tasks.train_run, "apply_async", lambda *a, **kw: calls.append((a, kw)))

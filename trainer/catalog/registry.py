@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from trainer.errors import ConfigError
 
 if TYPE_CHECKING:
-    from trainer.training.config import RunConfig
+    from trainer.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -592,7 +592,7 @@ def validate(config: "RunConfig") -> None:
     if spec.name == "spanbert" and getattr(model_cfg, "max_span_length", 10) < 10:
         raise ConfigError("SpanBERT's spans are up to 10 words long, so max_span_length (the SBO head's position "
                           f"table) must be at least 10, not {model_cfg.max_span_length}.")
-    from trainer.training.config import BOUNDS
+    from trainer.config import BOUNDS
 
     positions, cap = max_positions(model_cfg), int(BOUNDS["seq_len"][1])
     if positions >= cap:  # no position table (T5's relative buckets, ELMo's LSTMs): RunConfig's own bound
@@ -652,7 +652,7 @@ def _check_family_fields(spec: ArchitectureSpec, config: "RunConfig") -> None:
     """A setting of another family is refused when it differs from its default, so that nobody
     believes it had an effect. (A models_lib field another family lacks, e.g. generator_size
     for BERT, is refused by the preset's config class.)"""
-    from trainer.training.config import field_defaults
+    from trainer.config import field_defaults
 
     defaults = field_defaults()
     for other in ARCHITECTURES.values():
@@ -754,7 +754,7 @@ def as_json() -> dict[str, Any]:
     """Everything the launch form needs: architectures (presets with sizes, objectives, masking
     units, packings, tokenizer algorithm, family settings), objectives, field defaults, bounds,
     choices and help text."""
-    from trainer.training import config as config_mod
+    from trainer import config as config_mod
     from trainer.objectives.examples import PACKINGS
     from trainer.objectives.masking import MASKING_UNITS
 
@@ -861,7 +861,7 @@ def _preset_size(cfg: Any) -> dict[str, Any]:
 
 def _usable_positions(cfg: Any) -> int:
     """The longest seq_len the form may offer: the model's positions, at most RunConfig's bound."""
-    from trainer.training.config import BOUNDS
+    from trainer.config import BOUNDS
 
     return min(max_positions(cfg), int(BOUNDS["seq_len"][1]))
 

@@ -29,8 +29,8 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from trainer.objectives.examples import Example, TextLayout
-    from trainer.training.config import RunConfig
+    from trainer.objectives.examples import Example
+    from trainer.config import RunConfig
 
 
 # ---------------------------------------------------------------------------- batches

@@ -67,10 +67,10 @@ def load_teacher(config: Any, *, vocab_size: int, data_dir: Path | None) -> nn.M
     """The DistilBERT teacher: a BERT checkpoint trained with the run's tokenizer, frozen, in eval
     mode. The catalog's teacher check (trainer.catalog) has run before: this loads."""
     from models_lib.checkpoint import load_model
-    from trainer.prep.tokenization import same_tokenizer
+    from trainer.prep.tokenization import tokenizers_differ
 
     folder = Path(config.teacher_checkpoint)
-    if data_dir is not None and (folder / "tokenizer.json").is_file() and not same_tokenizer(folder, Path(data_dir)):
+    if data_dir is not None and tokenizers_differ(folder, data_dir):
         raise ConfigError(f"The teacher checkpoint {folder.name} was trained with another tokenizer than this "
                           f"run's; a student reads the teacher's vocabulary, so train it on the teacher's "
                           f"tokenizer.")

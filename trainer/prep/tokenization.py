@@ -497,15 +497,19 @@ class TokenizerBundle:
         return self.tok.token_to_id(token)
 
 
-def same_tokenizer(folder_a: Path, folder_b: Path) -> bool:
-    """Whether two folders hold the same tokenizer.json, byte for byte (a checkpoint and the run
-    that resumes from it, a teacher and its student). A folder without one matches only another
-    without one."""
-    def digest(folder: Path) -> str:
-        path = Path(folder) / "tokenizer.json"
-        return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
+def tokenizers_differ(folder_a: str | Path, folder_b: str | Path) -> bool:
+    """True when both folders (a tokenizer's, a checkpoint's) hold a tokenizer.json and the two
+    differ (sha256 of the bytes): a model then reads ids of another vocabulary. A folder without
+    one has nothing to compare (False); loading its tokenizer fails with its own message."""
+    a, b = Path(folder_a) / "tokenizer.json", Path(folder_b) / "tokenizer.json"
+    if not (a.is_file() and b.is_file()):
+        return False
 
-    return digest(folder_a) == digest(folder_b)
+    def sha256(path: Path) -> str:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+
+    return sha256(a) != sha256(b)
 
 
 def load_tokenizer(folder: Path) -> TokenizerBundle:

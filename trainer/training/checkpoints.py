@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from trainer.errors import UserError
+
 STATE_NAME = "trainer_state.json"
 OPTIMIZER_NAME = "optimizer.pt"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_meta.json")
@@ -107,6 +109,40 @@ def read_state(folder: Path) -> dict[str, Any]:
 
 def read_optimizer_state(folder: Path) -> dict[str, Any]:
     return torch.load(Path(folder) / OPTIMIZER_NAME, map_location="cpu", weights_only=True)
+
+
+# ---------------------------------------------------------------------------- what a checkpoint holds
+def read_model_meta(folder: str | Path) -> dict[str, Any]:
+    """A checkpoint's model_config.json ({"family": "bert", "config": {...}, ...}), read without
+    loading the model. UserError with a sentence when the files are gone or the file is broken."""
+    folder = Path(folder)
+    path = folder / "model_config.json"
+    if not folder.is_dir():
+        raise UserError("This checkpoint's files are no longer on disk.")
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"The checkpoint {folder.name} is incomplete: {path.name} is missing.") from None
+    except UnicodeDecodeError:
+        raise UserError(f"The checkpoint {folder.name} has a broken {path.name} (not UTF-8 text).") from None
+    except json.JSONDecodeError as e:
+        raise UserError(f"The checkpoint {folder.name} has a broken {path.name} (not valid JSON: {e.msg} at line "
+                        f"{e.lineno}).") from None
+    except OSError as e:
+        raise UserError(f"The checkpoint {folder.name}'s {path.name} cannot be read ({e.strerror or e}).") from None
+    if not isinstance(meta, dict) or not meta.get("family") or not isinstance(meta.get("config"), dict):
+        raise UserError(f"The checkpoint {folder.name} has a broken {path.name}: it does not name a model family "
+                        f"and its config.")
+    return meta
+
+
+def checkpoint_family(folder: str | Path) -> str | None:
+    """The model family a checkpoint's model_config.json names ("bert", "t5", "gpt", ...), or None
+    when it cannot be read (read_model_meta says why)."""
+    try:
+        return str(read_model_meta(folder)["family"])
+    except UserError:
+        return None
 
 
 # ---------------------------------------------------------------------------- RNG states

@@ -41,7 +41,7 @@ from trainer.objectives.examples import (
 )
 from trainer.objectives.masking import phrase_break_table
 from trainer.prep.segmenter import TokenWordStarts, vocab_strings
-from trainer.training.config import DUPE_FACTOR, RunConfig
+from trainer.config import DUPE_FACTOR, RunConfig
 
 PAIR_KINDS = ("nsp", "sop", "consecutive")
 VALID_VARIANT = 2**31 - 1  # mask variant of the validation examples (never a training epoch)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import math
 import os
 import resource
@@ -34,9 +33,10 @@ from trainer.training import steps
 from trainer.catalog import registry
 from trainer.objectives.base import Batch, Step, StepOutput
 from trainer.objectives.examples import SpecialIds
-from trainer.training.config import RunConfig, resolve_device, resolve_precision
+from trainer.config import RunConfig, resolve_device, resolve_precision
 from trainer.training.data import DataPosition, Prefetcher, TrainStream, build_train_stream, build_valid_batches
 from trainer.errors import ConfigError
+from trainer.prep.tokenization import tokenizers_differ
 from trainer.training.optim import build_optimizer, clip_gradients
 from trainer.training.sinks import MetricsSink, format_duration
 
@@ -140,7 +140,7 @@ def restore(folder: Path, config: RunConfig, data_dir: Path, model: nn.Module,
                          if saved.get(k) != model.config.to_dict().get(k))
         raise ConfigError(f"The checkpoint {folder.name} holds a different model ({', '.join(changed)} differ); "
                           f"resume with the preset and model_overrides the run started with.")
-    if _digest(folder / "tokenizer.json") != _digest(data_dir / "tokenizer.json"):
+    if tokenizers_differ(folder, data_dir):
         raise ConfigError(f"The checkpoint {folder.name} was trained with another tokenizer than the one in "
                           f"{data_dir}; resume with the run's own tokenizer.")
     safetensors.torch.load_model(model, str(folder / "model.safetensors"), strict=True,
@@ -157,10 +157,6 @@ def restore(folder: Path, config: RunConfig, data_dir: Path, model: nn.Module,
                       position=DataPosition.from_dict(s["data_position"]),
                       elapsed_s=float(s.get("elapsed_s", 0.0)),
                       train_metrics=metrics.get("train", {}), valid_metrics=metrics.get("valid", {}))
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest() if path.is_file() else ""
 
 
 # ---------------------------------------------------------------------------- the loop

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from trainer.training.config import RunConfig
+from trainer.config import RunConfig
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:

@@ -19,7 +19,7 @@ from trainer.catalog import registry
 from trainer.errors import ConfigError
 from trainer.objectives.base import Step
 from trainer.objectives.examples import SpecialIds
-from trainer.training.config import RunConfig
+from trainer.config import RunConfig
 
 
 # ---------------------------------------------------------------------------- building

@@ -125,7 +125,7 @@ def corpus_create_from_upload(
     The file is moved (not copied) from the upload's temporary file, which Django streamed to
     disk inside the storage folder, to `<corpus folder>/raw<suffix>`.
     """
-    from trainer.tasks import ingest_corpus
+    from webapp.corpora.tasks import ingest_corpus
 
     suffix = check_upload(original_filename, uploaded_file.size)  # forms check this first; never trust
     corpus = Corpus.objects.create(
@@ -165,7 +165,7 @@ def _default_name(filename: str) -> str:
 def corpus_create_demo(*, owner: AbstractBaseUser) -> Corpus:
     """A corpus built from the standard library's docstrings, ingested like any upload."""
     from trainer.prep.corpus import write_demo_corpus
-    from trainer.tasks import ingest_corpus
+    from webapp.corpora.tasks import ingest_corpus
 
     corpus = Corpus.objects.create(owner=owner, name=DEMO_NAME, original_filename="demo.txt",
                                    options=_cleaning_options({}).to_dict())
@@ -231,7 +231,7 @@ def tokenizer_create(
 ) -> Tokenizer:
     """Queue training a tokenizer on a ready corpus (then encoding the corpus into shards).
     extra_ids: T5 sentinel tokens to add (<extra_id_0> ...), 0 for none."""
-    from trainer.tasks import build_tokenizer
+    from webapp.corpora.tasks import build_tokenizer
 
     if corpus.owner_id != owner.pk:  # callers look corpora up by owner; this is a last guard
         raise Corpus.DoesNotExist("No such corpus.")

@@ -3,7 +3,7 @@
 Writes (services) and reads (selectors) of imports live here; trainer.inference.importing does the
 unpacking and the conversion. `checkpoint_import` is the whole conversion for one archive
 (usable from a shell or a command); `import_process` is the body of the Celery task
-`trainer.tasks.import_checkpoint(import_id)`, enqueued once the upload's row is committed.
+`webapp.explorer.tasks.import_checkpoint(import_id)`, enqueued once the upload's row is committed.
 """
 from __future__ import annotations
 
@@ -172,7 +172,7 @@ def import_delete(*, model_import: ModelImport) -> None:
 
 
 def _start(job: ModelImport) -> None:
-    from trainer.tasks import import_checkpoint
+    from webapp.explorer.tasks import import_checkpoint
 
     pk = job.pk
 

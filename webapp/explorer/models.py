@@ -1,6 +1,6 @@
 """Imports of Hugging Face models: one row per uploaded archive, from upload to checkpoint.
 
-The archive is unpacked and converted by a worker (trainer.tasks.import_checkpoint ->
+The archive is unpacked and converted by a worker (webapp.explorer.tasks.import_checkpoint ->
 webapp.explorer.imports.import_process); the row says where that stands and, when it
 failed, why. A finished import points at the Checkpoint it made (source "import").
 """

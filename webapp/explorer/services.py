@@ -1,14 +1,13 @@
 """Ask checkpoints questions: fill-mask, next-sentence and pair-order scores, the same question to
 several checkpoints side by side, text generation (T5 text-to-text, span filling, GPT and UniLM
 generation, streamed or not), attention maps, ELMo word similarity, and a run's masked batches
-(trainer.inference.tools and trainer.objectives.inspection do the work).
+(trainer.inference.tools and trainer.inference.inspection do the work).
 
 Models are loaded and cached per process by trainer.inference.tools; here we only check what a
 user can get wrong before it reaches the model.
 """
 from __future__ import annotations
 
-import json
 from collections.abc import Generator
 from typing import Any
 
@@ -39,10 +38,23 @@ TASK_PREFIXES = (
 
 
 def _folder(checkpoint: Checkpoint):
-    folder = checkpoint.folder
-    if not (folder / "model_config.json").is_file():
-        raise InferenceError("This checkpoint's files are no longer on disk.")
-    return folder
+    """The checkpoint's folder, once its model_config.json reads; else InferenceError saying why."""
+    from trainer.training.checkpoints import read_model_meta
+
+    try:
+        read_model_meta(checkpoint.folder)
+    except UserError as e:
+        raise InferenceError(str(e)) from None
+    return checkpoint.folder
+
+
+def checkpoint_problem(checkpoint: Checkpoint) -> str:
+    """Why the explorer cannot ask this checkpoint anything (its files are gone or broken), or ""."""
+    try:
+        _folder(checkpoint)
+    except UserError as e:
+        return str(e)
+    return ""
 
 
 def _text(value: str, what: str = "The text") -> str:
@@ -151,10 +163,9 @@ def word_similarity(*, checkpoint: Checkpoint, sentence_a: str, sentence_b: str,
 def checkpoint_family(checkpoint: Checkpoint) -> str:
     """models_lib's family of the checkpoint's model ("bert", "t5", "gpt", "elmo", ...): what the
     checkpoint's model_config.json says, else its run's architecture or its import's family."""
-    try:
-        family = json.loads((checkpoint.folder / "model_config.json").read_text(encoding="utf-8")).get("family")
-    except (OSError, ValueError, AttributeError):
-        family = None
+    from trainer.training.checkpoints import checkpoint_family as family_on_disk
+
+    family = family_on_disk(checkpoint.folder)
     if not family:
         if checkpoint.run_id is not None:
             family = checkpoint.run.architecture
@@ -225,9 +236,9 @@ def pair_head(objectives: list[str]) -> str:
 
 # ---------------------------------------------------------------------------- masking inspector
 def inspect_run(*, run, seed: int = 0, n_examples: int = 4) -> dict[str, Any]:
-    """A real collated batch of the run's training data (trainer.objectives.inspection.sample_batch), with the
+    """A real collated batch of the run's training data (trainer.inference.inspection.sample_batch), with the
     run's objective settings for the page's caption."""
-    from trainer.objectives.inspection import sample_batch  # imports torch
+    from trainer.inference.inspection import sample_batch  # imports torch
 
     tokenizer = run.tokenizer
     if tokenizer.status != JobStatus.READY:

@@ -72,7 +72,7 @@ def index(request: HttpRequest) -> HttpResponse:
         "groups": _grouped(checkpoints_for(request.user)),
         "selected": selected,
         "compare_to": compare_to,
-        "selected_gone": bool(selected) and not (selected.folder / "model_config.json").is_file(),
+        "selected_problem": services.checkpoint_problem(selected) if selected else "",
         "result": result,
         "action": request.POST.get("action", ""),
         "error": error,

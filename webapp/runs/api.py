@@ -151,7 +151,7 @@ class RegistryView(APIView):
 
 
 def config_yaml_response(run: Run) -> HttpResponse:
-    from trainer.training.config import RunConfig
+    from trainer.config import RunConfig
 
     text = f"# LM Workbench run “{run.name}” ({run.id})\n" + RunConfig.from_dict(run.config).to_yaml()
     response = HttpResponse(text, content_type="application/yaml; charset=utf-8")

@@ -80,10 +80,9 @@ def teacher_checkpoints(user):
 
 
 def _family(checkpoint: Checkpoint) -> str:
-    try:
-        return str(json.loads((checkpoint.folder / "model_config.json").read_text(encoding="utf-8")).get("family"))
-    except (OSError, ValueError, AttributeError):
-        return ""
+    from trainer.training.checkpoints import checkpoint_family
+
+    return checkpoint_family(checkpoint.folder) or ""
 
 
 class TokenizerChoiceField(forms.ModelChoiceField):

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from trainer.catalog import registry
-from trainer.training.config import RunConfig
+from trainer.config import RunConfig
 from trainer.errors import ConfigError
 
 # Shown on the form (in this order); the rest of RunConfig keeps its defaults unless a YAML sets it.

@@ -1,4 +1,7 @@
-"""Reads for runs. Every lookup by id goes through the owner, so another user's id is a 404."""
+"""Reads for runs. Every lookup by id goes through the owner, so another user's id is a 404.
+
+Reads never write: a run whose worker died is marked crashed by the periodic reaper
+(webapp.runs.tasks.reap_stale_runs) or when it is resumed, not by looking at it."""
 from __future__ import annotations
 
 import uuid
@@ -7,10 +10,9 @@ from django.db.models import F, QuerySet
 from django.http import Http404
 
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run
-from webapp.runs.services import mark_stale_runs  # noqa: F401 - reads refresh crash detection first
 
 __all__ = ["runs_for", "run_get", "metrics_since", "log_tail", "log_after", "checkpoint_get", "checkpoints_for",
-           "latest_checkpoint", "mark_stale_runs"]
+           "latest_checkpoint"]
 
 
 def _as_uuid(value) -> uuid.UUID:
@@ -21,10 +23,9 @@ def _as_uuid(value) -> uuid.UUID:
 
 
 def runs_for(user) -> QuerySet[Run]:
-    """The user's runs, newest first (stale running ones are marked crashed first)."""
+    """The user's runs, newest first."""
     if not user.is_authenticated:
         return Run.objects.none()
-    mark_stale_runs()
     return Run.objects.filter(owner=user).select_related("corpus", "tokenizer").order_by("-created_at")
 
 
@@ -33,7 +34,6 @@ def run_get(user, run_id) -> Run:
     if not user.is_authenticated:
         raise Http404("Not found.")
     pk = _as_uuid(run_id)
-    mark_stale_runs()
     try:
         return Run.objects.select_related("corpus", "tokenizer").get(pk=pk, owner=user)
     except Run.DoesNotExist:

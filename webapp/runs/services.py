@@ -1,11 +1,12 @@
 """Writes for runs: create, cancel, resume, clone, execute (in a worker), reap crashed runs.
 
-Views, the API and the Celery task call these; each takes keyword arguments only.
+Views, the API and the Celery tasks (webapp/runs/tasks.py) call these; each takes keyword
+arguments only. Reads (selectors) never write: crashed runs are reaped by the periodic task,
+and before a resume or a claim looks at a run's state.
 User-caused problems raise trainer.errors.UserError subclasses with a sentence to show.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -23,7 +24,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from trainer.catalog import registry
-from trainer.training.config import RunConfig
+from trainer.config import RunConfig
 from trainer.errors import ConfigError, UserError
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
 from webapp.runs.events import send_run_event, status_event
@@ -90,11 +91,11 @@ def student_shape(teacher: Checkpoint, preset: str, overrides: dict[str, Any] | 
     """model_overrides that give a DistilBERT preset (with the user's overrides) the teacher's width
     and half its layers: only the fields still needed, in order (a new hidden size also changes
     the derived FFN size). {} when the teacher's files cannot be read (validate_teacher says why)."""
-    meta_path = teacher.folder / "model_config.json"
+    from trainer.training.checkpoints import read_model_meta
+
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        wanted = registry.student_overrides(dict(meta["config"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        wanted = registry.student_overrides(read_model_meta(teacher.folder)["config"])
+    except (UserError, ValueError, TypeError):
         return {}
     spec, user, needed = registry.get("distilbert"), dict(overrides or {}), {}
     for name, value in wanted.items():
@@ -111,9 +112,10 @@ def check_teacher(*, config: RunConfig, tokenizer: Tokenizer) -> None:
     """A DistilBERT run's teacher: a BERT checkpoint on disk, trained with the run's tokenizer."""
     if config.architecture != "distilbert":
         return
+    from trainer.prep.tokenization import tokenizers_differ
+
     registry.validate_teacher(config)
-    ours, theirs = Path(tokenizer.folder) / "tokenizer.json", Path(config.teacher_checkpoint) / "tokenizer.json"
-    if ours.is_file() and theirs.is_file() and _digest(ours) != _digest(theirs):
+    if tokenizers_differ(tokenizer.folder, config.teacher_checkpoint):
         raise ConfigError(f"The teacher was trained with another tokenizer than '{tokenizer.name}'; a student reads "
                           f"its teacher's vocabulary, so choose the tokenizer the teacher's run used.")
 
@@ -146,10 +148,6 @@ def check_tokenizer(*, config: RunConfig, tokenizer: Tokenizer) -> None:
         raise ConfigError(f"{e} Train a {registry.algorithm_label(wanted)} tokenizer on the corpus's page "
                           f"(Corpora, then the corpus, then “Train a tokenizer”"
                           f"{', with “T5 sentinel tokens” set to 100' if sentinels else ''}).") from None
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def training_settings(config: RunConfig) -> dict[str, Any]:
@@ -186,7 +184,7 @@ def _check_data(*, owner, corpus: Corpus | None, tokenizer: Tokenizer) -> Corpus
 
 
 def _enqueue(run: Run) -> None:
-    from trainer.tasks import train_run
+    from webapp.runs.tasks import train_run
 
     run_id, queue = str(run.id), run.queue
     transaction.on_commit(lambda: train_run.apply_async(args=[run_id], queue=queue))
@@ -238,9 +236,16 @@ def run_cancel(*, run: Run) -> Run:
     return run
 
 
-@transaction.atomic
 def run_resume(*, run: Run) -> Run:
-    """Queue a stopped run again; the worker continues from its last checkpoint."""
+    """Queue a stopped run again; the worker continues from its last checkpoint. A run still marked
+    running whose worker went silent is marked crashed first (committed on its own), so it can be
+    resumed without waiting for the periodic reaper."""
+    mark_stale_runs(run_id=run.pk)
+    return _requeue(run=run)
+
+
+@transaction.atomic
+def _requeue(*, run: Run) -> Run:
     run = Run.objects.select_for_update().get(pk=run.pk)
     if run.status not in RESUMABLE_STATES:
         raise RunStateError(
@@ -296,6 +301,7 @@ def run_execute(*, run_id) -> None:
     A redelivered task finds the row no longer queued and returns without doing anything.
     """
     me = worker_name()
+    mark_stale_runs(run_id=run_id)  # a redelivered task of a dead worker's run: crashed, not claimed again
     if not _claim(run_id, me):
         log.info("Run %s is not queued (already claimed, cancelled or deleted); nothing to do.", run_id)
         return
@@ -387,13 +393,17 @@ def _finish(run: Run, sink: DatabaseChannelsSink, *, me: str, status: str, error
 
 # -- crash detection ------------------------------------------------------------------------
 
-def mark_stale_runs(*, now=None) -> int:
-    """Mark running runs whose worker went silent as crashed; returns how many."""
+def mark_stale_runs(*, now=None, run_id=None) -> int:
+    """Mark running runs whose worker went silent (no heartbeat for RUN_HEARTBEAT_TIMEOUT_S) as
+    crashed, only the run `run_id` when given; returns how many. Callers: the periodic task
+    (webapp.runs.tasks.reap_stale_runs), `manage.py reap_runs`, run_resume and run_execute."""
     now = now or timezone.now()
     cutoff = now - timedelta(seconds=int(getattr(settings, "RUN_HEARTBEAT_TIMEOUT_S", 120)))
     stale = Run.objects.filter(status=RunStatus.RUNNING).filter(
         Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff)
     )
+    if run_id is not None:
+        stale = stale.filter(pk=run_id)
     count = 0
     for run in stale:
         seen = run.heartbeat_at or run.started_at

@@ -58,7 +58,7 @@ def sample_batch(config_dict: dict[str, Any], tokenizer_dir: str | Path, n_examp
     """
     from trainer.training import data
     from trainer.objectives.examples import SpecialIds
-    from trainer.training.config import RunConfig
+    from trainer.config import RunConfig
     from trainer.prep.tokenization import load_tokenizer
 
     if not isinstance(n_examples, int) or not 1 <= n_examples <= MAX_EXAMPLES:

@@ -1,0 +1,24 @@
+"""Celery tasks of runs: each takes an id (or nothing) and calls its service (webapp.runs.services).
+
+- train_run: claim a queued run and train it. run_create and run_resume enqueue it with
+  transaction.on_commit. Its registered name is the one it had in trainer/tasks.py, so
+  messages queued before an upgrade still find it (and CELERY task_routes names it).
+- reap_stale_runs: mark running runs whose worker stopped sending heartbeats as crashed.
+  Celery beat sends it every RUN_REAP_EVERY_S seconds (settings.CELERY_BEAT_SCHEDULE); pages
+  and the API only read, so this is what turns a dead worker's run into a crashed one.
+"""
+from __future__ import annotations
+
+from celery import shared_task
+
+from webapp.runs import services
+
+
+@shared_task(name="trainer.tasks.train_run", acks_late=True)
+def train_run(run_id: str) -> None:
+    services.run_execute(run_id=run_id)
+
+
+@shared_task(name="webapp.runs.tasks.reap_stale_runs", ignore_result=True)
+def reap_stale_runs() -> int:
+    return services.mark_stale_runs()
