@@ -282,7 +282,8 @@ def charts_for(objectives: Sequence[str]) -> list[dict]:
     for metric in specs:
         chart = CHARTS.get(metric.chart)
         if chart is None:
-            raise ValueError(f"metric {metric.name!r} is drawn on chart {metric.chart!r}, which CHARTS does not define.")
+            raise ValueError(f"metric {metric.name!r} is drawn on chart {metric.chart!r}, "
+                             "which CHARTS does not define.")
         for split in metric.splits:
             key = (chart.id, metric.name, split, metric.transform)
             if key in seen:

@@ -49,7 +49,8 @@
                ...(empty ? { range: [0, Math.max(1, state.maxSteps)] } : {}) },
       yaxis: { ...y, ...(empty ? { range: [0, 1] } : {}) },
       // Four traces do not fit beside the title: those charts put the legend under the plot.
-      legend: chart.legend_below ? { orientation: "h", x: 0, y: -0.3 } : { orientation: "h", x: 1, xanchor: "right", y: 1.12 },
+      legend: chart.legend_below ? { orientation: "h", x: 0, y: -0.3 }
+        : { orientation: "h", x: 1, xanchor: "right", y: 1.12 },
       hovermode: "x unified",
       showlegend: chart.series.length > 1,
       ...(chart.y2_title

@@ -53,6 +53,18 @@ def live_server_page(live_server):
 
 
 @pytest.fixture
+def alice_cookie(alice, live_server):
+    """Alice's session cookie for live_server_page (page.context.add_cookies([alice_cookie]))."""
+    from django.conf import settings
+    from django.test import Client
+
+    client = Client()
+    client.force_login(alice)
+    return {"name": settings.SESSION_COOKIE_NAME, "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
+            "url": live_server.url}
+
+
+@pytest.fixture
 def shots() -> Path:
     """Where screenshots go (test-artifacts/screenshots/; the README's pictures come from there)."""
     SHOTS.mkdir(parents=True, exist_ok=True)

@@ -43,17 +43,6 @@ def toy_run(alice):
     return run
 
 
-@pytest.fixture
-def session_cookie(alice, live_server):
-    from django.conf import settings
-    from django.test import Client
-
-    client = Client()
-    client.force_login(alice)
-    return {"name": settings.SESSION_COOKIE_NAME, "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
-            "url": live_server.url}
-
-
 def chart(page, chart_id: str) -> dict:
     return page.evaluate("""id => { const el = document.getElementById(id);
         return { title: el.layout.title.text, yaxis: el.layout.yaxis.type || null,
@@ -61,7 +50,7 @@ def chart(page, chart_id: str) -> dict:
                          f"chart-{chart_id}")
 
 
-def test_a_metric_added_to_the_table_is_charted_from_history_and_live(toy_table, toy_run, session_cookie,
+def test_a_metric_added_to_the_table_is_charted_from_history_and_live(toy_table, toy_run, alice_cookie,
                                                                      live_server_page, shots):
     def socket(ws):  # the run's websocket: hello, then one live training step
         ws.send(json.dumps({"type": "hello", "status": "running", "status_label": "Running", "step": 4,
@@ -70,7 +59,7 @@ def test_a_metric_added_to_the_table_is_charted_from_history_and_live(toy_table,
             **TRAIN, "loss": 2.5, "mlm_acc": 0.55, "toy_metric": 1e5, "lr": 5e-4, "tokens_per_s": 2000.0}}))
 
     page = live_server_page
-    page.context.add_cookies([session_cookie])
+    page.context.add_cookies([alice_cookie])
     page.route_web_socket(f"**/ws/runs/{toy_run.id}/", socket)
     page.goto(f"/runs/{toy_run.id}/")
 
@@ -121,13 +110,14 @@ def t5_run(alice):
 
 def traces(page, chart_id: str) -> list[dict]:
     return page.evaluate("""id => document.getElementById(id).data.map(t => ({
-        name: t.name, y: Array.from(t.y), axis: t.yaxis || "y", color: t.line.color, dash: t.line.dash || "solid" }))""",
+        name: t.name, y: Array.from(t.y), axis: t.yaxis || "y", color: t.line.color,
+        dash: t.line.dash || "solid" }))""",
                          f"chart-{chart_id}")
 
 
-def test_electra_charts_the_discriminator_on_its_own_axis(electra_run, session_cookie, live_server_page):
+def test_electra_charts_the_discriminator_on_its_own_axis(electra_run, alice_cookie, live_server_page):
     page = live_server_page
-    page.context.add_cookies([session_cookie])
+    page.context.add_cookies([alice_cookie])
     page.goto(f"/runs/{electra_run.id}/")
     page.wait_for_function("() => { const el = document.getElementById('chart-rtd'); return el && el.data"
                            " && el.data[0].y.length === 2; }")
@@ -143,9 +133,9 @@ def test_electra_charts_the_discriminator_on_its_own_axis(electra_run, session_c
     assert page.evaluate("() => document.getElementById('chart-rtd').layout.yaxis.tickformat") == ".0%"
 
 
-def test_t5_charts_training_perplexity_as_exp_of_the_logged_loss(t5_run, session_cookie, live_server_page):
+def test_t5_charts_training_perplexity_as_exp_of_the_logged_loss(t5_run, alice_cookie, live_server_page):
     page = live_server_page
-    page.context.add_cookies([session_cookie])
+    page.context.add_cookies([alice_cookie])
     page.goto(f"/runs/{t5_run.id}/")
     page.wait_for_function("() => { const el = document.getElementById('chart-perplexity'); return el && el.data"
                            " && el.data[0].y.length === 2; }")

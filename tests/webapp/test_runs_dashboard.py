@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db
 
 def embedded(html: str, element_id: str):
     """The JSON of a {{ value|json_script:element_id }} element."""
-    match = re.search(rf'<script id="{element_id}" type="application/json">(.*?)</script>', html, re.S)
+    match = re.search(rf'<script id="{element_id}" type="application/json">(.*?)</script>', html, re.DOTALL)
     assert match, f"no #{element_id} on the page"
     return json.loads(html_lib.unescape(match.group(1)))
 
