@@ -6,24 +6,19 @@
   if (!input) return;
   var output = document.getElementById("tokenize-output");
   var summary = document.getElementById("tokenize-summary");
-  var csrf = document.querySelector("input[name=csrfmiddlewaretoken]");
+  var el = Workbench.el;
   var timer = null;
   var controller = null;
 
   function render(tokens) {
     output.textContent = "";
     tokens.forEach(function (t) {
-      var chip = document.createElement("span");
       var special = /^\[[A-Z]+\]$/.test(t.token);
-      chip.className = "chip" + (special ? " special" : "") + (t.token.indexOf("##") === 0 ? " piece" : "") +
-        (t.token === "[UNK]" ? " unk" : "");
+      var chip = el("span", "chip" + (special ? " special" : "") + (t.token.indexOf("##") === 0 ? " piece" : "") +
+        (t.token === "[UNK]" ? " unk" : ""));
       chip.title = "id " + t.id;
-      var text = document.createElement("span");
-      text.textContent = t.token;
-      var id = document.createElement("sub");
-      id.textContent = t.id;
-      chip.appendChild(text);
-      chip.appendChild(id);
+      chip.appendChild(el("span", "", t.token));
+      chip.appendChild(el("sub", "", String(t.id)));
       output.appendChild(chip);
     });
     var words = input.value.trim() ? input.value.trim().split(/\s+/).length : 0;
@@ -36,26 +31,11 @@
   function tokenize() {
     if (controller) controller.abort();
     controller = "AbortController" in window ? new AbortController() : null;
-    fetch(input.dataset.url, {
-      method: "POST",
-      credentials: "same-origin",
-      signal: controller ? controller.signal : undefined,
-      headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf ? csrf.value : "" },
-      body: JSON.stringify({ text: input.value }),
-    })
-      .then(function (r) {
-        return r.json().then(function (body) { return { ok: r.ok, body: body }; });
-      })
-      .then(function (res) {
-        if (res.ok) render(res.body.tokens || []);
-        else {
-          summary.textContent = res.body.error || "The text could not be tokenized.";
-          summary.classList.add("error");
-        }
-      })
+    Workbench.postJSON(input.dataset.url, { text: input.value }, { signal: controller ? controller.signal : undefined })
+      .then(function (body) { render(body.tokens || []); })
       .catch(function (err) {
         if (err && err.name === "AbortError") return;
-        summary.textContent = "The server did not answer; try again in a moment.";
+        summary.textContent = err.message;
         summary.classList.add("error");
       });
   }

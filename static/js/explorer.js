@@ -10,17 +10,11 @@
   const text = document.getElementById("id_text");
   const select = document.getElementById("id_checkpoint");
   const compare = document.getElementById("id_compare_with");
-  const csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
   const TASKS = { fill_mask: "fill-mask", next_sentence: "next-sentence", sentence_order: "sentence-order" };
   const ENDPOINTS = { fill_mask: "fillMask", next_sentence: "nextSentence", sentence_order: "sentenceOrder" };
   const pct = (v) => (100 * v).toFixed(1) + "%";
 
-  function el(tag, className, textContent) {
-    const node = document.createElement(tag);
-    if (className) node.className = className;
-    if (textContent !== undefined) node.textContent = textContent;
-    return node;
-  }
+  const { el, postJSON } = Workbench;
 
   // ---- [MASK] button ------------------------------------------------------------------------
   document.getElementById("insert-mask").addEventListener("click", () => {
@@ -187,14 +181,11 @@
     button.disabled = true;
     showError(action, "");
     try {
-      const response = await fetch(url, {
-        method: "POST", credentials: "same-origin",
-        headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf },
-        body: JSON.stringify(body),
-      });
-      const data = await response.json().catch(() => ({}));
-      if (!response.ok) {
-        showError(action, data.error || `The request failed (HTTP ${response.status}).`);
+      let data;
+      try {
+        data = await postJSON(url, body);
+      } catch (e) {
+        showError(action, e.message);
         clear(action);
         return;
       }
@@ -202,7 +193,7 @@
         : [{ checkpoint: data.checkpoint, label: select.selectedOptions[0].textContent.trim(), result: data, error: null }];
       drawColumns(action, columns);
     } catch (e) {
-      showError(action, "Could not reach the server. Check your connection and try again.");
+      showError(action, "The answer came but could not be drawn. Reload the page and try again.");
     } finally {
       button.disabled = false;
       onCheckpoint();

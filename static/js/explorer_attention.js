@@ -6,7 +6,6 @@
   const form = document.getElementById("explore-form");
   const button = document.getElementById("attention-button");
   if (!form || !button) return;
-  const csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
   const select = document.getElementById("id_checkpoint");
   const $ = (id) => document.getElementById(id);
   const layerSelect = $("id_attention_layer"), headSelect = $("id_attention_head");
@@ -33,13 +32,7 @@
 
   async function fetchLayer(layer) {
     if (layers.has(layer)) return layers.get(layer);
-    const response = await fetch(form.dataset.attention, {
-      method: "POST", credentials: "same-origin",
-      headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf },
-      body: JSON.stringify({ ...question, layer }),
-    });
-    const data = await response.json().catch(() => ({}));
-    if (!response.ok) throw new Error(data.error || `The request failed (HTTP ${response.status}).`);
+    const data = await Workbench.postJSON(form.dataset.attention, { ...question, layer });
     // Later layers of a T5 decoder read the same target, even when the model chose it.
     if (data.target && !question.target) question.target = data.target;
     layers.set(layer, data);
@@ -84,7 +77,7 @@
       const data = await fetchLayer(layer);
       draw(data, Math.min(head, data.heads - 1));
     } catch (e) {
-      error.textContent = e.message || "Could not reach the server. Check your connection and try again.";
+      error.textContent = e.message || Workbench.UNREACHABLE;
       result.hidden = true;
     }
   }
@@ -104,7 +97,7 @@
       const layer = Number(layerSelect.value || 0), head = Number(headSelect.value || 0);
       await show(layer, head);
     } catch (e) {
-      error.textContent = e.message || "Could not reach the server. Check your connection and try again.";
+      error.textContent = e.message || Workbench.UNREACHABLE;
       result.hidden = true;
     } finally {
       button.disabled = false;

@@ -5,32 +5,15 @@
   "use strict";
   const form = document.getElementById("explore-form");
   if (!form) return;
-  const csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
   const select = document.getElementById("id_checkpoint");
   const $ = (id) => document.getElementById(id);
   const SENTINEL = /<extra_id_(\d+)>/g;
 
-  function el(tag, className, textContent) {
-    const node = document.createElement(tag);
-    if (className) node.className = className;
-    if (textContent !== undefined) node.textContent = textContent;
-    return node;
-  }
+  const { el, postJSON } = Workbench;
 
   function showError(action, message) {
     const box = form.querySelector(`[data-error="${action}"]`);
     if (box) box.textContent = message || "";
-  }
-
-  async function post(url, body) {
-    const response = await fetch(url, {
-      method: "POST", credentials: "same-origin",
-      headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf },
-      body: JSON.stringify(body),
-    });
-    const data = await response.json().catch(() => ({}));
-    if (!response.ok) throw new Error(data.error || `The request failed (HTTP ${response.status}).`);
-    return data;
   }
 
   // The generated text, or why there is none to show.
@@ -78,13 +61,12 @@
     generateButton.disabled = true;
     showError("generate_seq2seq", "");
     try {
-      const data = await post(form.dataset.generate, { checkpoint: select.value, prompt: $("id_source").value, ...decoding() });
+      const data = await postJSON(form.dataset.generate, { checkpoint: select.value, prompt: $("id_source").value, ...decoding() });
       $("generate-text").textContent = shownText(data);
       $("generate-stopped").textContent = stoppedText(data, "target");
       result.hidden = false;
     } catch (e) {
-      showError("generate_seq2seq", e instanceof TypeError
-        ? "Could not reach the server. Check your connection and try again." : e.message);
+      showError("generate_seq2seq", e.message);
       result.hidden = true;
     } finally {
       generateButton.disabled = false;
@@ -130,7 +112,7 @@
   // ---- answers ----------------------------------------------------------------------------------
   async function textToText() {
     const box = $("text-to-text-result");
-    const data = await post(form.dataset.generate, { checkpoint: select.value, prompt: withPrefix(), ...decoding() });
+    const data = await postJSON(form.dataset.generate, { checkpoint: select.value, prompt: withPrefix(), ...decoding() });
     box.querySelector("[data-output]").textContent = shownText(data);
     box.querySelector("[data-stopped]").textContent = stoppedText(data, "output");
     box.hidden = false;
@@ -139,7 +121,7 @@
   async function fillSpans() {
     const box = $("fill-spans-result");
     const text = spanText.value;
-    const data = await post(form.dataset.fillSpans, { checkpoint: select.value, text, ...decoding() });
+    const data = await postJSON(form.dataset.fillSpans, { checkpoint: select.value, text, ...decoding() });
     const byIndex = new Map(data.spans.map((s) => [s.index, s]));
     // The text with each sentinel replaced by its span, highlighted.
     const filled = box.querySelector("[data-filled]");
@@ -175,7 +157,7 @@
 
   async function wordSimilarity() {
     const box = $("word-similarity-result");
-    const data = await post(form.dataset.wordSimilarity, {
+    const data = await postJSON(form.dataset.wordSimilarity, {
       checkpoint: select.value, sentence_a: $("id_sentence_a").value, sentence_b: $("id_sentence_b").value,
       word: $("id_word").value,
     });
@@ -236,9 +218,9 @@
         fellBack = true;
         if (socket) { socket.onclose = socket.onerror = null; socket.close(); socket = null; }
         try {
-          finish(await post(form.dataset.generate, body));
+          finish(await postJSON(form.dataset.generate, body));
         } catch (e) {
-          finish(null, e.message || "Could not reach the server. Check your connection and try again.");
+          finish(null, e.message || Workbench.UNREACHABLE);
         }
       }
 
@@ -286,7 +268,7 @@
     try {
       await HANDLERS[action](button);
     } catch (e) {
-      showError(action, e.message || "Could not reach the server. Check your connection and try again.");
+      showError(action, e.message || Workbench.UNREACHABLE);
       if (RESULTS[action]) $(RESULTS[action]).hidden = true;
     } finally {
       button.disabled = false;

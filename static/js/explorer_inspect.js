@@ -10,14 +10,7 @@
   const box = document.getElementById("inspect-examples");
   const errorBox = document.getElementById("inspect-error");
   const caption = document.getElementById("inspect-caption");
-  const csrf = document.querySelector("input[name=csrfmiddlewaretoken]").value;
-
-  function el(tag, className, text) {
-    const node = document.createElement(tag);
-    if (className) node.className = className;
-    if (text !== undefined) node.textContent = text;
-    return node;
-  }
+  const { el, postJSON } = Workbench;
 
   function chip(t) {
     const c = el("span", `inspect-chip role-${t.role} seg-${t.segment}`, t.token);
@@ -98,14 +91,11 @@
     errorBox.textContent = "";
     reload.disabled = true;
     try {
-      const response = await fetch(form.dataset.api, {
-        method: "POST", credentials: "same-origin",
-        headers: { "Content-Type": "application/json", Accept: "application/json", "X-CSRFToken": csrf },
-        body: JSON.stringify({ run: runSelect.value, seed, n_examples: Number(form.dataset.examples) }),
-      });
-      const data = await response.json().catch(() => ({}));
-      if (!response.ok) {
-        errorBox.textContent = data.error || `The request failed (HTTP ${response.status}).`;
+      let data;
+      try {
+        data = await postJSON(form.dataset.api, { run: runSelect.value, seed, n_examples: Number(form.dataset.examples) });
+      } catch (e) {
+        errorBox.textContent = e.message;
         box.replaceChildren();
         caption.textContent = "";
         return;
@@ -118,7 +108,7 @@
       history.replaceState(null, "", url);
       draw(data);
     } catch (e) {
-      errorBox.textContent = "Could not reach the server. Check your connection and try again.";
+      errorBox.textContent = "The batch came but could not be drawn. Reload the page and try again.";
     } finally {
       reload.disabled = false;
     }

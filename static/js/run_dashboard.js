@@ -13,103 +13,75 @@
   const RESUMABLE = new Set(["cancelled", "crashed", "failed"]);
 
   // ---- charts ---------------------------------------------------------------------------
-  const CHARTS = [
-    { id: "loss", traces: [["train", "loss", "train"], ["valid", "loss", "validation"]] },
-    { id: "mlm_acc", traces: [["train", "mlm_acc", "train"], ["valid", "mlm_acc", "validation"]], percent: true },
-    { id: "nsp_acc", traces: [["train", "nsp_acc", "train"], ["valid", "nsp_acc", "validation"]], percent: true },
-    // Language models (T5's target tokens, GPT's next tokens): accuracy, and perplexity on a log
-    // scale (training: exp of each logged loss; validation: as the trainer reports it).
-    { id: "lm_acc", traces: [["train", "lm_acc", "train"], ["valid", "lm_acc", "validation"]], percent: true },
-    { id: "perplexity", traces: [["train", "lm_loss", "train", null, null, "exp"],
-      ["valid", "perplexity", "validation"]], log: true },
-    // ELMo: the forward and the backward LM on one chart each.
-    { id: "elmo_perplexity", traces: [["train", "forward_loss", "forward (train)", "#3f5bd9", null, "exp"],
-      ["train", "backward_loss", "backward (train)", "#1a9e77", null, "exp"],
-      ["valid", "forward_perplexity", "forward (validation)", "#3f5bd9"],
-      ["valid", "backward_perplexity", "backward (validation)", "#1a9e77"]], log: true, legendBelow: true },
-    { id: "elmo_loss", traces: [["train", "forward_loss", "forward (train)", "#3f5bd9"],
-      ["train", "backward_loss", "backward (train)", "#1a9e77"],
-      ["valid", "forward_loss", "forward (validation)", "#3f5bd9"],
-      ["valid", "backward_loss", "backward (validation)", "#1a9e77"]], legendBelow: true },
-    { id: "elmo_acc", traces: [["train", "forward_acc", "forward (train)", "#3f5bd9"],
-      ["train", "backward_acc", "backward (train)", "#1a9e77"],
-      ["valid", "forward_acc", "forward (validation)", "#3f5bd9"],
-      ["valid", "backward_acc", "backward (validation)", "#1a9e77"]], percent: true, legendBelow: true },
-    { id: "sop_acc", traces: [["train", "sop_acc", "train"], ["valid", "sop_acc", "validation"]], percent: true },
-    { id: "sbo_loss", traces: [["train", "sbo_loss", "train"], ["valid", "sbo_loss", "validation"]] },
-    { id: "sbo_acc", traces: [["train", "sbo_acc", "train"], ["valid", "sbo_acc", "validation"]], percent: true },
-    // ELECTRA: the generator's MLM loss and the discriminator's RTD loss on their own scales.
-    { id: "electra_loss", traces: [["train", "mlm_loss", "generator (train)", "#3f5bd9"],
-      ["valid", "mlm_loss", "generator (validation)", "#3f5bd9"],
-      ["train", "rtd_loss", "discriminator (train)", "#1a9e77", "y2"],
-      ["valid", "rtd_loss", "discriminator (validation)", "#1a9e77", "y2"]], y2: "discriminator loss" },
-    { id: "rtd", traces: [["train", "rtd_precision", "precision", "#3f5bd9"], ["train", "rtd_recall", "recall", "#e0692b"],
-      ["train", "rtd_acc", "accuracy", "#1a9e77"], ["valid", "rtd_precision", "precision (validation)", "#3f5bd9"],
-      ["valid", "rtd_recall", "recall (validation)", "#e0692b"]], percent: true },
-    { id: "distill", traces: [["train", "soft_loss", "soft targets", "#3f5bd9"], ["train", "mlm_loss", "MLM", "#e0692b"],
-      ["train", "cos_loss", "cosine", "#1a9e77"], ["valid", "soft_loss", "soft targets (validation)", "#3f5bd9"],
-      ["valid", "mlm_loss", "MLM (validation)", "#e0692b"], ["valid", "cos_loss", "cosine (validation)", "#1a9e77"]] },
-    { id: "lr", traces: [["train", "lr", "learning rate"]], exponent: true },
-    { id: "grad_norm", traces: [["train", "grad_norm", "gradient norm"]] },
-    { id: "tokens_per_s", traces: [["train", "tokens_per_s", "tokens / s"]] },
-    { id: "memory_mb", traces: [["train", "memory_mb", "MB"]] },
-  ].filter((c) => document.getElementById("chart-" + c.id));
+  // The server says what to draw (trainer/charts.py: charts_for): each chart has its title, y
+  // scale, legend placement, optional right-hand axis title, and its series, each naming the
+  // metric key, the split it comes from, its legend label, colour, axis and a transform of the
+  // logged value. The page renders one element #chart-<id> per chart.
+  const CHARTS = JSON.parse(document.getElementById("dashboard-charts").textContent)
+    .filter((c) => document.getElementById("chart-" + c.id));
+  const STATS = JSON.parse(document.getElementById("dashboard-stats").textContent);
   const COLORS = { train: "#3f5bd9", valid: "#e0692b" };
-  // A trace's optional 6th entry turns the logged value into the charted one.
+  const SCALES = {
+    percent: { tickformat: ".0%", rangemode: "tozero" },
+    scientific: { exponentformat: "e" },
+    log: { type: "log" },
+  };
+  // A series' transform turns the logged value into the charted one.
   const TRANSFORMS = { exp: (v) => Math.exp(Math.min(v, 50)) };
   const valueOf = (values, key, fn) => {
     const v = (values || {})[key];
     if (v === null || v === undefined) return undefined;
-    return fn ? TRANSFORMS[fn](v) : v;
+    return fn && TRANSFORMS[fn] ? TRANSFORMS[fn](v) : v;
   };
 
-  const series = { train: new Map(), valid: new Map() };
+  const logged = { train: new Map(), valid: new Map() }; // split -> step -> the values logged there
   const newest = { train: -1, valid: -1 };
 
   let drawnEmpty = true;
 
   function layout(chart, empty) {
-    const el = document.getElementById("chart-" + chart.id);
-    const y = chart.percent ? { tickformat: ".0%", rangemode: "tozero" } : chart.exponent ? { exponentformat: "e" }
-      : chart.log ? { type: "log" } : {};
+    const y = SCALES[chart.scale] || {};
     return {
-      title: { text: el.dataset.title, font: { size: 14 }, x: 0.02 },
-      margin: { l: 56, r: 16, t: 36, b: chart.legendBelow ? 72 : 36 },
+      title: { text: chart.title, font: { size: 14 }, x: 0.02 },
+      margin: { l: 56, r: 16, t: 36, b: chart.legend_below ? 72 : 36 },
       // An empty chart spans the whole run instead of Plotly's arbitrary default axes.
       xaxis: { title: { text: "step", font: { size: 11 } }, rangemode: "tozero",
                ...(empty ? { range: [0, Math.max(1, state.maxSteps)] } : {}) },
       yaxis: { ...y, ...(empty ? { range: [0, 1] } : {}) },
       // Four traces do not fit beside the title: those charts put the legend under the plot.
-      legend: chart.legendBelow ? { orientation: "h", x: 0, y: -0.3 } : { orientation: "h", x: 1, xanchor: "right", y: 1.12 },
+      legend: chart.legend_below ? { orientation: "h", x: 0, y: -0.3 }
+        : { orientation: "h", x: 1, xanchor: "right", y: 1.12 },
       hovermode: "x unified",
-      showlegend: chart.traces.length > 1,
-      ...(chart.y2 ? { yaxis2: { title: { text: chart.y2, font: { size: 11 } }, overlaying: "y", side: "right" } } : {}),
+      showlegend: chart.series.length > 1,
+      ...(chart.y2_title
+        ? { yaxis2: { title: { text: chart.y2_title, font: { size: 11 } }, overlaying: "y", side: "right" } } : {}),
     };
   }
 
   function traceData(split, key, fn) {
     const x = [], y = [];
-    for (const step of Array.from(series[split].keys()).sort((a, b) => a - b)) {
-      const v = valueOf(series[split].get(step), key, fn);
+    for (const step of Array.from(logged[split].keys()).sort((a, b) => a - b)) {
+      const v = valueOf(logged[split].get(step), key, fn);
       if (v !== undefined) { x.push(step); y.push(v); }
     }
     return { x, y };
   }
 
   function drawChart(chart) {
-    // A trace is [split, metric key, legend name, colour (default: by split), axis ("y2": the right
-    // one), transform of the value (TRANSFORMS)].
-    const traces = chart.traces.map(([split, key, name, color, axis, fn]) => ({
-      ...traceData(split, key, fn), name, type: "scatter", mode: split === "valid" ? "lines+markers" : "lines",
-      line: { color: color || COLORS[split], width: 2, ...(color && split === "valid" ? { dash: "dot" } : {}) },
-      marker: { size: 5 }, ...(axis ? { yaxis: axis } : {}),
+    // Validation points get markers; a series with its own colour is dotted in validation, so that
+    // it stands apart from its training line.
+    const traces = chart.series.map((s) => ({
+      ...traceData(s.split, s.metric, s.transform), name: s.label, type: "scatter",
+      mode: s.split === "valid" ? "lines+markers" : "lines",
+      line: { color: s.color || COLORS[s.split], width: 2, ...(s.color && s.split === "valid" ? { dash: "dot" } : {}) },
+      marker: { size: 5 }, ...(s.axis === "y2" ? { yaxis: "y2" } : {}),
     }));
-    const empty = series.train.size === 0 && series.valid.size === 0;
+    const empty = logged.train.size === 0 && logged.valid.size === 0;
     Plotly.react("chart-" + chart.id, traces, layout(chart, empty), { responsive: true, displaylogo: false });
   }
 
   function drawAll() {
-    drawnEmpty = series.train.size === 0 && series.valid.size === 0;
+    drawnEmpty = logged.train.size === 0 && logged.valid.size === 0;
     CHARTS.forEach(drawChart);
   }
 
@@ -117,7 +89,7 @@
     const appended = [];
     let outOfOrder = false;
     for (const p of points) {
-      const s = series[p.split];
+      const s = logged[p.split];
       if (!s || s.has(p.step)) continue; // already drawn
       s.set(p.step, p.values || {});
       if (p.step > newest[p.split]) { newest[p.split] = p.step; appended.push(p); } else { outOfOrder = true; }
@@ -129,14 +101,14 @@
 
   function extend(points) {
     for (const chart of CHARTS) {
-      const xs = chart.traces.map(() => []), ys = chart.traces.map(() => []);
-      chart.traces.forEach(([split, key, , , , fn], i) => {
+      const xs = chart.series.map(() => []), ys = chart.series.map(() => []);
+      chart.series.forEach((s, i) => {
         for (const p of points) {
-          const v = p.split === split ? valueOf(p.values, key, fn) : undefined;
+          const v = p.split === s.split ? valueOf(p.values, s.metric, s.transform) : undefined;
           if (v !== undefined) { xs[i].push(p.step); ys[i].push(v); }
         }
       });
-      const idx = chart.traces.map((_, i) => i).filter((i) => xs[i].length);
+      const idx = chart.series.map((_, i) => i).filter((i) => xs[i].length);
       if (idx.length) {
         Plotly.extendTraces("chart-" + chart.id, { x: idx.map((i) => xs[i]), y: idx.map((i) => ys[i]) }, idx);
       }
@@ -145,17 +117,17 @@
 
   function dropAfter(step) {
     for (const split of ["train", "valid"]) {
-      for (const s of Array.from(series[split].keys())) if (s > step) series[split].delete(s);
-      newest[split] = Math.max(-1, ...series[split].keys());
+      for (const s of Array.from(logged[split].keys())) if (s > step) logged[split].delete(s);
+      newest[split] = Math.max(-1, ...logged[split].keys());
     }
     drawAll();
   }
 
   // ---- numbers on the page --------------------------------------------------------------
   const fmt = {
-    loss: (v) => v.toFixed(4),
-    acc: (v) => (100 * v).toFixed(1) + "%",
-    int: (v) => Math.round(v).toLocaleString(),
+    fixed: (v, digits) => v.toFixed(digits),
+    percent: (v, digits) => (100 * v).toFixed(digits) + "%",
+    integer: (v) => Math.round(v).toLocaleString(),
     duration: (s) => {
       s = Math.max(0, Math.round(s));
       if (s < 60) return s + "s";
@@ -166,7 +138,7 @@
 
   function last(split) {
     const step = newest[split];
-    return step >= 0 ? series[split].get(step) : null;
+    return step >= 0 ? logged[split].get(step) : null;
   }
 
   function setStat(name, text) {
@@ -174,15 +146,20 @@
     if (el && text !== undefined) el.textContent = text;
   }
 
+  // A number above the charts (trainer/charts.py: stats_for) shows the newest value of its
+  // metric from the first of its splits whose newest point has it.
+  function statText(stat) {
+    for (const split of stat.splits) {
+      const point = last(split);
+      const v = point ? point[stat.metric] : undefined;
+      if (typeof v === "number") return (fmt[stat.format] || fmt.fixed)(v, stat.digits);
+    }
+    return undefined;
+  }
+
   function updateStats() {
-    const t = last("train"), v = last("valid");
-    const num = (obj, key, f) => (obj && typeof obj[key] === "number" ? f(obj[key]) : undefined);
-    setStat("loss", num(t, "loss", fmt.loss));
-    setStat("valid_loss", num(v, "loss", fmt.loss));
-    setStat("perplexity", num(v, "perplexity", (x) => x.toFixed(1)));
-    for (const key of ["mlm_acc", "lm_acc"]) setStat(key, num(v, key, fmt.acc) || num(t, key, fmt.acc));
-    for (const key of ["forward_perplexity", "backward_perplexity"]) setStat(key, num(v, key, (x) => x.toFixed(1)));
-    setStat("tokens_per_s", num(t, "tokens_per_s", fmt.int));
+    for (const stat of STATS) setStat(stat.id, statText(stat));
+    const t = last("train");
     if (t && newest.train > state.step) setStep(newest.train);
     updateEta();
     document.getElementById("charts-empty").hidden = newest.train >= 0 || newest.valid >= 0;
@@ -321,7 +298,7 @@
         case "metrics": addPoints([msg]); break;
         case "heartbeat":
           if (msg.step > state.step) setStep(msg.step);
-          setStat("tokens_seen", fmt.int(msg.tokens_seen));
+          setStat("tokens_seen", fmt.integer(msg.tokens_seen));
           break;
         case "log": appendLog(msg); break;
         case "checkpoint": addCheckpoint(msg); break;

@@ -1,6 +1,8 @@
-"""The browser tests' page: the system Chromium driven by Playwright, against the live stack."""
+"""The browser tests' pages: the system Chromium driven by Playwright, against the live stack or,
+for `live_server_page`, against Django in a thread of the test process."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -11,8 +13,9 @@ CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 
 
-@pytest.fixture
-def page(live_stack):
+@contextlib.contextmanager
+def _chromium_page(base_url: str | None):
+    """A Playwright page in the system Chromium; fails the test if a page threw a JavaScript error."""
     if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
         pytest.skip("No system Chromium (install the 'chromium' package to run the browser tests).")
     sync_api = pytest.importorskip("playwright.sync_api")
@@ -24,7 +27,7 @@ def page(live_stack):
             executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
             args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
-        context = browser.new_context(base_url=live_stack.url, viewport={"width": 1280, "height": 900})
+        context = browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 900})
         pg = context.new_page()
         errors: list[str] = []
         pg.on("pageerror", lambda exc: errors.append(str(exc)))
@@ -32,6 +35,33 @@ def page(live_stack):
         yield pg
         browser.close()
         assert not errors, f"JavaScript errors on the pages: {errors}"
+
+
+@pytest.fixture
+def page(live_stack):
+    with _chromium_page(live_stack.url) as pg:
+        yield pg
+
+
+@pytest.fixture
+def live_server_page(live_server):
+    """A page on pytest-django's live_server: Django in a thread of this process (no worker, no
+    websockets), so a test can monkeypatch what the views read. Needs django_db(transaction=True);
+    create data in fixtures listed before this one: the test body runs inside Playwright's loop."""
+    with _chromium_page(live_server.url) as pg:
+        yield pg
+
+
+@pytest.fixture
+def alice_cookie(alice, live_server):
+    """Alice's session cookie for live_server_page (page.context.add_cookies([alice_cookie]))."""
+    from django.conf import settings
+    from django.test import Client
+
+    client = Client()
+    client.force_login(alice)
+    return {"name": settings.SESSION_COOKIE_NAME, "value": client.cookies[settings.SESSION_COOKIE_NAME].value,
+            "url": live_server.url}
 
 
 @pytest.fixture

@@ -86,3 +86,25 @@ def resolve(objective_names: Sequence[str]) -> Objective:
 def build_collator(objective_names: Sequence[str], **options: Any) -> Any:
     """The collator that trains a set of objectives (see Objective.build_collator for the options)."""
     return resolve(objective_names).build_collator(**options)
+
+
+def charts_for(objective_names: Sequence[str] | None) -> list[dict]:
+    """The dashboard's charts for a run with these objectives (trainer.charts.charts_for over the
+    common series and each objective's own, in the registered order; unknown names, e.g. of
+    an older version, are skipped)."""
+    from trainer import charts
+
+    chosen = _chosen(objective_names)
+    return charts.charts_for([m for o in chosen for m in o.charts], [c for o in chosen for c in o.chart_specs])
+
+
+def stats_for(objective_names: Sequence[str] | None) -> list[dict]:
+    """The numbers above the charts for a run with these objectives (trainer.charts.stats_for)."""
+    from trainer import charts
+
+    return charts.stats_for([s for o in _chosen(objective_names) for s in o.stats])
+
+
+def _chosen(objective_names: Sequence[str] | None) -> list[Objective]:
+    wanted = set(objective_names or ())
+    return [get(n) for n in REGISTRY if n in wanted]

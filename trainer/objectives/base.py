@@ -9,7 +9,8 @@ pipeline, the trainer and the dashboard see it. It names
   one of its `Batch` types out), the instance table it needs (`pairs`), the masking units it
   takes (the first is its default);
 - its step: a `Step` class (forward pass, loss and the metric counts of a batch);
-- its metrics: the keys its step reports.
+- its metrics: the keys its step reports, and how the dashboard charts them (`charts`,
+  `stats`, `chart_specs`; trainer.charts).
 
 Objectives combine: MLM is a `base` objective that another one (NSP, SOP, SBO, RTD,
 distillation, UniLM's modes) may extend; such a set is trained with the collator and step of
@@ -27,6 +28,8 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol, Sequence, r
 
 import torch
 from torch import nn
+
+from trainer.charts import ChartSpec, MetricSpec, StatSpec
 
 if TYPE_CHECKING:
     from trainer.objectives.examples import Example
@@ -132,6 +135,9 @@ class Objective:
     collator: type                      # a class satisfying Collator
     step: type[Step]
     metrics: tuple[str, ...] = ()       # the metric keys its step reports
+    charts: tuple[MetricSpec, ...] = ()  # how the dashboard draws them (trainer.charts)
+    stats: tuple[StatSpec, ...] = ()     # the numbers it adds above the charts
+    chart_specs: tuple[ChartSpec, ...] = ()  # charts of its own that trainer.charts.CHARTS lacks
     units: tuple[str, ...] = ("token",)  # masking units it takes; the first is its default
     pairs: str | None = None             # the instance table it needs: None (single segments or raw
                                          # text), "nsp", "sop", "consecutive"

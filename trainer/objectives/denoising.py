@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from trainer.errors import ConfigError
+from trainer.charts import LM_METRICS as LM_CHARTS, LM_STATS
 from trainer.objectives.base import Batch, Objective, Step, StepOutput
 from trainer.objectives.examples import Example, SpecialIds, TextLayout, example_rng
 from trainer.objectives.masking import IGNORE_INDEX, mask_budget
@@ -470,7 +471,7 @@ LM_METRICS = ("lm_loss", "lm_acc", "perplexity")
 def _denoising(name: str, collator: type[Seq2SeqCollator], label: str, help: str, collator_label: str,
                **spec: bool) -> Objective:
     return Objective(name=name, label=label, help=help, collator=collator, step=Seq2SeqStep, metrics=LM_METRICS,
-                     collator_label=collator_label, **spec)
+                     charts=LM_CHARTS, stats=LM_STATS, collator_label=collator_label, **spec)
 
 
 SPAN_CORRUPTION = _denoising(

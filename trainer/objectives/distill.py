@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from trainer.errors import ConfigError
+from trainer.charts import BLUE, GREEN, ORANGE, TRAIN, VALID, MetricSpec
 from trainer.objectives.base import Objective, Step, StepOutput
 from trainer.objectives.encoder import ALL_UNITS, MLMCollator, MaskedBatch
 
@@ -110,4 +111,12 @@ DISTILL = Objective(
               "distill_cos_weight"),
     collator_label="MLM + distillation (DistilBERT)",
     prepare=prepare_student,
+    charts=(
+        MetricSpec("soft_loss", "soft targets", chart="distill", splits=TRAIN, color=BLUE),
+        MetricSpec("mlm_loss", "MLM", chart="distill", splits=TRAIN, color=ORANGE),
+        MetricSpec("cos_loss", "cosine", chart="distill", splits=TRAIN, color=GREEN),
+        MetricSpec("soft_loss", "soft targets", chart="distill", splits=VALID, color=BLUE),
+        MetricSpec("mlm_loss", "MLM", chart="distill", splits=VALID, color=ORANGE),
+        MetricSpec("cos_loss", "cosine", chart="distill", splits=VALID, color=GREEN),
+    ),
 )

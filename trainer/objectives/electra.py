@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainer.charts import BLUE, GREEN, ORANGE, TRAIN, VALID, MetricSpec
 from trainer.objectives.base import Objective, Step, StepOutput
 from trainer.objectives.encoder import ALL_UNITS, MLMCollator, MaskedBatch
 
@@ -75,4 +76,13 @@ RTD = Objective(
     metrics=("rtd_loss", "rtd_acc", "rtd_precision", "rtd_recall"),
     settings=("rtd_weight",),
     collator_label="MLM + RTD (ELECTRA)",
+    charts=(
+        MetricSpec("mlm_loss", "generator", chart="electra_loss", color=BLUE),
+        MetricSpec("rtd_loss", "discriminator", chart="electra_loss", color=GREEN, axis="y2"),
+        MetricSpec("rtd_precision", "precision", chart="rtd", splits=TRAIN, color=BLUE),
+        MetricSpec("rtd_recall", "recall", chart="rtd", splits=TRAIN, color=ORANGE),
+        MetricSpec("rtd_acc", "accuracy", chart="rtd", splits=TRAIN, color=GREEN),
+        MetricSpec("rtd_precision", "precision", chart="rtd", splits=VALID, color=BLUE),
+        MetricSpec("rtd_recall", "recall", chart="rtd", splits=VALID, color=ORANGE),
+    ),
 )

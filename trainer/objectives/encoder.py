@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from trainer.errors import ConfigError
+from trainer.charts import MetricSpec, StatSpec
 from trainer.objectives.base import Batch, Objective, Step, StepOutput
 from trainer.objectives.examples import Example, SpecialIds, example_rng, truncate_pair_slices
 from trainer.objectives.masking import (
@@ -403,6 +404,13 @@ MLM = Objective(
     collator=MLMCollator, step=PreTrainingStep, units=ALL_UNITS, base=True,
     metrics=("mlm_loss", "mlm_acc", "perplexity"),
     collator_label="MLM (BERT without NSP, RoBERTa)",
+    charts=(
+        MetricSpec("mlm_acc", "MLM accuracy", chart="mlm_acc"),
+    ),
+    stats=(
+        StatSpec("mlm_acc", "MLM accuracy", metric="mlm_acc", splits=("valid", "train"), format="percent", digits=1,
+                 order=40),
+    ),
 )
 
 NSP = Objective(
@@ -413,6 +421,9 @@ NSP = Objective(
     collator=NSPCollator, step=PreTrainingStep, units=ALL_UNITS, pairs="nsp", requires=("mlm",), combines=("mlm",),
     metrics=("nsp_loss", "nsp_acc"),
     collator_label="MLM + NSP (BERT)",
+    charts=(
+        MetricSpec("nsp_acc", "NSP accuracy", chart="nsp_acc"),
+    ),
 )
 
 SOP = Objective(
@@ -423,6 +434,9 @@ SOP = Objective(
     collator=SOPCollator, step=PreTrainingStep, units=ALL_UNITS, pairs="sop", requires=("mlm",), combines=("mlm",),
     metrics=("sop_loss", "sop_acc"),
     collator_label="MLM + SOP (ALBERT)",
+    charts=(
+        MetricSpec("sop_acc", "SOP accuracy", chart="sop_acc"),
+    ),
 )
 
 SBO = Objective(
@@ -433,6 +447,10 @@ SBO = Objective(
     collator=SpanBERTCollator, step=PreTrainingStep, units=("span",), requires=("mlm",), combines=("mlm",),
     metrics=("sbo_loss", "sbo_acc"),
     collator_label="MLM + SBO (SpanBERT)",
+    charts=(
+        MetricSpec("sbo_loss", "SBO loss", chart="sbo_loss"),
+        MetricSpec("sbo_acc", "SBO accuracy", chart="sbo_acc"),
+    ),
 )
 
 UNILM = Objective(

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from trainer.errors import ConfigError
+from trainer.charts import BLUE, GREEN, LM_METRICS as LM_CHARTS, LM_STATS, TRAIN, VALID, MetricSpec, StatSpec
 from trainer.objectives.base import Batch, Objective, Step, StepOutput
 from trainer.objectives.denoising import LM_METRICS, lm_step_output
 from trainer.objectives.examples import Example, SpecialIds, TextLayout
@@ -126,6 +127,8 @@ CLM = Objective(
     help="Next-token prediction, left to right, on packed sequences: the corpus is read as one stream "
          "cut into pieces of seq_len tokens, documents separated by the end-of-text token.",
     collator=CausalLMCollator, step=CausalLMStep, metrics=LM_METRICS, collator_label="Causal LM (GPT)",
+    charts=LM_CHARTS,
+    stats=LM_STATS,
 )
 
 BILM = Objective(
@@ -137,4 +140,22 @@ BILM = Objective(
     metrics=("forward_loss", "backward_loss", "forward_acc", "backward_acc", "forward_perplexity",
              "backward_perplexity", "perplexity"),
     collator_label="Bidirectional LM (ELMo)",
+    charts=(
+        MetricSpec("forward_loss", "forward", chart="elmo_perplexity", splits=TRAIN, color=BLUE, transform="exp"),
+        MetricSpec("backward_loss", "backward", chart="elmo_perplexity", splits=TRAIN, color=GREEN, transform="exp"),
+        MetricSpec("forward_perplexity", "forward", chart="elmo_perplexity", splits=VALID, color=BLUE),
+        MetricSpec("backward_perplexity", "backward", chart="elmo_perplexity", splits=VALID, color=GREEN),
+        MetricSpec("forward_loss", "forward", chart="elmo_loss", splits=TRAIN, color=BLUE),
+        MetricSpec("backward_loss", "backward", chart="elmo_loss", splits=TRAIN, color=GREEN),
+        MetricSpec("forward_loss", "forward", chart="elmo_loss", splits=VALID, color=BLUE),
+        MetricSpec("backward_loss", "backward", chart="elmo_loss", splits=VALID, color=GREEN),
+        MetricSpec("forward_acc", "forward", chart="elmo_acc", splits=TRAIN, color=BLUE),
+        MetricSpec("backward_acc", "backward", chart="elmo_acc", splits=TRAIN, color=GREEN),
+        MetricSpec("forward_acc", "forward", chart="elmo_acc", splits=VALID, color=BLUE),
+        MetricSpec("backward_acc", "backward", chart="elmo_acc", splits=VALID, color=GREEN),
+    ),
+    stats=(
+        StatSpec("forward_perplexity", "forward perplexity", metric="forward_perplexity", digits=1, order=60),
+        StatSpec("backward_perplexity", "backward perplexity", metric="backward_perplexity", digits=1, order=61),
+    ),
 )

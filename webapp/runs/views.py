@@ -11,6 +11,7 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from trainer.objectives import charts_for, stats_for
 from trainer.config import RunConfig
 from trainer.errors import UserError
 from webapp.corpora.models import JobStatus, Tokenizer
@@ -106,7 +107,8 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     log_lines = selectors.log_tail(run)
     return render(request, "runs/detail.html", {
         "run": run,
-        "metric_keys": metric_keys(run.objectives),
+        "charts": charts_for(run.objectives),
+        "stats": stats_for(run.objectives),
         "checkpoints": checkpoints,
         "log_lines": log_lines,
         "config_yaml": RunConfig.from_dict(run.config).to_yaml(),
@@ -118,13 +120,6 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
             "objectives": run.objectives, "last_log_id": log_lines[-1].id if log_lines else 0,
         },
     })
-
-
-def metric_keys(objectives) -> set[str]:
-    """The metrics a run's objectives report (trainer.catalog.registry.OBJECTIVES), which decide its charts."""
-    from trainer.catalog.registry import OBJECTIVES
-
-    return {key for o in objectives or [] if o in OBJECTIVES for key in OBJECTIVES[o].metrics}
 
 
 @login_required
