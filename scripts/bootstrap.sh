@@ -32,11 +32,25 @@ if ! "$vpy" -c 'import torch' >/dev/null 2>&1; then
   fi
 fi
 
+# What must import afterwards: the app's packages, plus the test suite's references and browser
+# driver with --test (a missing one would otherwise turn whole test files into skips).
+modules="django, torch, tokenizers, celery, channels"
+[ "$want" = requirements-test.txt ] && modules="$modules, transformers, playwright"
+
 stamp=".venv/.installed-$(basename "$want" .txt)"
 sum=$(cat requirements*.txt | cksum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
   echo "==> installing $want"
-  "$vpy" -m pip install -q -r "$want" 2>&1 | grep -v "is ignored: it is neither a file nor a directory" || true
-  "$vpy" -c 'import django, torch, tokenizers, celery, channels' || { echo "installation failed" >&2; exit 1; }
+  # The grep hides pip's harmless "is ignored: it is neither a file nor a directory" lines. It
+  # exits 1 when it prints nothing (a quiet, successful pip), so its status is dropped; pip's is
+  # kept (pipefail makes it the pipeline's) and stops the script before the stamp is written.
+  status=0
+  "$vpy" -m pip install -q -r "$want" 2>&1 \
+    | { grep -v "is ignored: it is neither a file nor a directory" || true; } || status=$?
+  if [ "$status" -ne 0 ]; then
+    echo "pip could not install $want (exit status $status); its error is above." >&2
+    exit "$status"
+  fi
+  "$vpy" -c "import $modules" || { echo "installation failed: one of $modules does not import" >&2; exit 1; }
   echo "$sum" > "$stamp"
 fi

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-pytest_plugins = ["tests.livestack"]  # live_stack: a real Celery worker and web server
+pytest_plugins = ["tests.livestack",  # live_stack: a real Celery worker and web server
+                  "tests.skip_guard"]  # with LMWB_FAIL_ON_SKIP=1 (.ci/run) a skipped test fails the run
 
 
 @pytest.fixture

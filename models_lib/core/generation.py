@@ -156,9 +156,14 @@ def _beam_search(model: Any, state: Any, tokens: torch.Tensor, max_new_tokens: i
         scores = new_scores
         state = model.reorder_generation_state(state, index)
         feed = new_tokens.view(-1, 1)
-    # Running beams count as hypotheses too when nothing better finished.
+    # Running beams count as hypotheses too when nothing better finished, but only in examples
+    # still searching when max_new_tokens ran out: a done example's running beams are the ones
+    # that could not beat its finished hypotheses (and, when every example is done, `seqs` and
+    # `scores` are a step behind).
     steps = seqs.shape[1] - t0
     for b in range(B):
+        if done[b]:
+            continue
         for k in range(K):
             if scores[b, k] > float("-inf") and steps > 0:
                 _add_hypothesis(finished[b], scores[b, k].item() / (steps ** length_penalty), seqs[b * K + k], K)

@@ -13,18 +13,29 @@ CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
 SHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 
 
+def chromium_executable() -> str:
+    """The system Chromium to drive. Without one the test fails rather than skips: a skipped
+    browser test would let a run without any browser check pass."""
+    if Path(CHROMIUM).exists():
+        return CHROMIUM
+    found = shutil.which("chromium")
+    if not found:
+        pytest.fail(f"No system Chromium at {CHROMIUM} or on PATH: install the 'chromium' package "
+                    f"(scripts/ensure_chromium.sh does as root) or set CHROMIUM_PATH.", pytrace=False)
+    return found
+
+
 @contextlib.contextmanager
 def _chromium_page(base_url: str | None):
     """A Playwright page in the system Chromium; fails the test if a page threw a JavaScript error."""
-    if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
-        pytest.skip("No system Chromium (install the 'chromium' package to run the browser tests).")
-    sync_api = pytest.importorskip("playwright.sync_api")
+    executable = chromium_executable()
+    from playwright import sync_api  # in requirements-test.txt; missing is an error, not a skip
     # Playwright's sync API runs an event loop in this thread; the test itself never touches the database.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "1"
     SHOTS.mkdir(parents=True, exist_ok=True)
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(
-            executable_path=CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium"),
+            executable_path=executable,
             args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
         context = browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 900})
