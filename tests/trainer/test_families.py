@@ -9,7 +9,7 @@ import torch
 
 from models_lib.checkpoint import load_model
 from trainer.inference import tools as inference
-from trainer.catalog import registry
+from trainer import families
 from trainer.training.checkpoints import list_checkpoints, read_optimizer_state
 from trainer.training.engine import train
 from trainer.errors import InferenceError
@@ -45,7 +45,7 @@ def family_run(tmp_path_factory, data_dirs, make_family_config):
     def get(arch: str):
         if arch not in cache:
             config = make_family_config(arch, model_overrides=_overrides(arch))
-            algorithm = registry.get(arch).tokenizer_algorithms[0]
+            algorithm = families.get(arch).tokenizer_algorithms[0]
             sink = ListSink()
             result = train(config, data_dir=data_dirs[algorithm], out_dir=tmp_path_factory.mktemp(arch), sink=sink)
             cache[arch] = (result, sink, config)

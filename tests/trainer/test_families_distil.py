@@ -10,7 +10,7 @@ import torch
 from models_lib.checkpoint import load_model
 from trainer.training import steps as families
 from trainer.inference import tools as inference
-from trainer.catalog import registry
+from trainer.catalog import validation
 from trainer.training.engine import train
 from trainer.errors import ConfigError
 from trainer.training.sinks import ListSink
@@ -89,7 +89,7 @@ def test_teachers_that_cannot_be_distilled_are_refused(tmp_path, teacher, tokeni
     too_shallow = make_family_config("distilbert", teacher_checkpoint=str(teacher),
                                      model_overrides={"hidden_size": 64, "num_heads": 2})
     with pytest.raises(ConfigError, match=r"the teacher is L4 H64 A2.*Set model_overrides to"):
-        registry.validate_teacher(too_shallow)
+        validation.validate_teacher(too_shallow)
     with pytest.raises(ConfigError, match=r"the teacher is L4 H64 A2"):
         train(too_shallow, data_dir=tokenizer_dir, out_dir=tmp_path / "run0", sink=ListSink())
     missing = make_family_config("distilbert", teacher_checkpoint=str(tmp_path / "gone"), model_overrides=STUDENT)
@@ -100,7 +100,7 @@ def test_teachers_that_cannot_be_distilled_are_refused(tmp_path, teacher, tokeni
     meta = (albert / "model_config.json").read_text().replace('"family": "bert"', '"family": "albert"')
     (albert / "model_config.json").write_text(meta)
     with pytest.raises(ConfigError, match=r"holds a model of another family \(ALBERT\); DistilBERT's teacher must be a BERT"):
-        registry.validate_teacher(make_family_config("distilbert", teacher_checkpoint=str(albert),
+        validation.validate_teacher(make_family_config("distilbert", teacher_checkpoint=str(albert),
                                                      model_overrides=STUDENT))
     other_tokenizer = tmp_path / "teacher-other-tokenizer"
     shutil.copytree(teacher, other_tokenizer)

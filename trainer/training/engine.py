@@ -29,7 +29,8 @@ from torch import nn
 
 from trainer.training import checkpoints
 from trainer.training import steps as families
-from trainer.catalog import registry
+from trainer.catalog import validation
+from trainer.catalog.objectives_table import OBJECTIVES
 from trainer.objectives.collators import Batch, SpecialIds
 from trainer.training.config import RunConfig, resolve_device, resolve_precision
 from trainer.training.data import DataPosition, Prefetcher, TrainStream, build_train_stream, build_valid_batches
@@ -67,7 +68,7 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
     out_dir/checkpoints/. Calls sink.close() when done, also on error."""
     data_dir, out_dir = Path(data_dir), Path(out_dir)
     try:
-        registry.validate(config)
+        validation.validate(config)
         tokenizer = load_tokenizer(config, data_dir)
         device, precision = setup_runtime(config)
         resume_from = find_resume_point(out_dir, resume, sink)
@@ -95,7 +96,7 @@ def load_tokenizer(config: RunConfig, data_dir: Path) -> Any:
     from trainer.prep.tokenization import load_tokenizer as _load
 
     bundle = _load(data_dir)
-    registry.validate_tokenizer(config, bundle.meta.get("algorithm", "wordpiece"), bundle.meta)
+    validation.validate_tokenizer(config, bundle.meta.get("algorithm", "wordpiece"), bundle.meta)
     return bundle
 
 
@@ -402,8 +403,8 @@ class Loop:
         n_params = sum(p.numel() for p in self.model.parameters())
         if self.resumed_from is not None:
             self.sink.log(f"Resuming from {self.resumed_from.name} (step {self.state.step}).")
-        objectives = " + ".join(o.upper() if len(o) <= 5 else registry.OBJECTIVES[o].label
-                                if o in registry.OBJECTIVES else o for o in cfg.objectives)
+        objectives = " + ".join(o.upper() if len(o) <= 5 else OBJECTIVES[o].label
+                                if o in OBJECTIVES else o for o in cfg.objectives)
         target_len = getattr(self.stream.collator, "target_len", None)  # encoder-decoder objectives
         targets = f" (decoder targets up to {target_len})" if target_len else ""
         self.sink.log(

@@ -35,7 +35,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainer.catalog import registry
+from trainer import families
+from trainer.catalog import validation
 from trainer.objectives.collators import IGNORE_INDEX, Batch, SpecialIds
 from trainer.training.config import RunConfig
 from trainer.errors import ConfigError
@@ -266,13 +267,13 @@ def model_config(config: RunConfig, vocab_size: int, pad_id: int, tokenizer: Any
     """The models_lib config of a run: its preset, its model_overrides, the tokenizer's vocabulary
     and the special ids the family takes (registry token_fields: T5's pad, EOS and decoder start
     = pad; GPT's pad and EOS; everyone's pad)."""
-    spec = registry.get(config.architecture)
+    spec = families.get(config.architecture)
     overrides = dict(config.model_overrides)
     ids = token_ids(pad_id, tokenizer)
     tokens = {name: ids[role] for name, role in spec.token_fields.items()}
     cfg = spec.preset_config(config.preset, vocab_size=vocab_size, **tokens, **overrides)
-    if registry.max_positions(cfg) < config.seq_len:  # registry.validate refuses this; belt and braces
-        raise ConfigError(f"seq_len {config.seq_len} is longer than the model's {registry.max_positions(cfg)} positions.")
+    if validation.max_positions(cfg) < config.seq_len:  # registry.validate refuses this; belt and braces
+        raise ConfigError(f"seq_len {config.seq_len} is longer than the model's {validation.max_positions(cfg)} positions.")
     return cfg
 
 
@@ -282,7 +283,7 @@ def build(config: RunConfig, *, vocab_size: int, pad_id: int, device: str,
     `tokenizer` (the run's TokenizerBundle; loaded from data_dir when needed and not given)
     supplies the special ids and, for ELMo's character CNN, the vocabulary's spellings.
     DistilBERT's student starts from every other layer of the teacher (loaded here, frozen)."""
-    spec = registry.get(config.architecture)
+    spec = families.get(config.architecture)
     if tokenizer is None and data_dir is not None and spec.name in STEPS:
         from trainer.prep.tokenization import load_tokenizer
 
@@ -318,7 +319,7 @@ def load_teacher(config: RunConfig, *, vocab_size: int, data_dir: Path | None) -
     """The DistilBERT teacher: a BERT checkpoint trained with the run's tokenizer, frozen, in eval mode."""
     from models_lib.checkpoint import load_model
 
-    registry.validate_teacher(config)
+    validation.validate_teacher(config)
     folder = Path(config.teacher_checkpoint)
     if data_dir is not None and (folder / "tokenizer.json").is_file():
         if _digest(folder / "tokenizer.json") != _digest(Path(data_dir) / "tokenizer.json"):

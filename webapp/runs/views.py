@@ -121,8 +121,8 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
 
 
 def metric_keys(objectives) -> set[str]:
-    """The metrics a run's objectives report (trainer.catalog.registry.OBJECTIVES), which decide its charts."""
-    from trainer.catalog.registry import OBJECTIVES
+    """The metrics a run's objectives report (trainer.catalog.objectives_table.OBJECTIVES), which decide its charts."""
+    from trainer.catalog.objectives_table import OBJECTIVES
 
     return {key for o in objectives or [] if o in OBJECTIVES for key in OBJECTIVES[o].metrics}
 
