@@ -9,7 +9,7 @@ import torch
 
 from models_lib.checkpoint import load_model
 from trainer.training import steps as families
-from trainer.inference import tools as inference
+from trainer.inference import masked
 from trainer.catalog import validation
 from trainer.training.engine import train
 from trainer.errors import ConfigError
@@ -75,7 +75,7 @@ def test_the_student_checkpoint_is_a_distilbert_that_answers_fill_mask(student_r
     student = load_model(result.last_checkpoint)
     assert type(student).__name__ == "DistilBertForPreTraining" and student.config.num_layers == 2
     assert sum(p.numel() for p in student.parameters()) < sum(p.numel() for p in load_model(teacher).parameters())
-    out = inference.fill_mask(result.last_checkpoint, "return the [MASK] of the list.", top_k=3)
+    out = masked.fill_mask(result.last_checkpoint, "return the [MASK] of the list.", top_k=3)
     assert len(out) == 1 and len(out[0]["predictions"]) == 3
 
 
