@@ -108,7 +108,9 @@ def cmd_run(config_path: Path, *, resume: bool) -> int:
 
 # ---------------------------------------------------------------------------- the YAML file
 def load_run_file(path: Path) -> RunFile:
-    from trainer.catalog import registry
+    from trainer import families
+    from trainer.catalog import validation
+    from trainer import objectives
     from trainer.config import RunConfig
     from trainer.prep.corpus import CleaningOptions
 
@@ -140,17 +142,17 @@ def load_run_file(path: Path) -> RunFile:
     if isinstance(fields.get("teacher_checkpoint"), str) and fields["teacher_checkpoint"].strip():
         fields["teacher_checkpoint"] = str((here / fields["teacher_checkpoint"].strip()).resolve())
     config = RunConfig.from_dict(fields)
-    if config.architecture == "distilbert":
-        registry.validate_teacher(config)
-    spec = registry.get(config.architecture)
-    tok = {**TOKENIZER_DEFAULTS, "algorithm": spec.tokenizer_algorithms[0], **tokenizer}
-    if "extra_ids" not in tok and any(registry.OBJECTIVES[o].needs_sentinels for o in spec.objectives):
+    family = families.get(config.architecture)
+    if family.needs_teacher:
+        validation.validate_teacher(config)
+    tok = {**TOKENIZER_DEFAULTS, "algorithm": family.tokenizer_algorithms[0], **tokenizer}
+    if "extra_ids" not in tok and any(objectives.get(o).needs_sentinels for o in family.objectives):
         tok["extra_ids"] = T5_EXTRA_IDS  # T5's 100 sentinels (kept out of the stamp of other families)
     try:
         extra_ids = int(tok.get("extra_ids", 0))
     except (TypeError, ValueError):
         raise ConfigError(f"tokenizer: extra_ids must be a whole number such as 100, not {tok['extra_ids']!r}.") from None
-    registry.validate_tokenizer(config, tok["algorithm"], {"extra_ids": extra_ids})
+    validation.validate_tokenizer(config, tok["algorithm"], {"extra_ids": extra_ids})
     try:
         valid_fraction = float(data.get("valid_fraction", 0.05))
     except (TypeError, ValueError):

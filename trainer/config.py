@@ -155,16 +155,17 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         self._coerce_types()
-        from trainer.catalog import registry  # lazy: registry reads the model presets
+        from trainer import families  # lazy: the families read the model presets
+        from trainer.catalog import validation
 
-        if self.architecture in registry.ARCHITECTURES:
-            spec = registry.ARCHITECTURES[self.architecture]
+        if self.architecture in families.names():
+            spec = families.get(self.architecture)
             if not self.masking_unit:
                 self.masking_unit = spec.default_masking_unit
             if not self.optimizer:  # configs saved before the field existed read as AdamW (their families')
                 self.optimizer = spec.optimizer_defaults.get("optimizer", "adamw")
         self._check_fields()
-        registry.validate(self)
+        validation.validate(self)
 
     # ----------------------------------------------------------------- validation
     def _coerce_types(self) -> None:

@@ -17,6 +17,22 @@ from models_lib.core.layers import ACTIVATIONS
 # family -> label used in messages
 FAMILY_LABELS = {"bert": "BERT", "roberta": "RoBERTa", "albert": "ALBERT", "electra": "ELECTRA",
                  "distilbert": "DistilBERT", "spanbert": "SpanBERT", "unilm": "UniLM"}
+# Families whose pre-training model classifies the pooled [CLS] with a two-way head (BERT's NSP,
+# ALBERT's SOP), when the config has a pooler: what count_params adds for that head.
+PAIR_HEAD_FAMILIES = ("bert", "albert")
+
+
+def block_params(hidden: int, ffn: int) -> int:
+    """Weights and biases of one transformer block (models_lib.core.encoder.Block): fused QKV and
+    the output projection (4 H^2 + 4H), the feed-forward network (2 H F + F + H) and two
+    LayerNorms (4H)."""
+    return (4 * hidden * hidden + 4 * hidden) + (2 * hidden * ffn + ffn + hidden) + 4 * hidden
+
+
+def mlm_head_params(hidden: int, width: int, vocab: int) -> int:
+    """models_lib.heads.pretraining.MLMHead: dense H -> E, LayerNorm(E) and the output bias (the
+    decoder weight is the word embedding table, counted with the embeddings)."""
+    return hidden * width + width + 2 * width + vocab
 
 
 def refuse_unknown_fields(cls: type, d: Any, label: str) -> None:
@@ -148,6 +164,55 @@ class EncoderConfig:
         """The longest input (in tokens, [CLS] and [SEP] included) the model accepts."""
         return self.max_position_embeddings - self.position_offset
 
+    # Size
+    def count_params(self, embeddings: bool = False) -> int:
+        """Parameters of the family's pre-training model. Without `embeddings`, only the
+        transformer layers (what the launch form shows: the rest depends on the vocabulary or
+        sits around the stack); shared layers count once (ALBERT). With `embeddings`, every
+        parameter: embeddings, the E -> H projection, the pooler and the pre-training heads too,
+        i.e. sum(p.numel() for p in model.parameters())."""
+        n = self._layer_params()
+        if embeddings:
+            n += self._embedding_params() + self._around_stack_params() + self._head_params()
+        return n
+
+    def shape(self) -> dict[str, Any]:
+        """What the launch form shows of a preset: layers, hidden size, heads, FFN size, a label."""
+        L, H, A = self.num_layers, self.hidden_size, self.num_heads
+        return {"layers": L, "hidden": H, "heads": A, "ffn": self.intermediate_size, "label": f"L{L} H{H} A{A}"}
+
+    @property
+    def _width(self) -> int:
+        """E: the width of the embeddings (and of the token-predicting heads)."""
+        return self.embedding_size or self.hidden_size
+
+    def _layer_params(self) -> int:
+        H, F, L = self.hidden_size, self.intermediate_size, self.num_layers
+        attention, ffn, norms = 4 * H * H + 4 * H, 2 * H * F + F + H, 4 * H
+        if self.share_layers == "all":
+            return attention + ffn + norms
+        if self.share_layers == "attention":
+            return attention + L * (ffn + norms)
+        if self.share_layers == "ffn":
+            return ffn + L * (attention + norms)
+        return L * block_params(H, F)
+
+    def _embedding_params(self) -> int:
+        """models_lib.core.encoder.Embeddings: word, position and token-type tables, LayerNorm."""
+        E = self._width
+        return (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * E + 2 * E
+
+    def _around_stack_params(self) -> int:
+        """The backbone's E -> H projection (factorised embeddings) and its [CLS] pooler."""
+        H = self.hidden_size
+        projection = self.embedding_size * H + H if self.embedding_size is not None else 0
+        return projection + (H * H + H if self.use_pooler else 0)
+
+    def _head_params(self) -> int:
+        """The masked-LM head, plus NSP/SOP on the pooler for the families that have one."""
+        pair = 2 * self.hidden_size + 2 if self.use_pooler and self.family in PAIR_HEAD_FAMILIES else 0
+        return mlm_head_params(self.hidden_size, self._width, self.vocab_size) + pair
+
     # Serialisation
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -196,6 +261,22 @@ class ElectraConfig(EncoderConfig):
         head_size = self.hidden_size // self.num_heads
         return hidden, max(1, hidden // head_size)
 
+    def count_params(self, embeddings: bool = False) -> int:
+        """The discriminator's and the generator's layers; with `embeddings`, also the one
+        embedding table they share, each one's projection and pooler, the discriminator's RTD
+        head and the generator's MLM head."""
+        generator = self.generator_config()
+        n = super().count_params(embeddings) + generator._layer_params()
+        if embeddings:
+            n += generator._around_stack_params() + mlm_head_params(
+                generator.hidden_size, generator._width, generator.vocab_size)
+        return n
+
+    def _head_params(self) -> int:
+        """models_lib.heads.pretraining.RTDHead: dense H -> H, then one logit per token."""
+        H = self.hidden_size
+        return H * H + H + H + 1
+
     def generator_config(self) -> ElectraConfig:
         """The generator's own config: same depth, vocabulary and embeddings, narrower."""
         hidden, heads = self._generator_width()
@@ -218,6 +299,13 @@ class SpanBertConfig(EncoderConfig):
         super().__post_init__()
         if self.max_span_length < 1:
             raise ValueError(f"max_span_length must be at least 1, got {self.max_span_length}.")
+
+    def _head_params(self) -> int:
+        """MLM plus models_lib.heads.pretraining.SBOHead: a position table, 3H -> H, H -> E, two
+        LayerNorms and the output bias."""
+        H, E, V = self.hidden_size, self._width, self.vocab_size
+        sbo = self.max_span_length * H + (3 * H * H + H) + 2 * H + (H * E + E) + 2 * E + V
+        return super()._head_params() + sbo
 
 
 def config_class(family: str) -> type[EncoderConfig]:

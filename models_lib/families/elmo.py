@@ -164,6 +164,29 @@ class ElmoConfig(PresetConfig):
     def char_cnn_output_size(self) -> int:
         return sum(n for _, n in self.char_filters)
 
+    # Size
+    def count_params(self, embeddings: bool = False) -> int:
+        """Per direction and layer an LSTM of H cells projected to P (nn.LSTM with proj_size: 9HP
+        + 8H weights and biases; without a projection when P = H), plus the character CNN when
+        on. With `embeddings`, also the embedding table and the shared softmax (its weight once
+        when tied): every parameter of ElmoLanguageModel."""
+        P, H, L, V = self.embedding_dim, self.hidden_size, self.num_layers, self.vocab_size
+        lstm = 9 * H * P + 8 * H if P < H else 4 * H * P + 4 * H * H + 8 * H
+        n = 2 * L * lstm
+        if self.char_cnn:
+            E, D = self.char_embedding_dim, self.char_cnn_output_size
+            n += CHAR_VOCAB_SIZE * E + sum(width * E * filters + filters for width, filters in self.char_filters)
+            n += self.highway_layers * 2 * (D * D + D) + D * P + P
+        if embeddings:
+            table = 0 if self.char_cnn else V * P
+            n += table + V + (0 if self.tie_embeddings else P * V)
+        return n
+
+    def shape(self) -> dict[str, Any]:
+        """What the launch form shows of a preset: layers, LSTM cells, projection, a label (no heads, no FFN)."""
+        L, H, P = self.num_layers, self.hidden_size, self.embedding_dim
+        return {"layers": L, "hidden": H, "projection": P, "heads": 0, "ffn": 0, "label": f"L{L} H{H} P{P}"}
+
     # Serialisation
 
 

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models_lib.core import generation
-from models_lib.core.config import PresetConfig, check_sizes
+from models_lib.core.config import PresetConfig, block_params, check_sizes
 from models_lib.core.encoder import Encoder, init_weights
 from models_lib.core.layers import ACTIVATIONS, KVCache, build_attention_mask, new_caches
 from models_lib.families.pretraining import IGNORE_INDEX
@@ -117,6 +117,23 @@ class GPTConfig(PresetConfig):
     def max_positions(self) -> int:
         """The longest sequence (prompt and generated tokens together) the model reads."""
         return self.max_position_embeddings
+
+    # Size
+    def count_params(self, embeddings: bool = False) -> int:
+        """The causal stack's blocks, plus GPT-2's final LayerNorm; with `embeddings`, also the
+        word and position tables and an untied output layer: every parameter of GPTLMHeadModel."""
+        H, V = self.hidden_size, self.vocab_size
+        n = self.num_layers * block_params(H, self.intermediate_size)
+        if self.norm_placement == "pre":
+            n += 2 * H
+        if embeddings:
+            n += (V + self.max_position_embeddings) * H + (0 if self.tie_word_embeddings else V * H)
+        return n
+
+    def shape(self) -> dict[str, Any]:
+        """What the launch form shows of a preset: layers, hidden size, heads, FFN size, a label."""
+        L, H, A = self.num_layers, self.hidden_size, self.num_heads
+        return {"layers": L, "hidden": H, "heads": A, "ffn": self.intermediate_size, "label": f"L{L} H{H} A{A}"}
 
     # Serialisation
 

@@ -168,6 +168,31 @@ class T5Config(PresetConfig):
     def is_gated(self) -> bool:
         return parse_feed_forward_proj(self.feed_forward_proj)[1]
 
+    # Size
+    def count_params(self, embeddings: bool = False) -> int:
+        """Both stacks without the vocabulary's tables: no biases; attention projections H x
+        (heads * d_kv) (the decoder's cross-attention too); a gated FFN (v1.1) has two input
+        matrices; RMSNorms have weights only; each stack has a relative-bias table (buckets x
+        heads) and a final norm. With `embeddings`, also the shared embedding table and an
+        untied lm_head: every parameter of T5ForConditionalGeneration."""
+        H, A = self.d_model, self.num_heads
+        inner = A * self.d_kv
+        attention = 4 * H * inner
+        ffn = (3 if self.is_gated else 2) * H * self.d_ff
+        encoder = self.num_layers * (attention + ffn + 2 * H)
+        decoder = self.num_decoder_layers * (2 * attention + ffn + 3 * H)
+        stacks = 2 * (self.relative_attention_num_buckets * A + H)
+        n = encoder + decoder + stacks
+        if embeddings:
+            n += self.vocab_size * H * (1 if self.tie_word_embeddings else 2)
+        return n
+
+    def shape(self) -> dict[str, Any]:
+        """What the launch form shows of a preset: encoder and decoder layers, width, heads, FFN, a label."""
+        Le, Ld, H, A = self.num_layers, self.num_decoder_layers, self.d_model, self.num_heads
+        return {"layers": Le, "decoder_layers": Ld, "hidden": H, "heads": A, "ffn": self.d_ff,
+                "label": f"L{Le}+{Ld} H{H} A{A}"}
+
     # Serialisation
 
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from trainer import charts
-from trainer.catalog import registry
+from trainer import families
 from trainer import objectives
 from trainer.charts import ChartSpec, MetricSpec, StatSpec
 from trainer.objectives import charts_for, encoder, stats_for
@@ -123,8 +123,8 @@ def test_the_answer_is_plain_json():
     assert json.loads(json.dumps(result)) == result
 
 
-def test_every_objective_of_the_form_is_a_registered_objective():
-    assert list(registry.OBJECTIVES) == objectives.names()
+def test_every_objective_a_family_trains_is_registered():
+    assert {o for f in families.all() for o in f.objectives} == set(objectives.names())
 
 
 def test_every_series_is_on_a_defined_chart_and_every_chart_is_used():
@@ -134,11 +134,11 @@ def test_every_series_is_on_a_defined_chart_and_every_chart_is_used():
     assert len({c.order for c in charts.CHARTS.values()}) == len(charts.CHARTS)
 
 
-@pytest.mark.parametrize("architecture", sorted(registry.ARCHITECTURES))
+@pytest.mark.parametrize("architecture", families.names())
 def test_the_table_charts_only_keys_the_trainer_records(architecture):
-    spec = registry.ARCHITECTURES[architecture]
+    spec = families.get(architecture)
     for objective_set in spec.allowed_objective_sets():
-        recorded = ENGINE_KEYS | {key for o in objective_set for key in registry.OBJECTIVES[o].metrics}
+        recorded = ENGINE_KEYS | {key for o in objective_set for key in objectives.get(o).metrics}
         drawn = {s["metric"] for c in charts_for(objective_set) for s in c["series"]}
         shown = {s["metric"] for s in stats_for(objective_set)}
         assert drawn <= recorded, (objective_set, drawn - recorded)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from models_lib.checkpoint import load_model
-from trainer.inference import tools as inference
-from trainer.catalog import registry
+from trainer.inference import generate as generation, masked
+from trainer import families
 from trainer.training.checkpoints import list_checkpoints, read_optimizer_state
 from trainer.training.engine import train
 from trainer.errors import InferenceError
@@ -45,7 +45,7 @@ def family_run(tmp_path_factory, data_dirs, make_family_config):
     def get(arch: str):
         if arch not in cache:
             config = make_family_config(arch, model_overrides=_overrides(arch))
-            algorithm = registry.get(arch).tokenizer_algorithms[0]
+            algorithm = families.get(arch).tokenizer_algorithms[0]
             sink = ListSink()
             result = train(config, data_dir=data_dirs[algorithm], out_dir=tmp_path_factory.mktemp(arch), sink=sink)
             cache[arch] = (result, sink, config)
@@ -108,7 +108,7 @@ def test_each_family_checkpoint_answers_fill_mask(family_run, arch):
         texts.append("return the <mask> of the list.")  # the BPE tokenizer's own spelling
     answers = []
     for text in texts:
-        out = inference.fill_mask(result.last_checkpoint, text, top_k=5)
+        out = masked.fill_mask(result.last_checkpoint, text, top_k=5)
         assert len(out) == 1 and out[0]["position"] == 3  # [CLS]/<s> return the [MASK]
         probs = [p["prob"] for p in out[0]["predictions"]]
         assert len(probs) == 5 and probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1 + 1e-5
@@ -121,28 +121,28 @@ def test_each_family_checkpoint_answers_fill_mask(family_run, arch):
 
 def test_fill_mask_without_a_mask_names_both_spellings_for_roberta(family_run):
     with pytest.raises(InferenceError, match=r"The text has no \[MASK\]; write \[MASK\] \(or <mask>\)"):
-        inference.fill_mask(family_run("roberta")[0].last_checkpoint, "no mask here.")
+        masked.fill_mask(family_run("roberta")[0].last_checkpoint, "no mask here.")
 
 
 def test_albert_judges_sentence_order_but_has_no_next_sentence_head(family_run):
     ckpt = family_run("albert")[0].last_checkpoint
-    out = inference.sentence_order(ckpt, "Return the value of the key.", "Raise an error if it is missing.")
+    out = masked.sentence_order(ckpt, "Return the value of the key.", "Raise an error if it is missing.")
     assert out["head"] == "sop" and 0 <= out["ab"] <= 1 and 0 <= out["ba"] <= 1
     with pytest.raises(InferenceError, match="without next sentence prediction"):
-        inference.next_sentence(ckpt, "Return the value.", "Raise an error.")
+        masked.next_sentence(ckpt, "Return the value.", "Raise an error.")
 
 
 def test_unilm_generates_a_target_and_other_families_cannot(family_run):
     ckpt = family_run("unilm")[0].last_checkpoint
-    out = inference.generate_seq2seq(ckpt, "return the value of the key.", max_new_tokens=6)
+    out = generation.generate_seq2seq(ckpt, "return the value of the key.", max_new_tokens=6)
     assert set(out) == {"text", "tokens", "ids", "stopped"}
     assert 0 < len(out["ids"]) <= 6 and len(out["tokens"]) == len(out["ids"])
     assert out["stopped"] in ("end", "length") and (out["stopped"] == "end" or len(out["ids"]) == 6)
-    assert out == inference.generate_seq2seq(ckpt, "return the value of the key.", max_new_tokens=6)  # greedy
+    assert out == generation.generate_seq2seq(ckpt, "return the value of the key.", max_new_tokens=6)  # greedy
     with pytest.raises(InferenceError, match="Only UniLM checkpoints generate text"):
-        inference.generate_seq2seq(family_run("roberta")[0].last_checkpoint, "return the value.", 4)
+        generation.generate_seq2seq(family_run("roberta")[0].last_checkpoint, "return the value.", 4)
     with pytest.raises(InferenceError, match="Type a source text"):
-        inference.generate_seq2seq(ckpt, "  ", 4)
+        generation.generate_seq2seq(ckpt, "  ", 4)
 
 
 def test_electra_resume_equals_an_uninterrupted_run(data_dirs, tmp_path, make_family_config):

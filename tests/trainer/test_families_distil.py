@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from models_lib.checkpoint import load_model
-from trainer.training import steps as families
-from trainer.inference import tools as inference
-from trainer.catalog import registry
+from trainer.training import steps
+from trainer.inference import masked
+from trainer.catalog import validation
 from trainer.training.engine import train
 from trainer.errors import ConfigError
 from trainer.training.sinks import ListSink
@@ -38,7 +38,7 @@ def student_run(tmp_path_factory, tokenizer_dir, teacher, make_family_config):
 
 def test_the_student_starts_from_every_other_teacher_layer(tokenizer_dir, teacher, make_family_config):
     config = make_family_config("distilbert", teacher_checkpoint=str(teacher), model_overrides=STUDENT)
-    model, step = families.build(config, vocab_size=2000, pad_id=0, device="cpu", data_dir=tokenizer_dir)
+    model, step = steps.build(config, vocab_size=2000, pad_id=0, device="cpu", data_dir=tokenizer_dir)
     bert = load_model(teacher)
     assert model.config.family == "distilbert" and model.config.num_layers == 2 and model.config.type_vocab_size == 0
     for i, layer in enumerate(model.distilbert.encoder.layers):
@@ -75,7 +75,7 @@ def test_the_student_checkpoint_is_a_distilbert_that_answers_fill_mask(student_r
     student = load_model(result.last_checkpoint)
     assert type(student).__name__ == "DistilBertForPreTraining" and student.config.num_layers == 2
     assert sum(p.numel() for p in student.parameters()) < sum(p.numel() for p in load_model(teacher).parameters())
-    out = inference.fill_mask(result.last_checkpoint, "return the [MASK] of the list.", top_k=3)
+    out = masked.fill_mask(result.last_checkpoint, "return the [MASK] of the list.", top_k=3)
     assert len(out) == 1 and len(out[0]["predictions"]) == 3
 
 
@@ -89,7 +89,7 @@ def test_teachers_that_cannot_be_distilled_are_refused(tmp_path, teacher, tokeni
     too_shallow = make_family_config("distilbert", teacher_checkpoint=str(teacher),
                                      model_overrides={"hidden_size": 64, "num_heads": 2})
     with pytest.raises(ConfigError, match=r"the teacher is L4 H64 A2.*Set model_overrides to"):
-        registry.validate_teacher(too_shallow)
+        validation.validate_teacher(too_shallow)
     with pytest.raises(ConfigError, match=r"the teacher is L4 H64 A2"):
         train(too_shallow, data_dir=tokenizer_dir, out_dir=tmp_path / "run0", sink=ListSink())
     missing = make_family_config("distilbert", teacher_checkpoint=str(tmp_path / "gone"), model_overrides=STUDENT)
@@ -100,7 +100,7 @@ def test_teachers_that_cannot_be_distilled_are_refused(tmp_path, teacher, tokeni
     meta = (albert / "model_config.json").read_text().replace('"family": "bert"', '"family": "albert"')
     (albert / "model_config.json").write_text(meta)
     with pytest.raises(ConfigError, match=r"holds a model of another family \(ALBERT\); DistilBERT's teacher must be a BERT"):
-        registry.validate_teacher(make_family_config("distilbert", teacher_checkpoint=str(albert),
+        validation.validate_teacher(make_family_config("distilbert", teacher_checkpoint=str(albert),
                                                      model_overrides=STUDENT))
     other_tokenizer = tmp_path / "teacher-other-tokenizer"
     shutil.copytree(teacher, other_tokenizer)

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from trainer.catalog import registry
+from trainer import families
+from trainer.catalog import schema, validation
 from trainer.config import RunConfig, choices
 from trainer.errors import ConfigError
 
@@ -14,7 +15,7 @@ FAMILIES = ("bert", "roberta", "albert", "spanbert", "electra", "distilbert", "u
 
 
 def config(architecture: str = "bert", **changes) -> RunConfig:
-    spec = registry.ARCHITECTURES[architecture]
+    spec = families.get(architecture)
     base = dict(architecture=architecture, preset=spec.default_preset, objectives=list(spec.default_objectives))
     if architecture == "distilbert":
         base["teacher_checkpoint"] = "/nowhere/teacher"  # checked on disk only by the engine and the web app
@@ -23,9 +24,9 @@ def config(architecture: str = "bert", **changes) -> RunConfig:
 
 
 def test_every_encoder_family_is_in_the_table_with_its_papers_settings():
-    assert tuple(registry.ARCHITECTURES)[:len(FAMILIES)] == FAMILIES  # then T5, GPT, ELMo (test_families_seq.py)
-    table = {name: (spec.tokenizer_algorithms, spec.required_objectives, spec.default_objectives,
-                    spec.default_masking_unit) for name, spec in registry.ARCHITECTURES.items() if name in FAMILIES}
+    assert tuple(families.names())[:len(FAMILIES)] == FAMILIES  # then T5, GPT, ELMo (test_families_seq.py)
+    table = {spec.name: (spec.tokenizer_algorithms, spec.required_objectives, spec.default_objectives,
+                         spec.default_masking_unit) for spec in families.all() if spec.name in FAMILIES}
     assert table == {
         "bert": (("wordpiece",), ("mlm",), ("mlm", "nsp"), "token"),
         "roberta": (("bpe",), ("mlm",), ("mlm",), "token"),
@@ -35,12 +36,12 @@ def test_every_encoder_family_is_in_the_table_with_its_papers_settings():
         "distilbert": (("wordpiece",), ("mlm", "distill"), ("mlm", "distill"), "token"),
         "unilm": (("wordpiece",), ("mlm", "unilm"), ("mlm", "unilm"), "token"),
     }
-    roberta = registry.ARCHITECTURES["roberta"].optimizer_defaults
+    roberta = families.get("roberta").optimizer_defaults
     assert roberta["betas"] == [0.9, 0.98] and roberta["eps"] == 1e-6
     for name in FAMILIES:
         c = config(name)
-        assert c.masking_unit == registry.ARCHITECTURES[name].default_masking_unit
-        assert all(p.startswith(name + "-") for p in registry.ARCHITECTURES[name].presets)
+        assert c.masking_unit == families.get(name).default_masking_unit
+        assert all(p.startswith(name + "-") for p in families.get(name).presets)
         # whole-word and phrase masking are an option of every MLM-style family but SpanBERT
         if name != "spanbert":
             assert config(name, masking_unit="word").masking_unit == "word"
@@ -108,9 +109,9 @@ def test_what_is_allowed():
     ("electra", "unigram", "ELECTRA needs a wordpiece tokenizer; this one is unigram."),
 ])
 def test_tokenizer_algorithm_must_suit_the_family(architecture, algorithm, message):
-    registry.validate_tokenizer(config(architecture), registry.ARCHITECTURES[architecture].tokenizer_algorithms[0])
+    validation.validate_tokenizer(config(architecture), families.get(architecture).tokenizer_algorithms[0])
     with pytest.raises(ConfigError, match=message):
-        registry.validate_tokenizer(config(architecture), algorithm)
+        validation.validate_tokenizer(config(architecture), algorithm)
 
 
 def test_yaml_round_trip_keeps_the_family_fields():
@@ -125,7 +126,7 @@ def test_yaml_round_trip_keeps_the_family_fields():
 
 
 def test_as_json_tells_the_form_everything_per_family():
-    data = registry.as_json()
+    data = schema.as_json()
     json.dumps(data)
     archs = {a["name"]: a for a in data["architectures"]}
     assert list(archs)[:len(FAMILIES)] == list(FAMILIES)

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from models_lib.checkpoint import load_model
-from trainer.catalog import registry
+from trainer import families
+from trainer.catalog import schema, validation
 from trainer.training.checkpoints import read_optimizer_state
 from trainer.config import RunConfig
 from trainer.training.engine import train
@@ -42,7 +43,7 @@ def data_dirs(sentinel_tokenizer_dir, bpe_tokenizer_dir, tokenizer_dir):
 def seq_config(architecture: str, **changes) -> RunConfig:
     """50 steps of 8 x 64 tokens of a -tiny preset on one CPU thread (a few seconds). T5 keeps its
     defaults (Adafactor); its schedule is T5's, lr 0.01 constant for 5 steps, then 1/sqrt decay."""
-    spec = registry.get(architecture)
+    spec = families.get(architecture)
     base = dict(architecture=architecture, preset=spec.default_preset, objectives=list(spec.default_objectives),
                 max_steps=50, batch_size=8, seq_len=64, warmup_steps=5, eval_every=25, eval_batches=2,
                 checkpoint_every=50, log_every=5, seed=0, device="cpu", num_threads=1)
@@ -233,7 +234,7 @@ def test_elmo_with_the_character_cnn_spells_the_tokenizers_vocabulary(tokenizer_
     ("t5", {"schedule": "noam"}, "schedule must be one of 'linear', 'cosine', 'constant', 'inverse_sqrt'"),
 ])
 def test_what_the_families_cannot_train_is_refused_with_a_sentence(architecture, changes, message):
-    spec = registry.get(architecture)
+    spec = families.get(architecture)
     base = dict(architecture=architecture, preset=spec.default_preset, objectives=list(spec.default_objectives))
     with pytest.raises(ConfigError) as e:
         RunConfig(**{**base, **changes})
@@ -255,22 +256,22 @@ def test_what_the_families_accept():
 
 def test_tokenizers_per_family_and_the_sentinel_check():
     t5 = RunConfig(architecture="t5", preset="t5-tiny", objectives=["span_corruption"])
-    registry.validate_tokenizer(t5, "unigram", {"extra_ids": 100})
+    validation.validate_tokenizer(t5, "unigram", {"extra_ids": 100})
     with pytest.raises(ConfigError, match="T5 needs a unigram tokenizer with T5 sentinel tokens .*; this one is bpe."):
-        registry.validate_tokenizer(t5, "bpe", {"extra_ids": 100})
+        validation.validate_tokenizer(t5, "bpe", {"extra_ids": 100})
     with pytest.raises(ConfigError, match=r"has none; train a Unigram .* tokenizer with 100 sentinel tokens"):
-        registry.validate_tokenizer(t5, "unigram", {"extra_ids": 0})
-    registry.validate_tokenizer(t5.replace(objectives=["deshuffle"]), "unigram", {"extra_ids": 0})
+        validation.validate_tokenizer(t5, "unigram", {"extra_ids": 0})
+    validation.validate_tokenizer(t5.replace(objectives=["deshuffle"]), "unigram", {"extra_ids": 0})
     gpt = RunConfig(architecture="gpt", preset="gpt-tiny", objectives=["clm"])
     with pytest.raises(ConfigError, match="GPT needs a bpe tokenizer; this one is wordpiece."):
-        registry.validate_tokenizer(gpt, "wordpiece")
+        validation.validate_tokenizer(gpt, "wordpiece")
     elmo = RunConfig(architecture="elmo", preset="elmo-tiny", objectives=["bilm"])
     for algorithm in ("wordpiece", "bpe", "unigram"):
-        registry.validate_tokenizer(elmo, algorithm, {})
+        validation.validate_tokenizer(elmo, algorithm, {})
 
 
 def test_as_json_describes_the_new_families():
-    data = registry.as_json()
+    data = schema.as_json()
     json.dumps(data)
     archs = {a["name"]: a for a in data["architectures"]}
     t5, gpt, elmo = archs["t5"], archs["gpt"], archs["elmo"]
@@ -313,11 +314,11 @@ def test_as_json_describes_the_new_families():
     ("elmo", "elmo-tiny", {"char_cnn": True}, lambda m: sum(p.numel() for p in m.softmax.parameters())),
 ])
 def test_preset_sizes_count_the_real_models_parameters(architecture, preset, overrides, vocab_params):
-    spec = registry.get(architecture)
+    spec = families.get(architecture)
     cfg = spec.preset_config(preset, vocab_size=1024, **overrides)
     model = spec.build_model(cfg)
     total = sum(p.numel() for p in model.parameters())
-    assert registry._preset_size(cfg)["params_without_embeddings"] == total - vocab_params(model)
+    assert schema.preset_size(cfg)["params_without_embeddings"] == total - vocab_params(model)
 
 
 # ---------------------------------------------------------------------------- the CLI

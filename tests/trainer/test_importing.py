@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainer.inference import tools as inference
+from trainer.inference import masked
 from trainer.errors import InferenceError
 from trainer.inference.importing import ModelImportError, extract_archive, import_hf_directory
 
@@ -37,7 +37,7 @@ def test_an_imported_masked_lm_predicts_what_transformers_predicts(hf_mlm, impor
     assert {p.name for p in folder.iterdir()} >= {"model.safetensors", "model_config.json", "tokenizer.json",
                                                   "tokenizer_meta.json", "import_info.json"}
     text = "the cat [MASK] on the mat ."
-    ours = inference.fill_mask(folder, text, top_k=3)
+    ours = masked.fill_mask(folder, text, top_k=3)
     from trainer.prep.tokenization import load_tokenizer
 
     ids = load_tokenizer(folder).tok.encode(text).ids
@@ -52,7 +52,7 @@ def test_an_imported_masked_lm_predicts_what_transformers_predicts(hf_mlm, impor
 
 def test_a_masked_lm_without_nsp_weights_refuses_pair_questions(imported):
     folder, _ = imported
-    for ask in (inference.next_sentence, inference.sentence_order):
+    for ask in (masked.next_sentence, masked.sentence_order):
         with pytest.raises(InferenceError, match="imported model has no trained"):
             ask(folder, "the cat sat .", "the dog ran .")
 
@@ -66,7 +66,7 @@ def test_a_tar_gz_with_a_tokenizer_json_imports_too(tmp_path):
     from trainer.prep.tokenization import load_tokenizer
 
     assert load_tokenizer(tmp_path / "ckpt").tok.encode("The cat [MASK]").ids == [2, 5, 6, 4, 3]
-    scores = inference.sentence_order(tmp_path / "ckpt", "the cat sat .", "the dog ran .")
+    scores = masked.sentence_order(tmp_path / "ckpt", "the cat sat .", "the dog ran .")
     assert scores["head"] == "nsp" and 0 <= scores["ab"] <= 1 and 0 <= scores["ba"] <= 1
 
 

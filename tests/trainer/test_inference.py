@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from trainer.inference import tools as inference
+from trainer.inference import loading, masked
 from trainer.errors import InferenceError
 
 
@@ -17,30 +17,30 @@ def ckpt(trained_run):
 
 
 def test_fill_mask_gives_a_distribution_per_mask(ckpt):
-    out = inference.fill_mask(ckpt, "the function returns a [MASK] of the [mask] object.", top_k=5)
+    out = masked.fill_mask(ckpt, "the function returns a [MASK] of the [mask] object.", top_k=5)
     assert len(out) == 2 and out[0]["position"] < out[1]["position"]
     for item in out:
         preds = item["predictions"]
         assert len(preds) == 5 and all(set(p) == {"token", "id", "prob"} for p in preds)
         probs = [p["prob"] for p in preds]
         assert probs == sorted(probs, reverse=True) and 0 < sum(probs) <= 1
-    everything = inference.fill_mask(ckpt, "return the [MASK].", top_k=2000)  # the whole vocabulary
+    everything = masked.fill_mask(ckpt, "return the [MASK].", top_k=2000)  # the whole vocabulary
     assert abs(sum(p["prob"] for p in everything[0]["predictions"]) - 1) < 1e-4
 
 
 def test_next_sentence_probabilities_sum_to_one(ckpt):
-    out = inference.next_sentence(ckpt, "Return the value of the key.", "Raise an error if it is missing.")
+    out = masked.next_sentence(ckpt, "Return the value of the key.", "Raise an error if it is missing.")
     assert set(out) == {"is_next", "not_next"} and 0 <= out["is_next"] <= 1
     assert abs(out["is_next"] + out["not_next"] - 1) < 1e-6
 
 
 def test_models_are_cached_per_folder_and_mtime(ckpt, monkeypatch):
-    inference.clear_cache()
+    loading.clear_cache()
     calls = []
-    real = inference._read
-    monkeypatch.setattr(inference, "_read", lambda folder: calls.append(folder) or real(folder))
-    inference.fill_mask(ckpt, "a [MASK].")
-    inference.next_sentence(ckpt, "a b.", "c d.")
+    real = loading._read
+    monkeypatch.setattr(loading, "_read", lambda folder: calls.append(folder) or real(folder))
+    masked.fill_mask(ckpt, "a [MASK].")
+    masked.next_sentence(ckpt, "a b.", "c d.")
     assert len(calls) == 1
 
 
@@ -53,38 +53,38 @@ def test_models_are_cached_per_folder_and_mtime(ckpt, monkeypatch):
 ])
 def test_fill_mask_mistakes(ckpt, text, top_k, message):
     with pytest.raises(InferenceError) as e:
-        inference.fill_mask(ckpt, text, top_k=top_k)
+        masked.fill_mask(ckpt, text, top_k=top_k)
     assert message in str(e.value)
 
 
 def test_next_sentence_mistakes(ckpt, tmp_path):
     with pytest.raises(InferenceError, match="second sentence"):
-        inference.next_sentence(ckpt, "A sentence.", "")
+        masked.next_sentence(ckpt, "A sentence.", "")
     with pytest.raises(InferenceError, match="at most 512"):
-        inference.next_sentence(ckpt, "word " * 300, "word " * 300)
+        masked.next_sentence(ckpt, "word " * 300, "word " * 300)
     mlm_only = tmp_path / "step-00000001"
     shutil.copytree(ckpt, mlm_only)
     state = json.loads((mlm_only / "trainer_state.json").read_text())
     state["config"]["objectives"] = ["mlm"]
     (mlm_only / "trainer_state.json").write_text(json.dumps(state))
     with pytest.raises(InferenceError, match="trained without next sentence prediction"):
-        inference.next_sentence(mlm_only, "A.", "B.")
+        masked.next_sentence(mlm_only, "A.", "B.")
 
 
 def test_missing_or_incomplete_checkpoints(ckpt, tmp_path):
     with pytest.raises(InferenceError, match="does not exist"):
-        inference.fill_mask(tmp_path / "step-00000099", "a [MASK].")
+        masked.fill_mask(tmp_path / "step-00000099", "a [MASK].")
     broken = tmp_path / "step-00000002"
     shutil.copytree(ckpt, broken)
     (broken / "model.safetensors").unlink()
     with pytest.raises(InferenceError, match="incomplete: model.safetensors is missing"):
-        inference.fill_mask(broken, "a [MASK].")
+        masked.fill_mask(broken, "a [MASK].")
 
 
 def test_list_checkpoints_sorted_and_ignores_unfinished(trained_run):
     _, _, run = trained_run
     (run / "checkpoints" / "step-00000060.tmp").mkdir(exist_ok=True)
-    found = inference.list_checkpoints(run)
+    found = loading.list_checkpoints(run)
     assert [s for s, _ in found] == [20, 40] and found[0][1].name == "step-00000020"
-    assert inference.list_checkpoints(run / "checkpoints") == found
-    assert inference.list_checkpoints(run / "nowhere") == []
+    assert loading.list_checkpoints(run / "checkpoints") == found
+    assert loading.list_checkpoints(run / "nowhere") == []

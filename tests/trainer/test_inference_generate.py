@@ -1,4 +1,4 @@
-"""trainer.inference.tools for T5, GPT, UniLM and ELMo: generation (all at once and streamed), span
+"""trainer.inference (generate, attention, similarity) for T5, GPT, UniLM and ELMo: generation (all at once and streamed), span
 filling, attention maps, ELMo word similarity, decoding mistakes, and imported T5 / GPT-2 models
 generating what transformers generates."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from trainer.inference import tools as inference
+from trainer.inference import attention, generate as generation, masked, similarity
 from trainer.errors import InferenceError
 
 from .test_inference_generate_helpers import (
@@ -58,21 +58,21 @@ def drain(gen):
 ])
 def test_bad_decoding_fields_are_refused_with_a_sentence(ckpts, fields, message):
     with pytest.raises(InferenceError) as e:
-        inference.generate(ckpts["gpt"], "the cat", **fields)
+        generation.generate(ckpts["gpt"], "the cat", **fields)
     assert message in str(e.value)
 
 
 def test_a_sample_without_a_seed_gets_one_that_draws_it_again(ckpts):
-    first = inference.generate(ckpts["gpt"], "the cat", strategy="sample", max_new_tokens=12)
+    first = generation.generate(ckpts["gpt"], "the cat", strategy="sample", max_new_tokens=12)
     seed = first["decoding"]["seed"]
     assert isinstance(seed, int)
-    again = inference.generate(ckpts["gpt"], "the cat", strategy="sample", max_new_tokens=12, seed=seed)
+    again = generation.generate(ckpts["gpt"], "the cat", strategy="sample", max_new_tokens=12, seed=seed)
     assert again["ids"] == first["ids"]
 
 
 # ---------------------------------------------------------------------------- T5 and GPT
 def test_t5_text_to_text_answers_with_its_greedy_decoding(ckpts, tok_dir):
-    out = inference.generate(ckpts["t5"], "summarize: the cat sat on the mat", max_new_tokens=6)
+    out = generation.generate(ckpts["t5"], "summarize: the cat sat on the mat", max_new_tokens=6)
     assert out["family"] == "t5" and out["decoding"] == {"strategy": "greedy", "max_new_tokens": 6}
     assert len(out["ids"]) == len(out["tokens"]) <= 6 and out["stopped"] in ("end", "length")
     # The same tokens as models_lib's generate on "text EOS", after the decoder start token.
@@ -92,7 +92,7 @@ def test_gpt_beam_search_is_models_libs(ckpts, tok_dir):
     from trainer.prep.tokenization import load_tokenizer
 
     tok = load_tokenizer(tok_dir)
-    out = inference.generate(ckpts["gpt"], "the dog ran", strategy="beam", num_beams=3, max_new_tokens=8)
+    out = generation.generate(ckpts["gpt"], "the dog ran", strategy="beam", num_beams=3, max_new_tokens=8)
     ids = tok.tok.encode("the dog ran", add_special_tokens=False).ids
     expected = tiny_model("gpt", tok_dir).generate(torch.tensor([ids]), num_beams=3, max_new_tokens=8,
                                                    eos_token_id=tok.sep_id)[0, len(ids):].tolist()
@@ -104,45 +104,45 @@ def test_gpt_beam_search_is_models_libs(ckpts, tok_dir):
 @pytest.mark.parametrize("fields", [{"strategy": "greedy"}, {"strategy": "sample", "seed": 7, "top_k": 20,
                                                              "top_p": 0.9, "temperature": 0.7}])
 def test_streamed_tokens_are_the_generated_ones(ckpts, fields):
-    whole = inference.generate(ckpts["gpt"], "the cat sat", max_new_tokens=16, **fields)
-    pieces, answer = drain(inference.stream_generate(ckpts["gpt"], "the cat sat", max_new_tokens=16, **fields))
+    whole = generation.generate(ckpts["gpt"], "the cat sat", max_new_tokens=16, **fields)
+    pieces, answer = drain(generation.stream_generate(ckpts["gpt"], "the cat sat", max_new_tokens=16, **fields))
     assert answer["ids"] == whole["ids"] and answer["text"] == whole["text"]
     assert "".join(pieces) == whole["text"] and len(pieces) >= 1
 
 
 def test_t5_streams_and_beam_search_yields_once(ckpts):
-    pieces, answer = drain(inference.stream_generate(ckpts["t5"], "translate English to German: the house",
+    pieces, answer = drain(generation.stream_generate(ckpts["t5"], "translate English to German: the house",
                                                      max_new_tokens=5))
-    assert answer == inference.generate(ckpts["t5"], "translate English to German: the house", max_new_tokens=5)
-    pieces, answer = drain(inference.stream_generate(ckpts["gpt"], "the cat", strategy="beam", max_new_tokens=5))
+    assert answer == generation.generate(ckpts["t5"], "translate English to German: the house", max_new_tokens=5)
+    pieces, answer = drain(generation.stream_generate(ckpts["gpt"], "the cat", strategy="beam", max_new_tokens=5))
     assert pieces == ([answer["text"]] if answer["text"] else [])
 
 
 def test_stream_generate_checks_the_request_before_the_first_token(ckpts):
     with pytest.raises(InferenceError, match="max_new_tokens"):
-        inference.stream_generate(ckpts["gpt"], "the cat", max_new_tokens=0)  # no next() needed
+        generation.stream_generate(ckpts["gpt"], "the cat", max_new_tokens=0)  # no next() needed
     with pytest.raises(InferenceError, match="does not generate text"):
-        inference.stream_generate(ckpts["bert"], "the cat")
+        generation.stream_generate(ckpts["bert"], "the cat")
 
 
 def test_gpt_prompts_must_leave_room_and_encoders_do_not_generate(ckpts):
     with pytest.raises(InferenceError, match="leaves no room to generate"):
-        inference.generate(ckpts["gpt"], "the cat " * 32)  # 64 tokens, 64 positions
-    out = inference.generate(ckpts["gpt"], "the cat " * 30, max_new_tokens=256)  # 60 tokens: 4 left
+        generation.generate(ckpts["gpt"], "the cat " * 32)  # 64 tokens, 64 positions
+    out = generation.generate(ckpts["gpt"], "the cat " * 30, max_new_tokens=256)  # 60 tokens: 4 left
     assert len(out["ids"]) <= 4
     with pytest.raises(InferenceError, match="does not generate text"):
-        inference.generate(ckpts["bert"], "the cat")
+        generation.generate(ckpts["bert"], "the cat")
     with pytest.raises(InferenceError, match="Type a prompt"):
-        inference.generate(ckpts["t5"], "   ")
+        generation.generate(ckpts["t5"], "   ")
 
 
 def test_encoder_questions_are_refused_for_decoders_and_elmo(ckpts):
     with pytest.raises(InferenceError, match="GPT predicts the next token, so it cannot fill in"):
-        inference.fill_mask(ckpts["gpt"], "the [MASK] sat.")
+        masked.fill_mask(ckpts["gpt"], "the [MASK] sat.")
     with pytest.raises(InferenceError, match="cannot judge sentence pairs"):
-        inference.next_sentence(ckpts["t5"], "One.", "Two.")
+        masked.next_sentence(ckpts["t5"], "One.", "Two.")
     with pytest.raises(InferenceError, match="Use word similarity"):
-        inference.sentence_order(ckpts["elmo"], "One.", "Two.")
+        masked.sentence_order(ckpts["elmo"], "One.", "Two.")
 
 
 def test_unilm_generates_through_the_same_function(base, tok_dir):
@@ -158,12 +158,12 @@ def test_unilm_generates_through_the_same_function(base, tok_dir):
     folder = save_model(UniLMForPreTraining(cfg).eval(), base / "unilm")
     for name in ("tokenizer.json", "tokenizer_meta.json"):
         shutil.copy(tok_dir / name, folder / name)
-    out = inference.generate(folder, "a short title", max_new_tokens=5)
-    old = inference.generate_seq2seq(folder, "a short title", max_new_tokens=5)
+    out = generation.generate(folder, "a short title", max_new_tokens=5)
+    old = generation.generate_seq2seq(folder, "a short title", max_new_tokens=5)
     assert out["family"] == "unilm" and out["ids"] == old["ids"] and out["text"] == old["text"]
     sample = {"strategy": "sample", "seed": 3, "top_k": 50, "max_new_tokens": 6}
-    pieces, streamed = drain(inference.stream_generate(folder, "a short title", **sample))
-    assert streamed["ids"] == inference.generate(folder, "a short title", **sample)["ids"]
+    pieces, streamed = drain(generation.stream_generate(folder, "a short title", **sample))
+    assert streamed["ids"] == generation.generate(folder, "a short title", **sample)["ids"]
     assert "".join(pieces) == streamed["text"]
 
 
@@ -175,8 +175,8 @@ def test_fill_spans_gives_each_sentinel_its_span(ckpts, tok_dir, monkeypatch):
     s0, s1, s2 = tok.sentinel_ids[:3]
     cat, sat, dog = (tok.tok.token_to_id(w) for w in ("cat", "sat", "dog"))
     # The model's output: <extra_id_0> cat sat <extra_id_1> dog (span corruption's target shape).
-    monkeypatch.setattr(inference, "_run_generate", lambda p, opts: ([s0, cat, sat, s1, dog], True))
-    out = inference.fill_spans(ckpts["t5"], "the <extra_id_0> on the mat and the <extra_id_1> ran <extra_id_2>.")
+    monkeypatch.setattr(generation, "run", lambda loaded, p, opts: ([s0, cat, sat, s1, dog], True))
+    out = generation.fill_spans(ckpts["t5"], "the <extra_id_0> on the mat and the <extra_id_1> ran <extra_id_2>.")
     assert [(s["sentinel"], s["text"], s["found"]) for s in out["spans"]] == [
         ("<extra_id_0>", "cat sat", True), ("<extra_id_1>", "dog", True), ("<extra_id_2>", "", False)]
     assert out["filled"] == "the cat sat on the mat and the dog ran <extra_id_2>."
@@ -185,21 +185,21 @@ def test_fill_spans_gives_each_sentinel_its_span(ckpts, tok_dir, monkeypatch):
 
 
 def test_fill_spans_runs_the_real_model(ckpts):
-    out = inference.fill_spans(ckpts["t5"], "the cat <extra_id_0> the mat.", max_new_tokens=8)
+    out = generation.fill_spans(ckpts["t5"], "the cat <extra_id_0> the mat.", max_new_tokens=8)
     assert [s["sentinel"] for s in out["spans"]] == ["<extra_id_0>"] and out["decoding"]["max_new_tokens"] == 8
 
 
 def test_fill_spans_mistakes(ckpts, base):
     with pytest.raises(InferenceError, match="has no sentinel: write <extra_id_0>"):
-        inference.fill_spans(ckpts["t5"], "the cat sat on the mat.")
+        generation.fill_spans(ckpts["t5"], "the cat sat on the mat.")
     with pytest.raises(InferenceError, match="has 8 sentinel tokens, <extra_id_0> to <extra_id_7>; <extra_id_12>"):
-        inference.fill_spans(ckpts["t5"], "the cat <extra_id_12> the mat.")
+        generation.fill_spans(ckpts["t5"], "the cat <extra_id_12> the mat.")
     with pytest.raises(InferenceError, match="needs a T5 checkpoint"):
-        inference.fill_spans(ckpts["gpt"], "the cat <extra_id_0> the mat.")
+        generation.fill_spans(ckpts["gpt"], "the cat <extra_id_0> the mat.")
     plain_tok = make_tokenizer(base / "tokenizer-plain", extra_ids=0)
     plain = make_checkpoint("t5", base / "t5-plain", plain_tok)
     with pytest.raises(InferenceError, match="tokenizer has no sentinel tokens"):
-        inference.fill_spans(plain, "the cat <extra_id_0> the mat.")
+        generation.fill_spans(plain, "the cat <extra_id_0> the mat.")
 
 
 # ---------------------------------------------------------------------------- attention
@@ -211,18 +211,18 @@ def _rows_sum_to_one(maps):
 
 
 def test_encoder_attention_has_every_layer_and_head(ckpts):
-    out = inference.attention_maps(ckpts["bert"], "the cat sat on the mat")
+    out = attention.attention_maps(ckpts["bert"], "the cat sat on the mat")
     assert out["stacks"] == ["encoder"] and out["layers"] == 2 and out["heads"] == 2 and out["layer"] is None
     assert out["tokens"][0] == "[CLS]" and out["tokens"][-1] == "[SEP]" and out["tokens"] == out["key_tokens"]
     T = len(out["tokens"])
     assert len(out["maps"]) == 2 and all(len(h) == T and len(h[0]) == T for layer in out["maps"] for h in layer)
     _rows_sum_to_one(out["maps"])
-    one = inference.attention_maps(ckpts["bert"], "the cat sat on the mat", layer=1)
+    one = attention.attention_maps(ckpts["bert"], "the cat sat on the mat", layer=1)
     assert one["layer"] == 1 and one["maps"] == [out["maps"][1]]
 
 
 def test_gpt_attention_is_causal(ckpts):
-    out = inference.attention_maps(ckpts["gpt"], "the cat sat on the mat")
+    out = attention.attention_maps(ckpts["gpt"], "the cat sat on the mat")
     assert out["stacks"] == ["decoder"] and out["stack"] == "decoder"
     _rows_sum_to_one(out["maps"])
     for layer in out["maps"]:
@@ -231,16 +231,16 @@ def test_gpt_attention_is_causal(ckpts):
 
 
 def test_t5_has_three_stacks_and_reads_a_target(ckpts):
-    enc = inference.attention_maps(ckpts["t5"], "the cat sat")
+    enc = attention.attention_maps(ckpts["t5"], "the cat sat")
     assert enc["stacks"] == ["encoder", "decoder", "cross"] and enc["stack"] == "encoder" and enc["target"] is None
     assert enc["tokens"][-1] == "[SEP]" and len(enc["maps"]) == 2
-    cross = inference.attention_maps(ckpts["t5"], "the cat sat", stack="cross", target="the dog")
+    cross = attention.attention_maps(ckpts["t5"], "the cat sat", stack="cross", target="the dog")
     assert cross["tokens"] == ["[PAD]", "the", "dog"] and cross["key_tokens"] == enc["tokens"]
     assert cross["target"] == "the dog" and len(cross["maps"][0][0]) == 3 and len(cross["maps"][0][0][0]) == 4
     _rows_sum_to_one(cross["maps"])
-    dec = inference.attention_maps(ckpts["t5"], "the cat sat", stack="decoder", target="the dog", layer=0)
+    dec = attention.attention_maps(ckpts["t5"], "the cat sat", stack="decoder", target="the dog", layer=0)
     assert dec["key_tokens"] == dec["tokens"] and dec["maps"][0][0][0][1:] == [0, 0]  # causal
-    greedy = inference.attention_maps(ckpts["t5"], "the cat sat", stack="cross")
+    greedy = attention.attention_maps(ckpts["t5"], "the cat sat", stack="cross")
     assert isinstance(greedy["target"], str) and len(greedy["tokens"]) >= 1
 
 
@@ -257,24 +257,24 @@ def test_albert_shared_layers_give_one_map_per_layer(base, tok_dir):
     folder = save_model(AlbertForPreTraining(cfg).eval(), base / "albert")
     for name in ("tokenizer.json", "tokenizer_meta.json"):
         shutil.copy(tok_dir / name, folder / name)
-    out = inference.attention_maps(folder, "the cat sat on the mat")
+    out = attention.attention_maps(folder, "the cat sat on the mat")
     assert out["layers"] == 3 and out["maps"][0] != out["maps"][1]  # one module, three calls, three maps
 
 
 def test_attention_mistakes(ckpts):
     with pytest.raises(InferenceError, match="has no attention to show"):
-        inference.attention_maps(ckpts["elmo"], "the cat sat")
+        attention.attention_maps(ckpts["elmo"], "the cat sat")
     with pytest.raises(InferenceError, match="has no 'cross' attention; choose encoder"):
-        inference.attention_maps(ckpts["bert"], "the cat sat", stack="cross")
+        attention.attention_maps(ckpts["bert"], "the cat sat", stack="cross")
     with pytest.raises(InferenceError, match="the attention viewer shows at most 128 tokens"):
-        inference.attention_maps(ckpts["t5"], "cat " * 200)
+        attention.attention_maps(ckpts["t5"], "cat " * 200)
     with pytest.raises(InferenceError, match="layer must be between 0 and 1"):
-        inference.attention_maps(ckpts["gpt"], "the cat", layer=2)
+        attention.attention_maps(ckpts["gpt"], "the cat", layer=2)
 
 
 # ---------------------------------------------------------------------------- ELMo
 def test_elmo_compares_a_word_across_contexts_layer_by_layer(ckpts):
-    out = inference.word_similarity(ckpts["elmo"], "我今天吃了一个苹果", "我买了一部苹果手机", "苹果")
+    out = similarity.word_similarity(ckpts["elmo"], "我今天吃了一个苹果", "我买了一部苹果手机", "苹果")
     assert [layer["layer"] for layer in out["layers"]] == [0, 1, 2]
     assert out["layers"][0]["name"] == "token representation"
     # Layer 0 does not see the context: the same two tokens give the same vector.
@@ -282,17 +282,17 @@ def test_elmo_compares_a_word_across_contexts_layer_by_layer(ckpts):
     assert all(layer["cosine"] < 0.9999 for layer in out["layers"][1:])  # the biLSTMs do see it
     assert [out["tokens_a"][i] for i in out["positions_a"]] == ["苹", "果"]
     assert [out["tokens_b"][i] for i in out["positions_b"]] == ["苹", "果"]
-    same = inference.word_similarity(ckpts["elmo"], "The cat sat.", "the CAT sat.", "Cat")
+    same = similarity.word_similarity(ckpts["elmo"], "The cat sat.", "the CAT sat.", "Cat")
     assert all(layer["cosine"] == pytest.approx(1.0, abs=1e-5) for layer in same["layers"])  # same context
 
 
 def test_word_similarity_mistakes(ckpts):
     with pytest.raises(InferenceError, match="“香蕉” is not in sentence A"):
-        inference.word_similarity(ckpts["elmo"], "我今天吃了一个苹果", "我买了一部苹果手机", "香蕉")
+        similarity.word_similarity(ckpts["elmo"], "我今天吃了一个苹果", "我买了一部苹果手机", "香蕉")
     with pytest.raises(InferenceError, match="Type the word"):
-        inference.word_similarity(ckpts["elmo"], "a", "b", " ")
+        similarity.word_similarity(ckpts["elmo"], "a", "b", " ")
     with pytest.raises(InferenceError, match="needs an ELMo checkpoint"):
-        inference.word_similarity(ckpts["bert"], "the cat", "a cat", "cat")
+        similarity.word_similarity(ckpts["bert"], "the cat", "a cat", "cat")
 
 
 # ---------------------------------------------------------------------------- imported T5 and GPT-2
@@ -319,9 +319,9 @@ def test_imported_t5_and_gpt2_generate_what_transformers_generates(base, kind, p
     assert info["family"] == ("t5" if kind == "t5" else "gpt")
     assert info["objectives"] == (["span_corruption"] if kind == "t5" else ["clm"])
     folder = base / f"imported-{kind}"
-    greedy = inference.generate(folder, prompt, max_new_tokens=10)
+    greedy = generation.generate(folder, prompt, max_new_tokens=10)
     assert greedy["ids"] == _hf_generate(kind, src, prompt, max_new_tokens=10, num_beams=1)
-    beam = inference.generate(folder, prompt, max_new_tokens=10, strategy="beam", num_beams=3)
+    beam = generation.generate(folder, prompt, max_new_tokens=10, strategy="beam", num_beams=3)
     assert beam["ids"] == _hf_generate(kind, src, prompt, max_new_tokens=10, num_beams=3)
     if kind == "t5":  # its sentinels came along
-        assert inference.fill_spans(folder, "the cat <extra_id_0> the mat")["spans"][0]["sentinel"] == "<extra_id_0>"
+        assert generation.fill_spans(folder, "the cat <extra_id_0> the mat")["spans"][0]["sentinel"] == "<extra_id_0>"

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from trainer.inference import tools as inference
+from trainer.inference import masked
 from trainer.errors import InferenceError
 
 
@@ -16,12 +16,12 @@ def ckpt(trained_run):
 
 
 def test_an_nsp_model_scores_both_orders_with_is_next(ckpt):
-    out = inference.sentence_order(ckpt, "Return the value of the key.", "Raise an error if it is missing.")
+    out = masked.sentence_order(ckpt, "Return the value of the key.", "Raise an error if it is missing.")
     assert out["head"] == "nsp" and set(out) == {"ab", "ba", "head"}
     assert 0 <= out["ab"] <= 1 and 0 <= out["ba"] <= 1 and out["ab"] != out["ba"]
-    single = inference.next_sentence(ckpt, "Return the value of the key.", "Raise an error if it is missing.")
+    single = masked.next_sentence(ckpt, "Return the value of the key.", "Raise an error if it is missing.")
     assert out["ab"] == pytest.approx(single["is_next"], abs=1e-5)  # padding the pair batch changes nothing
-    swapped = inference.next_sentence(ckpt, "Raise an error if it is missing.", "Return the value of the key.")
+    swapped = masked.next_sentence(ckpt, "Raise an error if it is missing.", "Return the value of the key.")
     assert out["ba"] == pytest.approx(swapped["is_next"], abs=1e-5)
 
 
@@ -32,6 +32,6 @@ def test_a_model_without_a_pair_objective_is_refused(ckpt, tmp_path):
     state["config"]["objectives"] = ["mlm"]
     (mlm_only / "trainer_state.json").write_text(json.dumps(state))
     with pytest.raises(InferenceError, match="without a sentence-pair objective"):
-        inference.sentence_order(mlm_only, "A.", "B.")
+        masked.sentence_order(mlm_only, "A.", "B.")
     with pytest.raises(InferenceError, match="second sentence"):
-        inference.sentence_order(ckpt, "A.", " ")
+        masked.sentence_order(ckpt, "A.", " ")

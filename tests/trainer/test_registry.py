@@ -5,13 +5,17 @@ import json
 
 import pytest
 
-from trainer.catalog import registry
+from trainer import families
+import dataclasses
+
+from trainer.catalog import schema, validation
+from trainer.objectives import lm
 from trainer.config import RunConfig
 from trainer.errors import ConfigError
 
 
 def test_bert_is_in_the_table_with_models_lib_presets():
-    spec = registry.ARCHITECTURES["bert"]
+    spec = families.get("bert")
     assert spec.label == "BERT" and spec.family == "bert"
     assert {"bert-tiny", "bert-mini", "bert-small", "bert-medium", "bert-base", "bert-large"} <= set(spec.presets)
     assert spec.objectives == ("mlm", "nsp") and spec.required_objectives == ("mlm",)
@@ -33,19 +37,19 @@ def test_incompatible_combinations_are_refused(changes, message):
 
 
 def test_an_objective_the_architecture_lacks_is_refused(monkeypatch):
-    monkeypatch.setitem(registry.OBJECTIVES, "clm", registry.ObjectiveSpec("clm", "Causal LM", "", ()))
+    monkeypatch.setattr(lm, "CLM", dataclasses.replace(lm.CLM, label="Causal LM"))
     with pytest.raises(ConfigError, match="BERT cannot be trained with Causal LM"):
         RunConfig(objectives=["mlm", "clm"])
 
 
 def test_tokenizer_algorithm_must_suit_the_architecture():
-    registry.validate_tokenizer(RunConfig(), "wordpiece")
+    validation.validate_tokenizer(RunConfig(), "wordpiece")
     with pytest.raises(ConfigError, match="BERT needs a wordpiece tokenizer; this one is bpe"):
-        registry.validate_tokenizer(RunConfig(), "bpe")
+        validation.validate_tokenizer(RunConfig(), "bpe")
 
 
 def test_launch_form_json():
-    data = registry.as_json()
+    data = schema.as_json()
     json.dumps(data)  # JSON-able
     bert = next(a for a in data["architectures"] if a["name"] == "bert")
     tiny = next(p for p in bert["presets"] if p["name"] == "bert-tiny")

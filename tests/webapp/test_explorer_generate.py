@@ -40,15 +40,14 @@ def test_bad_inputs_are_400(alice_api, bert_checkpoint, body):
 
 
 def test_a_unilm_answer_has_text_tokens_and_stopped(alice_api, bert_checkpoint, monkeypatch):
-    from trainer.inference import tools as inference
-
+    from trainer.inference import generate as generation
     calls = []
 
     def fake(checkpoint_dir, source_text, max_new_tokens=32):
         calls.append((source_text, max_new_tokens))
         return {"text": "the article", "tokens": ["the", "article"], "ids": [5, 6], "stopped": "end"}
 
-    monkeypatch.setattr(inference, "generate_seq2seq", fake)
+    monkeypatch.setattr(generation, "generate_seq2seq", fake)
     response = generate(alice_api, bert_checkpoint, source="  A title  ", max_new_tokens=12)
     assert response.status_code == 200, response.json()
     assert response.json() == {"text": "the article", "tokens": ["the", "article"], "stopped": "end"}

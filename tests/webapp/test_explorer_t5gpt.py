@@ -39,15 +39,14 @@ def ask(api, url, ckpt, **body):
 
 # ---------------------------------------------------------------------------- answers
 def test_t5_answers_the_explorers_generate_endpoint(alice_api, t5):
-    from trainer.inference import tools as inference
-
+    from trainer.inference import generate as generation
     response = ask(alice_api, GENERATE, t5, prompt="summarize: the cat sat on the mat", max_new_tokens=6)
     assert response.status_code == 200, response.json()
     body = response.json()
     assert body["checkpoint"] == str(t5.id) and body["family"] == "t5"
     assert len(body["tokens"]) <= 6 and body["stopped"] in ("end", "length")
     assert body["decoding"] == {"strategy": "greedy", "max_new_tokens": 6}
-    direct = inference.generate(t5.folder, "summarize: the cat sat on the mat", max_new_tokens=6)
+    direct = generation.generate(t5.folder, "summarize: the cat sat on the mat", max_new_tokens=6)
     assert body["text"] == direct["text"] and body["tokens"] == direct["tokens"]
 
 

@@ -10,13 +10,16 @@ Two steps, both usable on their own:
 - `import_hf_directory(src, dest)`: load the folder with `models_lib.hf.from_pretrained`
   (every model type it supports: the encoders, T5ForConditionalGeneration and GPT-2), write `models_lib.checkpoint.save_model`'s files plus our
   `tokenizer.json` + `tokenizer_meta.json` (what a trained run's checkpoint holds, so
-  trainer.inference.tools works unchanged) and `import_info.json` (where it came from, which
+  the explorer (trainer.inference) reads it unchanged) and `import_info.json` (where it came from, which
   pre-training heads had weights). The folder appears complete or not at all.
 
+What is model-specific comes from the family a model_type imports as (trainer.families):
 T5 and GPT-2 tokenizers lack roles our tokenizer metadata names (GPT-2 has only
 <|endoftext|>; T5 has no [CLS] or [MASK]); they are filled from the tokens each model uses
-(DECODER_ROLES), so the checkpoint loads like any other. Their "objectives" are what the
-model learnt to do: "clm" for GPT-2 (next-token prediction), "span_corruption" for T5.
+(Family.hf_roles), so the checkpoint loads like any other. Their "objectives" are what the
+model learnt to do (Family.hf_objective): "clm" for GPT-2 (next-token prediction),
+"span_corruption" for T5. Only a family whose inputs are "[CLS] text [SEP]" gets that
+template written into a tokenizer that lacks one.
 
 Every problem with the upload raises `ModelImportError` (a UserError) with a sentence.
 torch is imported only when a model is loaded.
@@ -33,7 +36,9 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
+from trainer import families
 from trainer.errors import TokenizerError, UserError
+from trainer.families import Family
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar", ".zip")  # longest first
 MAX_FILES = 200                       # a model folder holds a dozen files; shards add a few
@@ -42,15 +47,6 @@ INFO_NAME = "import_info.json"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
 TOKENIZER_SOURCES = ("tokenizer.json", "vocab.txt")
-# Our five tokenizer roles for the model types whose tokenizers have no [CLS]/[MASK] (by
-# config.json's model_type): the spellings to look for, first found wins. GPT-2's one special
-# token serves every role (transformers uses it as bos, eos and unk); T5 has no begin-of-text
-# token (its inputs end with </s>) and no mask token (its sentinels mark gaps instead).
-DECODER_ROLES = {
-    "gpt2": {role: ("<|endoftext|>",) for role in ("pad", "unk", "cls", "sep", "mask")},
-    "t5": {"pad": ("<pad>",), "unk": ("<unk>",), "cls": ("</s>",), "sep": ("</s>",), "mask": ("<unk>",)},
-}
-DECODER_OBJECTIVES = {"gpt": "clm", "t5": "span_corruption"}  # models_lib family -> what it was trained for
 _CHUNK = 1 << 20
 _JUNK = ("__MACOSX/",)  # resource forks a Mac's "Compress" adds; never part of a model
 
@@ -66,11 +62,20 @@ def archive_suffix(filename: str) -> str | None:
 
 
 def supported_model_types() -> tuple[str, ...]:
-    """The `model_type`s of config.json that models_lib.hf imports (the keys of its FORMATS
-    table, or SUPPORTED_MODEL_TYPES; BERT when it has neither)."""
-    from models_lib import hf
+    """The `model_type`s of config.json that import: those the families name as their Hugging
+    Face formats (Family.hf_model_types), in the families' order."""
+    return tuple(t for family in families.all() for t in family.hf_model_types)
 
-    return tuple(getattr(hf, "SUPPORTED_MODEL_TYPES", None) or getattr(hf, "FORMATS", None) or ("bert",))
+
+def _family_of(model_type: Any) -> Family | None:
+    """The family a config.json model_type imports as (None for one no family names)."""
+    return next((f for f in families.all() if model_type in f.hf_model_types), None)
+
+
+def _lacks_roles(model_type: Any) -> bool:
+    """Whether the model type's tokenizer lacks our roles ([CLS], [MASK], ...): T5's, GPT-2's."""
+    family = _family_of(model_type)
+    return family is not None and bool(family.hf_tokenizer_roles)
 
 
 # ---------------------------------------------------------------------------- archives
@@ -259,7 +264,7 @@ def check_hf_directory(src: str | Path) -> dict[str, Any]:
     if not any((src / name).is_file() for name in WEIGHT_FILES):
         raise ModelImportError("The model has config.json but no weights: add model.safetensors "
                                "(or pytorch_model.bin) from save_pretrained().")
-    if model_type in DECODER_ROLES:
+    if _lacks_roles(model_type):
         if not (src / "tokenizer.json").is_file():
             raise ModelImportError("The model has no tokenizer.json: save the tokenizer next to the model with a fast "
                                    "tokenizer (AutoTokenizer.from_pretrained(...).save_pretrained(folder) writes it).")
@@ -305,7 +310,8 @@ def import_hf_directory(src_dir: str | Path, dest_checkpoint_dir: str | Path) ->
 
         save_model(model, tmp)
         info["family"] = read_model_config(tmp)["family"]
-        _write_tokenizer(bundle, tmp, encoder=info["family"] not in DECODER_OBJECTIVES)
+        family = families.find(info["family"])
+        _write_tokenizer(bundle, tmp, encoder=family is None or family.cls_sep_inputs)
         (tmp / INFO_NAME).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         if dest.exists():
             shutil.rmtree(dest)
@@ -331,9 +337,9 @@ def trained_heads(model: Any) -> list[str]:
     T5 and GPT-2 have one output layer (often tied to the embeddings): their own objective,
     unless the upload lacked it (a bare GPT2Model with an untied, freshly made lm_head)."""
     missing = set(getattr(model, "missing_keys", []))
-    family = getattr(getattr(model, "config", None), "family", None)
-    if family in DECODER_OBJECTIVES:
-        return [] if "lm_head.weight" in missing else [DECODER_OBJECTIVES[family]]
+    family = families.find(getattr(getattr(model, "config", None), "family", None))
+    if family is not None and family.hf_objective:
+        return [] if "lm_head.weight" in missing else [family.hf_objective]
     heads = []
     for name, module in model.named_children():
         if not name.endswith("_head") or module is None:
@@ -353,14 +359,14 @@ def _load_tokenizer(src: Path, hf_config: dict | None = None) -> Any:
     try:
         return load_tokenizer(src)
     except TokenizerError as e:
-        if model_type not in DECODER_ROLES:
+        if not _lacks_roles(model_type):
             raise ModelImportError(f"The model's tokenizer cannot be used: {e}") from None
     return _decoder_tokenizer(src, model_type, hf_config or {})
 
 
 def _decoder_tokenizer(src: Path, model_type: str, hf_config: dict) -> Any:
-    """A T5 or GPT-2 tokenizer.json as a TokenizerBundle, its roles filled from DECODER_ROLES
-    (GPT-2: the token config.json names as eos_token_id, when it has one)."""
+    """A T5 or GPT-2 tokenizer.json as a TokenizerBundle, its roles filled as its family says
+    (Family.hf_roles; GPT-2: the token config.json names as eos_token_id, when it has one)."""
     from tokenizers import Tokenizer
 
     from trainer.prep.tokenization import MAX_EXTRA_IDS, TokenizerBundle, sentinel_token
@@ -369,10 +375,7 @@ def _decoder_tokenizer(src: Path, model_type: str, hf_config: dict) -> Any:
         tok = Tokenizer.from_file(str(src / "tokenizer.json"))
     except Exception as e:  # the Rust side raises a plain Exception on bad JSON
         raise ModelImportError(f"tokenizer.json cannot be read: {e}") from None
-    roles = dict(DECODER_ROLES[model_type])
-    eos_id = hf_config.get("eos_token_id")
-    if model_type == "gpt2" and isinstance(eos_id, int) and tok.id_to_token(eos_id) is not None:
-        roles = {role: (tok.id_to_token(eos_id),) for role in roles}
+    roles = _family_of(model_type).hf_roles(hf_config, tok)
     ids, names = {}, {}
     for role, spellings in roles.items():
         found = next((t for t in spellings if tok.token_to_id(t) is not None), None)

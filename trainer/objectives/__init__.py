@@ -8,15 +8,18 @@
 
 Adding an objective: write its module (its collator, batch type, step and `Objective`), add
 one line to `REGISTRY`, and list it in the objectives of the families that train it.
-Modules are imported on first use, so importing this package costs nothing.
+Modules are imported on first use, so importing this package imports no torch (the launch
+form's validation and schema read it in the web process).
 """
 from __future__ import annotations
 
 import importlib
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from trainer.errors import ConfigError
-from trainer.objectives.base import Objective
+
+if TYPE_CHECKING:
+    from trainer.objectives.base import Objective
 
 # name -> "module:ATTRIBUTE" of its Objective, in the order the launch form lists them.
 REGISTRY: dict[str, str] = {

@@ -30,7 +30,7 @@ from torch import nn
 from trainer.training import checkpoints
 from trainer import objectives
 from trainer.training import steps
-from trainer.catalog import registry
+from trainer.catalog import validation
 from trainer.objectives.base import Batch, Step, StepOutput
 from trainer.objectives.examples import SpecialIds
 from trainer.config import RunConfig, resolve_device, resolve_precision
@@ -70,7 +70,7 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
     out_dir/checkpoints/. Calls sink.close() when done, also on error."""
     data_dir, out_dir = Path(data_dir), Path(out_dir)
     try:
-        registry.validate(config)
+        validation.validate(config)
         tokenizer = load_tokenizer(config, data_dir)
         device, precision = setup_runtime(config)
         resume_from = find_resume_point(out_dir, resume, sink)
@@ -98,7 +98,7 @@ def load_tokenizer(config: RunConfig, data_dir: Path) -> Any:
     from trainer.prep.tokenization import load_tokenizer as _load
 
     bundle = _load(data_dir)
-    registry.validate_tokenizer(config, bundle.meta.get("algorithm", "wordpiece"), bundle.meta)
+    validation.validate_tokenizer(config, bundle.meta.get("algorithm", "wordpiece"), bundle.meta)
     return bundle
 
 

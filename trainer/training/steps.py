@@ -15,7 +15,8 @@ from typing import Any
 from torch import nn
 
 from trainer import objectives
-from trainer.catalog import registry
+from trainer import families
+from trainer.catalog import validation
 from trainer.errors import ConfigError
 from trainer.objectives.base import Step
 from trainer.objectives.examples import SpecialIds
@@ -37,15 +38,15 @@ def token_ids(pad_id: int, tokenizer: Any = None) -> dict[str, int]:
 
 def model_config(config: RunConfig, vocab_size: int, pad_id: int, tokenizer: Any = None) -> Any:
     """The models_lib config of a run: its preset, its model_overrides, the tokenizer's vocabulary
-    and the special ids the family takes (registry token_fields: T5's pad, EOS and decoder start
+    and the special ids the family takes (Family.token_fields: T5's pad, EOS and decoder start
     = pad; GPT's pad and EOS; everyone's pad)."""
-    spec = registry.get(config.architecture)
+    spec = families.get(config.architecture)
     overrides = dict(config.model_overrides)
     ids = token_ids(pad_id, tokenizer)
     tokens = {name: ids[role] for name, role in spec.token_fields.items()}
     cfg = spec.preset_config(config.preset, vocab_size=vocab_size, **tokens, **overrides)
-    if registry.max_positions(cfg) < config.seq_len:  # registry.validate refuses this; belt and braces
-        raise ConfigError(f"seq_len {config.seq_len} is longer than the model's {registry.max_positions(cfg)} positions.")
+    if validation.max_positions(cfg) < config.seq_len:  # validation.validate refuses this; belt and braces
+        raise ConfigError(f"seq_len {config.seq_len} is longer than the model's {validation.max_positions(cfg)} positions.")
     return cfg
 
 
@@ -55,32 +56,18 @@ def build(config: RunConfig, *, vocab_size: int, pad_id: int, device: str,
     `tokenizer` (the run's TokenizerBundle; loaded from data_dir when needed and not given)
     supplies the special ids and, for ELMo's character CNN, the vocabulary's spellings.
     DistilBERT's student starts from every other layer of the teacher (loaded here, frozen)."""
-    spec = registry.get(config.architecture)
+    spec = families.get(config.architecture)
     objective = objectives.resolve(config.objectives)
-    if "teacher_checkpoint" in objective.settings:
-        registry.validate_teacher(config)
+    if spec.needs_teacher:
+        validation.validate_teacher(config)
     if tokenizer is None and data_dir is not None:
         from trainer.prep.tokenization import load_tokenizer
 
         tokenizer = load_tokenizer(Path(data_dir))
     cfg = model_config(config, vocab_size, pad_id, tokenizer)
     model = spec.build_model(cfg)
-    if getattr(cfg, "char_cnn", False):
-        set_char_table(model, tokenizer)
+    spec.prepare_model(model, tokenizer)  # ELMo's character table
     extra = objective.prepare(config, model, vocab_size=vocab_size, data_dir=data_dir, device=device) \
         if objective.prepare else {}
     model = model.to(device).train()
     return model, objective.step(config, model, device, **extra)
-
-
-def set_char_table(model: nn.Module, tokenizer: Any) -> None:
-    """ELMo with the character CNN: each token id's spelling (its UTF-8 bytes between word
-    markers), from the tokenizer's vocabulary; a checkpoint stores the table with the weights."""
-    from models_lib.families.elmo import char_table
-    from trainer.prep.segmenter import vocab_strings
-
-    if tokenizer is None:
-        raise ConfigError("ELMo's character CNN spells every token of the vocabulary, so it needs the run's "
-                          "tokenizer; train with its tokenizer folder.")
-    strings = [s or "" for s in vocab_strings(tokenizer)]  # gaps in the ids: empty spellings
-    model.set_char_table(char_table(strings, max_chars=model.config.max_chars))

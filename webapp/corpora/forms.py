@@ -33,12 +33,12 @@ def rule_labels() -> dict[str, str]:
 def algorithm_choices() -> list[tuple[str, str]]:
     """The tokenizer algorithms worth training: those the trainer implements and at least one
     trainable architecture accepts (so a tokenizer made here can always be used by a run)."""
-    from trainer.catalog.registry import ARCHITECTURES
+    from trainer import families
     from trainer.prep.tokenization import ALGORITHMS
 
     names: list[str] = []
-    for spec in ARCHITECTURES.values():
-        names += [a for a in spec.tokenizer_algorithms if a in ALGORITHMS and a not in names]
+    for family in families.all():
+        names += [a for a in family.tokenizer_algorithms if a in ALGORITHMS and a not in names]
     return [(name, ALGORITHMS[name].label) for name in names]
 
 

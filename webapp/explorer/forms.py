@@ -123,7 +123,7 @@ class ExploreForm(forms.Form):
 
 def form_decoding(data: dict) -> dict:
     """ExploreForm's cleaned decoding fields as the API names them, only those the chosen strategy
-    reads (trainer.inference.tools checks them again)."""
+    reads (trainer.inference.generate checks them again)."""
     strategy = data.get("strategy") or "greedy"
     out = {"strategy": strategy, "max_new_tokens": data.get("max_new_tokens") or 32}
     if strategy == "beam":

@@ -1,9 +1,10 @@
 """Ask checkpoints questions: fill-mask, next-sentence and pair-order scores, the same question to
 several checkpoints side by side, text generation (T5 text-to-text, span filling, GPT and UniLM
 generation, streamed or not), attention maps, ELMo word similarity, and a run's masked batches
-(trainer.inference.tools and trainer.inference.inspection do the work).
+(trainer.inference's capability modules and trainer.inference.inspection do the work). Which
+tools a checkpoint gets is its family's (trainer.families: Family.explorer_kind).
 
-Models are loaded and cached per process by trainer.inference.tools; here we only check what a
+Models are loaded and cached per process by trainer.inference.loading; here we only check what a
 user can get wrong before it reaches the model.
 """
 from __future__ import annotations
@@ -18,9 +19,9 @@ from webapp.runs.models import Checkpoint
 MAX_TEXT_CHARS = 2000
 MAX_TOP_K = 50
 MAX_NEW_TOKENS = 128        # UniLM's seq2seq endpoint
-MAX_GENERATE_TOKENS = 256   # /generate/, /fill-spans/ and the streaming socket (trainer.inference.tools's bound)
+MAX_GENERATE_TOKENS = 256   # /generate/, /fill-spans/ and the streaming socket (trainer.inference.generate's bound)
 MAX_BEAMS = 8
-ATTENTION_MAX_TOKENS = 128  # trainer.inference.tools.ATTENTION_MAX_TOKENS, said on the page
+ATTENTION_MAX_TOKENS = 128  # trainer.inference.attention.ATTENTION_MAX_TOKENS, said on the page
 STRATEGIES = ("greedy", "beam", "sample")
 STACKS = ("encoder", "decoder", "cross")
 
@@ -68,45 +69,45 @@ def _text(value: str, what: str = "The text") -> str:
 
 def fill_mask(*, checkpoint: Checkpoint, text: str, top_k: int = 5) -> list[dict[str, Any]]:
     """For each [MASK] in `text`: its position and the top-k tokens with probabilities."""
-    from trainer.inference import tools as inference  # imports torch
+    from trainer.inference import masked  # imports torch
 
     text = _text(text)
     if not 1 <= int(top_k) <= MAX_TOP_K:
         raise InferenceError(f"top_k must be between 1 and {MAX_TOP_K}.")
-    return inference.fill_mask(_folder(checkpoint), text, top_k=int(top_k))
+    return masked.fill_mask(_folder(checkpoint), text, top_k=int(top_k))
 
 
 def next_sentence(*, checkpoint: Checkpoint, text_a: str, text_b: str) -> dict[str, float]:
     """P(sentence B follows sentence A) as {"is_next": p, "not_next": 1 - p}."""
-    from trainer.inference import tools as inference  # imports torch
+    from trainer.inference import masked  # imports torch
 
     text_a, text_b = _text(text_a, "Sentence A"), _text(text_b, "Sentence B")
-    return inference.next_sentence(_folder(checkpoint), text_a, text_b)
+    return masked.next_sentence(_folder(checkpoint), text_a, text_b)
 
 
 def sentence_order(*, checkpoint: Checkpoint, text_a: str, text_b: str) -> dict[str, Any]:
     """The pair in both orders: {"ab", "ba", "head"} (P(in order) with an SOP head, else P(IsNext))."""
-    from trainer.inference import tools as inference  # imports torch
+    from trainer.inference import masked  # imports torch
 
     text_a, text_b = _text(text_a, "Sentence A"), _text(text_b, "Sentence B")
-    return inference.sentence_order(_folder(checkpoint), text_a, text_b)
+    return masked.sentence_order(_folder(checkpoint), text_a, text_b)
 
 
 def generate_seq2seq(*, checkpoint: Checkpoint, source: str, max_new_tokens: int = 32) -> dict[str, Any]:
     """A UniLM checkpoint writes a target for `source` (e.g. title → article, article → title):
     {"text", "tokens", "stopped": "end" | "length"}."""
-    from trainer.inference import tools as inference  # imports torch
+    from trainer.inference import generate as generation  # imports torch
 
     source = _text(source, "The source")
     if not 1 <= int(max_new_tokens) <= MAX_NEW_TOKENS:
         raise InferenceError(f"max_new_tokens must be between 1 and {MAX_NEW_TOKENS}.")
-    out = inference.generate_seq2seq(_folder(checkpoint), source, max_new_tokens=int(max_new_tokens))
+    out = generation.generate_seq2seq(_folder(checkpoint), source, max_new_tokens=int(max_new_tokens))
     return {"text": out["text"], "tokens": out["tokens"], "stopped": out["stopped"]}
 
 
 # ---------------------------------------------------------------------------- generation
 def _decoding(decoding: dict[str, Any] | None) -> dict[str, Any]:
-    """The decoding fields a request gave (None = default); trainer.inference.tools checks them."""
+    """The decoding fields a request gave (None = default); trainer.inference.generate checks them."""
     fields = ("strategy", "max_new_tokens", "num_beams", "temperature", "top_k", "top_p", "seed")
     return {k: v for k, v in (decoding or {}).items() if k in fields and v is not None and v != ""}
 
@@ -114,49 +115,49 @@ def _decoding(decoding: dict[str, Any] | None) -> dict[str, Any]:
 def generate(*, checkpoint: Checkpoint, prompt: str, decoding: dict[str, Any] | None = None) -> dict[str, Any]:
     """A T5 (text-to-text), GPT (continuation) or UniLM (seq2seq) checkpoint writes text:
     {"family", "text", "tokens", "ids", "stopped", "prompt_tokens", "decoding"}."""
-    from trainer.inference import tools as inference  # imports torch
+    from trainer.inference import generate as generation  # imports torch
 
     prompt = _text(prompt, "The prompt")
-    return inference.generate(_folder(checkpoint), prompt, **_decoding(decoding))
+    return generation.generate(_folder(checkpoint), prompt, **_decoding(decoding))
 
 
 def fill_spans(*, checkpoint: Checkpoint, text: str, decoding: dict[str, Any] | None = None) -> dict[str, Any]:
     """T5 fills each <extra_id_N> of `text`: {"spans", "filled", "output", "stopped", "decoding"}."""
-    from trainer.inference import tools as inference  # imports torch
+    from trainer.inference import generate as generation  # imports torch
 
     text = _text(text)
-    return inference.fill_spans(_folder(checkpoint), text, **_decoding(decoding))
+    return generation.fill_spans(_folder(checkpoint), text, **_decoding(decoding))
 
 
 def stream_generate(*, checkpoint: Checkpoint, prompt: str,
                     decoding: dict[str, Any] | None = None) -> Generator[str, None, dict[str, Any]]:
     """`generate` as a generator of text pieces (its return value is generate's answer). The
     request is checked now; advancing it runs the model, so do that off the event loop."""
-    from trainer.inference import tools as inference  # imports torch
+    from trainer.inference import generate as generation  # imports torch
 
     prompt = _text(prompt, "The prompt")
-    return inference.stream_generate(_folder(checkpoint), prompt, **_decoding(decoding))
+    return generation.stream_generate(_folder(checkpoint), prompt, **_decoding(decoding))
 
 
 def attention(*, checkpoint: Checkpoint, text: str, target: str | None = None, stack: str | None = None,
               layer: int | None = None) -> dict[str, Any]:
-    """Attention weights per layer and head (trainer.inference.tools.attention_maps)."""
-    from trainer.inference import tools as inference  # imports torch
+    """Attention weights per layer and head (trainer.inference.attention.attention_maps)."""
+    from trainer.inference import attention as viewer  # imports torch
 
     text = _text(text)
     if target:
         target = _text(target, "The target")
-    return inference.attention_maps(_folder(checkpoint), text, target=target or None, stack=stack or None,
-                                    layer=layer)
+    return viewer.attention_maps(_folder(checkpoint), text, target=target or None, stack=stack or None,
+                                 layer=layer)
 
 
 def word_similarity(*, checkpoint: Checkpoint, sentence_a: str, sentence_b: str, word: str) -> dict[str, Any]:
     """Cosine of an ELMo checkpoint's vectors of `word` in two sentences, per layer."""
-    from trainer.inference import tools as inference  # imports torch
+    from trainer.inference import similarity  # imports torch
 
     a, b = _text(sentence_a, "Sentence A"), _text(sentence_b, "Sentence B")
     word = _text(word, "The word")
-    return inference.word_similarity(_folder(checkpoint), a, b, word)
+    return similarity.word_similarity(_folder(checkpoint), a, b, word)
 
 
 # ---------------------------------------------------------------------------- what a checkpoint is
@@ -177,12 +178,13 @@ def checkpoint_family(checkpoint: Checkpoint) -> str:
 
 
 def family_kind(family: str) -> str:
-    """What the explorer offers a family: "t5", "gpt", "elmo" and "unilm" each have their own
-    tools; every other family is an "encoder" (fill-mask, sentence pairs)."""
-    family = (family or "").lower()
-    if family.startswith("gpt"):
-        return "gpt"
-    return family if family in ("unilm", "t5", "elmo") else "encoder"
+    """Which explorer panels a family gets (its Family's explorer_kind): "t5", "gpt", "elmo" and
+    "unilm" each have their own tools; the encoders, and a family name nobody registered, get
+    "encoder" (fill-mask, sentence pairs). A Hugging Face model type ("gpt2") names its family."""
+    from trainer import families
+
+    found = families.find(family)
+    return found.explorer_kind if found is not None else "encoder"
 
 
 # ---------------------------------------------------------------------------- comparison

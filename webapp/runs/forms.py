@@ -1,8 +1,8 @@
-"""The launch form, generated from trainer.catalog.registry.as_json(), and the YAML import form.
+"""The launch form, generated from trainer.catalog.schema.as_json(), and the YAML import form.
 
 The page's JavaScript hides presets, objectives, masking units and family settings that do not
 fit the chosen architecture, and warns about a tokenizer of the wrong algorithm, but every
-POST is validated again here (through RunConfig, the registry and the run services).
+POST is validated again here (through RunConfig, trainer.catalog.validation and the run services).
 
 Family settings: ELECTRA's generator size, ALBERT's layer sharing, T5's version, GPT's
 LayerNorm placement and ELMo's character CNN are models_lib fields (they go to
@@ -70,12 +70,23 @@ def _user_objects(model, user):
     return model.objects.filter(owner=user, status=JobStatus.READY).order_by("-created_at")
 
 
+def teacher_families() -> list[str]:
+    """The families whose checkpoints some family distils (DistilBERT's teachers: BERT)."""
+    from trainer import families
+
+    names: list[str] = []
+    for family in families.all():
+        names += [t for t in family.teacher_families if t not in names]
+    return names
+
+
 def teacher_checkpoints(user):
-    """The user's BERT checkpoints (of BERT runs, and imported BERT models), newest first."""
+    """The user's checkpoints of a teacher family (BERT: of BERT runs, and imported BERT models), newest first."""
+    teachers = teacher_families()
     imported = [c.pk for c in Checkpoint.objects.filter(owner=user, source=CheckpointSource.IMPORT)
-                if _family(c) == "bert"]
+                if _family(c) in teachers]
     return (Checkpoint.objects.filter(owner=user)
-            .filter(models.Q(run__architecture="bert") | models.Q(pk__in=imported))
+            .filter(models.Q(run__architecture__in=teachers) | models.Q(pk__in=imported))
             .select_related("run").order_by("-created_at"))
 
 

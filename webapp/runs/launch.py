@@ -1,5 +1,5 @@
 """What the launch form and the create API offer: fields, labels, tiny CPU-friendly defaults,
-and reading a run config from YAML. Everything else comes from trainer.catalog.registry.as_json().
+and reading a run config from YAML. Everything else comes from trainer.catalog.schema.as_json().
 """
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from trainer.catalog import registry
+from trainer.catalog import schema
 from trainer.config import RunConfig
 from trainer.errors import ConfigError
 
@@ -71,7 +71,7 @@ CLI_ONLY_KEYS = ("corpus", "tokenizer", "output_dir")
 
 @functools.lru_cache(maxsize=1)
 def registry_json() -> dict[str, Any]:
-    return registry.as_json()
+    return schema.as_json()
 
 
 def architecture_json(name: str) -> dict[str, Any] | None:
@@ -103,7 +103,7 @@ def model_field_names() -> list[str]:
 
 
 def model_field(name: str) -> dict[str, Any]:
-    """The registry's description of a model field, with the families that show it."""
+    """The schema's description of a model field, with the families that show it."""
     found: dict[str, Any] = {}
     for arch in registry_json()["architectures"]:
         for f in arch["model_fields"]:

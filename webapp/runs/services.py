@@ -23,7 +23,9 @@ from django.db.models import DateTimeField, F, Q, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from trainer.catalog import registry
+from trainer import families
+from trainer.catalog import validation
+from trainer import objectives
 from trainer.config import RunConfig
 from trainer.errors import ConfigError, UserError
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
@@ -47,8 +49,8 @@ def build_config(*, architecture: str, preset: str, objectives, training: dict |
                  owner=None) -> RunConfig:
     """A validated RunConfig from the launch choices plus training settings (RunConfig defaults fill the rest).
 
-    With `owner`, a DistilBERT teacher given as one of the owner's checkpoints (its id, or its
-    folder as an exported YAML holds it) becomes that checkpoint's folder, and the student's
+    With `owner`, a teacher (DistilBERT's) given as one of the owner's checkpoints (its id, or
+    its folder as an exported YAML holds it) becomes that checkpoint's folder, and the student's
     shape (half the teacher's layers, its width) is set in model_overrides."""
     training = dict(training or {})
     for key in CHOICE_FIELDS:
@@ -56,13 +58,14 @@ def build_config(*, architecture: str, preset: str, objectives, training: dict |
     if owner is not None and training.get("teacher_checkpoint"):
         teacher = resolve_teacher(owner=owner, value=training["teacher_checkpoint"])
         training["teacher_checkpoint"] = str(teacher.folder)
-        if architecture == "distilbert":
+        if architecture in families.names() and families.get(architecture).needs_teacher:
             user = dict(training.get("model_overrides") or {})
-            training["model_overrides"] = {**user, **student_shape(teacher, preset, user)}
+            training["model_overrides"] = {**user, **student_shape(teacher, preset, user,
+                                                                   architecture=architecture)}
     config = RunConfig.from_dict(
         {**training, "architecture": architecture, "preset": preset, "objectives": list(objectives or [])}
     )
-    registry.validate(config)
+    validation.validate(config)
     return config
 
 
@@ -87,17 +90,20 @@ def resolve_teacher(*, owner, value) -> Checkpoint:
     return found
 
 
-def student_shape(teacher: Checkpoint, preset: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """model_overrides that give a DistilBERT preset (with the user's overrides) the teacher's width
-    and half its layers: only the fields still needed, in order (a new hidden size also changes
-    the derived FFN size). {} when the teacher's files cannot be read (validate_teacher says why)."""
+def student_shape(teacher: Checkpoint, preset: str, overrides: dict[str, Any] | None = None, *,
+                  architecture: str) -> dict[str, Any]:
+    """model_overrides that give a student preset (DistilBERT's, with the user's overrides) the
+    teacher's width and half its layers, as the student's family asks (Family.student_overrides):
+    only the fields still needed, in order (a new hidden size also changes the derived FFN size).
+    {} when the teacher's files cannot be read (validate_teacher says why)."""
     from trainer.training.checkpoints import read_model_meta
 
+    spec = families.get(architecture)
     try:
-        wanted = registry.student_overrides(read_model_meta(teacher.folder)["config"])
-    except (UserError, ValueError, TypeError):
+        wanted = spec.student_overrides(read_model_meta(teacher.folder)["config"])
+    except (UserError, ValueError, KeyError, TypeError):
         return {}
-    spec, user, needed = registry.get("distilbert"), dict(overrides or {}), {}
+    user, needed = dict(overrides or {}), {}
     for name, value in wanted.items():
         try:
             current = spec.preset_config(preset, vocab_size=1024, **{**user, **needed})
@@ -109,12 +115,13 @@ def student_shape(teacher: Checkpoint, preset: str, overrides: dict[str, Any] | 
 
 
 def check_teacher(*, config: RunConfig, tokenizer: Tokenizer) -> None:
-    """A DistilBERT run's teacher: a BERT checkpoint on disk, trained with the run's tokenizer."""
-    if config.architecture != "distilbert":
+    """The teacher of a run whose family distils (DistilBERT's: a BERT checkpoint on disk), trained
+    with the run's tokenizer; nothing for other families."""
+    if not families.get(config.architecture).needs_teacher:
         return
     from trainer.prep.tokenization import tokenizers_differ
 
-    registry.validate_teacher(config)
+    validation.validate_teacher(config)
     if tokenizers_differ(tokenizer.folder, config.teacher_checkpoint):
         raise ConfigError(f"The teacher was trained with another tokenizer than '{tokenizer.name}'; a student reads "
                           f"its teacher's vocabulary, so choose the tokenizer the teacher's run used.")
@@ -141,11 +148,11 @@ def check_tokenizer(*, config: RunConfig, tokenizer: Tokenizer) -> None:
     """The tokenizer's algorithm must be one the architecture reads, and T5's span corruption needs
     its sentinel tokens; the sentence says where to get one."""
     try:
-        registry.validate_tokenizer(config, tokenizer.algorithm, {"extra_ids": tokenizer_extra_ids(tokenizer)})
+        validation.validate_tokenizer(config, tokenizer.algorithm, {"extra_ids": tokenizer_extra_ids(tokenizer)})
     except ConfigError as e:
-        wanted = registry.get(config.architecture).tokenizer_algorithms[0]
-        sentinels = any(registry.OBJECTIVES[o].needs_sentinels for o in config.objectives if o in registry.OBJECTIVES)
-        raise ConfigError(f"{e} Train a {registry.algorithm_label(wanted)} tokenizer on the corpus's page "
+        wanted = families.get(config.architecture).tokenizer_algorithms[0]
+        sentinels = any(objectives.get(o).needs_sentinels for o in config.objectives if o in objectives.REGISTRY)
+        raise ConfigError(f"{e} Train a {validation.algorithm_label(wanted)} tokenizer on the corpus's page "
                           f"(Corpora, then the corpus, then “Train a tokenizer”"
                           f"{', with “T5 sentinel tokens” set to 100' if sentinels else ''}).") from None
 

@@ -1,0 +1,90 @@
+"""The launch form's schema: every family (trainer.families) with its presets and their sizes,
+objectives, masking units, packings, tokenizer algorithm and settings, plus the objectives, the
+RunConfig fields' defaults, bounds, choices and help text. The web app renders the form and the
+API's /api/registry/ from `as_json()`."""
+from __future__ import annotations
+
+from typing import Any
+
+from trainer import families
+from trainer import objectives
+from trainer.catalog.validation import algorithm_label, max_positions
+from trainer.families import Family
+
+
+def as_json() -> dict[str, Any]:
+    """Everything the launch form needs: architectures (presets with sizes, objectives, masking
+    units, packings, tokenizer algorithm, family settings), objectives, field defaults, bounds,
+    choices and help text."""
+    from trainer.objectives.examples import PACKINGS
+    from trainer.objectives.masking import MASKING_UNITS
+    from trainer import config as config_mod
+
+    registered = families.all()
+    bounds = {k: [lo, hi] for k, (lo, hi) in config_mod.BOUNDS.items()}
+    all_choices = config_mod.choices()
+    return {
+        "architectures": [architecture_json(family) for family in registered],
+        "objectives": {o.name: {"label": o.label, "help": o.help, "metrics": list(o.metrics)}
+                       for o in objectives.all()},
+        "masking_units": dict(MASKING_UNITS),
+        "packings": dict(PACKINGS),
+        "tokenizer_algorithms": {a: algorithm_label(a) for family in registered for a in family.tokenizer_algorithms},
+        "pair_objectives": [o.name for o in objectives.all() if o.pair_examples],
+        "fields": {
+            name: {
+                "default": default,
+                "help": config_mod.field_help().get(name, ""),
+                **({"min": bounds[name][0], "max": bounds[name][1]} if name in bounds else {}),
+                **({"choices": list(all_choices[name])} if name in all_choices else {}),
+            }
+            for name, default in config_mod.field_defaults().items()
+        },
+        "dupe_factor": config_mod.DUPE_FACTOR,
+    }
+
+
+def architecture_json(family: Family) -> dict[str, Any]:
+    """One family as the form shows it."""
+    presets = [{"name": name, **preset_size(family.preset_config(name, vocab_size=1024))}
+               for name in family.presets]
+    default_preset = family.default_preset or (presets[0]["name"] if presets else "")
+    default_cfg = family.preset_config(default_preset, vocab_size=1024)
+    return {
+        "name": family.name,
+        "label": family.label,
+        "family": family.family,
+        "about": family.about,
+        "presets": presets,
+        "default_preset": default_preset,
+        "objectives": list(family.objectives),
+        "required_objectives": list(family.required_objectives),
+        "default_objectives": list(family.default_objectives),
+        "allowed_objective_sets": family.allowed_objective_sets(),
+        "refusals": dict(family.refusals),
+        "tokenizer_algorithms": list(family.tokenizer_algorithms),
+        "default_tokenizer_algorithm": family.tokenizer_algorithms[0],
+        "masking_units": list(family.masking_units),
+        "default_masking_unit": family.default_masking_unit,
+        "packings": list(family.packings),
+        "optimizer_defaults": dict(family.optimizer_defaults),
+        "config_fields": list(family.config_fields),
+        "model_fields": [mf.as_json(getattr(default_cfg, mf.name)) for mf in family.model_fields],
+        "needs_teacher": family.needs_teacher,
+        "one_objective": family.one_objective,
+        "hidden_fields": list(family.hidden_fields),
+        "sentinel_objectives": [o for o in family.objectives if objectives.get(o).needs_sentinels],
+        "seq_len_help": family.seq_len_help(),
+    }
+
+
+def preset_size(model_cfg: Any) -> dict[str, Any]:
+    """A preset's shape as its config describes it (models_lib's `shape()`: layers, hidden size,
+    heads, ... and a label), the longest seq_len the form may offer, and its parameter count
+    without embeddings (`count_params()`: those depend on the vocabulary)."""
+    from trainer.config import BOUNDS
+
+    shape = dict(model_cfg.shape())
+    label = shape.pop("label")
+    return {**shape, "max_positions": min(max_positions(model_cfg), int(BOUNDS["seq_len"][1])),
+            "params_without_embeddings": model_cfg.count_params(), "label": label}
