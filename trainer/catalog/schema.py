@@ -8,7 +8,7 @@ from typing import Any
 
 from trainer import families
 from trainer import objectives
-from trainer.catalog.validation import algorithm_label, max_positions
+from trainer.catalog.validation import algorithm_label, max_positions, with_objectives
 from trainer.families import Family
 
 
@@ -20,7 +20,7 @@ def as_json() -> dict[str, Any]:
     from trainer.objectives.masking import MASKING_UNITS
     from trainer import config as config_mod
 
-    registered = families.all()
+    registered = [with_objectives(family) for family in families.all()]
     bounds = {k: [lo, hi] for k, (lo, hi) in config_mod.BOUNDS.items()}
     all_choices = config_mod.choices()
     return {

@@ -7,6 +7,8 @@ objectives, units and packings, and its hooks (`check_run`, `check_model_config`
 """
 from __future__ import annotations
 
+import dataclasses
+
 from typing import TYPE_CHECKING, Any
 
 from trainer import families
@@ -18,6 +20,13 @@ if TYPE_CHECKING:
     from trainer.config import RunConfig
 
 
+def with_objectives(family: Family) -> Family:
+    """The family with the objectives registered for it (Objective.families) added to those it
+    lists itself: what the launch form offers and validation accepts."""
+    extra = tuple(o.name for o in objectives.all() if family.name in o.families and o.name not in family.objectives)
+    return dataclasses.replace(family, objectives=family.objectives + extra) if extra else family
+
+
 def validate(config: "RunConfig") -> None:
     """Raise ConfigError unless the config's architecture, preset, objectives, masking unit,
     packing, family settings and seq_len fit together. Reads no files: a DistilBERT teacher
@@ -25,7 +34,7 @@ def validate(config: "RunConfig") -> None:
     which the engine, the CLI and the web app call before training, so that a stored config
     stays loadable after its teacher is deleted, and the web app can check that the teacher
     is the user's own before anything reads it."""
-    family = families.get(config.architecture)
+    family = with_objectives(families.get(config.architecture))
     presets = family.presets
     if config.preset not in presets:
         raise ConfigError(

@@ -80,7 +80,10 @@ def sample_batch(config_dict: dict[str, Any], tokenizer_dir: str | Path, n_examp
     if getattr(batch, "input_ids", None) is None or getattr(batch, "mlm_labels", None) is None:
         raise InferenceError(_cannot_inspect(config))
     examples = _examples(batch, bundle, special)
-    electra = _electra_view(checkpoint_dir, batch, bundle, seed)
+    from trainer import objectives
+
+    inspect = objectives.resolve(config.objectives).inspect  # what the run's model makes of the batch
+    electra = inspect(checkpoint_dir, batch, bundle, seed) if inspect and checkpoint_dir is not None else None
     for i, ex in enumerate(examples):
         ex["electra"] = electra[i] if electra else None
     return examples
@@ -218,49 +221,3 @@ def _pair_labels(batch: Any) -> tuple[str | None, list[int]]:
     return None, []
 
 
-def _electra_view(checkpoint_dir: str | Path | None, batch: Any, bundle: Any,
-                  seed: int) -> list[dict[str, Any]] | None:
-    """Per example, the ELECTRA generator's replacements and the discriminator's verdicts (the
-    shape is in the module docstring); None unless `checkpoint_dir` holds an ELECTRA model.
-
-    The checkpoint's generator samples a token at every selected position of this batch (as in
-    training; the sampling is seeded by `seed`), and its discriminator scores every token of the
-    corrupted sequence."""
-    if checkpoint_dir is None:
-        return None
-    import torch
-
-    from models_lib.checkpoint import load_model, read_model_config
-
-    try:
-        family = read_model_config(checkpoint_dir).get("family")
-    except ValueError:
-        return None  # no readable checkpoint: show the batch without model verdicts
-    if family != "electra":
-        return None
-    model = load_model(checkpoint_dir).eval()
-    with torch.no_grad():
-        out = model(batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.mlm_labels,
-                    generator=torch.Generator().manual_seed(seed))
-    p_replaced = torch.sigmoid(out.rtd_logits.float())  # (B, T)
-    selected = (batch.mlm_labels != -100).nonzero().tolist()  # (N, 2), row-major like sampled_ids
-    sampled = out.sampled_ids.tolist()
-    views: list[dict[str, Any]] = [{"generator": [], "discriminator": [], "message": None}
-                                   for _ in range(batch.input_ids.shape[0])]
-    for (row, position), new_id in zip(selected, sampled):
-        original = int(batch.mlm_labels[row, position])
-        views[row]["generator"].append({
-            "position": position, "original": bundle.id_to_token(original),
-            "sampled": bundle.id_to_token(new_id), "replaced": new_id != original,
-        })
-    lengths = batch.attention_mask.sum(-1).tolist()
-    for row, view in enumerate(views):
-        view["discriminator"] = [
-            {"position": t, "token": bundle.id_to_token(int(out.corrupted_ids[row, t])),
-             "replaced": bool(out.rtd_labels[row, t]), "p_replaced": round(float(p_replaced[row, t]), 4)}
-            for t in range(int(lengths[row]))]
-        n = sum(g["replaced"] for g in view["generator"])
-        flagged = sum(d["p_replaced"] > 0.5 for d in view["discriminator"])
-        view["message"] = (f"the generator replaced {n} of {len(view['generator'])} selected tokens; "
-                           f"the discriminator flags {flagged} tokens as replaced (p > 0.5).")
-    return views

@@ -144,11 +144,15 @@ class Objective:
     base: bool = False                   # another objective may extend it (MLM)
     requires: tuple[str, ...] = ()       # objectives it is trained with (NSP needs MLM)
     combines: tuple[str, ...] = ()       # base objectives it may be trained with (MLM)
+    families: tuple[str, ...] = ()       # families that may train it besides those that list it
+                                         # (a new objective for an existing family says so here)
     needs_sentinels: bool = False        # reads T5's sentinel tokens (<extra_id_0>, ...) from the tokenizer
     settings: tuple[str, ...] = ()       # the RunConfig fields it reads (beyond the common ones)
     collator_label: str = ""             # how error messages name its batches ("MLM + NSP (BERT)")
     prepare: Callable[..., Any] | None = None  # (config, model, tokenizer, data_dir, device) -> the
                                                # Step's extra keyword arguments (a teacher)
+    inspect: Callable[..., Any] | None = None  # (checkpoint_dir, batch, tokenizer, seed) -> per example,
+                                               # what the run's model makes of it (the masking inspector)
 
     @property
     def pair_examples(self) -> bool:

@@ -9,6 +9,7 @@ every time (the same corrupted batches).
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -67,6 +68,56 @@ class ElectraStep(Step):
         self.valid_sampler = seeded_generator(self.device, [_SAMPLE_VALID, self.config.seed])
 
 
+
+def inspect_replacements(checkpoint_dir: str | Path | None, batch: Any, bundle: Any,
+                  seed: int) -> list[dict[str, Any]] | None:
+    """Per example, the ELECTRA generator's replacements and the discriminator's verdicts (the
+    shape is in trainer.inference.inspection's docstring); None unless `checkpoint_dir` holds a model
+    with a generator and a discriminator. The masking inspector shows it beside the batch.
+
+    The checkpoint's generator samples a token at every selected position of this batch (as in
+    training; the sampling is seeded by `seed`), and its discriminator scores every token of the
+    corrupted sequence."""
+    if checkpoint_dir is None:
+        return None
+    import torch
+
+    from models_lib.checkpoint import load_model, read_model_config
+
+    try:
+        read_model_config(checkpoint_dir)
+    except ValueError:
+        return None  # no readable checkpoint: show the batch without model verdicts
+    model = load_model(checkpoint_dir).eval()
+    if not hasattr(model, "discriminator"):
+        return None
+    with torch.no_grad():
+        out = model(batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.mlm_labels,
+                    generator=torch.Generator().manual_seed(seed))
+    p_replaced = torch.sigmoid(out.rtd_logits.float())  # (B, T)
+    selected = (batch.mlm_labels != -100).nonzero().tolist()  # (N, 2), row-major like sampled_ids
+    sampled = out.sampled_ids.tolist()
+    views: list[dict[str, Any]] = [{"generator": [], "discriminator": [], "message": None}
+                                   for _ in range(batch.input_ids.shape[0])]
+    for (row, position), new_id in zip(selected, sampled):
+        original = int(batch.mlm_labels[row, position])
+        views[row]["generator"].append({
+            "position": position, "original": bundle.id_to_token(original),
+            "sampled": bundle.id_to_token(new_id), "replaced": new_id != original,
+        })
+    lengths = batch.attention_mask.sum(-1).tolist()
+    for row, view in enumerate(views):
+        view["discriminator"] = [
+            {"position": t, "token": bundle.id_to_token(int(out.corrupted_ids[row, t])),
+             "replaced": bool(out.rtd_labels[row, t]), "p_replaced": round(float(p_replaced[row, t]), 4)}
+            for t in range(int(lengths[row]))]
+        n = sum(g["replaced"] for g in view["generator"])
+        flagged = sum(d["p_replaced"] > 0.5 for d in view["discriminator"])
+        view["message"] = (f"the generator replaced {n} of {len(view['generator'])} selected tokens; "
+                           f"the discriminator flags {flagged} tokens as replaced (p > 0.5).")
+    return views
+
+
 RTD = Objective(
     name="rtd",
     label="Replaced token detection (RTD)",
@@ -76,6 +127,7 @@ RTD = Objective(
     metrics=("rtd_loss", "rtd_acc", "rtd_precision", "rtd_recall"),
     settings=("rtd_weight",),
     collator_label="MLM + RTD (ELECTRA)",
+    inspect=inspect_replacements,
     charts=(
         MetricSpec("mlm_loss", "generator", chart="electra_loss", color=BLUE),
         MetricSpec("rtd_loss", "discriminator", chart="electra_loss", color=GREEN, axis="y2"),
