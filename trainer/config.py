@@ -40,12 +40,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "log_every": (1, 100_000),
     "seed": (0, 2**31 - 1),
     "num_threads": (0, 1024),
-    "rtd_weight": (0.0, 1000.0),
-    "distill_temperature": (0.5, 20.0),
-    "distill_soft_weight": (0.0, 100.0),
-    "distill_mlm_weight": (0.0, 100.0),
-    "distill_cos_weight": (0.0, 100.0),
 }
+# (Objectives' own settings, e.g. rtd_weight, carry their bounds with them: see bounds().)
 
 CHOICES: dict[str, tuple[str, ...]] = {
     "masking": ("dynamic", "static"),
@@ -71,7 +67,7 @@ class RunConfig:
 
     # --- what to train
     architecture: str = "bert"
-    """Model family, a key of trainer.catalog.registry.ARCHITECTURES (e.g. "bert")."""
+    """Model family: bert, roberta, albert, spanbert, electra, distilbert, unilm, t5, gpt or elmo."""
     preset: str = "bert-tiny"
     """Named model size of that family (e.g. "bert-tiny", "bert-base")."""
     model_overrides: dict[str, Any] = field(default_factory=dict)
@@ -179,7 +175,7 @@ class RunConfig:
                 raise ConfigError(f"{f.name} must be {_kind(default)}, not {value!r}.") from None
 
     def _check_fields(self) -> None:
-        for name, (lo, hi) in BOUNDS.items():
+        for name, (lo, hi) in bounds().items():
             value = getattr(self, name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"{name} must be a finite number, not {value}.")
@@ -271,6 +267,15 @@ class RunConfig:
 def field_help() -> dict[str, str]:
     """{field name: its docstring}, read from this file's source (attribute docstrings)."""
     return dict(_field_docs())
+
+
+@functools.lru_cache(maxsize=1)
+def bounds() -> dict[str, tuple[float, float]]:
+    """Inclusive bounds of every numeric field: the common ones (BOUNDS) and each objective's own
+    settings (trainer.objectives: Objective.settings), read lazily."""
+    from trainer import objectives
+
+    return {**BOUNDS, **{name: b for o in objectives.all() for name, b in o.settings.items()}}
 
 
 @functools.lru_cache(maxsize=1)

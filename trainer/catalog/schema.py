@@ -21,7 +21,7 @@ def as_json() -> dict[str, Any]:
     from trainer import config as config_mod
 
     registered = [with_objectives(family) for family in families.all()]
-    bounds = {k: [lo, hi] for k, (lo, hi) in config_mod.BOUNDS.items()}
+    bounds = {k: [lo, hi] for k, (lo, hi) in config_mod.bounds().items()}
     all_choices = config_mod.choices()
     return {
         "architectures": [architecture_json(family) for family in registered],

@@ -24,7 +24,9 @@ def with_objectives(family: Family) -> Family:
     """The family with the objectives registered for it (Objective.families) added to those it
     lists itself: what the launch form offers and validation accepts."""
     extra = tuple(o.name for o in objectives.all() if family.name in o.families and o.name not in family.objectives)
-    return dataclasses.replace(family, objectives=family.objectives + extra) if extra else family
+    names = family.objectives + extra
+    settings = tuple(s for o in names for s in objectives.get(o).settings if s not in family.config_fields)
+    return dataclasses.replace(family, objectives=names, config_fields=family.config_fields + tuple(dict.fromkeys(settings)))
 
 
 def validate(config: "RunConfig") -> None:
@@ -124,7 +126,7 @@ def _check_family_fields(family: Family, config: "RunConfig") -> None:
     for other in families.all():
         if other.name == family.name:
             continue
-        for name in other.config_fields:
+        for name in with_objectives(other).config_fields:
             if name not in family.config_fields and getattr(config, name) != defaults[name]:
                 raise ConfigError(f"{name} applies to {other.label} only; leave it out for {family.label}.")
     family.check_run(config)

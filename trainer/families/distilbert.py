@@ -92,8 +92,7 @@ FAMILY = DistilBertFamily(
     # Sanh et al. 2019: Adam lr 5e-4, eps 1e-6, warm-up then linear decay.
     optimizer_defaults={"lr": 5e-4, "betas": [0.9, 0.999], "eps": 1e-6, "weight_decay": 0.01, "schedule": "linear"},
     default_preset="distilbert-tiny",
-    config_fields=("teacher_checkpoint", "distill_temperature", "distill_soft_weight", "distill_mlm_weight",
-                   "distill_cos_weight"),
+    config_fields=("teacher_checkpoint",),  # the distillation objective's own settings follow it
     teacher_families=("bert",),  # models_lib.families.distilbert.distil_from_teacher copies a BERT
     refusals={"nsp": "DistilBERT drops token types and the pooler, so it has no next sentence "
                      "prediction (NSP)."},

@@ -33,7 +33,6 @@ FAMILY = ElectraFamily(
     # Clark et al. 2020: Adam lr 5e-4 (small), eps 1e-6, wd 0.01, linear decay.
     optimizer_defaults={"lr": 5e-4, "betas": [0.9, 0.999], "eps": 1e-6, "weight_decay": 0.01, "schedule": "linear"},
     default_preset="electra-tiny",
-    config_fields=("rtd_weight",),
     model_fields=(
         ModelField("generator_size", "Generator size",
                    "The generator's width as a fraction of the discriminator's (ELECTRA: 1/4 to 1/2; "

@@ -147,7 +147,8 @@ class Objective:
     families: tuple[str, ...] = ()       # families that may train it besides those that list it
                                          # (a new objective for an existing family says so here)
     needs_sentinels: bool = False        # reads T5's sentinel tokens (<extra_id_0>, ...) from the tokenizer
-    settings: tuple[str, ...] = ()       # the RunConfig fields it reads (beyond the common ones)
+    settings: dict[str, tuple[float, float]] = field(default_factory=dict)  # the RunConfig fields it reads
+                                         # (beyond the common ones) -> their inclusive bounds
     collator_label: str = ""             # how error messages name its batches ("MLM + NSP (BERT)")
     prepare: Callable[..., Any] | None = None  # (config, model, tokenizer, data_dir, device) -> the
                                                # Step's extra keyword arguments (a teacher)

@@ -107,8 +107,8 @@ DISTILL = Objective(
          "temperature, the true tokens (MLM) and the direction of its hidden states (DistilBERT).",
     collator=MLMCollator, step=DistillationStep, units=ALL_UNITS, requires=("mlm",), combines=("mlm",),
     metrics=("soft_loss", "cos_loss"),
-    settings=("teacher_checkpoint", "distill_temperature", "distill_soft_weight", "distill_mlm_weight",
-              "distill_cos_weight"),
+    settings={"distill_temperature": (0.5, 20.0), "distill_soft_weight": (0.0, 100.0),
+              "distill_mlm_weight": (0.0, 100.0), "distill_cos_weight": (0.0, 100.0)},  # DistilBERT: 2, 5, 2, 1
     collator_label="MLM + distillation (DistilBERT)",
     prepare=prepare_student,
     charts=(
