@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from tests.webapp.test_runs_helpers import make_data
+from tests.webapp.runs_helpers import make_data
 from webapp.corpora.models import JobStatus
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -14,7 +14,7 @@ import dataclasses
 
 import pytest
 
-from tests.webapp.test_runs_helpers import make_run
+from tests.webapp.runs_helpers import make_run
 from trainer import charts
 from trainer.objectives import encoder
 from trainer.charts import ChartSpec, MetricSpec

@@ -12,7 +12,7 @@ from trainer.inference import masked
 from trainer.errors import InferenceError
 from trainer.inference.importing import ModelImportError, extract_archive, import_hf_directory
 
-helpers = importlib.import_module("tests.trainer.test_importing_helpers")
+helpers = importlib.import_module("tests.trainer.importing_helpers")
 
 
 @pytest.fixture(scope="module")

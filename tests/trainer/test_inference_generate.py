@@ -12,7 +12,7 @@ import torch
 from trainer.inference import attention, generate as generation, masked, similarity
 from trainer.errors import InferenceError
 
-from .test_inference_generate_helpers import (
+from .inference_generate_helpers import (
     make_checkpoint, make_tokenizer, tiny_model, write_tiny_hf_gpt2, write_tiny_hf_t5,
 )
 

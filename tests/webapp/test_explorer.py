@@ -8,7 +8,7 @@ import shutil
 import pytest
 from django.urls import reverse
 
-from tests.webapp.test_runs_helpers import make_checkpoint, make_run
+from tests.webapp.runs_helpers import make_checkpoint, make_run
 from webapp.runs.models import RunStatus
 
 pytestmark = pytest.mark.django_db

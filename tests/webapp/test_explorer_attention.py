@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from tests.webapp.test_explorer_models_helpers import family_checkpoint
-from tests.webapp.test_runs_helpers import make_checkpoint, make_run
+from tests.webapp.explorer_models_helpers import family_checkpoint
+from tests.webapp.runs_helpers import make_checkpoint, make_run
 from webapp.runs.models import RunStatus
 
 pytestmark = pytest.mark.django_db

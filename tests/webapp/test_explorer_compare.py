@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from tests.webapp.test_import_helpers import imported_checkpoint
-from tests.webapp.test_runs_helpers import make_checkpoint, make_run
+from tests.webapp.import_helpers import imported_checkpoint
+from tests.webapp.runs_helpers import make_checkpoint, make_run
 from webapp.runs.models import RunStatus
 
 pytestmark = pytest.mark.django_db

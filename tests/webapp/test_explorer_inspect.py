@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from tests.webapp.test_runs_helpers import TINY_TRAINING, make_data, make_run
+from tests.webapp.runs_helpers import TINY_TRAINING, make_data, make_run
 from trainer.config import RunConfig
 from webapp.corpora.models import JobStatus
 from webapp.runs.models import RunStatus

@@ -8,7 +8,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 
-from tests.webapp.test_explorer_models_helpers import family_checkpoint
+from tests.webapp.explorer_models_helpers import family_checkpoint
 from tests.webapp.test_ws import ORIGIN, session_headers, token_headers
 from webapp.asgi import application
 

@@ -8,8 +8,8 @@ import re
 import pytest
 from django.urls import reverse
 
-from tests.webapp.test_explorer_models_helpers import family_checkpoint
-from tests.webapp.test_runs_helpers import make_checkpoint, make_run
+from tests.webapp.explorer_models_helpers import family_checkpoint
+from tests.webapp.runs_helpers import make_checkpoint, make_run
 from webapp.runs.models import RunStatus
 
 pytestmark = pytest.mark.django_db
@@ -222,8 +222,8 @@ def test_bob_cannot_post_alices_checkpoint(bob_client, gpt):
 # ---------------------------------------------------------------------------- Hugging Face imports
 @pytest.mark.parametrize("kind", ["t5", "gpt2"])
 def test_an_imported_t5_or_gpt2_archive_answers_the_generate_endpoint(alice, alice_api, alice_client, tmp_path, kind):
-    from tests.trainer.test_importing_helpers import zip_folder
-    from tests.trainer.test_inference_generate_helpers import write_tiny_hf_gpt2, write_tiny_hf_t5
+    from tests.trainer.importing_helpers import zip_folder
+    from tests.trainer.inference_generate_helpers import write_tiny_hf_gpt2, write_tiny_hf_t5
     from webapp.explorer.imports import checkpoint_import
 
     folder = (write_tiny_hf_t5 if kind == "t5" else write_tiny_hf_gpt2)(tmp_path / kind)

@@ -6,8 +6,8 @@ import json
 import pytest
 from django.urls import reverse
 
-from tests.trainer.test_importing_helpers import zip_with
-from tests.webapp.test_import_helpers import hf_folder, hf_zip, imported_checkpoint
+from tests.trainer.importing_helpers import zip_with
+from tests.webapp.import_helpers import hf_folder, hf_zip, imported_checkpoint
 from webapp.explorer.models import ImportStatus, ModelImport
 from webapp.runs.models import CheckpointSource
 

@@ -13,7 +13,7 @@ import re
 import pytest
 import torch
 
-from tests.webapp.test_runs_helpers import make_data, make_run
+from tests.webapp.runs_helpers import make_data, make_run
 from trainer import objectives
 from trainer.charts import ChartSpec, MetricSpec
 from trainer.objectives.base import Objective

@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from tests.webapp.test_runs_helpers import TINY_TRAINING, make_checkpoint, make_data, make_run
+from tests.webapp.runs_helpers import TINY_TRAINING, make_checkpoint, make_data, make_run
 from trainer.errors import ConfigError
 from webapp.corpora.models import JobStatus
 from webapp.runs import selectors, services

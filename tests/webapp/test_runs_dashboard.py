@@ -12,7 +12,7 @@ import re
 import pytest
 from django.urls import reverse
 
-from tests.webapp.test_runs_helpers import make_run
+from tests.webapp.runs_helpers import make_run
 from trainer import charts
 from trainer import objectives
 from trainer.charts import ChartSpec, MetricSpec

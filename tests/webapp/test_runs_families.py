@@ -13,7 +13,7 @@ import pytest
 import yaml
 from django.urls import reverse
 
-from tests.webapp.test_runs_helpers import make_checkpoint, make_data, make_run
+from tests.webapp.runs_helpers import make_checkpoint, make_data, make_run
 from trainer.config import RunConfig
 from webapp.runs.models import Checkpoint, CheckpointSource, Run, RunStatus
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from django.urls import reverse
 
-from tests.webapp.test_runs_helpers import cache_dir, make_data, make_run, prepared_data
+from tests.webapp.runs_helpers import cache_dir, make_data, make_run, prepared_data
 from trainer.config import RunConfig
 from webapp.runs import services
 from webapp.runs.models import MetricPoint, Run, RunStatus

@@ -8,7 +8,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 
-from tests.webapp.test_runs_helpers import make_data, make_run
+from tests.webapp.runs_helpers import make_data, make_run
 from webapp.runs import services, sink as sink_module
 from webapp.runs.models import LogLine, MetricPoint, Run, RunStatus
 

@@ -8,7 +8,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 
-from tests.webapp.test_runs_helpers import make_run
+from tests.webapp.runs_helpers import make_run
 from webapp.asgi import application
 from webapp.runs.events import send_run_event
 from webapp.runs.models import RunStatus

@@ -1,5 +1,5 @@
 """Helpers for the explorer tests of T5, GPT and ELMo (imported by them; holds no tests): tiny
-random checkpoints of each family (tests/trainer/test_inference_generate_helpers), built once per
+random checkpoints of each family (tests/trainer/inference_generate_helpers), built once per
 session into STORAGE_ROOT/test-cache/, and Checkpoint rows of a user pointing at copies of them."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from tests.trainer.test_inference_generate_helpers import make_checkpoint, make_tokenizer
-from tests.webapp.test_runs_helpers import cache_dir, make_run
+from tests.trainer.inference_generate_helpers import make_checkpoint, make_tokenizer
+from tests.webapp.runs_helpers import cache_dir, make_run
 from webapp.runs.models import Checkpoint, CheckpointSource, RunStatus
 
 _lock = threading.Lock()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from django.conf import settings
 
-from tests.trainer.test_importing_helpers import write_tiny_hf_bert, zip_folder
+from tests.trainer.importing_helpers import write_tiny_hf_bert, zip_folder
 
 _lock = threading.Lock()
 
