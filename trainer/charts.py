@@ -17,6 +17,7 @@ collect them for a run. Imports neither Django nor torch.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import KW_ONLY, dataclass
 
@@ -100,6 +101,13 @@ class StatSpec:
         for split in self.splits:
             _check(split, SPLITS, f"stat {self.id!r}: split")
         _check(self.format, STAT_FORMATS, f"stat {self.id!r}: format")
+
+
+def train_then_valid(*metrics: MetricSpec) -> tuple[MetricSpec, ...]:
+    """The metrics' training series, then their validation series (the legend lists every
+    training line before the validation ones)."""
+    return (tuple(dataclasses.replace(m, splits=TRAIN) for m in metrics)
+            + tuple(dataclasses.replace(m, splits=VALID) for m in metrics))
 
 
 def _check(value: str, allowed: tuple[str, ...], what: str) -> None:

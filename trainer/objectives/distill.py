@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from trainer.errors import ConfigError
-from trainer.charts import BLUE, GREEN, ORANGE, TRAIN, VALID, MetricSpec
+from trainer.charts import BLUE, GREEN, ORANGE, MetricSpec, train_then_valid
 from trainer.objectives.base import Objective, Step, StepOutput
 from trainer.objectives.encoder import ALL_UNITS, MLMCollator, MaskedBatch
 
@@ -111,12 +111,9 @@ DISTILL = Objective(
               "distill_mlm_weight": (0.0, 100.0), "distill_cos_weight": (0.0, 100.0)},  # DistilBERT: 2, 5, 2, 1
     collator_label="MLM + distillation (DistilBERT)",
     prepare=prepare_student,
-    charts=(
-        MetricSpec("soft_loss", "soft targets", chart="distill", splits=TRAIN, color=BLUE),
-        MetricSpec("mlm_loss", "MLM", chart="distill", splits=TRAIN, color=ORANGE),
-        MetricSpec("cos_loss", "cosine", chart="distill", splits=TRAIN, color=GREEN),
-        MetricSpec("soft_loss", "soft targets", chart="distill", splits=VALID, color=BLUE),
-        MetricSpec("mlm_loss", "MLM", chart="distill", splits=VALID, color=ORANGE),
-        MetricSpec("cos_loss", "cosine", chart="distill", splits=VALID, color=GREEN),
+    charts=train_then_valid(
+        MetricSpec("soft_loss", "soft targets", chart="distill", color=BLUE),
+        MetricSpec("mlm_loss", "MLM", chart="distill", color=ORANGE),
+        MetricSpec("cos_loss", "cosine", chart="distill", color=GREEN),
     ),
 )

@@ -17,7 +17,9 @@ import numpy as np
 import torch
 
 from trainer.errors import ConfigError
-from trainer.charts import BLUE, GREEN, LM_METRICS as LM_CHARTS, LM_STATS, TRAIN, VALID, MetricSpec, StatSpec
+from trainer.charts import BLUE, GREEN, TRAIN, VALID, MetricSpec, StatSpec, train_then_valid
+from trainer.charts import LM_METRICS as LM_CHARTS
+from trainer.charts import LM_STATS
 from trainer.objectives.base import Batch, Objective, Step, StepOutput
 from trainer.objectives.denoising import LM_METRICS, lm_step_output
 from trainer.objectives.examples import Example, SpecialIds, TextLayout
@@ -145,14 +147,10 @@ BILM = Objective(
         MetricSpec("backward_loss", "backward", chart="elmo_perplexity", splits=TRAIN, color=GREEN, transform="exp"),
         MetricSpec("forward_perplexity", "forward", chart="elmo_perplexity", splits=VALID, color=BLUE),
         MetricSpec("backward_perplexity", "backward", chart="elmo_perplexity", splits=VALID, color=GREEN),
-        MetricSpec("forward_loss", "forward", chart="elmo_loss", splits=TRAIN, color=BLUE),
-        MetricSpec("backward_loss", "backward", chart="elmo_loss", splits=TRAIN, color=GREEN),
-        MetricSpec("forward_loss", "forward", chart="elmo_loss", splits=VALID, color=BLUE),
-        MetricSpec("backward_loss", "backward", chart="elmo_loss", splits=VALID, color=GREEN),
-        MetricSpec("forward_acc", "forward", chart="elmo_acc", splits=TRAIN, color=BLUE),
-        MetricSpec("backward_acc", "backward", chart="elmo_acc", splits=TRAIN, color=GREEN),
-        MetricSpec("forward_acc", "forward", chart="elmo_acc", splits=VALID, color=BLUE),
-        MetricSpec("backward_acc", "backward", chart="elmo_acc", splits=VALID, color=GREEN),
+        *train_then_valid(MetricSpec("forward_loss", "forward", chart="elmo_loss", color=BLUE),
+                          MetricSpec("backward_loss", "backward", chart="elmo_loss", color=GREEN)),
+        *train_then_valid(MetricSpec("forward_acc", "forward", chart="elmo_acc", color=BLUE),
+                          MetricSpec("backward_acc", "backward", chart="elmo_acc", color=GREEN)),
     ),
     stats=(
         StatSpec("forward_perplexity", "forward perplexity", metric="forward_perplexity", digits=1, order=60),
