@@ -106,8 +106,9 @@ def _sample_or_greedy(model: Any, state: Any, tokens: torch.Tensor, max_new_toke
 def _beam_search(model: Any, state: Any, tokens: torch.Tensor, max_new_tokens: int, num_beams: int,
                  eos: int | None, pad: int, length_penalty: float) -> torch.Tensor:
     """Beam search with num_beams hypotheses per example; a hypothesis that produces eos is
-    set aside with score log P / length^length_penalty; an example is done when it has
-    num_beams finished hypotheses and no running beam can beat the worst of them."""
+    set aside with score log P / length^length_penalty (when it is among the num_beams best
+    candidates of its step); an example is done when it has num_beams finished hypotheses and
+    no running beam can beat the worst of them."""
     B, t0 = tokens.shape
     K, device = num_beams, tokens.device
     expand = torch.arange(B, device=device).repeat_interleave(K)
@@ -134,11 +135,14 @@ def _beam_search(model: Any, state: Any, tokens: torch.Tensor, max_new_tokens: i
                 new_rows[b] = b * K  # any row: it is ignored
                 continue
             k = 0
-            for score, beam, tok in zip(top_scores[b].tolist(), beam_of[b].tolist(), token_of[b].tolist()):
+            for rank, (score, beam, tok) in enumerate(zip(top_scores[b].tolist(), beam_of[b].tolist(),
+                                                          token_of[b].tolist())):
                 if score == float("-inf"):
                     break
                 row = b * K + beam
                 if eos is not None and tok == eos:
+                    if rank >= K:  # only the K best candidates may finish (transformers' rule)
+                        continue
                     hyp = torch.cat([seqs[row], seqs.new_tensor([tok])])
                     _add_hypothesis(finished[b], score / (step ** length_penalty), hyp, K)
                     continue

@@ -131,6 +131,40 @@ def test_gpt2_sampling_with_top_k_1_is_greedy(gpt2):
     assert got.tolist() == greedy.tolist()
 
 
+# A small vocabulary makes several beams want the same eos in one step. Only the num_beams best
+# candidates of a step may finish (transformers' rule); an eos ranked below them is dropped, not
+# set aside, or an example counts as done too early. These (seed, eos, num_beams) cases were
+# found by comparing the two rules over many tiny models; each gives another output under the
+# wrong one (at length_penalty 1; the other penalties must agree as well).
+SMALL_VOCAB_CASES = [(8, 10, 3), (33, 5, 2), (60, 8, 2), (64, 5, 2)]
+
+
+@pytest.mark.parametrize("seed, eos, num_beams", SMALL_VOCAB_CASES)
+def test_gpt2_beam_search_lets_only_the_best_candidates_finish(tmp_path, seed, eos, num_beams):
+    vocab = 12
+    config = transformers.GPT2Config(vocab_size=vocab, n_embd=32, n_layer=1, n_head=2, n_positions=64,
+                                     bos_token_id=2, eos_token_id=2, pad_token_id=GPT_PAD)
+    torch.manual_seed(seed)
+    theirs = transformers.GPT2LMHeadModel(config)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in theirs.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            p.copy_(1.0 + 0.2 * noise if ".ln_" in name and name.endswith("weight") else 0.2 * noise)
+    theirs.eval().save_pretrained(tmp_path)
+    ours = hf.from_pretrained(tmp_path)
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(3, vocab, (2, 4), generator=g)
+    mask = torch.ones_like(ids)
+    for length_penalty in (1.0, 0.5, 2.0):
+        options = dict(max_new_tokens=12, num_beams=num_beams, length_penalty=length_penalty, eos_token_id=eos,
+                       pad_token_id=GPT_PAD)
+        with torch.no_grad():
+            expected = theirs.generate(ids, attention_mask=mask, do_sample=False, **options)
+        got = ours.generate(ids, attention_mask=mask, **options)
+        assert got.tolist() == expected.tolist(), length_penalty
+
+
 # ---------------------------------------------------------------------------- T5
 T5_VOCAB, T5_PAD = 83, 0
 # transformers' beam search fills finished rows with eos instead of a pad id of 0 (it takes
