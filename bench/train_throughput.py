@@ -14,7 +14,7 @@ T5 trains on span-corruption-shaped batches (inputs of --seq-len tokens, targets
 encoder and decoder tokens. GPT trains causal LM on full rows. Both compare with
 T5ForConditionalGeneration / GPT2LMHeadModel loaded from our exported weights.
 
-A new architecture is one more `Entry` in ARCHITECTURES. ELECTRA has no joint
+A new family is one more `Entry` in ARCHITECTURES. ELECTRA has no joint
 model in transformers; its counterpart is ElectraForMaskedLM + ElectraForPreTraining wired
 together here the way ELECTRA trains (shared embeddings, sampled replacements, loss
 mlm + 50 * rtd).

@@ -107,11 +107,11 @@ def ready_tokenizers(s: requests.Session, stack: LiveStack, corpus: dict, reques
     return ids
 
 
-def launch_run(s: requests.Session, stack: LiveStack, *, tokenizer: str, architecture: str, steps: int,
+def launch_run(s: requests.Session, stack: LiveStack, *, tokenizer: str, family: str, steps: int,
                **fields) -> dict:
     """POST /api/runs/ for a tiny CPU run of `steps` steps (8 x 64 tokens, one thread, a checkpoint
     at the end); `fields` add to or replace the defaults. Returns the created run."""
-    body = {"name": architecture, "tokenizer": tokenizer, "architecture": architecture, "max_steps": steps,
+    body = {"name": family, "tokenizer": tokenizer, "family": family, "max_steps": steps,
             "batch_size": 8, "seq_len": 64, "warmup_steps": 4, "eval_every": max(1, steps // 2), "eval_batches": 2,
             "checkpoint_every": steps, "log_every": 5, "device": "cpu", "num_threads": 1, **fields}
     r = s.post(f"{stack.url}/api/runs/", json=body)

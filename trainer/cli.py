@@ -3,7 +3,7 @@
 The YAML file holds the RunConfig fields plus:
   corpus:      path of a raw .txt or .jsonl corpus (relative paths: from the YAML file's folder)
   tokenizer:   {algorithm: wordpiece, vocab_size: 8000, lowercase: true, extra_ids: 0} (the algorithm
-               defaults to the architecture's: bpe for RoBERTa and GPT, unigram for ALBERT and T5,
+               defaults to the family's: bpe for RoBERTa and GPT, unigram for ALBERT and T5,
                wordpiece otherwise; extra_ids, T5's sentinel tokens, defaults to 100 for T5, else 0)
   output_dir:  where everything goes (relative paths: from the YAML file's folder)
   cleaning:    optional C4 rules, e.g. {terminal_punct: true, min_words: true}
@@ -142,7 +142,7 @@ def load_run_file(path: Path) -> RunFile:
     if isinstance(fields.get("teacher_checkpoint"), str) and fields["teacher_checkpoint"].strip():
         fields["teacher_checkpoint"] = str((here / fields["teacher_checkpoint"].strip()).resolve())
     config = RunConfig.from_dict(fields)
-    family = families.get(config.architecture)
+    family = families.get(config.family)
     if family.needs_teacher:
         validation.validate_teacher(config)
     tok = {**TOKENIZER_DEFAULTS, "algorithm": family.tokenizer_algorithms[0], **tokenizer}

@@ -2,7 +2,7 @@
 
 A RunConfig is JSON- and YAML-able (the web form stores `to_dict()` on the Run row; the CLI
 reads it from YAML). `__post_init__` checks each field on its own, then asks the
-architecture registry whether the combination (architecture, preset, objectives, seq_len)
+family registry whether the combination (family, preset, objectives, seq_len)
 is one we can train; either way a bad value raises `ConfigError` with a sentence a user can
 act on. Nothing here imports torch at import time: the web process validates configs too.
 """
@@ -66,7 +66,7 @@ class RunConfig:
     """How to train one model. Field docstrings double as help text on the launch form."""
 
     # --- what to train
-    architecture: str = "bert"
+    family: str = "bert"
     """Model family: bert, roberta, albert, spanbert, electra, distilbert, unilm, t5, gpt or elmo."""
     preset: str = "bert-tiny"
     """Named model size of that family (e.g. "bert-tiny", "bert-base")."""
@@ -81,7 +81,7 @@ class RunConfig:
     mask_prob: float = 0.15
     """Share of (non-special) tokens chosen for masked-token prediction; for T5, the noise density of span corruption (15%, spans of mean length 3), token dropping and its BERT-style objective."""
     masking_unit: str = ""
-    """What one mask covers: "token" (BERT), "word" (whole-word masking, BERT-wwm), "phrase" (ERNIE phrase masking), "ngram" (ALBERT, 1- to 3-grams of words) or "span" (SpanBERT, with its span boundary objective). Empty = the architecture's default (ALBERT "ngram", SpanBERT "span", otherwise "token")."""
+    """What one mask covers: "token" (BERT), "word" (whole-word masking, BERT-wwm), "phrase" (ERNIE phrase masking), "ngram" (ALBERT, 1- to 3-grams of words) or "span" (SpanBERT, with its span boundary objective). Empty = the family's default (ALBERT "ngram", SpanBERT "span", otherwise "token")."""
     packing: str = "full-sentences"
     """How single-segment inputs are filled (RoBERTa): "full-sentences" (whole sentences up to seq_len, across documents, with a separator between them) or "doc-sentences" (never across a document boundary). Sentence-pair objectives (NSP, SOP, UniLM) make their own pairs and take "full-sentences"."""
 
@@ -113,7 +113,7 @@ class RunConfig:
 
     # --- optimizer and schedule
     optimizer: str = ""
-    """"adamw" or "adafactor" (T5's: PyTorch's Adafactor, steps relative to each weight's size; lr caps that step; betas and eps do not apply). Empty = the architecture's (T5 Adafactor, otherwise AdamW)."""
+    """"adamw" or "adafactor" (T5's: PyTorch's Adafactor, steps relative to each weight's size; lr caps that step; betas and eps do not apply). Empty = the family's (T5 Adafactor, otherwise AdamW)."""
     lr: float = 1e-4
     """Peak learning rate, reached at the end of warm-up."""
     betas: tuple[float, float] = (0.9, 0.999)
@@ -154,8 +154,8 @@ class RunConfig:
         from trainer import families  # lazy: the families read the model presets
         from trainer.catalog import validation
 
-        if self.architecture in families.names():
-            spec = families.get(self.architecture)
+        if self.family in families.names():
+            spec = families.get(self.family)
             if not self.masking_unit:
                 self.masking_unit = spec.default_masking_unit
             if not self.optimizer:  # configs saved before the field existed read as AdamW (their families')
@@ -187,7 +187,7 @@ class RunConfig:
             raise ConfigError(f"seq_len must be at least {MIN_SEQ_LEN} tokens, not {self.seq_len}.")
         for name, options in choices().items():
             if name in ("masking_unit", "optimizer") and not getattr(self, name):
-                continue  # an unknown architecture: the registry says so
+                continue  # an unknown family: the registry says so
             if getattr(self, name) not in options:
                 raise ConfigError(
                     f"{name} must be one of {', '.join(repr(o) for o in options)}, not {getattr(self, name)!r}."
@@ -223,6 +223,12 @@ class RunConfig:
         """Build from a dict; missing keys take their defaults, unknown keys are refused."""
         if not isinstance(d, dict):
             raise ConfigError(f"A run config must be a mapping of field names to values, not {type(d).__name__}.")
+        if "architecture" in d:  # configs saved before the field was named family
+            d = dict(d)
+            old = d.pop("architecture")
+            if d.setdefault("family", old) != old:
+                raise ConfigError(f"The config names two families: architecture {old!r} and family {d['family']!r}; "
+                                  "keep family.")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:

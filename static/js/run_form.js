@@ -1,5 +1,5 @@
 // Launch form: keep presets, objectives, masking units, packing, family settings, the optimizer's
-// settings and tokenizers consistent with the architecture chosen; everything comes from the
+// settings and tokenizers consistent with the family chosen; everything comes from the
 // registry JSON on the page.
 // The server validates everything again; this only keeps the form from offering what cannot run.
 (function () {
@@ -9,20 +9,20 @@
   if (!form || !dataEl) return;
   const registry = JSON.parse(dataEl.textContent);
   const $ = (name) => form.querySelector(`[name="${name}"]`);
-  const arch = $("architecture"), preset = $("preset"), corpus = $("corpus"), tokenizer = $("tokenizer");
+  const arch = $("family"), preset = $("preset"), corpus = $("corpus"), tokenizer = $("tokenizer");
   const unit = $("masking_unit"), packing = $("packing"), teacher = $("teacher_checkpoint");
   const optimizer = $("optimizer");
   const urls = (document.getElementById("run-form-urls") || {}).dataset || {};
 
   function archSpec() {
-    return registry.architectures.find((a) => a.name === arch.value) || registry.architectures[0];
+    return registry.families.find((a) => a.name === arch.value) || registry.families[0];
   }
 
   function filterPresets() {
     const spec = archSpec();
     let selectedOk = false;
     for (const opt of preset.options) {
-      const ok = opt.dataset.architecture === spec.name;
+      const ok = opt.dataset.family === spec.name;
       opt.hidden = !ok;
       opt.disabled = !ok;
       if (ok && opt.selected) selectedOk = true;
@@ -48,12 +48,12 @@
   function filterHiddenFields() {
     const hidden = archSpec().hidden_fields || [];
     for (const wrap of form.querySelectorAll(".field[data-field]")) {
-      if (wrap.closest("[data-family]")) continue;
+      if (wrap.closest("[data-families]")) continue;
       wrap.hidden = hidden.includes(wrap.dataset.field);
     }
   }
 
-  // AdamW's betas and epsilon only for AdamW; the empty choice names the architecture's optimizer.
+  // AdamW's betas and epsilon only for AdamW; the empty choice names the family's optimizer.
   function filterOptimizer() {
     if (!optimizer) return;
     const spec = archSpec();
@@ -68,7 +68,7 @@
     }
   }
 
-  // resetDefaults (a new architecture was chosen): check its default objectives, as the API does.
+  // resetDefaults (a new family was chosen): check its default objectives, as the API does.
   function filterObjectives(resetDefaults) {
     const spec = archSpec();
     form.querySelectorAll("input[type=hidden][data-required-objective]").forEach((el) => el.remove());
@@ -119,8 +119,8 @@
       .filter((el) => (el.type === "hidden" || el.checked)).map((el) => el.value);
   }
 
-  // Masking units and packings the architecture (and its objectives) allow; the empty choice
-  // means "the architecture's default" and says which one that is.
+  // Masking units and packings the family (and its objectives) allow; the empty choice
+  // means "the family's default" and says which one that is.
   function filterUnits() {
     const spec = archSpec();
     if (unit) {
@@ -162,8 +162,8 @@
   // DistilBERT's teacher and loss weights): shown, and submitted, only for that family.
   function filterFamilyFields(resetDefaults) {
     const spec = archSpec();
-    for (const wrap of form.querySelectorAll("[data-family]")) {
-      const ok = wrap.dataset.family.split(" ").includes(spec.name);
+    for (const wrap of form.querySelectorAll("[data-families]")) {
+      const ok = wrap.dataset.families.split(" ").includes(spec.name);
       wrap.hidden = !ok;
       wrap.querySelectorAll("input, select").forEach((el) => { el.disabled = !ok; });
     }

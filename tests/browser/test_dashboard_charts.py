@@ -88,7 +88,7 @@ def test_a_metric_added_to_the_table_is_charted_from_history_and_live(toy_table,
 
 @pytest.fixture
 def electra_run(alice):
-    run = make_run(alice, architecture="electra", preset="electra-small", objectives=["mlm", "rtd"],
+    run = make_run(alice, family="electra", preset="electra-small", objectives=["mlm", "rtd"],
                    status=RunStatus.SUCCEEDED, current_step=2, max_steps=2)
     for step in (1, 2):
         MetricPoint.objects.create(run=run, step=step, split="train", values={
@@ -101,7 +101,7 @@ def electra_run(alice):
 
 @pytest.fixture
 def t5_run(alice):
-    run = make_run(alice, architecture="t5", preset="t5-tiny", objectives=["span_corruption"],
+    run = make_run(alice, family="t5", preset="t5-tiny", objectives=["span_corruption"],
                    status=RunStatus.SUCCEEDED, current_step=2, max_steps=2)
     for step in (1, 2):
         MetricPoint.objects.create(run=run, step=step, split="train", values={

@@ -22,7 +22,7 @@ def test_generation_attention_span_filling_and_elmo_in_the_browser(page, live_st
     toks = ready_tokenizers(s, live_stack, corpus, {"t5": {"algorithm": "unigram", "extra_ids": 100},
                                                     "gpt": {"algorithm": "bpe"}, "elmo": {"algorithm": "wordpiece"}})
     toks["unilm"] = toks["elmo"]  # both read WordPiece
-    runs = {arch: launch_run(s, live_stack, tokenizer=toks[arch], architecture=arch, steps=STEPS)["id"]
+    runs = {arch: launch_run(s, live_stack, tokenizer=toks[arch], family=arch, steps=STEPS)["id"]
             for arch in ("t5", "gpt", "elmo", "unilm")}
     checkpoints = {}
     for arch, run_id in runs.items():

@@ -23,11 +23,11 @@ def test_elmo_from_the_launch_form_charts_both_directions(page, live_stack, shot
     page.wait_for_selector("#run-form")
 
     # T5 reads a Unigram tokenizer with sentinel tokens: the form says so before anything is launched.
-    page.select_option("#id_architecture", "t5")
+    page.select_option("#id_family", "t5")
     page.wait_for_selector("#tokenizer-warning:not([hidden])")
     assert "unigram" in page.inner_text("#tokenizer-warning").lower()
 
-    page.select_option("#id_architecture", "elmo")
+    page.select_option("#id_family", "elmo")
     page.wait_for_function("() => document.getElementById('id_preset').value.startsWith('elmo-')")
     for field, value in {"max_steps": "60", "batch_size": "8", "seq_len": "64", "warmup_steps": "5",
                          "eval_every": "20", "checkpoint_every": "60"}.items():

@@ -12,7 +12,7 @@ from tests.livestack import ready_corpus, ready_tokenizers, token_session, wait_
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 STEPS = 30
-RUNS = {  # architecture -> (tokenizer algorithm, objectives the registry gives it by default)
+RUNS = {  # family -> (tokenizer algorithm, objectives the registry gives it by default)
     "roberta": ("bpe", ["mlm"]),
     "albert": ("unigram", ["mlm", "sop"]),
     "electra": ("wordpiece", ["mlm", "rtd"]),
@@ -26,13 +26,13 @@ def test_roberta_albert_and_electra_train_through_the_api_and_answer_fill_mask(l
     tokenizers = ready_tokenizers(s, live_stack, corpus, {a: {"algorithm": a} for a in ("wordpiece", "bpe", "unigram")})
 
     # A RoBERTa run on a WordPiece tokenizer is refused with the way out.
-    r = s.post(f"{api}/runs/", json={"tokenizer": tokenizers["wordpiece"], "architecture": "roberta"})
+    r = s.post(f"{api}/runs/", json={"tokenizer": tokenizers["wordpiece"], "family": "roberta"})
     assert r.status_code == 400 and "RoBERTa needs a bpe tokenizer" in r.json()["error"], r.text
 
     run_ids = {}
     for arch, (algorithm, objectives) in RUNS.items():
         r = s.post(f"{api}/runs/", json={
-            "name": arch, "tokenizer": tokenizers[algorithm], "architecture": arch, "max_steps": STEPS,
+            "name": arch, "tokenizer": tokenizers[algorithm], "family": arch, "max_steps": STEPS,
             "batch_size": 8, "seq_len": 64, "lr": 2e-3, "warmup_steps": 3, "eval_every": 15, "eval_batches": 2,
             "checkpoint_every": STEPS, "log_every": 5, "device": "cpu", "num_threads": 1,
             "model_overrides": {"hidden_size": 64, "num_heads": 2},

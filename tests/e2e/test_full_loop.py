@@ -57,7 +57,7 @@ def test_bert_tiny_run_trains_streams_and_answers_fill_mask(live_stack, django_u
     r = s.post(
         f"{api}/runs/",
         json={
-            "name": "tiny", "corpus": corpus["id"], "tokenizer": tok["id"], "architecture": "bert",
+            "name": "tiny", "corpus": corpus["id"], "tokenizer": tok["id"], "family": "bert",
             "preset": "bert-tiny", "objectives": ["mlm", "nsp"], "max_steps": 60, "batch_size": 8,
             "seq_len": 64, "lr": 5e-4, "warmup_steps": 5, "eval_every": 30, "checkpoint_every": 30, "log_every": 5,
         },

@@ -12,7 +12,7 @@ from tests.livestack import finished_run, launch_run, ready_corpus, ready_tokeni
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 STEPS = 40
-RUNS = {  # architecture -> (tokenizer, objectives the registry gives it by default, family metric keys)
+RUNS = {  # family -> (tokenizer, objectives the registry gives it by default, family metric keys)
     "t5": ("unigram-t5", ["span_corruption"], {"lm_loss", "lm_acc"}),
     "gpt": ("bpe", ["clm"], {"lm_loss", "lm_acc"}),
 }
@@ -26,12 +26,12 @@ def test_t5_and_gpt_train_through_the_api_and_answer_the_generate_endpoint(live_
                                                           "bpe": {"algorithm": "bpe"}})
 
     # T5's span corruption on a tokenizer without sentinels is refused with the way out.
-    r = s.post(f"{api}/runs/", json={"tokenizer": tokenizers["bpe"], "architecture": "t5"})
+    r = s.post(f"{api}/runs/", json={"tokenizer": tokenizers["bpe"], "family": "t5"})
     assert r.status_code == 400 and "sentinel" in r.json()["error"], r.text
 
     run_ids = {}
     for arch, (tok, objectives, _) in RUNS.items():
-        run = launch_run(s, live_stack, tokenizer=tokenizers[tok], architecture=arch, steps=STEPS, eval_every=20)
+        run = launch_run(s, live_stack, tokenizer=tokenizers[tok], family=arch, steps=STEPS, eval_every=20)
         assert run["config"]["objectives"] == objectives
         run_ids[arch] = run["id"]
     assert s.get(f"{api}/runs/{run_ids['t5']}/").json()["config"]["optimizer"] in ("", "adafactor")

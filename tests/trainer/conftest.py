@@ -103,14 +103,14 @@ def unigram_tokenizer_dir(tmp_path_factory, tokenizer_dir) -> Path:
     return _tokenizer_for(tmp_path_factory, tokenizer_dir, "unigram")
 
 
-def family_config(architecture: str, **changes):
+def family_config(family: str, **changes):
     """A tiny run of any family: its -tiny preset at hidden 64, its default objectives, 50 steps
     of 8 x 64 tokens at lr 3e-3 (a few seconds on one CPU thread)."""
     from trainer.config import RunConfig
     from trainer import families
 
-    spec = families.get(architecture)
-    base = dict(architecture=architecture, preset=spec.default_preset,
+    spec = families.get(family)
+    base = dict(family=family, preset=spec.default_preset,
                 model_overrides={"hidden_size": 64, "num_heads": 2}, objectives=list(spec.default_objectives),
                 max_steps=50, batch_size=8, seq_len=64, lr=3e-3, warmup_steps=5, eval_every=25, eval_batches=2,
                 checkpoint_every=50, log_every=5, seed=0, device="cpu", num_threads=1)

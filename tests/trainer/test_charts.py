@@ -134,9 +134,9 @@ def test_every_series_is_on_a_defined_chart_and_every_chart_is_used():
     assert len({c.order for c in charts.CHARTS.values()}) == len(charts.CHARTS)
 
 
-@pytest.mark.parametrize("architecture", families.names())
-def test_the_table_charts_only_keys_the_trainer_records(architecture):
-    spec = families.get(architecture)
+@pytest.mark.parametrize("family", families.names())
+def test_the_table_charts_only_keys_the_trainer_records(family):
+    spec = families.get(family)
     for objective_set in spec.allowed_objective_sets():
         recorded = ENGINE_KEYS | {key for o in objective_set for key in objectives.get(o).metrics}
         drawn = {s["metric"] for c in charts_for(objective_set) for s in c["series"]}

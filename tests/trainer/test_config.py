@@ -9,7 +9,7 @@ from trainer.errors import ConfigError, UserError
 
 def test_defaults_match_the_contract():
     c = RunConfig()
-    assert (c.architecture, c.preset, c.objectives, c.masking) == ("bert", "bert-tiny", ["mlm", "nsp"], "dynamic")
+    assert (c.family, c.preset, c.objectives, c.masking) == ("bert", "bert-tiny", ["mlm", "nsp"], "dynamic")
     assert (c.mask_prob, c.max_steps, c.batch_size, c.seq_len, c.grad_accum, c.lr) == (0.15, 1000, 32, 128, 1, 1e-4)
     assert (c.betas, c.eps, c.weight_decay, c.warmup_steps, c.schedule) == ((0.9, 0.999), 1e-6, 0.01, 100, "linear")
     assert (c.clip_grad, c.eval_every, c.eval_batches, c.checkpoint_every, c.log_every) == (1.0, 100, 20, 500, 10)
@@ -90,3 +90,13 @@ def test_device_and_precision_resolve_at_run_time():
     assert resolve_precision("auto", "cpu") == "fp32"
     with pytest.raises(ConfigError, match="CUDA"):
         resolve_precision("bf16", "cpu")
+
+
+def test_a_config_saved_with_architecture_still_loads_as_its_family():
+    """Runs, YAML exports and checkpoints from before the field was renamed name it "architecture"."""
+    old = RunConfig.from_yaml("architecture: roberta\npreset: roberta-tiny\nobjectives: [mlm]\n")
+    assert old.family == "roberta" and "architecture" not in old.to_dict()
+    assert RunConfig.from_dict({"architecture": "bert", "family": "bert"}).family == "bert"
+    with pytest.raises(ConfigError, match="names two families: architecture 'bert' and family 'roberta'"):
+        RunConfig.from_dict({"architecture": "bert", "family": "roberta", "preset": "roberta-tiny",
+                             "objectives": ["mlm"]})

@@ -71,7 +71,7 @@ def test_each_family_trains_from_scratch_and_its_loss_falls(family_run, arch):
     assert valid[-1][1]["loss"] < valid[0][1]["loss"]
     assert all(0.0 <= v[k] <= 1.0 for _, v in events + valid for k in v if k.endswith(("_acc", "_precision", "_recall")))
     state = json.loads((result.last_checkpoint / "trainer_state.json").read_text())
-    assert state["architecture"] == arch and state["config"] == config.to_dict()
+    assert state["family"] == arch and state["config"] == config.to_dict()
     model = load_model(result.last_checkpoint)
     assert model.config.family == arch and model.config.hidden_size == 64
 

@@ -1,5 +1,5 @@
 """`python -m trainer run` for the encoder families: the tokenizer algorithm follows the
-architecture, and a DistilBERT teacher folder is read relative to the YAML file."""
+family, and a DistilBERT teacher folder is read relative to the YAML file."""
 from __future__ import annotations
 
 import json
@@ -13,7 +13,7 @@ ROBERTA = """\
 corpus: corpus.txt
 output_dir: out
 tokenizer: {vocab_size: 1000}
-architecture: roberta
+family: roberta
 preset: roberta-tiny
 model_overrides: {hidden_size: 64, num_heads: 2}
 objectives: [mlm]
@@ -45,7 +45,7 @@ def test_a_roberta_yaml_trains_a_byte_level_bpe_tokenizer_by_default(workdir, ca
     meta = json.loads((workdir / "out/tokenizer/tokenizer_meta.json").read_text())
     assert meta["algorithm"] == "bpe"
     state = json.loads((workdir / "out/checkpoints/step-00000003/trainer_state.json").read_text())
-    assert state["config"]["architecture"] == "roberta" and state["config"]["packing"] == "doc-sentences"
+    assert state["config"]["family"] == "roberta" and state["config"]["packing"] == "doc-sentences"
 
 
 def test_a_roberta_yaml_with_a_wordpiece_tokenizer_is_one_line_of_error(workdir, capsys):
@@ -57,7 +57,7 @@ def test_a_roberta_yaml_with_a_wordpiece_tokenizer_is_one_line_of_error(workdir,
 def test_a_distilbert_teacher_is_read_relative_to_the_yaml(workdir, trained_run):
     _, _, run_folder = trained_run  # bert-tiny at hidden 64: 2 layers -> a 1-layer student
     (workdir / "teacher").symlink_to(run_folder / "checkpoints/step-00000040")
-    text = ROBERTA.replace("architecture: roberta", "architecture: distilbert").replace(
+    text = ROBERTA.replace("family: roberta", "family: distilbert").replace(
         "preset: roberta-tiny", "preset: distilbert-tiny").replace("objectives: [mlm]", "objectives: [mlm, distill]")
     text = text.replace("packing: doc-sentences", "teacher_checkpoint: teacher")
     (workdir / "run.yaml").write_text(text.replace("model_overrides: {hidden_size: 64, num_heads: 2}\n", ""))

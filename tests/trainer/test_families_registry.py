@@ -14,10 +14,10 @@ from trainer.errors import ConfigError
 FAMILIES = ("bert", "roberta", "albert", "spanbert", "electra", "distilbert", "unilm")
 
 
-def config(architecture: str = "bert", **changes) -> RunConfig:
-    spec = families.get(architecture)
-    base = dict(architecture=architecture, preset=spec.default_preset, objectives=list(spec.default_objectives))
-    if architecture == "distilbert":
+def config(family: str = "bert", **changes) -> RunConfig:
+    spec = families.get(family)
+    base = dict(family=family, preset=spec.default_preset, objectives=list(spec.default_objectives))
+    if family == "distilbert":
         base["teacher_checkpoint"] = "/nowhere/teacher"  # checked on disk only by the engine and the web app
     base.update(changes)
     return RunConfig(**base)
@@ -55,7 +55,7 @@ def test_choices_come_from_the_data_layer():
     assert choices()["masking_unit"] == tuple(MASKING_UNITS) and choices()["packing"] == tuple(PACKINGS)
 
 
-@pytest.mark.parametrize("architecture, changes, message", [
+@pytest.mark.parametrize("family, changes, message", [
     ("roberta", {"objectives": ["mlm", "nsp"]}, "RoBERTa is trained without next sentence prediction (NSP)"),
     ("albert", {"objectives": ["mlm", "nsp"]},
      "ALBERT replaces next sentence prediction (NSP) with sentence order prediction (SOP)"),
@@ -68,7 +68,7 @@ def test_choices_come_from_the_data_layer():
     ("albert", {"packing": "doc-sentences"}, "but Sentence order prediction (SOP) trains on sentence pairs"),
     ("bert", {"masking_unit": "span", "objectives": ["mlm"]},
      "Span masking (masking_unit \"span\") belongs to SpanBERT's span boundary objective (SBO)"),
-    ("roberta", {"masking_unit": "span"}, "choose the SpanBERT architecture, or another masking unit for RoBERTa"),
+    ("roberta", {"masking_unit": "span"}, "choose the SpanBERT family, or another masking unit for RoBERTa"),
     ("spanbert", {"masking_unit": "word"},
      "SpanBERT's span boundary objective (SBO) needs span masking: masking_unit must be \"span\", not 'word'."),
     ("bert", {"masking_unit": "syllable"}, "masking_unit must be one of 'token', 'word', 'phrase', 'ngram', 'span'"),
@@ -87,9 +87,9 @@ def test_choices_come_from_the_data_layer():
     ("spanbert", {"model_overrides": {"max_span_length": 5}}, "max_span_length (the SBO head's position table) must be"),
     ("roberta", {"model_overrides": {"family": "bert"}}, "model_overrides cannot set family"),
 ])
-def test_incompatible_combinations_are_refused_with_a_sentence(architecture, changes, message):
+def test_incompatible_combinations_are_refused_with_a_sentence(family, changes, message):
     with pytest.raises(ConfigError) as e:
-        config(architecture, **changes)
+        config(family, **changes)
     assert message in str(e.value)
 
 
@@ -103,15 +103,15 @@ def test_what_is_allowed():
     assert config("electra", preset="electra-base").preset == "electra-base"  # generator_size 1/3 in range
 
 
-@pytest.mark.parametrize("architecture, algorithm, message", [
+@pytest.mark.parametrize("family, algorithm, message", [
     ("roberta", "wordpiece", "RoBERTa needs a bpe tokenizer; this one is wordpiece."),
     ("albert", "bpe", "ALBERT needs a unigram tokenizer; this one is bpe."),
     ("electra", "unigram", "ELECTRA needs a wordpiece tokenizer; this one is unigram."),
 ])
-def test_tokenizer_algorithm_must_suit_the_family(architecture, algorithm, message):
-    validation.validate_tokenizer(config(architecture), families.get(architecture).tokenizer_algorithms[0])
+def test_tokenizer_algorithm_must_suit_the_family(family, algorithm, message):
+    validation.validate_tokenizer(config(family), families.get(family).tokenizer_algorithms[0])
     with pytest.raises(ConfigError, match=message):
-        validation.validate_tokenizer(config(architecture), algorithm)
+        validation.validate_tokenizer(config(family), algorithm)
 
 
 def test_yaml_round_trip_keeps_the_family_fields():
@@ -128,7 +128,7 @@ def test_yaml_round_trip_keeps_the_family_fields():
 def test_as_json_tells_the_form_everything_per_family():
     data = schema.as_json()
     json.dumps(data)
-    archs = {a["name"]: a for a in data["architectures"]}
+    archs = {a["name"]: a for a in data["families"]}
     assert list(archs)[:len(FAMILIES)] == list(FAMILIES)
     assert archs["roberta"]["default_tokenizer_algorithm"] == "bpe" and archs["roberta"]["objectives"] == ["mlm"]
     assert "RoBERTa is trained without" in archs["roberta"]["refusals"]["nsp"]

@@ -40,14 +40,14 @@ def data_dirs(sentinel_tokenizer_dir, bpe_tokenizer_dir, tokenizer_dir):
     return {"t5": sentinel_tokenizer_dir, "gpt": bpe_tokenizer_dir, "elmo": tokenizer_dir}
 
 
-def seq_config(architecture: str, **changes) -> RunConfig:
+def seq_config(family: str, **changes) -> RunConfig:
     """50 steps of 8 x 64 tokens of a -tiny preset on one CPU thread (a few seconds). T5 keeps its
     defaults (Adafactor); its schedule is T5's, lr 0.01 constant for 5 steps, then 1/sqrt decay."""
-    spec = families.get(architecture)
-    base = dict(architecture=architecture, preset=spec.default_preset, objectives=list(spec.default_objectives),
+    spec = families.get(family)
+    base = dict(family=family, preset=spec.default_preset, objectives=list(spec.default_objectives),
                 max_steps=50, batch_size=8, seq_len=64, warmup_steps=5, eval_every=25, eval_batches=2,
                 checkpoint_every=50, log_every=5, seed=0, device="cpu", num_threads=1)
-    if architecture == "t5":
+    if family == "t5":
         base.update(lr=0.01, schedule="inverse_sqrt", weight_decay=0.0)
     else:  # AdamW at the rate the encoder families' tests use
         base.update(lr=3e-3)
@@ -94,7 +94,7 @@ def test_each_family_trains_50_steps_and_its_loss_clearly_falls(family_run, arch
     assert all(0.0 <= v[k] <= 1.0 for _, v in events + valid for k in v if k.endswith("_acc"))
     assert any(v[k] > 0.02 for _, v in valid for k in v if k.endswith("_acc"))  # it predicts something
     state = json.loads((result.last_checkpoint / "trainer_state.json").read_text())
-    assert state["architecture"] == arch and state["config"] == config.to_dict()
+    assert state["family"] == arch and state["config"] == config.to_dict()
     model = load_model(result.last_checkpoint)
     assert model.config.family == arch
 
@@ -213,7 +213,7 @@ def test_elmo_with_the_character_cnn_spells_the_tokenizers_vocabulary(tokenizer_
 
 
 # ---------------------------------------------------------------------------- the registry
-@pytest.mark.parametrize("architecture, changes, message", [
+@pytest.mark.parametrize("family, changes, message", [
     ("gpt", {"objectives": ["clm", "nsp"]}, "GPT is a decoder-only causal language model"),
     ("gpt", {"objectives": ["mlm"]}, "GPT's causal mask hides every later token"),
     ("gpt", {"objectives": ["span_corruption"]}, "GPT is decoder-only; the denoising objectives need an encoder"),
@@ -233,39 +233,39 @@ def test_elmo_with_the_character_cnn_spells_the_tokenizers_vocabulary(tokenizer_
     ("t5", {"optimizer": "sgd"}, "optimizer must be one of 'adamw', 'adafactor', not 'sgd'."),
     ("t5", {"schedule": "noam"}, "schedule must be one of 'linear', 'cosine', 'constant', 'inverse_sqrt'"),
 ])
-def test_what_the_families_cannot_train_is_refused_with_a_sentence(architecture, changes, message):
-    spec = families.get(architecture)
-    base = dict(architecture=architecture, preset=spec.default_preset, objectives=list(spec.default_objectives))
+def test_what_the_families_cannot_train_is_refused_with_a_sentence(family, changes, message):
+    spec = families.get(family)
+    base = dict(family=family, preset=spec.default_preset, objectives=list(spec.default_objectives))
     with pytest.raises(ConfigError) as e:
         RunConfig(**{**base, **changes})
     assert message in str(e.value)
 
 
 def test_what_the_families_accept():
-    t5 = RunConfig(architecture="t5", preset="t5-tiny", objectives=["text_infilling"],
+    t5 = RunConfig(family="t5", preset="t5-tiny", objectives=["text_infilling"],
                    model_overrides={"version": "1.1"}, seq_len=512)
     assert (t5.optimizer, t5.masking_unit, t5.packing) == ("adafactor", "token", "full-sentences")
-    assert RunConfig(architecture="t5", preset="t5-tiny", objectives=["span_corruption"], optimizer="adamw").optimizer \
+    assert RunConfig(family="t5", preset="t5-tiny", objectives=["span_corruption"], optimizer="adamw").optimizer \
         == "adamw"
-    gpt = RunConfig(architecture="gpt", preset="gpt-tiny", objectives=["clm"], model_overrides={"norm_placement": "post"})
+    gpt = RunConfig(family="gpt", preset="gpt-tiny", objectives=["clm"], model_overrides={"norm_placement": "post"})
     assert gpt.optimizer == "adamw" and gpt.seq_len == 128
-    elmo = RunConfig(architecture="elmo", preset="elmo-tiny", objectives=["bilm"], model_overrides={"char_cnn": True},
+    elmo = RunConfig(family="elmo", preset="elmo-tiny", objectives=["bilm"], model_overrides={"char_cnn": True},
                      seq_len=4096)
     assert RunConfig.from_yaml(elmo.to_yaml()) == elmo and RunConfig.from_yaml(t5.to_yaml()) == t5
 
 
 def test_tokenizers_per_family_and_the_sentinel_check():
-    t5 = RunConfig(architecture="t5", preset="t5-tiny", objectives=["span_corruption"])
+    t5 = RunConfig(family="t5", preset="t5-tiny", objectives=["span_corruption"])
     validation.validate_tokenizer(t5, "unigram", {"extra_ids": 100})
     with pytest.raises(ConfigError, match="T5 needs a unigram tokenizer with T5 sentinel tokens .*; this one is bpe."):
         validation.validate_tokenizer(t5, "bpe", {"extra_ids": 100})
     with pytest.raises(ConfigError, match=r"has none; train a Unigram .* tokenizer with 100 sentinel tokens"):
         validation.validate_tokenizer(t5, "unigram", {"extra_ids": 0})
     validation.validate_tokenizer(t5.replace(objectives=["deshuffle"]), "unigram", {"extra_ids": 0})
-    gpt = RunConfig(architecture="gpt", preset="gpt-tiny", objectives=["clm"])
+    gpt = RunConfig(family="gpt", preset="gpt-tiny", objectives=["clm"])
     with pytest.raises(ConfigError, match="GPT needs a bpe tokenizer; this one is wordpiece."):
         validation.validate_tokenizer(gpt, "wordpiece")
-    elmo = RunConfig(architecture="elmo", preset="elmo-tiny", objectives=["bilm"])
+    elmo = RunConfig(family="elmo", preset="elmo-tiny", objectives=["bilm"])
     for algorithm in ("wordpiece", "bpe", "unigram"):
         validation.validate_tokenizer(elmo, algorithm, {})
 
@@ -273,7 +273,7 @@ def test_tokenizers_per_family_and_the_sentinel_check():
 def test_as_json_describes_the_new_families():
     data = schema.as_json()
     json.dumps(data)
-    archs = {a["name"]: a for a in data["architectures"]}
+    archs = {a["name"]: a for a in data["families"]}
     t5, gpt, elmo = archs["t5"], archs["gpt"], archs["elmo"]
     assert (t5["label"], gpt["label"], elmo["label"]) == ("T5", "GPT", "ELMo")
     assert [p["name"] for p in t5["presets"]] == ["t5-tiny", "t5-mini", "t5-small", "t5-base"]
@@ -306,15 +306,15 @@ def test_as_json_describes_the_new_families():
     assert {p["max_positions"] for p in t5["presets"] + elmo["presets"]} == {8192}  # RunConfig's bound
 
 
-@pytest.mark.parametrize("architecture, preset, overrides, vocab_params", [
+@pytest.mark.parametrize("family, preset, overrides, vocab_params", [
     ("t5", "t5-tiny", {}, lambda m: m.shared.weight.numel()),
     ("t5", "t5-tiny", {"version": "1.1"}, lambda m: m.shared.weight.numel() + m.lm_head.weight.numel()),
     ("gpt", "gpt-tiny", {}, lambda m: sum(p.numel() for p in m.embeddings.parameters())),
     ("elmo", "elmo-tiny", {}, lambda m: m.embeddings.weight.numel() + sum(p.numel() for p in m.softmax.parameters())),
     ("elmo", "elmo-tiny", {"char_cnn": True}, lambda m: sum(p.numel() for p in m.softmax.parameters())),
 ])
-def test_preset_sizes_count_the_real_models_parameters(architecture, preset, overrides, vocab_params):
-    spec = families.get(architecture)
+def test_preset_sizes_count_the_real_models_parameters(family, preset, overrides, vocab_params):
+    spec = families.get(family)
     cfg = spec.preset_config(preset, vocab_size=1024, **overrides)
     model = spec.build_model(cfg)
     total = sum(p.numel() for p in model.parameters())
@@ -326,7 +326,7 @@ T5_YAML = """\
 corpus: corpus.txt
 output_dir: out
 tokenizer: {vocab_size: 1000}
-architecture: t5
+family: t5
 preset: t5-tiny
 objectives: [span_corruption]
 max_steps: 3
@@ -361,14 +361,14 @@ def test_a_t5_yaml_trains_a_unigram_tokenizer_with_sentinels_on_the_cli(tmp_path
     assert "replaces each noise span by a sentinel token" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name, architecture, algorithm", [
+@pytest.mark.parametrize("name, family, algorithm", [
     ("t5-tiny", "t5", "unigram"), ("gpt-tiny", "gpt", "bpe"), ("elmo-tiny", "elmo", "wordpiece")])
-def test_the_example_configs_are_valid(tmp_path, name, architecture, algorithm):
+def test_the_example_configs_are_valid(tmp_path, name, family, algorithm):
     from trainer.cli import load_run_file
 
     (tmp_path / f"{name}.yaml").write_text((ROOT / "examples" / f"{name}.yaml").read_text())
     (tmp_path / "demo.txt").write_text("Some text.\n")
     run = load_run_file(tmp_path / f"{name}.yaml")
-    assert run.config.architecture == architecture and run.config.preset == name
+    assert run.config.family == family and run.config.preset == name
     assert run.tokenizer["algorithm"] == algorithm and run.output_dir == tmp_path / "runs" / name
-    assert run.config.optimizer == ("adafactor" if architecture == "t5" else "adamw")
+    assert run.config.optimizer == ("adafactor" if family == "t5" else "adamw")

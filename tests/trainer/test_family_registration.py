@@ -74,7 +74,7 @@ def toy(monkeypatch):
 def test_a_registered_family_appears_in_the_launch_form_schema(toy):
     assert toy is TOY and families.names()[-1] == "toy" and families.all()[-1] is TOY
     data = schema.as_json()
-    arch = data["architectures"][-1]
+    arch = data["families"][-1]
     assert (arch["name"], arch["label"], arch["family"], arch["about"]) == ("toy", "Toy", "toy", "A one-layer toy.")
     assert arch["presets"] == [
         {"name": "toy-small", "layers": 1, "hidden": 8, "heads": 1, "ffn": 0, "max_positions": 64,
@@ -84,28 +84,28 @@ def test_a_registered_family_appears_in_the_launch_form_schema(toy):
     ]
     assert arch["default_preset"] == "toy-small" and arch["default_objectives"] == ["mlm"]
     assert arch["allowed_objective_sets"] == [["mlm"]] and arch["default_masking_unit"] == "token"
-    assert [a["name"] for a in data["architectures"][:-1]] == [n for n in families.names() if n != "toy"]
+    assert [a["name"] for a in data["families"][:-1]] == [n for n in families.names() if n != "toy"]
 
 
 def test_a_registered_family_is_validated_like_any_other(toy):
-    config = RunConfig(architecture="toy", preset="toy-wide", objectives=["mlm"], seq_len=64)
+    config = RunConfig(family="toy", preset="toy-wide", objectives=["mlm"], seq_len=64)
     validation.validate(config)
     validation.validate_tokenizer(config, "wordpiece")
     assert isinstance(toy.build_model(toy.preset_config("toy-small", vocab_size=5)), ToyModel)
     with pytest.raises(ConfigError, match="Toy cannot be trained with Next sentence prediction"):
-        RunConfig(architecture="toy", preset="toy-small", objectives=["mlm", "nsp"])
+        RunConfig(family="toy", preset="toy-small", objectives=["mlm", "nsp"])
     with pytest.raises(ConfigError, match="Unknown Toy preset 'toy-huge'; choose one of toy-small, toy-wide"):
-        RunConfig(architecture="toy", preset="toy-huge", objectives=["mlm"])
+        RunConfig(family="toy", preset="toy-huge", objectives=["mlm"])
     with pytest.raises(ConfigError, match="seq_len must be between 16 and the model's 64 positions"):
-        RunConfig(architecture="toy", preset="toy-small", objectives=["mlm"], seq_len=128)
+        RunConfig(family="toy", preset="toy-small", objectives=["mlm"], seq_len=128)
     with pytest.raises(ConfigError, match="Toy needs a wordpiece tokenizer; this one is bpe"):
         validation.validate_tokenizer(config, "bpe")
     with pytest.raises(ConfigError, match="rtd_weight applies to ELECTRA only; leave it out for Toy"):
-        RunConfig(architecture="toy", preset="toy-small", objectives=["mlm"], rtd_weight=10.0)
+        RunConfig(family="toy", preset="toy-small", objectives=["mlm"], rtd_weight=10.0)
 
 
 def test_an_unregistered_family_is_unknown():
-    with pytest.raises(ConfigError, match="Unknown architecture 'toy'; choose one of 'bert', 'roberta'"):
+    with pytest.raises(ConfigError, match="Unknown family 'toy'; choose one of 'bert', 'roberta'"):
         families.get("toy")
     assert "toy" not in families.names() and families.find("toy") is None
 

@@ -13,7 +13,7 @@ from trainer.training.optim import build_optimizer, lr_factor
 
 
 def t5_config(**changes) -> RunConfig:
-    base = dict(architecture="t5", preset="t5-tiny", objectives=["span_corruption"], lr=0.01, schedule="inverse_sqrt",
+    base = dict(family="t5", preset="t5-tiny", objectives=["span_corruption"], lr=0.01, schedule="inverse_sqrt",
                 weight_decay=0.0, warmup_steps=4, max_steps=100)
     base.update(changes)
     return RunConfig(**base)
@@ -71,7 +71,7 @@ def test_adafactor_is_t5s_default_and_adamw_everyone_elses():
     assert isinstance(build_optimizer(tiny_t5(), t5_config(optimizer="adamw"))[0], torch.optim.AdamW)
     for arch, preset, objectives in (("gpt", "gpt-tiny", ["clm"]), ("elmo", "elmo-tiny", ["bilm"]),
                                      ("bert", "bert-tiny", ["mlm", "nsp"]), ("roberta", "roberta-tiny", ["mlm"])):
-        config = RunConfig(architecture=arch, preset=preset, objectives=objectives)
+        config = RunConfig(family=arch, preset=preset, objectives=objectives)
         assert config.optimizer == "adamw"
         assert isinstance(build_optimizer(torch.nn.Linear(2, 2), config)[0], torch.optim.AdamW)
     bert = RunConfig(optimizer="adafactor")  # any family may choose it

@@ -1,4 +1,4 @@
-"""The architecture table: refusals of impossible combinations and the launch-form JSON."""
+"""The family table: refusals of impossible combinations and the launch-form JSON."""
 from __future__ import annotations
 
 import json
@@ -24,7 +24,7 @@ def test_bert_is_in_the_table_with_models_lib_presets():
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"architecture": "xlnet"}, "Unknown architecture 'xlnet'; choose one of 'bert', 'roberta'"),
+    ({"family": "xlnet"}, "Unknown family 'xlnet'; choose one of 'bert', 'roberta'"),
     ({"preset": "bert-huge"}, "Unknown BERT preset 'bert-huge'; choose one of bert-tiny"),
     ({"objectives": ["nsp"]}, "BERT needs the Masked language modelling (MLM) objective"),
     ({"objectives": ["mlm", "sop"]}, "BERT cannot be trained with Sentence order prediction (SOP)."),
@@ -51,7 +51,7 @@ def test_tokenizer_algorithm_must_suit_the_architecture():
 def test_launch_form_json():
     data = schema.as_json()
     json.dumps(data)  # JSON-able
-    bert = next(a for a in data["architectures"] if a["name"] == "bert")
+    bert = next(a for a in data["families"] if a["name"] == "bert")
     tiny = next(p for p in bert["presets"] if p["name"] == "bert-tiny")
     assert (tiny["layers"], tiny["hidden"], tiny["heads"], tiny["ffn"], tiny["max_positions"]) == (2, 128, 2, 512, 512)
     base = next(p for p in bert["presets"] if p["name"] == "bert-base")

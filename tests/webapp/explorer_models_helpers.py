@@ -31,11 +31,11 @@ def family_folder(family: str, *, extra_ids: int = 8) -> Path:
 
 
 def family_checkpoint(owner, family: str, *, run: bool = False, extra_ids: int = 8) -> Checkpoint:
-    """`owner`'s checkpoint of a tiny `family` model: a step of a run (run=True, architecture =
+    """`owner`'s checkpoint of a tiny `family` model: a step of a run (run=True, family =
     family) or an imported model."""
     source = family_folder(family, extra_ids=extra_ids)
     if run:
-        parent = make_run(owner, status=RunStatus.SUCCEEDED, name=f"tiny {family} run", architecture=family)
+        parent = make_run(owner, status=RunStatus.SUCCEEDED, name=f"tiny {family} run", family=family)
         rel = Path("runs") / str(parent.id) / "checkpoints" / "step-00000010"
     else:
         parent = None

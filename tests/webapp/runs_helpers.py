@@ -111,7 +111,7 @@ def make_run(owner, *, corpus=None, tokenizer=None, status: str = RunStatus.QUEU
     if tokenizer is None:
         corpus, tokenizer = make_data(owner)
     config = RunConfig(**TINY_TRAINING)
-    defaults = dict(name="tiny run", architecture="bert", preset=config.preset, objectives=list(config.objectives),
+    defaults = dict(name="tiny run", family="bert", preset=config.preset, objectives=list(config.objectives),
                     config=config.to_dict(), queue="cpu", max_steps=config.max_steps)
     return Run.objects.create(owner=owner, corpus=corpus or tokenizer.corpus, tokenizer=tokenizer, status=status,
                               **{**defaults, **fields})

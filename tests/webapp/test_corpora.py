@@ -301,7 +301,7 @@ def test_delete_is_refused_while_runs_use_the_corpus(alice_client, alice):
 
     corpus = Corpus.objects.create(owner=alice, name="Used", status=JobStatus.READY)
     tokenizer = Tokenizer.objects.create(owner=alice, corpus=corpus, name="t", status=JobStatus.READY)
-    Run.objects.create(owner=alice, name="r", corpus=corpus, tokenizer=tokenizer, architecture="bert",
+    Run.objects.create(owner=alice, name="r", corpus=corpus, tokenizer=tokenizer, family="bert",
                        preset="bert-tiny")
     response = alice_client.post(reverse("corpora:delete", args=[corpus.id]), follow=True)
     assert "“Used” is used by 1 run. Delete those runs first" in response.content.decode()

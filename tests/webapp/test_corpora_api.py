@@ -123,7 +123,7 @@ def test_delete_is_refused_while_runs_use_it(alice_api, alice):
 
     corpus = Corpus.objects.create(owner=alice, name="Used", status=JobStatus.READY)
     tokenizer = Tokenizer.objects.create(owner=alice, corpus=corpus, name="t", status=JobStatus.READY)
-    Run.objects.create(owner=alice, name="r", corpus=corpus, tokenizer=tokenizer, architecture="bert",
+    Run.objects.create(owner=alice, name="r", corpus=corpus, tokenizer=tokenizer, family="bert",
                        preset="bert-tiny")
     response = alice_api.delete(f"/api/corpora/{corpus.id}/")
     assert response.status_code == 409

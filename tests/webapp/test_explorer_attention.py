@@ -1,4 +1,4 @@
-"""The attention viewer: POST /api/explore/attention/ for every architecture (encoders, GPT, T5's
+"""The attention viewer: POST /api/explore/attention/ for every family (encoders, GPT, T5's
 three stacks; ELMo says it has none), its refusals, ownership, and its panel."""
 from __future__ import annotations
 

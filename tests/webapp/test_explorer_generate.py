@@ -55,9 +55,9 @@ def test_a_unilm_answer_has_text_tokens_and_stopped(alice_api, bert_checkpoint, 
 
 
 def test_the_panel_shows_for_unilm_runs_only(alice, alice_client, bert_checkpoint):
-    unilm = make_checkpoint(make_run(alice, status=RunStatus.SUCCEEDED, architecture="unilm"), step=10)
+    unilm = make_checkpoint(make_run(alice, status=RunStatus.SUCCEEDED, family="unilm"), step=10)
     page = alice_client.get(reverse("explorer:index") + f"?checkpoint={unilm.id}").content.decode()
-    assert 'id="generate-seq2seq">' in page and 'data-architecture="unilm"' in page
+    assert 'id="generate-seq2seq">' in page and 'data-family="unilm"' in page
     assert "title → article and article → title" in page
     page = alice_client.get(reverse("explorer:index") + f"?checkpoint={bert_checkpoint.id}").content.decode()
     assert 'id="generate-seq2seq" hidden>' in page

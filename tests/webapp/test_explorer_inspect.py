@@ -68,10 +68,10 @@ def test_for_an_electra_run_the_page_shows_generator_samples_and_discriminator_v
     from webapp.runs.models import Checkpoint
 
     corpus, tokenizer = make_data(alice, real=True)
-    config = RunConfig(architecture="electra", preset="electra-tiny", objectives=["mlm", "rtd"], seq_len=64,
+    config = RunConfig(family="electra", preset="electra-tiny", objectives=["mlm", "rtd"], seq_len=64,
                        batch_size=4, max_steps=10, warmup_steps=1, model_overrides={"hidden_size": 64, "num_heads": 2})
     run = make_run(alice, corpus=corpus, tokenizer=tokenizer, status=RunStatus.SUCCEEDED, name="electra",
-                   architecture="electra", preset="electra-tiny", objectives=["mlm", "rtd"], config=config.to_dict())
+                   family="electra", preset="electra-tiny", objectives=["mlm", "rtd"], config=config.to_dict())
     bundle = load_tokenizer(tokenizer.folder)
     model, _ = build(config, vocab_size=bundle.vocab_size, pad_id=bundle.pad_id, device="cpu")
     ckpt = Checkpoint.objects.create(run=run, step=10, path=f"runs/{run.id}/checkpoints/step-00000010")
@@ -86,10 +86,10 @@ def test_for_an_electra_run_the_page_shows_generator_samples_and_discriminator_v
 
 def test_a_t5_run_shows_its_inputs_beside_the_decoder_targets(alice, alice_api, alice_client):
     corpus, tokenizer = make_data(alice, real=True, algorithm="unigram", extra_ids=100)
-    config = RunConfig(**{**TINY_TRAINING, "architecture": "t5", "preset": "t5-tiny", "objectives": ["span_corruption"],
+    config = RunConfig(**{**TINY_TRAINING, "family": "t5", "preset": "t5-tiny", "objectives": ["span_corruption"],
                           "masking_unit": "", "optimizer": "", "model_overrides": {}})
     t5 = make_run(alice, corpus=corpus, tokenizer=tokenizer, status=RunStatus.SUCCEEDED, name="t5",
-                  architecture="t5", preset="t5-tiny", objectives=["span_corruption"], config=config.to_dict())
+                  family="t5", preset="t5-tiny", objectives=["span_corruption"], config=config.to_dict())
     body = inspect(alice_api, t5).json()
     ex = body["examples"][0]
     sentinels = [t["token"] for t in ex["tokens"] if t["role"] == "sentinel"]

@@ -160,7 +160,7 @@ def test_the_page_shows_the_tools_of_the_checkpoints_kind(alice, alice_client, f
 
 def test_a_trained_bert_run_still_lists_as_an_encoder(alice, alice_client):
     run = make_run(alice, status=RunStatus.SUCCEEDED)
-    ckpt = make_checkpoint(run, step=10)  # no files: the run's architecture says what it is
+    ckpt = make_checkpoint(run, step=10)  # no files: the run's family says what it is
     html = alice_client.get(reverse("explorer:index") + f"?checkpoint={ckpt.id}").content.decode()
     assert re.search(rf'value="{ckpt.id}"[^>]*data-family="bert" data-kind="encoder"', html)
 

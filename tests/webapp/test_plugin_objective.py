@@ -58,9 +58,9 @@ def test_the_launch_form_offers_it(registered):
     assert form["objectives"]["toy"] == {"label": "Toy objective (a test's)",
                                          "help": "MLM, also reporting the share of masked tokens.",
                                          "metrics": ["toy_share"]}
-    bert = next(a for a in form["architectures"] if a["name"] == "bert")
+    bert = next(a for a in form["families"] if a["name"] == "bert")
     assert "toy" in bert["objectives"] and ["mlm", "toy"] in bert["allowed_objective_sets"]
-    gpt = next(a for a in form["architectures"] if a["name"] == "gpt")
+    gpt = next(a for a in form["families"] if a["name"] == "gpt")
     assert "toy" not in gpt["objectives"]
 
 
@@ -73,7 +73,7 @@ def test_the_api_accepts_it_for_its_family_only(registered, alice, alice_api, en
     response = alice_api.post("/api/runs/", {"tokenizer": str(tokenizer.id), "objectives": ["toy"]}, format="json")
     assert response.status_code == 400 and "needs the Masked language modelling (MLM) objective" in \
         response.json()["error"]
-    response = alice_api.post("/api/runs/", {"tokenizer": str(tokenizer.id), "architecture": "roberta",
+    response = alice_api.post("/api/runs/", {"tokenizer": str(tokenizer.id), "family": "roberta",
                                              "objectives": ["mlm", "toy"]}, format="json")
     assert response.status_code == 400 and "RoBERTa cannot be trained with Toy objective" in response.json()["error"]
     assert Run.objects.count() == 1

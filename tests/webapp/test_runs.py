@@ -27,7 +27,7 @@ pytestmark = pytest.mark.django_db
 
 
 def create(owner, tokenizer, **training):
-    return services.run_create(owner=owner, name="", corpus=None, tokenizer=tokenizer, architecture="bert",
+    return services.run_create(owner=owner, name="", corpus=None, tokenizer=tokenizer, family="bert",
                                preset="bert-tiny", objectives=["mlm", "nsp"], training=training)
 
 
@@ -56,13 +56,13 @@ def test_run_create_picks_the_gpu_queue_for_cuda_and_the_setting_for_auto(alice,
 def test_run_create_refuses_an_objective_set_the_registry_does_not_allow(alice, enqueued):
     _, tokenizer = make_data(alice)
     with pytest.raises(ConfigError, match="needs the Masked language modelling"):
-        services.run_create(owner=alice, name="x", corpus=None, tokenizer=tokenizer, architecture="bert",
+        services.run_create(owner=alice, name="x", corpus=None, tokenizer=tokenizer, family="bert",
                             preset="bert-tiny", objectives=["nsp"], training={})
     with pytest.raises(ConfigError, match=r"BERT cannot be trained with Sentence order prediction \(SOP\)"):
-        services.run_create(owner=alice, name="x", corpus=None, tokenizer=tokenizer, architecture="bert",
+        services.run_create(owner=alice, name="x", corpus=None, tokenizer=tokenizer, family="bert",
                             preset="bert-tiny", objectives=["mlm", "sop"], training={})
     with pytest.raises(ConfigError, match="Unknown objective 'xyz'"):
-        services.run_create(owner=alice, name="x", corpus=None, tokenizer=tokenizer, architecture="bert",
+        services.run_create(owner=alice, name="x", corpus=None, tokenizer=tokenizer, family="bert",
                             preset="bert-tiny", objectives=["mlm", "xyz"], training={})
     assert not Run.objects.exists()
 
@@ -370,14 +370,14 @@ def test_new_run_page_is_generated_from_the_registry_with_tiny_defaults(alice, a
     assert form["tokenizer"].value() == tokenizer.id and form["corpus"].value() == corpus.id
     assert form["preset"].value() == "bert-tiny" and form["max_steps"].value() == 500
     assert form["batch_size"].value() == 16 and form["seq_len"].value() == 128
-    assert 'data-architecture="bert"' in html and "L2 H128 A2" in html
+    assert 'data-family="bert"' in html and "L2 H128 A2" in html
     assert 'value="nsp"' in html and "Masked language modelling (MLM)" in html
     assert 'id="registry-data"' in html and 'max="10000000"' in html
 
 
 def post_form(client, tokenizer, /, **changes):
     data = {"name": "from the form", "corpus": tokenizer.corpus_id, "tokenizer": tokenizer.id,
-            "architecture": "bert", "preset": "bert-tiny", "objectives": ["mlm", "nsp"], "max_steps": 120,
+            "family": "bert", "preset": "bert-tiny", "objectives": ["mlm", "nsp"], "max_steps": 120,
             "batch_size": 16, "seq_len": 64, "lr": 1e-4, "warmup_steps": 10, "grad_accum": 1, "eval_every": 50,
             "checkpoint_every": 60, "masking": "dynamic", "seed": 3, "device": "cpu", "mask_prob": 0.15,
             "schedule": "linear", "weight_decay": 0.01, "clip_grad": 1.0, "eval_batches": 5, "log_every": 10,
@@ -553,7 +553,7 @@ def test_api_launch_from_yaml_with_field_overrides(alice, alice_api, enqueued):
     ({"preset": "bert-huge"}, "Unknown BERT preset 'bert-huge'"),
     ({"max_steps": 0}, "max_steps: Ensure this value is greater than or equal to 1."),
     ({"config_yaml": "max_steps: [1,"}, "The file is not valid YAML"),
-    ({"architecture": "gpt9"}, "Unknown architecture 'gpt9'"),
+    ({"family": "gpt9"}, "Unknown family 'gpt9'"),
 ])
 def test_api_refuses_bad_launches_with_a_sentence(alice, alice_api, enqueued, payload, message):
     _, tokenizer = make_data(alice)
@@ -622,7 +622,7 @@ def test_api_cancel_resume_clone_and_config_yaml(alice, alice_api, enqueued):
 
 def test_api_registry_lists_architectures_presets_objectives_and_defaults(alice_api):
     body = alice_api.get("/api/registry/").json()
-    bert = body["architectures"][0]
+    bert = body["families"][0]
     assert bert["name"] == "bert" and "bert-tiny" in [p["name"] for p in bert["presets"]]
     assert bert["required_objectives"] == ["mlm"] and body["fields"]["max_steps"]["min"] == 1
     assert body["launch_defaults"]["max_steps"] == 500
@@ -674,7 +674,7 @@ def test_selectors_hide_other_users_runs(alice, bob):
 
 
 def test_training_settings_roundtrip_through_build_config():
-    config = services.build_config(architecture="bert", preset="bert-tiny", objectives=["mlm"],
+    config = services.build_config(family="bert", preset="bert-tiny", objectives=["mlm"],
                                    training=dict(TINY_TRAINING))
     assert services.training_settings(config)["model_overrides"] == {"hidden_size": 64, "num_heads": 2}
 

@@ -35,15 +35,15 @@ def page(client, run) -> str:
     return response.content.decode()
 
 
-@pytest.mark.parametrize("architecture, objectives", [
+@pytest.mark.parametrize("family, objectives", [
     ("bert", ["mlm", "nsp"]),
     ("electra", ["mlm", "rtd"]),
     ("t5", ["span_corruption"]),
     ("elmo", ["bilm"]),
 ])
-def test_the_page_embeds_the_charts_and_numbers_of_the_runs_objectives(alice, alice_client, architecture,
+def test_the_page_embeds_the_charts_and_numbers_of_the_runs_objectives(alice, alice_client, family,
                                                                        objectives):
-    run = make_run(alice, architecture=architecture, objectives=objectives, status=RunStatus.RUNNING)
+    run = make_run(alice, family=family, objectives=objectives, status=RunStatus.RUNNING)
     html = page(alice_client, run)
     assert embedded(html, "dashboard-charts") == charts_for(objectives)
     assert embedded(html, "dashboard-stats") == stats_for(objectives)

@@ -26,7 +26,7 @@ TINY = {"max_steps": 20, "batch_size": 4, "seq_len": 32, "warmup_steps": 2, "eva
 
 def post_form(client, tokenizer, /, **changes):
     data = {"name": "family run", "corpus": tokenizer.corpus_id, "tokenizer": tokenizer.id,
-            "architecture": "bert", "preset": "bert-tiny", "objectives": ["mlm", "nsp"], "max_steps": 120,
+            "family": "bert", "preset": "bert-tiny", "objectives": ["mlm", "nsp"], "max_steps": 120,
             "batch_size": 16, "seq_len": 64, "lr": 1e-4, "warmup_steps": 10, "grad_accum": 1, "eval_every": 50,
             "checkpoint_every": 60, "masking": "dynamic", "seed": 3, "device": "cpu", "mask_prob": 0.15,
             "schedule": "linear", "weight_decay": 0.01, "clip_grad": 1.0, "eval_batches": 5, "log_every": 10,
@@ -58,17 +58,17 @@ def test_the_new_run_page_offers_every_family_with_its_settings(alice, alice_cli
     for name, label in (("roberta", "RoBERTa"), ("albert", "ALBERT"), ("spanbert", "SpanBERT"),
                         ("electra", "ELECTRA"), ("distilbert", "DistilBERT"), ("unilm", "UniLM")):
         assert f'<option value="{name}">{label}</option>' in html
-        assert f'data-architecture="{name}"' in html  # its presets
+        assert f'data-family="{name}"' in html  # its presets
     for objective in ("sop", "sbo", "rtd", "distill", "unilm"):
         assert f'data-objective="{objective}"' in html
     assert 'name="masking_unit"' in html and "Whole words (BERT-wwm)" in html and 'name="packing"' in html
-    assert 'data-family="electra"' in html and 'name="generator_size"' in html and 'name="rtd_weight"' in html
-    assert 'data-family="albert"' in html and 'name="share_layers"' in html
-    assert 'data-family="distilbert"' in html and 'name="teacher_checkpoint"' in html
+    assert 'data-families="electra"' in html and 'name="generator_size"' in html and 'name="rtd_weight"' in html
+    assert 'data-families="albert"' in html and 'name="share_layers"' in html
+    assert 'data-families="distilbert"' in html and 'name="teacher_checkpoint"' in html
     assert f'value="{teacher.id}" data-tokenizer="{tokenizer.id}"' in html
     assert 'data-algorithm="wordpiece"' in html and 'id="tokenizer-warning"' in html
     registry = json.loads(html.split('id="registry-data" type="application/json">')[1].split("</script>")[0])
-    assert {a["name"] for a in registry["architectures"]} >= {"roberta", "albert", "electra", "distilbert"}
+    assert {a["name"] for a in registry["families"]} >= {"roberta", "albert", "electra", "distilbert"}
 
 
 def test_the_corpus_page_offers_the_tokenizer_algorithms_the_families_need(alice, alice_client):
@@ -81,17 +81,17 @@ def test_the_corpus_page_offers_the_tokenizer_algorithms_the_families_need(alice
 # ---------------------------------------------------------------------------- the form
 def test_roberta_from_the_form_takes_its_papers_adam_settings(alice, alice_client, enqueued):
     _, tokenizer = make_data(alice, algorithm="bpe")
-    response = post_form(alice_client, tokenizer, architecture="roberta", preset="roberta-tiny", objectives=["mlm"],
+    response = post_form(alice_client, tokenizer, family="roberta", preset="roberta-tiny", objectives=["mlm"],
                          packing="doc-sentences", masking_unit="word")
     assert response.status_code == 302, response.context["form"].errors
     config = Run.objects.get().config
-    assert config["architecture"] == "roberta" and config["betas"] == [0.9, 0.98] and config["eps"] == 1e-6
+    assert config["family"] == "roberta" and config["betas"] == [0.9, 0.98] and config["eps"] == 1e-6
     assert (config["packing"], config["masking_unit"]) == ("doc-sentences", "word")
 
 
 def test_the_form_refuses_a_tokenizer_of_the_wrong_algorithm_and_says_where_to_get_one(alice, alice_client, enqueued):
     _, tokenizer = make_data(alice)  # wordpiece
-    response = post_form(alice_client, tokenizer, architecture="roberta", preset="roberta-tiny", objectives=["mlm"])
+    response = post_form(alice_client, tokenizer, family="roberta", preset="roberta-tiny", objectives=["mlm"])
     assert response.status_code == 200
     message = errors(response, "tokenizer")
     assert "RoBERTa needs a bpe tokenizer; this one is wordpiece." in message
@@ -100,21 +100,21 @@ def test_the_form_refuses_a_tokenizer_of_the_wrong_algorithm_and_says_where_to_g
 
 
 @pytest.mark.parametrize("changes, field, message", [
-    ({"architecture": "roberta", "preset": "roberta-tiny", "objectives": ["mlm", "nsp"]}, "objectives",
+    ({"family": "roberta", "preset": "roberta-tiny", "objectives": ["mlm", "nsp"]}, "objectives",
      "RoBERTa is trained without next sentence prediction (NSP)"),
     ({"packing": "doc-sentences"}, "packing", 'packing "doc-sentences" applies to single-segment inputs'),
     ({"masking_unit": "span"}, "masking_unit", "Span masking (masking_unit \"span\") belongs to SpanBERT"),
-    ({"architecture": "spanbert", "preset": "spanbert-tiny", "objectives": ["mlm", "sbo"], "masking_unit": "word"},
+    ({"family": "spanbert", "preset": "spanbert-tiny", "objectives": ["mlm", "sbo"], "masking_unit": "word"},
      "masking_unit", "SpanBERT's span boundary objective (SBO) needs span masking"),
-    ({"architecture": "electra", "preset": "electra-tiny", "objectives": ["mlm", "rtd"], "generator_size": 0.1},
+    ({"family": "electra", "preset": "electra-tiny", "objectives": ["mlm", "rtd"], "generator_size": 0.1},
      "generator_size", "greater than or equal to 0.25"),
-    ({"architecture": "distilbert", "preset": "distilbert-tiny", "objectives": ["mlm", "distill"]},
+    ({"family": "distilbert", "preset": "distilbert-tiny", "objectives": ["mlm", "distill"]},
      "teacher_checkpoint", "DistilBERT distils a trained BERT model: choose one of your BERT checkpoints"),
-    ({"architecture": "albert", "preset": "albert-tiny", "objectives": ["mlm", "sop"], "share_layers": "some"},
+    ({"family": "albert", "preset": "albert-tiny", "objectives": ["mlm", "sop"], "share_layers": "some"},
      "share_layers", "Select a valid choice"),
 ])
 def test_the_form_refuses_family_mistakes_on_the_right_field(alice, alice_client, enqueued, changes, field, message):
-    _, tokenizer = make_data(alice, algorithm="unigram" if changes.get("architecture") == "albert" else "wordpiece")
+    _, tokenizer = make_data(alice, algorithm="unigram" if changes.get("family") == "albert" else "wordpiece")
     response = post_form(alice_client, tokenizer, **changes)
     assert response.status_code == 200
     assert message in errors(response, field), response.context["form"].errors
@@ -124,26 +124,26 @@ def test_the_form_refuses_family_mistakes_on_the_right_field(alice, alice_client
 def test_family_settings_reach_the_config_and_other_families_settings_do_not(alice, alice_client, enqueued):
     _, wordpiece = make_data(alice)
     _, unigram = make_data(alice, algorithm="unigram", name="sp")
-    response = post_form(alice_client, wordpiece, architecture="electra", preset="electra-tiny",
+    response = post_form(alice_client, wordpiece, family="electra", preset="electra-tiny",
                          objectives=["mlm", "rtd"], generator_size=0.5, rtd_weight=20, share_layers="ffn")
     assert response.status_code == 302, response.context["form"].errors
     electra = Run.objects.get().config
     assert electra["model_overrides"] == {"generator_size": 0.5} and electra["rtd_weight"] == 20.0
     assert electra["lr"] == 1e-4  # the posted value (the page's script proposes the paper's on a change)
-    response = post_form(alice_client, unigram, architecture="albert", preset="albert-tiny", objectives=["mlm", "sop"],
+    response = post_form(alice_client, unigram, family="albert", preset="albert-tiny", objectives=["mlm", "sop"],
                          share_layers="attention", generator_size=0.5, rtd_weight=20, distill_temperature=4)
     assert response.status_code == 302, response.context["form"].errors
-    albert = Run.objects.get(architecture="albert").config
+    albert = Run.objects.get(family="albert").config
     assert albert["model_overrides"] == {"share_layers": "attention"} and albert["masking_unit"] == "ngram"
     assert albert["rtd_weight"] == 50.0 and albert["distill_temperature"] == 2.0
 
 
 def test_distilbert_from_the_form_with_a_bert_teacher_of_yours(alice, alice_client, enqueued):
     teacher = bert_teacher(alice)
-    response = post_form(alice_client, teacher.run.tokenizer, architecture="distilbert", preset="distilbert-tiny",
+    response = post_form(alice_client, teacher.run.tokenizer, family="distilbert", preset="distilbert-tiny",
                          objectives=["mlm", "distill"], teacher_checkpoint=teacher.id, distill_temperature=3)
     assert response.status_code == 302, response.context["form"].errors
-    run = Run.objects.get(architecture="distilbert")
+    run = Run.objects.get(family="distilbert")
     assert run.config["teacher_checkpoint"] == str(teacher.folder) and run.config["distill_temperature"] == 3.0
     # the student's shape follows the teacher (hidden 64, 2 -> 1 layer): set for the user
     assert run.config["model_overrides"] == {"hidden_size": 64}  # FFN 4H follows
@@ -153,26 +153,26 @@ def test_distilbert_refuses_a_teacher_with_another_tokenizer_or_of_another_famil
     teacher = bert_teacher(alice)
     tampered = teacher.folder / "tokenizer.json"
     tampered.write_text(tampered.read_text() + " ")
-    response = post_form(alice_client, teacher.run.tokenizer, architecture="distilbert", preset="distilbert-tiny",
+    response = post_form(alice_client, teacher.run.tokenizer, family="distilbert", preset="distilbert-tiny",
                          objectives=["mlm", "distill"], teacher_checkpoint=teacher.id)
     assert "The teacher was trained with another tokenizer" in errors(response, "teacher_checkpoint")
     other = bert_teacher(alice, tokenizer=teacher.run.tokenizer)
     meta = other.folder / "model_config.json"
     meta.write_text(meta.read_text().replace('"family": "bert"', '"family": "albert"'))
-    response = post_form(alice_client, teacher.run.tokenizer, architecture="distilbert", preset="distilbert-tiny",
+    response = post_form(alice_client, teacher.run.tokenizer, family="distilbert", preset="distilbert-tiny",
                          objectives=["mlm", "distill"], teacher_checkpoint=other.id)
     assert "holds a model of another family (ALBERT)" in errors(response, "teacher_checkpoint")
-    assert not Run.objects.filter(architecture="distilbert").exists()
+    assert not Run.objects.filter(family="distilbert").exists()
 
 
 def test_only_your_bert_checkpoints_are_offered_as_teachers(alice, bob, alice_client, enqueued):
     _, tokenizer = make_data(alice)
     mine = make_checkpoint(make_run(alice, tokenizer=tokenizer), step=10)
-    roberta = make_checkpoint(make_run(alice, tokenizer=tokenizer, architecture="roberta"), step=10)
+    roberta = make_checkpoint(make_run(alice, tokenizer=tokenizer, family="roberta"), step=10)
     bobs = make_checkpoint(make_run(bob), step=10)
     choices = {c.pk for c in alice_client.get(reverse("runs:new")).context["form"].fields["teacher_checkpoint"].queryset}
     assert choices == {mine.pk}
-    response = post_form(alice_client, tokenizer, architecture="distilbert", preset="distilbert-tiny",
+    response = post_form(alice_client, tokenizer, family="distilbert", preset="distilbert-tiny",
                          objectives=["mlm", "distill"], teacher_checkpoint=bobs.id)
     assert "Select a valid choice" in errors(response, "teacher_checkpoint")
     assert roberta.pk not in choices
@@ -188,28 +188,28 @@ def test_api_launches_each_family_with_its_defaults(alice, alice_api, enqueued):
                 "spanbert": ("wordpiece", ["mlm", "sbo"], "span"), "electra": ("wordpiece", ["mlm", "rtd"], "token"),
                 "unilm": ("wordpiece", ["mlm", "unilm"], "token")}
     for arch, (algorithm, objectives, unit) in expected.items():
-        response = alice_api.post("/api/runs/", {"tokenizer": str(tokenizers[algorithm].id), "architecture": arch,
+        response = alice_api.post("/api/runs/", {"tokenizer": str(tokenizers[algorithm].id), "family": arch,
                                                  **TINY}, format="json")
         assert response.status_code == 201, (arch, response.json())
         config = response.json()["config"]
         assert (config["preset"], config["objectives"], config["masking_unit"]) == (f"{arch}-tiny", objectives, unit)
-    roberta = Run.objects.get(architecture="roberta").config
+    roberta = Run.objects.get(family="roberta").config
     assert roberta["betas"] == [0.9, 0.98] and roberta["lr"] == 6e-4
-    assert Run.objects.get(architecture="electra").config["lr"] == 5e-4
+    assert Run.objects.get(family="electra").config["lr"] == 5e-4
 
 
 @pytest.mark.parametrize("payload, message", [
-    ({"architecture": "roberta", "objectives": ["mlm", "nsp"]}, "RoBERTa is trained without next sentence prediction"),
-    ({"architecture": "roberta"}, "RoBERTa needs a bpe tokenizer; this one is wordpiece. Train a Byte-level BPE"),
+    ({"family": "roberta", "objectives": ["mlm", "nsp"]}, "RoBERTa is trained without next sentence prediction"),
+    ({"family": "roberta"}, "RoBERTa needs a bpe tokenizer; this one is wordpiece. Train a Byte-level BPE"),
     ({"objectives": ["mlm", "nsp"], "packing": "doc-sentences"}, 'packing "doc-sentences" applies to single-segment'),
-    ({"architecture": "electra", "generator_size": 0.1}, "generator_size: Ensure this value is greater than or equal"),
-    ({"architecture": "electra", "model_overrides": {"generator_size": 0.9}},
+    ({"family": "electra", "generator_size": 0.1}, "generator_size: Ensure this value is greater than or equal"),
+    ({"family": "electra", "model_overrides": {"generator_size": 0.9}},
      "generator_size must be between 0.25 and 0.5 for ELECTRA"),
     ({"rtd_weight": 20}, "rtd_weight applies to ELECTRA only"),
-    ({"architecture": "spanbert", "masking_unit": "token"}, "needs span masking"),
+    ({"family": "spanbert", "masking_unit": "token"}, "needs span masking"),
     ({"masking_unit": "syllable"}, "masking_unit"),
-    ({"architecture": "distilbert"}, "DistilBERT distils a trained BERT teacher"),
-    ({"architecture": "distilbert", "teacher_checkpoint": "/etc"}, "teacher_checkpoint must be one of your checkpoints"),
+    ({"family": "distilbert"}, "DistilBERT distils a trained BERT teacher"),
+    ({"family": "distilbert", "teacher_checkpoint": "/etc"}, "teacher_checkpoint must be one of your checkpoints"),
 ])
 def test_api_refuses_family_mistakes_with_a_400_sentence(alice, alice_api, enqueued, payload, message):
     _, tokenizer = make_data(alice)
@@ -221,7 +221,7 @@ def test_api_refuses_family_mistakes_with_a_400_sentence(alice, alice_api, enque
 
 def test_api_distilbert_takes_a_teacher_id_of_yours_only(alice, bob, alice_api, bob_api, enqueued):
     teacher = bert_teacher(alice)
-    payload = {"tokenizer": str(teacher.run.tokenizer_id), "architecture": "distilbert", **TINY,
+    payload = {"tokenizer": str(teacher.run.tokenizer_id), "family": "distilbert", **TINY,
                "teacher_checkpoint": str(teacher.id), "distill_cos_weight": 0.5}
     response = alice_api.post("/api/runs/", payload, format="json")
     assert response.status_code == 201, response.json()
@@ -237,16 +237,16 @@ def test_api_distilbert_takes_a_teacher_id_of_yours_only(alice, bob, alice_api, 
 
 
 def response_id(owner) -> str:
-    return str(Run.objects.filter(owner=owner, architecture="distilbert").get().id)
+    return str(Run.objects.filter(owner=owner, family="distilbert").get().id)
 
 
 # ---------------------------------------------------------------------------- YAML
 def test_yaml_export_and_import_keep_the_family_fields(alice, alice_client, enqueued):
     _, tokenizer = make_data(alice)
-    config = RunConfig(architecture="electra", preset="electra-tiny", objectives=["mlm", "rtd"],
+    config = RunConfig(family="electra", preset="electra-tiny", objectives=["mlm", "rtd"],
                        model_overrides={"hidden_size": 64, "num_heads": 2, "generator_size": 0.5}, rtd_weight=30.0,
                        masking_unit="word", **TINY)
-    run = make_run(alice, tokenizer=tokenizer, name="electra", architecture="electra", preset="electra-tiny",
+    run = make_run(alice, tokenizer=tokenizer, name="electra", family="electra", preset="electra-tiny",
                    objectives=["mlm", "rtd"], config=config.to_dict())
     exported = alice_client.get(reverse("runs:config-yaml", args=[run.id]))
     data = yaml.safe_load(exported.content)
@@ -255,7 +255,7 @@ def test_yaml_export_and_import_keep_the_family_fields(alice, alice_client, enqu
     upload = io.BytesIO(exported.content)
     upload.name = "electra.yaml"
     form = alice_client.post(reverse("runs:new"), {"config_file": upload}).context["form"]
-    assert form["architecture"].value() == "electra" and form["generator_size"].value() == 0.5
+    assert form["family"].value() == "electra" and form["generator_size"].value() == 0.5
     assert form["rtd_weight"].value() == 30.0 and form["masking_unit"].value() == "word"
     assert json.loads(form["extra_settings"].value())["model_overrides"] == {"hidden_size": 64, "num_heads": 2}
     response = alice_client.post(reverse("runs:new"), {
@@ -269,7 +269,7 @@ def test_yaml_export_and_import_keep_the_family_fields(alice, alice_client, enqu
 
 def test_api_yaml_with_a_teacher_folder_of_yours(alice, alice_api, enqueued):
     teacher = bert_teacher(alice)
-    text = f"architecture: distilbert\npreset: distilbert-tiny\nobjectives: [mlm, distill]\nmax_steps: 10\n" \
+    text = f"family: distilbert\npreset: distilbert-tiny\nobjectives: [mlm, distill]\nmax_steps: 10\n" \
            f"warmup_steps: 1\nteacher_checkpoint: {teacher.folder}\n"
     response = alice_api.post("/api/runs/", {"tokenizer": str(teacher.run.tokenizer_id), "config_yaml": text},
                               format="json")

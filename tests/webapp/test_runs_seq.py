@@ -59,7 +59,7 @@ def real_tokenizer(owner, algorithm: str, *, extra_ids: int = 0):
 
 def post_form(client, tokenizer, /, **changes):
     data = {"name": "seq run", "corpus": tokenizer.corpus_id, "tokenizer": tokenizer.id,
-            "architecture": "t5", "preset": "t5-tiny", "objectives": ["span_corruption"], "max_steps": 120,
+            "family": "t5", "preset": "t5-tiny", "objectives": ["span_corruption"], "max_steps": 120,
             "batch_size": 16, "seq_len": 64, "lr": 0.01, "warmup_steps": 10, "grad_accum": 1, "eval_every": 50,
             "checkpoint_every": 60, "masking": "dynamic", "seed": 3, "device": "cpu", "mask_prob": 0.15,
             "schedule": "inverse_sqrt", "weight_decay": 0.0, "clip_grad": 1.0, "eval_batches": 5, "log_every": 10,
@@ -83,18 +83,18 @@ def test_the_new_run_page_offers_t5_gpt_and_elmo_with_their_settings(alice, alic
     for name, label in (("t5", "T5"), ("gpt", "GPT"), ("elmo", "ELMo")):
         assert f'<option value="{name}">{label}</option>' in html
     for preset in ("t5-tiny", "t5-base", "gpt-tiny", "gpt2-small", "elmo-tiny", "elmo-small"):
-        assert f'value="{preset}" data-architecture="{preset.split("-")[0].replace("gpt2", "gpt")}"' in html
+        assert f'value="{preset}" data-family="{preset.split("-")[0].replace("gpt2", "gpt")}"' in html
     for objective in NEW_OBJECTIVES:
         assert f'data-objective="{objective}"' in html
     assert "Text infilling (BART)" in html and "mean length 3" in html
-    assert 'data-family="t5"' in html and 'name="version"' in html and "v1.1 (gated-GELU, untied)" in html
-    assert 'data-family="gpt"' in html and 'name="norm_placement"' in html and "Post-LN (GPT-1)" in html
-    assert 'data-family="elmo"' in html and 'name="char_cnn"' in html
+    assert 'data-families="t5"' in html and 'name="version"' in html and "v1.1 (gated-GELU, untied)" in html
+    assert 'data-families="gpt"' in html and 'name="norm_placement"' in html and "Post-LN (GPT-1)" in html
+    assert 'data-families="elmo"' in html and 'name="char_cnn"' in html
     assert 'name="optimizer"' in html and "Adafactor (T5)" in html and 'name="betas"' in html and 'name="eps"' in html
     assert "Inverse square root (T5)" in html and 'id="sentinel-warning"' in html
     assert 'data-algorithm="unigram" data-extra-ids="100"' in html
     registry = json.loads(html.split('id="registry-data" type="application/json">')[1].split("</script>")[0])
-    archs = {a["name"]: a for a in registry["architectures"]}
+    archs = {a["name"]: a for a in registry["families"]}
     assert archs["t5"]["one_objective"] and archs["t5"]["default_objectives"] == ["span_corruption"]
     assert "mask_prob" in archs["gpt"]["hidden_fields"] and "packing" in archs["t5"]["hidden_fields"]
     assert "64 → 17" in archs["t5"]["seq_len_help"]
@@ -110,32 +110,32 @@ def test_api_launches_each_new_family_with_its_papers_optimizer(alice, alice_api
         "elmo": (["bilm"], "adamw", 1e-3, "constant", 0.0),
     }
     for arch, (objectives, optimizer, lr, schedule, wd) in expected.items():
-        response = api_launch(alice_api, tokenizers[arch], architecture=arch)
+        response = api_launch(alice_api, tokenizers[arch], family=arch)
         assert response.status_code == 201, (arch, response.json())
         config = response.json()["config"]
         assert (config["preset"], config["objectives"], config["masking_unit"]) == (f"{arch}-tiny", objectives, "token")
         assert (config["optimizer"], config["lr"], config["schedule"], config["weight_decay"]) == (
             optimizer, lr, schedule, wd)
-    assert sorted(Run.objects.filter(status=RunStatus.QUEUED).values_list("architecture", flat=True)) == [
+    assert sorted(Run.objects.filter(status=RunStatus.QUEUED).values_list("family", flat=True)) == [
         "elmo", "gpt", "t5"]
-    gpt = Run.objects.get(architecture="gpt").config
+    gpt = Run.objects.get(family="gpt").config
     assert gpt["betas"] == [0.9, 0.95] and gpt["eps"] == 1e-8  # GPT-3 Small's Adam
 
 
 def test_api_takes_the_families_options(alice, alice_api, enqueued):
     t5 = tokenizer_for(alice, "unigram", extra_ids=100)
-    response = api_launch(alice_api, t5, architecture="t5", objectives=["text_infilling"], version="1.1",
+    response = api_launch(alice_api, t5, family="t5", objectives=["text_infilling"], version="1.1",
                           optimizer="adamw", betas=[0.9, 0.98], eps=1e-8)
     assert response.status_code == 201, response.json()
     config = response.json()["config"]
     assert config["objectives"] == ["text_infilling"] and config["model_overrides"] == {"version": "1.1"}
     assert (config["optimizer"], config["betas"], config["eps"]) == ("adamw", [0.9, 0.98], 1e-8)
-    response = api_launch(alice_api, tokenizer_for(alice, "bpe"), architecture="gpt", norm_placement="post")
+    response = api_launch(alice_api, tokenizer_for(alice, "bpe"), family="gpt", norm_placement="post")
     assert response.status_code == 201 and response.json()["config"]["model_overrides"] == {"norm_placement": "post"}
-    response = api_launch(alice_api, tokenizer_for(alice, "unigram", name="sp"), architecture="elmo", char_cnn=True)
+    response = api_launch(alice_api, tokenizer_for(alice, "unigram", name="sp"), family="elmo", char_cnn=True)
     assert response.status_code == 201 and response.json()["config"]["model_overrides"] == {"char_cnn": True}
     # T5's other objectives need no sentinels
-    response = api_launch(alice_api, tokenizer_for(alice, "unigram", name="plain"), architecture="t5",
+    response = api_launch(alice_api, tokenizer_for(alice, "unigram", name="plain"), family="t5",
                           objectives=["deshuffle"])
     assert response.status_code == 201, response.json()
     # an encoder family may choose Adafactor too
@@ -144,22 +144,22 @@ def test_api_takes_the_families_options(alice, alice_api, enqueued):
 
 
 @pytest.mark.parametrize("tokenizer_kind, payload, message", [
-    (("unigram", 0), {"architecture": "t5"},
+    (("unigram", 0), {"family": "t5"},
      "Span corruption (T5) replaces each noise span by a sentinel token (<extra_id_0>, <extra_id_1>, ...), and this "
      "tokenizer has none"),
-    (("bpe", 0), {"architecture": "gpt", "objectives": ["clm", "nsp"]},
+    (("bpe", 0), {"family": "gpt", "objectives": ["clm", "nsp"]},
      "GPT is a decoder-only causal language model: it reads left to right and predicts the next token, with no [CLS] "
      "classifier for next sentence prediction (NSP)"),
-    (("bpe", 0), {"architecture": "gpt", "objectives": ["mlm"]}, "GPT's causal mask hides every later token"),
-    (("wordpiece", 0), {"architecture": "gpt"}, "GPT needs a bpe tokenizer; this one is wordpiece. Train a Byte-level"),
-    (("unigram", 100), {"architecture": "t5", "objectives": ["span_corruption", "t5_mlm"]},
+    (("bpe", 0), {"family": "gpt", "objectives": ["mlm"]}, "GPT's causal mask hides every later token"),
+    (("wordpiece", 0), {"family": "gpt"}, "GPT needs a bpe tokenizer; this one is wordpiece. Train a Byte-level"),
+    (("unigram", 100), {"family": "t5", "objectives": ["span_corruption", "t5_mlm"]},
      "T5 trains one objective per run"),
-    (("wordpiece", 0), {"architecture": "elmo", "objectives": ["bilm", "mlm"]}, "ELMo's LSTMs each read in one"),
-    (("wordpiece", 0), {"architecture": "elmo", "masking_unit": "word"}, "masking_unit applies to masked-LM"),
-    (("unigram", 100), {"architecture": "t5", "version": "2.0"}, "version"),
-    (("unigram", 100), {"architecture": "t5", "optimizer": "sgd"}, "optimizer"),
-    (("unigram", 100), {"architecture": "t5", "betas": [0.9]}, "betas"),
-    (("bpe", 0), {"architecture": "gpt", "seq_len": 1024}, "seq_len must be between 16 and the model's 256"),
+    (("wordpiece", 0), {"family": "elmo", "objectives": ["bilm", "mlm"]}, "ELMo's LSTMs each read in one"),
+    (("wordpiece", 0), {"family": "elmo", "masking_unit": "word"}, "masking_unit applies to masked-LM"),
+    (("unigram", 100), {"family": "t5", "version": "2.0"}, "version"),
+    (("unigram", 100), {"family": "t5", "optimizer": "sgd"}, "optimizer"),
+    (("unigram", 100), {"family": "t5", "betas": [0.9]}, "betas"),
+    (("bpe", 0), {"family": "gpt", "seq_len": 1024}, "seq_len must be between 16 and the model's 256"),
 ])
 def test_api_refuses_what_the_new_families_cannot_train(alice, alice_api, enqueued, tokenizer_kind, payload, message):
     algorithm, extra_ids = tokenizer_kind
@@ -178,7 +178,7 @@ def test_the_form_launches_t5_with_adafactor_and_gpt_with_its_adamw_settings(ali
     assert (config["optimizer"], config["schedule"], config["lr"]) == ("adafactor", "inverse_sqrt", 0.01)
     assert config["model_overrides"] == {"version": "1.1"} and config["masking_unit"] == "token"
     gpt = tokenizer_for(alice, "bpe")
-    response = post_form(alice_client, gpt, architecture="gpt", preset="gpt-tiny", objectives=["clm"], lr=6e-4,
+    response = post_form(alice_client, gpt, family="gpt", preset="gpt-tiny", objectives=["clm"], lr=6e-4,
                          schedule="cosine", optimizer="adamw", betas="0.9, 0.95", eps=1e-8, norm_placement="post",
                          name="gpt run")
     assert response.status_code == 302, response.context["form"].errors
@@ -186,13 +186,13 @@ def test_the_form_launches_t5_with_adafactor_and_gpt_with_its_adamw_settings(ali
     assert (config["optimizer"], config["betas"], config["eps"]) == ("adamw", [0.9, 0.95], 1e-8)
     assert config["model_overrides"] == {"norm_placement": "post"}
     # empty betas and eps: GPT's paper values
-    response = post_form(alice_client, gpt, architecture="gpt", preset="gpt-tiny", objectives=["clm"], lr=6e-4,
+    response = post_form(alice_client, gpt, family="gpt", preset="gpt-tiny", objectives=["clm"], lr=6e-4,
                          schedule="cosine", optimizer="", betas="", eps="", name="gpt defaults")
     assert response.status_code == 302, response.context["form"].errors
     config = Run.objects.get(name="gpt defaults").config
     assert (config["optimizer"], config["betas"], config["eps"]) == ("adamw", [0.9, 0.95], 1e-8)
     elmo = tokenizer_for(alice, "wordpiece")
-    response = post_form(alice_client, elmo, architecture="elmo", preset="elmo-tiny", objectives=["bilm"], lr=1e-3,
+    response = post_form(alice_client, elmo, family="elmo", preset="elmo-tiny", objectives=["bilm"], lr=1e-3,
                          schedule="constant", char_cnn="True", name="elmo run")
     assert response.status_code == 302, response.context["form"].errors
     assert Run.objects.get(name="elmo run").config["model_overrides"] == {"char_cnn": True}
@@ -202,13 +202,13 @@ def test_the_form_launches_t5_with_adafactor_and_gpt_with_its_adamw_settings(ali
     (("unigram", 0), {}, "tokenizer",
      "Span corruption (T5) replaces each noise span by a sentinel token (<extra_id_0>, <extra_id_1>, ...), and this "
      "tokenizer has none; train a Unigram"),
-    (("bpe", 0), {"architecture": "gpt", "preset": "gpt-tiny", "objectives": ["clm", "nsp"]}, "objectives",
+    (("bpe", 0), {"family": "gpt", "preset": "gpt-tiny", "objectives": ["clm", "nsp"]}, "objectives",
      "GPT is a decoder-only causal language model"),
     (("unigram", 100), {"objectives": ["span_corruption", "prefix_lm"]}, "objectives",
      "T5 trains one objective per run"),
     (("unigram", 100), {"betas": "0.9"}, "betas", "Give two numbers separated by a comma, like 0.9, 0.999."),
     (("unigram", 100), {"version": "2.0"}, "version", "Select a valid choice"),
-    (("unigram", 100), {"architecture": "gpt", "preset": "gpt-tiny", "objectives": ["clm"]}, "tokenizer",
+    (("unigram", 100), {"family": "gpt", "preset": "gpt-tiny", "objectives": ["clm"]}, "tokenizer",
      "GPT needs a bpe tokenizer; this one is unigram."),
 ])
 def test_the_form_refuses_mistakes_on_the_right_field(alice, alice_client, enqueued, tokenizer_kind, changes, field,
@@ -223,10 +223,10 @@ def test_the_form_refuses_mistakes_on_the_right_field(alice, alice_client, enque
 # ---------------------------------------------------------------------------- YAML
 def test_yaml_export_and_import_keep_t5s_optimizer_and_version(alice, alice_client, enqueued):
     tokenizer = tokenizer_for(alice, "unigram", extra_ids=100)
-    config = RunConfig(architecture="t5", preset="t5-tiny", objectives=["sentence_permutation"],
+    config = RunConfig(family="t5", preset="t5-tiny", objectives=["sentence_permutation"],
                        model_overrides={"version": "1.1", "d_model": 32}, lr=0.01, schedule="inverse_sqrt",
                        weight_decay=0.0, **TINY)
-    run = make_run(alice, tokenizer=tokenizer, name="t5", architecture="t5", preset="t5-tiny",
+    run = make_run(alice, tokenizer=tokenizer, name="t5", family="t5", preset="t5-tiny",
                    objectives=["sentence_permutation"], config=config.to_dict())
     exported = alice_client.get(reverse("runs:config-yaml", args=[run.id]))
     data = yaml.safe_load(exported.content)
@@ -234,42 +234,42 @@ def test_yaml_export_and_import_keep_t5s_optimizer_and_version(alice, alice_clie
     upload = io.BytesIO(exported.content)
     upload.name = "t5.yaml"
     form = alice_client.post(reverse("runs:new"), {"config_file": upload}).context["form"]
-    assert form["architecture"].value() == "t5" and form["version"].value() == "1.1"
+    assert form["family"].value() == "t5" and form["version"].value() == "1.1"
     assert form["optimizer"].value() == "adafactor" and form["schedule"].value() == "inverse_sqrt"
     assert "0.9, 0.999" in str(form["betas"])
     assert json.loads(form["extra_settings"].value())["model_overrides"] == {"d_model": 32}
 
 
 # ---------------------------------------------------------------------------- dashboard
-@pytest.mark.parametrize("architecture, objectives, charts, absent", [
+@pytest.mark.parametrize("family, objectives, charts, absent", [
     ("t5", ["span_corruption"], ["loss", "lm_acc", "perplexity"], ["mlm_acc", "nsp_acc", "elmo_perplexity"]),
     ("t5", ["deshuffle"], ["lm_acc", "perplexity"], ["mlm_acc"]),
     ("gpt", ["clm"], ["loss", "lm_acc", "perplexity"], ["mlm_acc", "elmo_perplexity"]),
     ("elmo", ["bilm"], ["loss", "elmo_perplexity", "elmo_loss", "elmo_acc"], ["mlm_acc", "lm_acc", "perplexity"]),
     ("bert", ["mlm", "nsp"], ["mlm_acc", "nsp_acc"], ["lm_acc", "elmo_perplexity"]),
 ])
-def test_the_dashboard_charts_the_language_models_metrics(alice, alice_client, architecture, objectives, charts,
+def test_the_dashboard_charts_the_language_models_metrics(alice, alice_client, family, objectives, charts,
                                                            absent):
-    run = make_run(alice, architecture=architecture, objectives=objectives, status=RunStatus.RUNNING)
+    run = make_run(alice, family=family, objectives=objectives, status=RunStatus.RUNNING)
     html = alice_client.get(reverse("runs:detail", args=[run.id])).content.decode()
     for chart in charts:
         assert f'id="chart-{chart}"' in html
     for chart in absent:
         assert f'id="chart-{chart}"' not in html
-    assert ('data-stat="forward_perplexity"' in html) == (architecture == "elmo")
-    assert ('data-stat="lm_acc"' in html) == (architecture in ("t5", "gpt"))
+    assert ('data-stat="forward_perplexity"' in html) == (family == "elmo")
+    assert ('data-stat="lm_acc"' in html) == (family in ("t5", "gpt"))
 
 
 # ---------------------------------------------------------------------------- real runs
-@pytest.mark.parametrize("architecture, algorithm, extra_ids, keys", [
+@pytest.mark.parametrize("family, algorithm, extra_ids, keys", [
     ("t5", "unigram", 100, {"lm_loss", "lm_acc"}),
     ("gpt", "bpe", 0, {"lm_loss", "lm_acc"}),
     ("elmo", "wordpiece", 0, {"forward_loss", "backward_loss", "forward_acc", "backward_acc"}),
 ])
-def test_a_launched_run_of_each_family_trains_in_the_worker(alice, alice_api, enqueued, architecture, algorithm,
+def test_a_launched_run_of_each_family_trains_in_the_worker(alice, alice_api, enqueued, family, algorithm,
                                                             extra_ids, keys):
     tokenizer = real_tokenizer(alice, algorithm, extra_ids=extra_ids)
-    response = api_launch(alice_api, tokenizer, architecture=architecture, max_steps=4, warmup_steps=1, eval_every=4,
+    response = api_launch(alice_api, tokenizer, family=family, max_steps=4, warmup_steps=1, eval_every=4,
                           eval_batches=2, checkpoint_every=4, num_threads=1)  # one thread: quick on a busy CPU
     assert response.status_code == 201, response.json()
     run = Run.objects.get(pk=response.json()["id"])

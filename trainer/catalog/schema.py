@@ -13,7 +13,7 @@ from trainer.families import Family
 
 
 def as_json() -> dict[str, Any]:
-    """Everything the launch form needs: architectures (presets with sizes, objectives, masking
+    """Everything the launch form needs: families (presets with sizes, objectives, masking
     units, packings, tokenizer algorithm, family settings), objectives, field defaults, bounds,
     choices and help text."""
     from trainer.objectives.examples import PACKINGS
@@ -24,7 +24,7 @@ def as_json() -> dict[str, Any]:
     bounds = {k: [lo, hi] for k, (lo, hi) in config_mod.bounds().items()}
     all_choices = config_mod.choices()
     return {
-        "architectures": [architecture_json(family) for family in registered],
+        "families": [family_json(family) for family in registered],
         "objectives": {o.name: {"label": o.label, "help": o.help, "metrics": list(o.metrics)}
                        for o in objectives.all()},
         "masking_units": dict(MASKING_UNITS),
@@ -44,7 +44,7 @@ def as_json() -> dict[str, Any]:
     }
 
 
-def architecture_json(family: Family) -> dict[str, Any]:
+def family_json(family: Family) -> dict[str, Any]:
     """One family as the form shows it."""
     presets = [{"name": name, **preset_size(family.preset_config(name, vocab_size=1024))}
                for name in family.presets]

@@ -1,4 +1,4 @@
-"""Whether a run config can be trained: its architecture, preset, objectives, masking unit,
+"""Whether a run config can be trained: its family, preset, objectives, masking unit,
 packing, family settings and seq_len fit together, and a tokenizer suits it.
 
 Everything family-specific comes from the run's Family (trainer.families): its table of
@@ -30,13 +30,13 @@ def with_objectives(family: Family) -> Family:
 
 
 def validate(config: "RunConfig") -> None:
-    """Raise ConfigError unless the config's architecture, preset, objectives, masking unit,
+    """Raise ConfigError unless the config's family, preset, objectives, masking unit,
     packing, family settings and seq_len fit together. Reads no files: a DistilBERT teacher
     (a BERT checkpoint on disk that the student's shape fits) is checked by validate_teacher,
     which the engine, the CLI and the web app call before training, so that a stored config
     stays loadable after its teacher is deleted, and the web app can check that the teacher
     is the user's own before anything reads it."""
-    family = with_objectives(families.get(config.architecture))
+    family = with_objectives(families.get(config.family))
     presets = family.presets
     if config.preset not in presets:
         raise ConfigError(
@@ -48,7 +48,7 @@ def validate(config: "RunConfig") -> None:
     reserved = sorted(set(config.model_overrides) & {"vocab_size", "family", *family.token_fields})
     if reserved:
         raise ConfigError(f"model_overrides cannot set {', '.join(reserved)}: "
-                          f"{'the architecture sets it' if reserved == ['family'] else 'it comes from the tokenizer'}.")
+                          f"{'the family sets it' if reserved == ['family'] else 'it comes from the tokenizer'}.")
     try:
         model_cfg = family.preset_config(config.preset, vocab_size=1024, **config.model_overrides)
     except ConfigError:
@@ -99,7 +99,7 @@ def _check_masking_and_packing(family: Family, config: "RunConfig") -> None:
     if unit not in family.masking_units:
         if unit == "span":
             raise ConfigError(f"Span masking (masking_unit \"span\") belongs to SpanBERT's span boundary objective "
-                              f"(SBO); choose the SpanBERT architecture, or another masking unit for {family.label} "
+                              f"(SBO); choose the SpanBERT family, or another masking unit for {family.label} "
                               f"({', '.join(family.masking_units)}).")
         if family.masking_units == ("span",):
             raise ConfigError(f"{family.label}'s span boundary objective (SBO) needs span masking: masking_unit must "
@@ -136,14 +136,14 @@ def validate_teacher(config: "RunConfig") -> dict[str, Any]:
     """For a family that distils (DistilBERT): the teacher's model_config.json ({"family",
     "config", ...}), after the family checked that the folder holds a checkpoint its student's
     preset fits. ConfigError otherwise. The engine and the web app call this before training."""
-    return families.get(config.architecture).validate_teacher(config)
+    return families.get(config.family).validate_teacher(config)
 
 
 def validate_tokenizer(config: "RunConfig", algorithm: str, meta: dict[str, Any] | None = None) -> None:
-    """Raise ConfigError when a tokenizer trained with `algorithm` does not suit the architecture,
+    """Raise ConfigError when a tokenizer trained with `algorithm` does not suit the family,
     or (given its tokenizer_meta.json as `meta`) lacks the T5 sentinel tokens the objective reads.
     The collator checks the number of sentinels against seq_len again when training starts."""
-    family = families.get(config.architecture)
+    family = families.get(config.family)
     needs = [o for o in config.objectives if o in objectives.REGISTRY and objectives.get(o).needs_sentinels]
     if algorithm not in family.tokenizer_algorithms:
         raise ConfigError(f"{family.label} needs a {' or '.join(family.tokenizer_algorithms)} tokenizer"

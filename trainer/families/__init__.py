@@ -45,7 +45,7 @@ def get(name: str) -> Family:
     ref = REGISTRY.get(name) if isinstance(name, str) else None
     if ref is None:
         known = ", ".join(repr(a) for a in REGISTRY)
-        raise ConfigError(f"Unknown architecture {name!r}; choose one of {known}.")
+        raise ConfigError(f"Unknown family {name!r}; choose one of {known}.")
     family = _loaded.get(ref)
     if family is None:
         family = load(ref)

@@ -81,7 +81,7 @@ class Family:
     """One model family. Attributes are data; methods are the hooks a family may override."""
 
     # ---- what it is
-    name: str                          # the architecture key and models_lib's family (model_config.json)
+    name: str                          # the family key and models_lib's family (model_config.json)
     label: str                         # "BERT"
     about: str = ""                    # one line for the form
 

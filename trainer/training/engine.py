@@ -367,7 +367,7 @@ class Loop:
         state = {"step": s.step, "tokens_seen": s.tokens_seen, "config": self.config.to_dict(),
                  "data_position": s.position.to_dict(), "epoch": s.position.epoch,
                  "elapsed_s": round(elapsed, 3), "metrics": metrics,
-                 "architecture": self.config.architecture, "objectives": list(self.config.objectives)}
+                 "family": self.config.family, "objectives": list(self.config.objectives)}
         opt_state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                      "rng": checkpoints.capture_rng_state(), "data_position": s.position.to_dict(),
                      "step": s.step, "family_state": self.forward.state_dict()}

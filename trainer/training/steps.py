@@ -40,7 +40,7 @@ def model_config(config: RunConfig, vocab_size: int, pad_id: int, tokenizer: Any
     """The models_lib config of a run: its preset, its model_overrides, the tokenizer's vocabulary
     and the special ids the family takes (Family.token_fields: T5's pad, EOS and decoder start
     = pad; GPT's pad and EOS; everyone's pad)."""
-    spec = families.get(config.architecture)
+    spec = families.get(config.family)
     overrides = dict(config.model_overrides)
     ids = token_ids(pad_id, tokenizer)
     tokens = {name: ids[role] for name, role in spec.token_fields.items()}
@@ -56,7 +56,7 @@ def build(config: RunConfig, *, vocab_size: int, pad_id: int, device: str,
     `tokenizer` (the run's TokenizerBundle; loaded from data_dir when needed and not given)
     supplies the special ids and, for ELMo's character CNN, the vocabulary's spellings.
     DistilBERT's student starts from every other layer of the teacher (loaded here, frozen)."""
-    spec = families.get(config.architecture)
+    spec = families.get(config.family)
     objective = objectives.resolve(config.objectives)
     if spec.needs_teacher:
         validation.validate_teacher(config)

@@ -66,7 +66,7 @@ def dashboard_for(user: AbstractBaseUser, *, recent: int = 5) -> Dashboard:
              else reverse("corpora:tokenizer-list"),
              "Train a tokenizer"),
         Step(3, "Launch a run",
-             "Pick an architecture and objectives, then follow the training curves live.",
+             "Pick a family and objectives, then follow the training curves live.",
              has_run, new_run_url, "Launch a run"),
         Step(4, "Explore a checkpoint",
              "Fill in masked words and score sentence pairs with the model you trained.",

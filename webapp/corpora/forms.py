@@ -32,7 +32,7 @@ def rule_labels() -> dict[str, str]:
 
 def algorithm_choices() -> list[tuple[str, str]]:
     """The tokenizer algorithms worth training: those the trainer implements and at least one
-    trainable architecture accepts (so a tokenizer made here can always be used by a run)."""
+    trainable family accepts (so a tokenizer made here can always be used by a run)."""
     from trainer import families
     from trainer.prep.tokenization import ALGORITHMS
 

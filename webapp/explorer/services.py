@@ -163,13 +163,13 @@ def word_similarity(*, checkpoint: Checkpoint, sentence_a: str, sentence_b: str,
 # ---------------------------------------------------------------------------- what a checkpoint is
 def checkpoint_family(checkpoint: Checkpoint) -> str:
     """models_lib's family of the checkpoint's model ("bert", "t5", "gpt", "elmo", ...): what the
-    checkpoint's model_config.json says, else its run's architecture or its import's family."""
+    checkpoint's model_config.json says, else its run's family or its import's family."""
     from trainer.training.checkpoints import checkpoint_family as family_on_disk
 
     family = family_on_disk(checkpoint.folder)
     if not family:
         if checkpoint.run_id is not None:
-            family = checkpoint.run.architecture
+            family = checkpoint.run.family
         else:
             from trainer.inference.importing import read_import_info  # reads a small JSON; no torch
 

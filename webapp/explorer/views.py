@@ -133,7 +133,6 @@ def _grouped(checkpoints) -> list[dict[str, Any]]:
             "checkpoint": ckpt,
             "pair": services.pair_head(objectives),
             "mlm": "mlm" in objectives,
-            "architecture": ckpt.run.architecture if ckpt.run_id else "",
             "origin_name": ckpt.run.name if ckpt.run_id else ckpt.label,
             "origin_url": _origin_url(ckpt),
         })

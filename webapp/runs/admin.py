@@ -16,7 +16,7 @@ class CheckpointInline(admin.TabularInline):
 class RunAdmin(admin.ModelAdmin):
     list_display = ("name", "owner", "status", "preset", "current_step", "max_steps", "queue", "claimed_by",
                     "created_at")
-    list_filter = ("status", "queue", "architecture", "preset")
+    list_filter = ("status", "queue", "family", "preset")
     search_fields = ("name", "owner__username", "id")
     raw_id_fields = ("owner", "corpus", "tokenizer", "cloned_from")
     readonly_fields = ("id", "claimed_by", "heartbeat_at", "started_at", "finished_at", "created_at", "tokens_seen")

@@ -65,7 +65,7 @@ class RunListCreateView(APIView):
             owner=request.user, name=data.get("name") or yaml_name,
             corpus=_owned(Corpus, request.user, data.get("corpus"), "corpus"),
             tokenizer=_owned(Tokenizer, request.user, data["tokenizer"], "tokenizer"),
-            architecture=values.pop("architecture"), preset=values.pop("preset"),
+            family=values.pop("family"), preset=values.pop("preset"),
             objectives=values.pop("objectives"), training=values,
         )
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
@@ -145,7 +145,7 @@ class RunConfigYamlView(APIView):
 
 class RegistryView(APIView):
     @extend_schema(responses={200: OpenApiTypes.OBJECT},
-                   summary="What can be trained: architectures, presets, objectives, field defaults and bounds")
+                   summary="What can be trained: families, presets, objectives, field defaults and bounds")
     def get(self, request: Request) -> Response:
         return Response({**launch.registry_json(), "launch_defaults": launch.launch_defaults()})
 

@@ -1,15 +1,15 @@
 """The launch form, generated from trainer.catalog.schema.as_json(), and the YAML import form.
 
 The page's JavaScript hides presets, objectives, masking units and family settings that do not
-fit the chosen architecture, and warns about a tokenizer of the wrong algorithm, but every
+fit the chosen family, and warns about a tokenizer of the wrong algorithm, but every
 POST is validated again here (through RunConfig, trainer.catalog.validation and the run services).
 
 Family settings: ELECTRA's generator size, ALBERT's layer sharing, T5's version, GPT's
 LayerNorm placement and ELMo's character CNN are models_lib fields (they go to
 model_overrides); ELECTRA's RTD weight and DistilBERT's temperature and loss weights are
 RunConfig fields; DistilBERT's teacher is one of the user's BERT checkpoints. The optimizer
-(empty = the architecture's: Adafactor for T5) and AdamW's betas and epsilon (empty = the
-architecture's paper values) are optional; the page shows betas and epsilon for AdamW only.
+(empty = the family's: Adafactor for T5) and AdamW's betas and epsilon (empty = the
+family's paper values) are optional; the page shows betas and epsilon for AdamW only.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class PresetSelect(forms.Select):
         option = super().create_option(name, value, label, selected, index, subindex, attrs)
         arch = self.preset_arch.get(value)
         if arch:
-            option["attrs"]["data-architecture"] = arch
+            option["attrs"]["data-family"] = arch
         return option
 
 
@@ -86,7 +86,7 @@ def teacher_checkpoints(user):
     imported = [c.pk for c in Checkpoint.objects.filter(owner=user, source=CheckpointSource.IMPORT)
                 if _family(c) in teachers]
     return (Checkpoint.objects.filter(owner=user)
-            .filter(models.Q(run__architecture__in=teachers) | models.Q(pk__in=imported))
+            .filter(models.Q(run__family__in=teachers) | models.Q(pk__in=imported))
             .select_related("run").order_by("-created_at"))
 
 
@@ -107,7 +107,7 @@ class RunForm(forms.Form):
     corpus = forms.ModelChoiceField(queryset=Corpus.objects.none(), empty_label="Choose a corpus…")
     tokenizer = TokenizerChoiceField(queryset=Tokenizer.objects.none(), empty_label="Choose a tokenizer…",
                                      widget=TokenizerSelect)
-    architecture = forms.ChoiceField()
+    family = forms.ChoiceField()
     preset = forms.ChoiceField(widget=PresetSelect)
     objectives = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple, required=False)
     teacher_checkpoint = TeacherChoiceField(
@@ -124,12 +124,12 @@ class RunForm(forms.Form):
         spec = launch.registry_json()
         self.fields["corpus"].queryset = _user_objects(Corpus, user)
         self.fields["tokenizer"].queryset = _user_objects(Tokenizer, user).select_related("corpus")
-        self.fields["architecture"].choices = [(a["name"], a["label"]) for a in spec["architectures"]]
+        self.fields["family"].choices = [(a["name"], a["label"]) for a in spec["families"]]
         self.fields["preset"].choices = [
-            (p["name"], launch.preset_label(p)) for a in spec["architectures"] for p in a["presets"]
+            (p["name"], launch.preset_label(p)) for a in spec["families"] for p in a["presets"]
         ]
         self.fields["preset"].widget.preset_arch = {
-            p["name"]: a["name"] for a in spec["architectures"] for p in a["presets"]
+            p["name"]: a["name"] for a in spec["families"] for p in a["presets"]
         }
         self.fields["objectives"].choices = [(k, o["label"]) for k, o in spec["objectives"].items()]
         self.objective_help = {k: o["help"] for k, o in spec["objectives"].items()}
@@ -159,10 +159,10 @@ class RunForm(forms.Form):
         return [self[name] for name in launch.OPTIMIZER_FIELDS]
 
     def family_fields(self):
-        """(bound field, the architectures that show it, space-separated) for the family settings."""
+        """(bound field, the families that show it, space-separated) for the family settings."""
         out = [(self["teacher_checkpoint"], " ".join(launch.family_of_field("teacher_checkpoint")))]
         out += [(self[name], " ".join(launch.family_of_field(name))) for name in launch.FAMILY_FIELDS]
-        out += [(self[name], " ".join(launch.model_field(name)["architectures"])) for name in launch.model_field_names()]
+        out += [(self[name], " ".join(launch.model_field(name)["families"])) for name in launch.model_field_names()]
         return out
 
     def objective_options(self):
@@ -195,17 +195,17 @@ class RunForm(forms.Form):
         corpus, tokenizer = data.get("corpus"), data.get("tokenizer")
         if corpus and tokenizer and tokenizer.corpus_id != corpus.pk:
             self.add_error("tokenizer", f"This tokenizer was trained on another corpus, not on “{corpus.name}”.")
-        arch = launch.architecture_json(data.get("architecture") or "") or {}
+        arch = launch.family_json(data.get("family") or "") or {}
         if arch.get("needs_teacher") and not data.get("teacher_checkpoint") and "teacher_checkpoint" not in self.errors:
             self.add_error("teacher_checkpoint", f"{arch['label']} distils a trained BERT model: choose one of your "
                                                  f"BERT checkpoints as its teacher.")
-        needed = ("architecture", "preset", "objectives", "extra_settings", "teacher_checkpoint",
+        needed = ("family", "preset", "objectives", "extra_settings", "teacher_checkpoint",
                   *launch.CONFIG_FIELDS, *launch.model_field_names())
         if any(name in self.errors for name in needed):
             return data  # the field errors say what to fix first
         try:
             self.config = build_config(
-                architecture=data["architecture"], preset=data["preset"], objectives=data.get("objectives") or [],
+                family=data["family"], preset=data["preset"], objectives=data.get("objectives") or [],
                 training=self.training_settings(), owner=self.user,
             )
         except ConfigError as e:
@@ -221,12 +221,12 @@ class RunForm(forms.Form):
 
     def training_settings(self) -> dict[str, Any]:
         """The RunConfig fields of the form (and of an imported YAML's extra settings) for the chosen
-        architecture: another family's settings are left out, model fields go to model_overrides,
+        family: another family's settings are left out, model fields go to model_overrides,
         the teacher is the checkpoint's id (services resolve it)."""
         data = self.cleaned_data
-        arch = launch.architecture_json(data.get("architecture") or "") or {}
+        arch = launch.family_json(data.get("family") or "") or {}
         settings = {**data.get("extra_settings", {}), **{n: data[n] for n in launch.TRAINING_FIELDS if n in data}}
-        for name in launch.OPTIMIZER_FIELDS:  # empty: the architecture's (RoBERTa: b2 0.98; T5: Adafactor)
+        for name in launch.OPTIMIZER_FIELDS:  # empty: the family's (RoBERTa: b2 0.98; T5: Adafactor)
             if data.get(name) not in (None, "", []):
                 settings[name] = data[name]
             elif name not in settings and name in arch.get("optimizer_defaults", {}):
@@ -256,7 +256,7 @@ def _training_field(name: str, spec: dict[str, Any], *, required: bool = True) -
         labels = launch.CHOICE_LABELS.get(name, {})
         choices = [(c, labels.get(c, c)) for c in spec["choices"]]
         if not required:
-            choices = [("", "Default for the architecture")] + choices
+            choices = [("", "Default for the family")] + choices
         return forms.ChoiceField(choices=choices, **common)
     bounds = {}
     if "min" in spec:
@@ -273,7 +273,7 @@ def _training_field(name: str, spec: dict[str, Any], *, required: bool = True) -
 
 
 class BetasField(forms.CharField):
-    """AdamW's two betas as "0.9, 0.999"; empty = the architecture's."""
+    """AdamW's two betas as "0.9, 0.999"; empty = the family's."""
 
     def __init__(self, **kwargs):
         super().__init__(required=False, **kwargs)

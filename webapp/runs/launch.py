@@ -20,15 +20,15 @@ ADVANCED_FIELDS = ("mask_prob", "schedule", "weight_decay", "clip_grad", "eval_b
 TRAINING_FIELDS = MAIN_FIELDS + ADVANCED_FIELDS
 # Shown with the objectives: what a mask covers, how single segments are packed (empty = default).
 OBJECTIVE_FIELDS = ("masking_unit", "packing")
-# The optimizer (empty = the architecture's: Adafactor for T5, AdamW otherwise) and AdamW's own
-# settings, which the page shows only for AdamW (empty = the architecture's paper values).
+# The optimizer (empty = the family's: Adafactor for T5, AdamW otherwise) and AdamW's own
+# settings, which the page shows only for AdamW (empty = the family's paper values).
 OPTIMIZER_FIELDS = ("optimizer", "betas", "eps")
 # RunConfig fields of one family (ELECTRA, DistilBERT), shown only for it; the teacher is chosen
 # as one of the user's checkpoints (a checkpoint id, resolved to its folder by services).
 FAMILY_FIELDS = ("rtd_weight", "distill_temperature", "distill_soft_weight", "distill_mlm_weight",
                  "distill_cos_weight")
 TEACHER_FIELD = "teacher_checkpoint"
-# Every RunConfig field the form and the API take by name (besides architecture, preset,
+# Every RunConfig field the form and the API take by name (besides family, preset,
 # objectives, model_overrides and the teacher).
 CONFIG_FIELDS = TRAINING_FIELDS + OPTIMIZER_FIELDS + OBJECTIVE_FIELDS + FAMILY_FIELDS
 
@@ -60,7 +60,7 @@ CHOICE_LABELS = {
 
 # A first run should finish in minutes on a laptop CPU.
 LAUNCH_DEFAULTS: dict[str, Any] = {
-    "architecture": "bert", "preset": "bert-tiny",
+    "family": "bert", "preset": "bert-tiny",
     "max_steps": 500, "batch_size": 16, "seq_len": 128, "warmup_steps": 50,
     "eval_every": 100, "checkpoint_every": 250,
 }
@@ -74,8 +74,8 @@ def registry_json() -> dict[str, Any]:
     return schema.as_json()
 
 
-def architecture_json(name: str) -> dict[str, Any] | None:
-    return next((a for a in registry_json()["architectures"] if a["name"] == name), None)
+def family_json(name: str) -> dict[str, Any] | None:
+    return next((a for a in registry_json()["families"] if a["name"] == name), None)
 
 
 def field_default(name: str) -> Any:
@@ -86,9 +86,9 @@ def field_default(name: str) -> Any:
 
 def launch_defaults() -> dict[str, Any]:
     """Every training field's default as the form and API start from it."""
-    arch = architecture_json(LAUNCH_DEFAULTS["architecture"]) or registry_json()["architectures"][0]
+    arch = family_json(LAUNCH_DEFAULTS["family"]) or registry_json()["families"][0]
     return {
-        "architecture": arch["name"], "preset": LAUNCH_DEFAULTS.get("preset") or arch["default_preset"],
+        "family": arch["name"], "preset": LAUNCH_DEFAULTS.get("preset") or arch["default_preset"],
         "objectives": list(arch["default_objectives"]),
         **{name: field_default(name) for name in CONFIG_FIELDS},
     }
@@ -97,7 +97,7 @@ def launch_defaults() -> dict[str, Any]:
 def model_field_names() -> list[str]:
     """models_lib fields some family shows on the form (ALBERT's share_layers, ELECTRA's generator_size)."""
     names: list[str] = []
-    for arch in registry_json()["architectures"]:
+    for arch in registry_json()["families"]:
         names += [f["name"] for f in arch["model_fields"] if f["name"] not in names]
     return names
 
@@ -105,16 +105,16 @@ def model_field_names() -> list[str]:
 def model_field(name: str) -> dict[str, Any]:
     """The schema's description of a model field, with the families that show it."""
     found: dict[str, Any] = {}
-    for arch in registry_json()["architectures"]:
+    for arch in registry_json()["families"]:
         for f in arch["model_fields"]:
             if f["name"] == name:
-                found = {**f, "architectures": [*found.get("architectures", []), arch["name"]]}
+                found = {**f, "families": [*found.get("families", []), arch["name"]]}
     return found
 
 
 def family_of_field(name: str) -> list[str]:
-    """The architectures whose form shows a family field."""
-    return [a["name"] for a in registry_json()["architectures"] if name in a["config_fields"]]
+    """The families whose form shows a family field."""
+    return [a["name"] for a in registry_json()["families"] if name in a["config_fields"]]
 
 
 def format_params(n: int) -> str:
@@ -146,10 +146,10 @@ def split_config(config: RunConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     """(values of the form's fields, the other config fields that differ from their defaults)."""
     data = config.to_dict()
     defaults = registry_json()["fields"]
-    shown = {"architecture", "preset", "objectives", *CONFIG_FIELDS}
+    shown = {"family", "preset", "objectives", *CONFIG_FIELDS}
     form_values = {k: v for k, v in data.items() if k in shown}
     overrides = dict(data.get("model_overrides") or {})
-    arch = architecture_json(config.architecture) or {}
+    arch = family_json(config.family) or {}
     for f in arch.get("model_fields", []):
         if f["name"] in overrides:
             form_values[f["name"]] = overrides.pop(f["name"])
@@ -162,15 +162,15 @@ def split_config(config: RunConfig) -> tuple[dict[str, Any], dict[str, Any]]:
 def launch_values(data: dict[str, Any], *, config_yaml: str = "") -> tuple[dict[str, Any], str]:
     """The full set of launch choices for an API request: defaults, then the YAML, then explicit fields.
 
-    Returns (values with architecture/preset/objectives and training settings, run name from the YAML).
+    Returns (values with family/preset/objectives and training settings, run name from the YAML).
     """
     values = launch_defaults()
     yaml_name = ""
     if config_yaml.strip():
         config, yaml_name = parse_config_yaml(config_yaml)
         values = config.to_dict()
-    if "architecture" in data and data["architecture"] != values["architecture"]:
-        arch = architecture_json(data["architecture"])
+    if "family" in data and data["family"] != values["family"]:
+        arch = family_json(data["family"])
         if arch is not None:
             # A new family starts from its own default preset, objectives, masking unit and the
             # optimizer settings of its paper.
@@ -179,7 +179,7 @@ def launch_values(data: dict[str, Any], *, config_yaml: str = "") -> tuple[dict[
             values["masking_unit"] = ""
             values["optimizer"] = ""  # the new family's own (T5: Adafactor), unless its defaults say
             values.update(arch["optimizer_defaults"])
-    for key in ("architecture", "preset", "objectives", "model_overrides", TEACHER_FIELD, *CONFIG_FIELDS):
+    for key in ("family", "preset", "objectives", "model_overrides", TEACHER_FIELD, *CONFIG_FIELDS):
         if key in data:
             values[key] = data[key]
     for name in model_field_names():  # generator_size, share_layers: top-level shortcuts

@@ -30,7 +30,7 @@ class Run(models.Model):
     name = models.CharField(max_length=200)
     corpus = models.ForeignKey("corpora.Corpus", on_delete=models.PROTECT, related_name="runs")
     tokenizer = models.ForeignKey("corpora.Tokenizer", on_delete=models.PROTECT, related_name="runs")
-    architecture = models.CharField(max_length=40)
+    family = models.CharField(max_length=40)
     preset = models.CharField(max_length=40)
     objectives = models.JSONField(default=list)
     config = models.JSONField(default=dict)  # the full trainer RunConfig as a dict

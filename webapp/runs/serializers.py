@@ -34,7 +34,7 @@ class RunSerializer(serializers.ModelSerializer):
     class Meta:
         model = Run
         fields = [
-            "id", "name", "status", "status_label", "error", "architecture", "preset", "objectives", "queue",
+            "id", "name", "status", "status_label", "error", "family", "preset", "objectives", "queue",
             "corpus", "tokenizer", "cloned_from", "current_step", "max_steps", "progress", "tokens_seen",
             "cancel_requested", "config", "created_at", "started_at", "finished_at", "heartbeat_at",
             "last_checkpoint", "dashboard_url",
@@ -110,7 +110,7 @@ class _RunCreateBase(serializers.Serializer):
     corpus = serializers.UUIDField(required=False, allow_null=True,
                                    help_text="Defaults to the corpus the tokenizer was trained on.")
     tokenizer = serializers.UUIDField(help_text="A ready tokenizer of yours (its shards are the training data).")
-    architecture = serializers.CharField(required=False)
+    family = serializers.CharField(required=False)
     preset = serializers.CharField(required=False)
     objectives = serializers.ListField(child=serializers.CharField(), required=False)
     config_yaml = serializers.CharField(
@@ -127,7 +127,7 @@ class _RunCreateBase(serializers.Serializer):
 def _model_field(name: str) -> serializers.Field:
     """A family's models_lib field as a top-level shortcut (goes to model_overrides)."""
     spec = launch.model_field(name)
-    help_text = f"{spec.get('help', '')} ({', '.join(spec['architectures'])} only; goes to model_overrides.)"
+    help_text = f"{spec.get('help', '')} ({', '.join(spec['families'])} only; goes to model_overrides.)"
     if spec.get("type") == "bool":
         return serializers.BooleanField(allow_null=True, default=None, help_text=help_text)
     if "choices" in spec:

@@ -35,7 +35,7 @@ from webapp.runs.sink import DatabaseChannelsSink, StopCheck
 
 log = logging.getLogger(__name__)
 
-CHOICE_FIELDS = ("architecture", "preset", "objectives")
+CHOICE_FIELDS = ("family", "preset", "objectives")
 RESUMABLE_STATES = (RunStatus.CANCELLED, RunStatus.CRASHED, RunStatus.FAILED)
 
 
@@ -45,7 +45,7 @@ class RunStateError(UserError):
 
 # -- configuration ---------------------------------------------------------------------------
 
-def build_config(*, architecture: str, preset: str, objectives, training: dict | None = None,
+def build_config(*, family: str, preset: str, objectives, training: dict | None = None,
                  owner=None) -> RunConfig:
     """A validated RunConfig from the launch choices plus training settings (RunConfig defaults fill the rest).
 
@@ -58,12 +58,12 @@ def build_config(*, architecture: str, preset: str, objectives, training: dict |
     if owner is not None and training.get("teacher_checkpoint"):
         teacher = resolve_teacher(owner=owner, value=training["teacher_checkpoint"])
         training["teacher_checkpoint"] = str(teacher.folder)
-        if architecture in families.names() and families.get(architecture).needs_teacher:
+        if family in families.names() and families.get(family).needs_teacher:
             user = dict(training.get("model_overrides") or {})
             training["model_overrides"] = {**user, **student_shape(teacher, preset, user,
-                                                                   architecture=architecture)}
+                                                                   family=family)}
     config = RunConfig.from_dict(
-        {**training, "architecture": architecture, "preset": preset, "objectives": list(objectives or [])}
+        {**training, "family": family, "preset": preset, "objectives": list(objectives or [])}
     )
     validation.validate(config)
     return config
@@ -91,14 +91,14 @@ def resolve_teacher(*, owner, value) -> Checkpoint:
 
 
 def student_shape(teacher: Checkpoint, preset: str, overrides: dict[str, Any] | None = None, *,
-                  architecture: str) -> dict[str, Any]:
+                  family: str) -> dict[str, Any]:
     """model_overrides that give a student preset (DistilBERT's, with the user's overrides) the
     teacher's width and half its layers, as the student's family asks (Family.student_overrides):
     only the fields still needed, in order (a new hidden size also changes the derived FFN size).
     {} when the teacher's files cannot be read (validate_teacher says why)."""
     from trainer.training.checkpoints import read_model_meta
 
-    spec = families.get(architecture)
+    spec = families.get(family)
     try:
         wanted = spec.student_overrides(read_model_meta(teacher.folder)["config"])
     except (UserError, ValueError, KeyError, TypeError):
@@ -117,7 +117,7 @@ def student_shape(teacher: Checkpoint, preset: str, overrides: dict[str, Any] | 
 def check_teacher(*, config: RunConfig, tokenizer: Tokenizer) -> None:
     """The teacher of a run whose family distils (DistilBERT's: a BERT checkpoint on disk), trained
     with the run's tokenizer; nothing for other families."""
-    if not families.get(config.architecture).needs_teacher:
+    if not families.get(config.family).needs_teacher:
         return
     from trainer.prep.tokenization import tokenizers_differ
 
@@ -145,12 +145,12 @@ def tokenizer_extra_ids(tokenizer: Tokenizer) -> int:
 
 
 def check_tokenizer(*, config: RunConfig, tokenizer: Tokenizer) -> None:
-    """The tokenizer's algorithm must be one the architecture reads, and T5's span corruption needs
+    """The tokenizer's algorithm must be one the family reads, and T5's span corruption needs
     its sentinel tokens; the sentence says where to get one."""
     try:
         validation.validate_tokenizer(config, tokenizer.algorithm, {"extra_ids": tokenizer_extra_ids(tokenizer)})
     except ConfigError as e:
-        wanted = families.get(config.architecture).tokenizer_algorithms[0]
+        wanted = families.get(config.family).tokenizer_algorithms[0]
         sentinels = any(objectives.get(o).needs_sentinels for o in config.objectives if o in objectives.REGISTRY)
         raise ConfigError(f"{e} Train a {validation.algorithm_label(wanted)} tokenizer on the corpus's page "
                           f"(Corpora, then the corpus, then “Train a tokenizer”"
@@ -158,7 +158,7 @@ def check_tokenizer(*, config: RunConfig, tokenizer: Tokenizer) -> None:
 
 
 def training_settings(config: RunConfig) -> dict[str, Any]:
-    """Everything in a config except the architecture/preset/objectives choices."""
+    """Everything in a config except the family/preset/objectives choices."""
     data = config.to_dict()
     return {k: v for k, v in data.items() if k not in CHOICE_FIELDS}
 
@@ -205,18 +205,18 @@ def _publish_on_commit(run: Run) -> None:
 # -- create, cancel, resume, clone ----------------------------------------------------------
 
 @transaction.atomic
-def run_create(*, owner, name: str = "", corpus: Corpus | None, tokenizer: Tokenizer, architecture: str,
+def run_create(*, owner, name: str = "", corpus: Corpus | None, tokenizer: Tokenizer, family: str,
                preset: str, objectives, training: dict | None = None, cloned_from: Run | None = None) -> Run:
     """Validate the choices, store the run with its full config, enqueue it on commit."""
     corpus = _check_data(owner=owner, corpus=corpus, tokenizer=tokenizer)
-    config = build_config(architecture=architecture, preset=preset, objectives=objectives, training=training,
+    config = build_config(family=family, preset=preset, objectives=objectives, training=training,
                           owner=owner)
     check_tokenizer(config=config, tokenizer=tokenizer)
     check_teacher(config=config, tokenizer=tokenizer)
     name = (name or "").strip() or f"{config.preset} on {corpus.name}"
     run = Run.objects.create(
         owner=owner, name=name[:200], corpus=corpus, tokenizer=tokenizer,
-        architecture=config.architecture, preset=config.preset, objectives=list(config.objectives),
+        family=config.family, preset=config.preset, objectives=list(config.objectives),
         config=config.to_dict(), queue=queue_for(config), max_steps=config.max_steps, cloned_from=cloned_from,
     )
     _enqueue(run)
@@ -281,7 +281,7 @@ def run_clone(*, run: Run, owner, name: str | None = None) -> Run:
     config = RunConfig.from_dict(run.config)
     return run_create(
         owner=owner, name=name or f"{run.name} (copy)", corpus=run.corpus, tokenizer=run.tokenizer,
-        architecture=config.architecture, preset=config.preset, objectives=config.objectives,
+        family=config.family, preset=config.preset, objectives=config.objectives,
         training=training_settings(config), cloned_from=run,
     )
 

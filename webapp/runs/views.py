@@ -49,7 +49,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
             try:
                 run = services.run_create(
                     owner=request.user, name=data["name"], corpus=data["corpus"], tokenizer=data["tokenizer"],
-                    architecture=data["architecture"], preset=data["preset"], objectives=data["objectives"],
+                    family=data["family"], preset=data["preset"], objectives=data["objectives"],
                     training=form.training_settings(),
                 )
             except UserError as e:
