@@ -61,6 +61,85 @@ _LAZY_CHOICES = {
 DUPE_FACTOR = 10
 
 
+# ---------------------------------------------------------------------- setting groups
+# A run's settings in the groups the code that reads them works with: the optimizer reads
+# OptimArgs, the data stream ObjectiveArgs and TrainArgs, and so on. RunConfig stays the one
+# flat record that YAML, the API and checkpoints store; `RunConfig.<group>` hands out a group.
+@dataclass(frozen=True)
+class ModelArgs:
+    """What to train: the family, its preset and the preset fields replaced."""
+
+    family: str
+    preset: str
+    model_overrides: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ObjectiveArgs:
+    """What the model learns and how its examples are made."""
+
+    objectives: tuple[str, ...]
+    masking: str
+    mask_prob: float
+    masking_unit: str
+    packing: str
+    rtd_weight: float
+    teacher_checkpoint: str
+    distill_temperature: float
+    distill_soft_weight: float
+    distill_mlm_weight: float
+    distill_cos_weight: float
+
+
+@dataclass(frozen=True)
+class TrainArgs:
+    """How long and in what batches."""
+
+    max_steps: int
+    batch_size: int
+    seq_len: int
+    grad_accum: int
+
+
+@dataclass(frozen=True)
+class OptimArgs:
+    """The optimizer, its learning-rate schedule and gradient clipping."""
+
+    optimizer: str
+    lr: float
+    betas: tuple[float, float]
+    eps: float
+    weight_decay: float
+    warmup_steps: int
+    schedule: str
+    clip_grad: float
+
+
+@dataclass(frozen=True)
+class EvalArgs:
+    """When to validate, checkpoint and log."""
+
+    eval_every: int
+    eval_batches: int
+    checkpoint_every: int
+    log_every: int
+
+
+@dataclass(frozen=True)
+class RuntimeArgs:
+    """Where and how the computation runs."""
+
+    seed: int
+    device: str
+    precision: str
+    num_threads: int
+
+
+# group name (the RunConfig property) -> its class, in the order YAML exports them
+GROUPS: dict[str, type] = {"model": ModelArgs, "objective": ObjectiveArgs, "train": TrainArgs, "optim": OptimArgs,
+                           "eval": EvalArgs, "runtime": RuntimeArgs}
+
+
 @dataclass
 class RunConfig:
     """How to train one model. Field docstrings double as help text on the launch form."""
@@ -238,7 +317,13 @@ class RunConfig:
         return cls(**d)
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        """The flat record, its keys under a comment per setting group (any flat YAML reads back)."""
+        d = self.to_dict()
+        parts = []
+        for name, cls in GROUPS.items():
+            keys = [f.name for f in dataclasses.fields(cls)]
+            parts.append(f"# {name}: {cls.__doc__.strip()}\n" + yaml.safe_dump({k: d[k] for k in keys}, sort_keys=False))
+        return "\n".join(parts)
 
     @classmethod
     def from_yaml(cls, text: str) -> "RunConfig":
@@ -251,6 +336,38 @@ class RunConfig:
     def replace(self, **changes: Any) -> "RunConfig":
         """A validated copy with some fields changed."""
         return dataclasses.replace(self, **changes)
+
+    # ----------------------------------------------------------------- setting groups
+    def group(self, cls: type) -> Any:
+        """One setting group (ModelArgs, OptimArgs, ...) of this config."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(cls)}
+        if "objectives" in values:
+            values["objectives"] = tuple(values["objectives"])
+        return cls(**values)
+
+    @property
+    def model(self) -> ModelArgs:
+        return self.group(ModelArgs)
+
+    @property
+    def objective(self) -> ObjectiveArgs:
+        return self.group(ObjectiveArgs)
+
+    @property
+    def train(self) -> TrainArgs:
+        return self.group(TrainArgs)
+
+    @property
+    def optim(self) -> OptimArgs:
+        return self.group(OptimArgs)
+
+    @property
+    def eval(self) -> EvalArgs:
+        return self.group(EvalArgs)
+
+    @property
+    def runtime(self) -> RuntimeArgs:
+        return self.group(RuntimeArgs)
 
     # ----------------------------------------------------------------- derived
     @property

@@ -100,3 +100,20 @@ def test_a_config_saved_with_architecture_still_loads_as_its_family():
     with pytest.raises(ConfigError, match="names two families: architecture 'bert' and family 'roberta'"):
         RunConfig.from_dict({"architecture": "bert", "family": "roberta", "preset": "roberta-tiny",
                              "objectives": ["mlm"]})
+
+
+def test_every_setting_is_in_exactly_one_group_and_the_yaml_is_grouped():
+    import dataclasses
+
+    from trainer.config import GROUPS, OptimArgs
+
+    grouped = [f.name for cls in GROUPS.values() for f in dataclasses.fields(cls)]
+    assert sorted(grouped) == sorted(f.name for f in dataclasses.fields(RunConfig))
+    assert len(grouped) == len(set(grouped))
+    c = RunConfig(lr=3e-4, warmup_steps=10, max_steps=50)
+    assert c.optim == OptimArgs(optimizer="adamw", lr=3e-4, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01,
+                                warmup_steps=10, schedule="linear", clip_grad=1.0)
+    assert c.train.max_steps == 50 and c.model.family == "bert" and c.objective.objectives == ("mlm", "nsp")
+    text = c.to_yaml()
+    assert [line.split(":")[0] for line in text.splitlines() if line.startswith("# ")] == [f"# {g}" for g in GROUPS]
+    assert RunConfig.from_yaml(text) == c

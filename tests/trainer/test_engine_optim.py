@@ -28,7 +28,7 @@ def test_cosine_and_constant_schedules():
 
 def test_scheduler_drives_the_optimizer(make_config):
     model = torch.nn.Linear(4, 4)
-    opt, sched = build_optimizer(model, make_config(lr=1e-3, warmup_steps=4, max_steps=8))
+    opt, sched = build_optimizer(model, *_optim(make_config(lr=1e-3, warmup_steps=4, max_steps=8)))
     lrs = []
     for _ in range(8):
         lrs.append(sched.get_last_lr()[0])
@@ -75,3 +75,8 @@ def test_sinks(tmp_path):
     assert [(r["step"], r["split"]) for r in records] == [(10, "train"), (10, "valid")]
     assert listing.split("valid") == [(10, {"loss": 2.4, "perplexity": 11.0})] and listing.closed
     assert format_duration(7300) == "2h01m"
+
+
+def _optim(config):
+    """build_optimizer's settings from a run config."""
+    return config.optim, config.max_steps

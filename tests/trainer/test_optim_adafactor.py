@@ -53,7 +53,7 @@ def test_lr_001_with_10k_warmup_is_t5s_schedule():
 
 def test_the_scheduler_drives_adafactors_lr():
     model = torch.nn.Linear(4, 4)
-    opt, sched = build_optimizer(model, t5_config(warmup_steps=2, max_steps=8))
+    opt, sched = build_optimizer(model, *_optim(t5_config(warmup_steps=2, max_steps=8)))
     assert isinstance(opt, torch.optim.Adafactor)
     lrs = []
     for _ in range(8):
@@ -67,15 +67,15 @@ def test_the_scheduler_drives_adafactors_lr():
 # ---------------------------------------------------------------------------- which optimizer
 def test_adafactor_is_t5s_default_and_adamw_everyone_elses():
     assert t5_config().optimizer == "adafactor"
-    assert isinstance(build_optimizer(tiny_t5(), t5_config())[0], torch.optim.Adafactor)
-    assert isinstance(build_optimizer(tiny_t5(), t5_config(optimizer="adamw"))[0], torch.optim.AdamW)
+    assert isinstance(build_optimizer(tiny_t5(), *_optim(t5_config()))[0], torch.optim.Adafactor)
+    assert isinstance(build_optimizer(tiny_t5(), *_optim(t5_config(optimizer="adamw")))[0], torch.optim.AdamW)
     for arch, preset, objectives in (("gpt", "gpt-tiny", ["clm"]), ("elmo", "elmo-tiny", ["bilm"]),
                                      ("bert", "bert-tiny", ["mlm", "nsp"]), ("roberta", "roberta-tiny", ["mlm"])):
         config = RunConfig(family=arch, preset=preset, objectives=objectives)
         assert config.optimizer == "adamw"
-        assert isinstance(build_optimizer(torch.nn.Linear(2, 2), config)[0], torch.optim.AdamW)
+        assert isinstance(build_optimizer(torch.nn.Linear(2, 2), *_optim(config))[0], torch.optim.AdamW)
     bert = RunConfig(optimizer="adafactor")  # any family may choose it
-    assert isinstance(build_optimizer(torch.nn.Linear(2, 2), bert)[0], torch.optim.Adafactor)
+    assert isinstance(build_optimizer(torch.nn.Linear(2, 2), *_optim(bert))[0], torch.optim.Adafactor)
 
 
 def test_a_config_saved_before_the_optimizer_field_reads_as_adamw():
@@ -94,12 +94,12 @@ def test_adafactors_lr_caps_its_step_relative_to_the_weights_size_and_scales_wei
     for scale, lr in ((1.0, 0.01), (3.0, 0.01), (1.0, 0.002)):
         w = torch.nn.Parameter(torch.full((4, 4), scale))
         w.grad = torch.ones(4, 4)
-        opt, _ = build_optimizer(torch.nn.ParameterList([w]), t5_config(lr=lr))
+        opt, _ = build_optimizer(torch.nn.ParameterList([w]), *_optim(t5_config(lr=lr)))
         opt.step()
         assert torch.allclose(w.detach(), torch.full((4, 4), scale - scale * lr))
     w = torch.nn.Parameter(torch.ones(4, 4))
     w.grad = torch.zeros(4, 4)
-    opt, _ = build_optimizer(torch.nn.ParameterList([w]), t5_config(lr=0.01, weight_decay=0.5))
+    opt, _ = build_optimizer(torch.nn.ParameterList([w]), *_optim(t5_config(lr=0.01, weight_decay=0.5)))
     opt.step()  # decoupled decay, scaled by the lr: w * (1 - 0.01 * 0.5)
     assert torch.allclose(w.detach(), torch.full((4, 4), 1 - 0.005))
 
@@ -108,14 +108,14 @@ def test_adafactors_lr_caps_its_step_relative_to_the_weights_size_and_scales_wei
 def test_adafactor_state_survives_a_checkpoint_and_resumes_exactly(tmp_path):
     config = t5_config(warmup_steps=2, max_steps=10)
     straight = tiny_t5()
-    opt, sched = build_optimizer(straight, config)
+    opt, sched = build_optimizer(straight, *_optim(config))
     resumed = tiny_t5()
     for step in range(6):
         if step == 3:  # save after 3 updates, as the engine does, and load into fresh objects
             torch.save({"optimizer": opt.state_dict(), "scheduler": sched.state_dict()}, tmp_path / "optimizer.pt")
             resumed.load_state_dict(straight.state_dict())
             saved = torch.load(tmp_path / "optimizer.pt", weights_only=True)
-            opt2, sched2 = build_optimizer(resumed, config)
+            opt2, sched2 = build_optimizer(resumed, *_optim(config))
             opt2.load_state_dict(saved["optimizer"])
             sched2.load_state_dict(saved["scheduler"])
             assert sched2.get_last_lr() == sched.get_last_lr()
@@ -129,3 +129,8 @@ def test_adafactor_state_survives_a_checkpoint_and_resumes_exactly(tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
     row_vars = [s["row_var"] for s in opt2.state_dict()["state"].values() if s.get("row_var") is not None]
     assert row_vars and all(torch.isfinite(r).all() for r in row_vars)
+
+
+def _optim(config):
+    """build_optimizer's settings from a run config."""
+    return config.optim, config.max_steps

@@ -76,7 +76,7 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
         resume_from = find_resume_point(out_dir, resume, sink)
         model, forward = steps.build(config, vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
                                         device=device, data_dir=data_dir, tokenizer=tokenizer)
-        optimizer, scheduler = build_optimizer(model, config)
+        optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)
         state = TrainState()
         if resume_from is not None:
             state = restore(resume_from, config, data_dir, model, optimizer, scheduler, forward)

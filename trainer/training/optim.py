@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
-from trainer.config import RunConfig
+from trainer.config import OptimArgs
 
 
 def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
@@ -75,23 +75,24 @@ def lr_factor(schedule: str, warmup_steps: int, max_steps: int) -> Callable[[int
 OPTIMIZERS = ("adamw", "adafactor")
 
 
-def build_optimizer(model: nn.Module, config: RunConfig) -> tuple[torch.optim.Optimizer, LambdaLR]:
-    """config.optimizer (AdamW or Adafactor) + LambdaLR; call scheduler.step() after each optimizer.step()."""
-    groups = param_groups(model, config.weight_decay)
+def build_optimizer(model: nn.Module, optim: OptimArgs, max_steps: int) -> tuple[torch.optim.Optimizer, LambdaLR]:
+    """optim.optimizer (AdamW or Adafactor) + LambdaLR over `max_steps` updates (RunConfig.optim and
+    .max_steps); call scheduler.step() after each optimizer.step()."""
+    groups = param_groups(model, optim.weight_decay)
     cuda = next(model.parameters()).is_cuda
-    if config.optimizer == "adafactor":
+    if optim.optimizer == "adafactor":
         # PyTorch's defaults are Adafactor's published ones (beta2 decay -0.8, clipping threshold
         # 1.0, eps (None -> dtype's eps, 1e-3)); only the lr (the cap of the relative step size,
-        # driven by the schedule) and the weight decay come from the config. On a GPU the
+        # driven by the schedule) and the weight decay come from the optim. On a GPU the
         # multi-tensor path saves a kernel launch per parameter (at the cost of some memory).
-        optimizer: torch.optim.Optimizer = torch.optim.Adafactor(groups, lr=config.lr, foreach=cuda or None)
-    elif config.optimizer in ("adamw", ""):
+        optimizer: torch.optim.Optimizer = torch.optim.Adafactor(groups, lr=optim.lr, foreach=cuda or None)
+    elif optim.optimizer in ("adamw", ""):
         fused = cuda
-        optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=tuple(config.betas), eps=config.eps,
+        optimizer = torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps,
                                       fused=fused or None)
     else:  # RunConfig refuses this first
-        raise ValueError(f"unknown optimizer {config.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
-    f = lr_factor(config.schedule, config.warmup_steps, config.max_steps)
+        raise ValueError(f"unknown optimizer {optim.optimizer!r}; choose one of {', '.join(OPTIMIZERS)}")
+    f = lr_factor(optim.schedule, optim.warmup_steps, max_steps)
     # LambdaLR passes the number of scheduler.step() calls so far (0 before the 1st update).
     scheduler = LambdaLR(optimizer, lambda i: f(i + 1))
     return optimizer, scheduler
