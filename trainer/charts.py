@@ -3,7 +3,7 @@
 The run page (webapp/runs/views.py) hands `charts_for(objectives)` and `stats_for(objectives)`
 to static/js/run_dashboard.js, which builds every chart and number from those lists; no metric
 name lives in the page. A metric key here is one the trainer records (`MetricsSink.metrics`,
-see trainer/engine.py and trainer/families.py), per split: "train" points every `log_every`
+see trainer/training/engine.py and each objective's Step in trainer/objectives/), per split: "train" points every `log_every`
 steps, "valid" points at each validation.
 
 Tables:

@@ -188,7 +188,7 @@ class RunConfig:
     seq_len: int = 128
     """Maximum sequence length in tokens, special tokens included."""
     grad_accum: int = 1
-    """Micro-batches whose gradients are summed before each update (effective batch = batch_size x grad_accum)."""
+    """Micro-batches per update: each one's loss is divided by grad_accum, so the update is their mean (as one batch of batch_size x grad_accum)."""
 
     # --- optimizer and schedule
     optimizer: str = ""

@@ -106,7 +106,7 @@ class EncoderConfig:
     # Tokens
     pad_token_id: int | None = 0  # its embedding row starts at zero and gets no gradient
 
-    # Encoder variants (defaults are BERT; see models_lib/encoder.py)
+    # Encoder variants (defaults are BERT; see models_lib/core/encoder.py)
     embedding_size: int | None = None  # ALBERT/ELECTRA: embeddings of this size + an E -> H projection
     share_layers: str = "none"  # "none" | "all" | "attention" | "ffn" (ALBERT: "all")
     norm_placement: str = "post"  # "post" | "pre"

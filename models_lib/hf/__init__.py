@@ -6,8 +6,8 @@
     hf.to_pretrained(electra, path, part="generator")
 
 A folder holds config.json and weights (model.safetensors, or the older pytorch_model.bin,
-possibly sharded with an *.index.json). config.json's model_type picks the format (hf_bert.py,
-hf_roberta.py, hf_albert.py, hf_electra.py, hf_distilbert.py), which maps the tensor names.
+possibly sharded with an *.index.json). config.json's model_type picks the format (hf/bert.py,
+roberta.py, albert.py, electra.py, distilbert.py, t5.py, gpt2.py), which maps the tensor names.
 
 What each folder reads into, and what each model writes:
   bert        BertForPreTraining        <-> BertForPreTraining (BertModel for a bare backbone)

@@ -1,6 +1,6 @@
 """The machinery every Hugging Face format shares (no transformers import).
 
-A format (hf_bert.py, hf_roberta.py, ...) describes one transformers model type: how its
+A format (models_lib/hf/bert.py, roberta.py, ...) describes one transformers model type: how its
 config.json maps to ours, which of its tensors is which of ours (a NameMap), which of our model
 classes it reads into and writes from. This module reads and writes folders and moves tensors
 along a NameMap. Where transformers keeps separate query/key/value matrices we keep one fused

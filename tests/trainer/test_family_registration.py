@@ -111,9 +111,12 @@ def test_an_unregistered_family_is_unknown():
 
 
 # ---------------------------------------------------------------------------- the real table
+# (Checked per family, so that adding one touches none of these tests.)
+THE_NOTES = ("bert", "roberta", "albert", "spanbert", "electra", "distilbert", "unilm", "t5", "gpt", "elmo")
+
+
 def test_every_family_is_registered_once_under_its_own_name():
-    assert families.names() == ["bert", "roberta", "albert", "spanbert", "electra", "distilbert", "unilm",
-                                "t5", "gpt", "elmo"]
+    assert families.names()[:len(THE_NOTES)] == list(THE_NOTES)
     assert [f.name for f in families.all()] == families.names()
     assert all(families.REGISTRY[n] == f"trainer.families.{n}:FAMILY" for n in families.names())
 
@@ -128,16 +131,17 @@ def test_hugging_face_formats_are_what_models_lib_imports():
 
 
 def test_each_family_says_what_the_explorer_can_ask_it():
-    kinds = {f.name: f.explorer_kind for f in families.all()}
+    kinds = {f.name: f.explorer_kind for f in families.all() if f.name in THE_NOTES}
     assert kinds == {"bert": "encoder", "roberta": "encoder", "albert": "encoder", "spanbert": "encoder",
                      "electra": "encoder", "distilbert": "encoder", "unilm": "unilm", "t5": "t5", "gpt": "gpt",
                      "elmo": "elmo"}
-    assert [f.name for f in families.all() if f.generates] == ["unilm", "t5", "gpt"]
-    assert [f.name for f in families.all() if not f.masked_lm] == ["t5", "gpt", "elmo"]
-    stacks = {f.name: f.attention_stacks for f in families.all() if f.attention_stacks != ("encoder",)}
+    ours = [families.get(n) for n in THE_NOTES]
+    assert [f.name for f in ours if f.generates] == ["unilm", "t5", "gpt"]
+    assert [f.name for f in ours if not f.masked_lm] == ["t5", "gpt", "elmo"]
+    stacks = {f.name: f.attention_stacks for f in ours if f.attention_stacks != ("encoder",)}
     assert stacks == {"t5": ("encoder", "decoder", "cross"), "gpt": ("decoder",), "elmo": ()}
     assert families.get("elmo").no_attention and families.get("elmo").word_vectors
-    assert [f.name for f in families.all() if f.needs_teacher] == ["distilbert"]
+    assert [f.name for f in ours if f.needs_teacher] == ["distilbert"]
 
 
 def test_importing_the_families_imports_no_torch():

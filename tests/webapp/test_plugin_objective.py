@@ -76,6 +76,9 @@ def test_the_api_accepts_it_for_its_family_only(registered, alice, alice_api, en
     response = alice_api.post("/api/runs/", {"tokenizer": str(tokenizer.id), "family": "roberta",
                                              "objectives": ["mlm", "toy"]}, format="json")
     assert response.status_code == 400 and "RoBERTa cannot be trained with Toy objective" in response.json()["error"]
+    response = alice_api.post("/api/runs/", {"tokenizer": str(tokenizer.id), "objectives": ["mlm", "nsp", "toy"]},
+                              format="json")  # NSP and the toy objective each extend MLM: no one trains both
+    assert response.status_code == 400 and "cannot combine the objectives mlm, nsp, toy" in response.json()["error"]
     assert Run.objects.count() == 1
 
 

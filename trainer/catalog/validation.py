@@ -83,6 +83,11 @@ def _check_objectives(family: Family, config: "RunConfig") -> None:
         raise ConfigError(f"{family.label} needs the {names}{'' if 'objective' in names.lower() else ' objective'}.")
     if sorted(config.objectives) not in [sorted(s) for s in family.allowed_objective_sets()]:
         raise ConfigError(f"{family.label} cannot combine the objectives {', '.join(config.objectives)}.")
+    try:
+        objectives.resolve(config.objectives)  # one objective's collator and step must train the set
+    except ConfigError:
+        raise ConfigError(f"{family.label} cannot combine the objectives {', '.join(config.objectives)}: no "
+                          f"objective trains them together.") from None
 
 
 def _check_masking_and_packing(family: Family, config: "RunConfig") -> None:

@@ -150,7 +150,7 @@ class Objective:
     settings: dict[str, tuple[float, float]] = field(default_factory=dict)  # the RunConfig fields it reads
                                          # (beyond the common ones) -> their inclusive bounds
     collator_label: str = ""             # how error messages name its batches ("MLM + NSP (BERT)")
-    prepare: Callable[..., Any] | None = None  # (config, model, tokenizer, data_dir, device) -> the
+    prepare: Callable[..., Any] | None = None  # (config, model, *, vocab_size, data_dir, device) -> the
                                                # Step's extra keyword arguments (a teacher)
     inspect: Callable[..., Any] | None = None  # (checkpoint_dir, batch, tokenizer, seed) -> per example,
                                                # what the run's model makes of it (the masking inspector)
