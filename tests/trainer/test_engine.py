@@ -11,6 +11,7 @@ from trainer.training.checkpoints import list_checkpoints, read_optimizer_state
 from trainer.training.engine import train
 from trainer.errors import ConfigError
 from trainer.training.sinks import ListSink
+from tests.trainer.conftest import tiny_config
 
 TRAIN_KEYS = {"loss", "mlm_loss", "nsp_loss", "mlm_acc", "nsp_acc", "lr", "grad_norm", "tokens_per_s",
               "memory_mb", "progress", "eta_s"}
@@ -126,3 +127,35 @@ def test_background_collation_gives_the_same_run(tokenizer_dir, tmp_path, make_c
     a = json.loads((tmp_path / "a/checkpoints/step-00000004/trainer_state.json").read_text())
     b = json.loads((tmp_path / "b/checkpoints/step-00000004/trainer_state.json").read_text())
     assert a["data_position"] == b["data_position"]
+
+
+def test_a_step_adds_whole_set_metrics_after_validation(tokenizer_dir, tmp_path, monkeypatch):
+    """Step.finish_validation: metrics a step gathers over the whole validation set reach the
+    validation values, once per evaluation, after start_validation."""
+    from trainer.objectives.encoder import PreTrainingStep
+
+    calls = []
+
+    def start(self):
+        calls.append("start")
+        self.seen = 0
+
+    def call(self, batch, *, train):
+        if not train:
+            self.seen += batch.size
+        return original(self, batch, train=train)
+
+    def finish(self):
+        calls.append("finish")
+        return {"examples_seen": float(self.seen)}
+
+    original = PreTrainingStep.__call__
+    monkeypatch.setattr(PreTrainingStep, "start_validation", start)
+    monkeypatch.setattr(PreTrainingStep, "__call__", call)
+    monkeypatch.setattr(PreTrainingStep, "finish_validation", finish)
+    sink = ListSink()
+    config = tiny_config(max_steps=4, eval_every=2, eval_batches=2, checkpoint_every=100)
+    train(config, data_dir=tokenizer_dir, out_dir=tmp_path / "run", sink=sink)
+    valid = [values for _, split, values in sink.events if split == "valid"]
+    assert len(valid) == 2 and all(v["examples_seen"] == 2 * config.batch_size for v in valid)
+    assert calls == ["start", "finish"] * 2

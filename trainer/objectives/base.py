@@ -123,6 +123,12 @@ class Step:
     def start_validation(self) -> None:
         """Called before each evaluation."""
 
+    def finish_validation(self) -> dict[str, float]:
+        """Called after each evaluation: metrics over the whole validation set that per-batch
+        ratios cannot give (F1, MCC, correlations), which a step gathers while it is called with
+        train=False. Merged into the validation values."""
+        return {}
+
 
 # ---------------------------------------------------------------------------- objectives
 @dataclass(frozen=True)

@@ -358,6 +358,7 @@ class Loop:
         for name, source in self.forward.perplexities.items():
             if source in values:
                 values[name] = math.exp(min(values[source], 50.0))
+        values.update(self.forward.finish_validation())
         return values
 
     def save_checkpoint(self) -> Path:
