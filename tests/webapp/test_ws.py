@@ -1,6 +1,7 @@
 """The run websocket (/ws/runs/<id>/) through the real ASGI application and the real Redis channel layer."""
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -46,7 +47,7 @@ def connect(run_id, headers):
 def test_the_owner_connects_with_a_session_cookie_and_gets_a_hello(alice, alice_client):
     run = make_run(alice, status=RunStatus.RUNNING, current_step=7)
     connected, hello = connect(run.id, session_headers(alice_client))
-    assert connected
+    assert connected and abs(hello.pop("sent_at") - time.time()) < 60
     assert hello == {"type": "hello", "status": "running", "status_label": "Running", "step": 7, "max_steps": 20,
                      "error": "", "cancel_requested": False, "finished": False}
 
@@ -107,6 +108,8 @@ def test_group_events_are_forwarded_by_type(alice, alice_client):
         return received, pong
 
     received, pong = async_to_sync(go)()
+    stamps = [m.pop("sent_at") for m in received]  # every event says when the server emitted it
+    assert all(abs(t - time.time()) < 60 for t in stamps) and stamps == sorted(stamps)
     assert received[0] == {"type": "metrics", "step": 5, "split": "train", "values": {"loss": 2.5}}
     assert received[1] == {"type": "log", "id": 9, "text": "Validation at step 5.", "time": "2025-01-01T00:00:00"}
     assert received[2]["type"] == "checkpoint" and received[2]["explore_url"] == "/explore/?checkpoint=c1"
@@ -131,3 +134,50 @@ def test_cancelling_a_queued_run_publishes_its_new_status(alice, alice_client):
 
     message = async_to_sync(go)()
     assert message["type"] == "status" and message["status"] == "cancelled" and message["finished"]
+
+
+def test_since_replays_the_missed_points_then_live_ones_without_duplicates(alice, alice_client):
+    from webapp.runs.models import MetricPoint
+
+    run = make_run(alice, status=RunStatus.RUNNING)
+    for step in range(1, 6):
+        MetricPoint.objects.create(run=run, step=step, split="train", values={"loss": 10.0 - step})
+    MetricPoint.objects.create(run=run, step=4, split="valid", values={"loss": 7.5})
+
+    async def go():
+        comm = WebsocketCommunicator(application, f"/ws/runs/{run.id}/?since=2", headers=session_headers(alice_client))
+        assert (await comm.connect(timeout=5))[0]
+        hello = await comm.receive_json_from(timeout=5)
+        replayed = [await comm.receive_json_from(timeout=5) for _ in range(4)]
+        send = sync_to_async(send_run_event)
+        # The worker publishes after writing its row: a point already replayed must not come twice.
+        await send(run.id, {"type": "run.metrics", "step": 5, "split": "train", "values": {"loss": 5.0}})
+        await send(run.id, {"type": "run.metrics", "step": 6, "split": "train", "values": {"loss": 4.0}})
+        live = await comm.receive_json_from(timeout=5)
+        assert await comm.receive_nothing(timeout=0.2)
+        await comm.disconnect()
+        return hello, replayed, live
+
+    hello, replayed, live = async_to_sync(go)()
+    assert hello["type"] == "hello"
+    assert [(m["step"], m["split"], m["values"]["loss"]) for m in replayed] == [
+        (3, "train", 7.0), (4, "train", 6.0), (4, "valid", 7.5), (5, "train", 5.0)]
+    assert all(m["type"] == "metrics" and m["replayed"] and m["time"] <= m["sent_at"] for m in replayed)
+    assert live["step"] == 6 and "replayed" not in live and "sent_at" in live
+
+
+@pytest.mark.parametrize("since", ["soon", "-1", "1.5", ""])
+def test_a_bad_since_closes_with_4400(alice, alice_client, since):
+    run = make_run(alice)
+
+    async def go():
+        comm = WebsocketCommunicator(application, f"/ws/runs/{run.id}/?since={since}",
+                                     headers=session_headers(alice_client))
+        connected, code = await comm.connect(timeout=5)
+        if connected:
+            hello = await comm.receive_json_from(timeout=5)
+            await comm.disconnect()
+            return hello["type"]
+        return code
+
+    assert async_to_sync(go)() == ("hello" if since == "" else 4400)

@@ -3,34 +3,69 @@
 Only the owner may listen: anonymous visitors, other users and unknown runs are closed
 with code 4403 before the handshake completes. The group name comes from the run's id
 as loaded from the database, never from anything the client sends.
+
+A client that reconnects says `?since=<step>`: after the hello it gets every metric point
+after that step from the database ("replayed": true, oldest first), then the live events,
+with none of the replayed points again. Every message carries "sent_at", the server's time
+(seconds since the epoch) when it was emitted, so a client can measure its delay. A `since`
+that is not a whole number >= 0 closes the socket with 4400.
 """
 from __future__ import annotations
+
+import time
+from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from webapp.runs.events import run_group
-from webapp.runs.models import Run
+from webapp.runs.models import MetricPoint, Run
 
 FORBIDDEN = 4403
+BAD_REQUEST = 4400
 
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
     group_name: str | None = None
 
     async def connect(self) -> None:
+        self.replayed: set[tuple[str, int]] = set()
         run = await self._owned_run()
         if run is None:
             await self.close(code=FORBIDDEN)
             return
+        since = self._since()
+        if since is False:
+            await self.close(code=BAD_REQUEST)
+            return
         self.group_name = run_group(run.id)
+        # Join first: a point published from here on arrives as a group message after this
+        # handler returns, and one already in the database is replayed below (and then skipped).
         await self.channel_layer.group_add(self.group_name, self.channel_name)
         await self.accept()
         await self.send_json({
             "type": "hello", "status": run.status, "status_label": run.get_status_display(),
             "step": run.current_step, "max_steps": run.max_steps, "error": run.error,
-            "cancel_requested": run.cancel_requested, "finished": run.is_finished,
+            "cancel_requested": run.cancel_requested, "finished": run.is_finished, "sent_at": time.time(),
         })
+        if since is not None:
+            for step, split, values, created in await self._points_after(run.id, since):
+                self.replayed.add((split, step))
+                await self.send_json({"type": "metrics", "step": step, "split": split, "values": values,
+                                      "replayed": True, "time": created.timestamp(), "sent_at": time.time()})
+
+    def _since(self) -> int | None | bool:
+        """The `since` step of the query string; None without one, False for a bad one."""
+        values = parse_qs(self.scope.get("query_string", b"").decode("latin-1")).get("since")
+        if not values:
+            return None
+        text = values[-1].strip()
+        return int(text) if text.isdigit() and len(text) <= 12 else False
+
+    @database_sync_to_async
+    def _points_after(self, run_id, since: int) -> list[tuple[int, str, dict, object]]:
+        rows = MetricPoint.objects.filter(run_id=run_id, step__gt=since).order_by("step", "split")
+        return [(p.step, p.split, p.values, p.created_at) for p in rows]
 
     async def disconnect(self, code) -> None:
         if self.group_name:
@@ -50,11 +85,15 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     # -- group messages (sent by webapp.runs.events.send_run_event), one handler per type
     async def run_metrics(self, event) -> None:
+        if (event["split"], event["step"]) in self.replayed:
+            self.replayed.discard((event["split"], event["step"]))  # sent from the database already
+            return
         await self.send_json({"type": "metrics", "step": event["step"], "split": event["split"],
-                              "values": event["values"]})
+                              "values": event["values"], "sent_at": event.get("sent_at")})
 
     async def run_log(self, event) -> None:
-        await self.send_json({"type": "log", "id": event.get("id"), "text": event["text"], "time": event.get("time")})
+        await self.send_json({"type": "log", "id": event.get("id"), "text": event["text"], "time": event.get("time"),
+                              "sent_at": event.get("sent_at")})
 
     async def run_status(self, event) -> None:
         await self.send_json({**_without_type(event), "type": "status"})
@@ -63,7 +102,8 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({**_without_type(event), "type": "checkpoint"})
 
     async def run_heartbeat(self, event) -> None:
-        await self.send_json({"type": "heartbeat", "step": event["step"], "tokens_seen": event["tokens_seen"]})
+        await self.send_json({"type": "heartbeat", "step": event["step"], "tokens_seen": event["tokens_seen"],
+                              "sent_at": event.get("sent_at")})
 
 
 def _without_type(event: dict) -> dict:

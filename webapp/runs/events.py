@@ -7,6 +7,7 @@ run.metrics, run.log, run.status, run.checkpoint, run.heartbeat.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -28,6 +29,7 @@ def send_run_event(run_id, payload: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
+    payload = {**payload, "sent_at": time.time()}  # every event says when the server emitted it
     try:
         async_to_sync(layer.group_send)(run_group(run_id), payload)
     except Exception:  # noqa: BLE001 - see docstring
