@@ -89,8 +89,15 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-    # The web process and the worker write to one file: wait for locks instead of failing.
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 30
+    # The web process and the workers write to one file. WAL lets readers go on while one
+    # writes; IMMEDIATE transactions take the write lock when they begin, so two writers queue
+    # on the busy timeout instead of one failing with "database is locked" when a read lock
+    # cannot be upgraded.
+    DATABASES["default"].setdefault("OPTIONS", {}).update({
+        "timeout": 30,
+        "transaction_mode": "IMMEDIATE",
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    })
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
