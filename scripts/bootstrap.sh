@@ -38,14 +38,15 @@ modules="django, torch, tokenizers, celery, channels"
 [ "$want" = requirements-test.txt ] && modules="$modules, transformers, playwright"
 
 stamp=".venv/.installed-$(basename "$want" .txt)"
-sum=$(cat requirements*.txt | cksum | cut -d' ' -f1)
+sum=$(cat requirements*.txt constraints.txt | cksum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$sum" ]; then
   echo "==> installing $want"
   # The grep hides pip's harmless "is ignored: it is neither a file nor a directory" lines. It
   # exits 1 when it prints nothing (a quiet, successful pip), so its status is dropped; pip's is
   # kept (pipefail makes it the pipeline's) and stops the script before the stamp is written.
   status=0
-  "$vpy" -m pip install -q -r "$want" 2>&1 \
+  # constraints.txt: the versions the suite passed with (scripts/update_constraints.sh).
+  "$vpy" -m pip install -q -r "$want" -c constraints.txt 2>&1 \
     | { grep -v "is ignored: it is neither a file nor a directory" || true; } || status=$?
   if [ "$status" -ne 0 ]; then
     echo "pip could not install $want (exit status $status); its error is above." >&2

@@ -156,6 +156,7 @@ def layout(tmp_path):
     shutil.copy2(REPO / "scripts" / "bootstrap.sh", tmp_path / "scripts" / "bootstrap.sh")
     (tmp_path / "requirements.txt").write_text("django\n")
     (tmp_path / "requirements-test.txt").write_text("-r requirements.txt\npytest\n")
+    (tmp_path / "constraints.txt").write_text("django==5.2\n")
     venv_bin = tmp_path / ".venv" / "bin"
     venv_bin.mkdir(parents=True)
     python = venv_bin / "python"
