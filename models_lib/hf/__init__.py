@@ -25,6 +25,7 @@ in `model.unexpected_keys`.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 from pathlib import Path
 
 import torch
@@ -53,8 +54,11 @@ FAMILY_FORMATS = {"bert": "bert", "spanbert": "bert", "unilm": "bert", "roberta"
                   "electra": "electra", "distilbert": "distilbert"}
 
 
-def config_from_hf(hf: dict) -> EncoderConfig:
-    """Our config for a transformers config.json (as a dict) of any supported model type."""
+def config_from_hf(hf: dict) -> Any:
+    """Our config for a transformers config.json (as a dict) of any supported model type (read
+    without any weights: what a model built from it would allocate can be checked first)."""
+    if hf.get("model_type") in OTHER_FORMATS:
+        return importlib.import_module(OTHER_FORMATS[hf["model_type"]]).config_from_hf(hf)
     return _format_of(hf).config_from_hf(hf, {})
 
 

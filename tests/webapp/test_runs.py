@@ -554,6 +554,7 @@ def test_api_launch_from_yaml_with_field_overrides(alice, alice_api, enqueued):
     ({"max_steps": 0}, "max_steps: Ensure this value is greater than or equal to 1."),
     ({"config_yaml": "max_steps: [1,"}, "The file is not valid YAML"),
     ({"family": "gpt9"}, "Unknown family 'gpt9'"),
+    ({"model_overrides": {"hidden_size": 10**9, "num_heads": 1}}, "model_overrides.hidden_size = 1,000,000,000 gives"),
 ])
 def test_api_refuses_bad_launches_with_a_sentence(alice, alice_api, enqueued, payload, message):
     _, tokenizer = make_data(alice)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer import families
 from trainer import objectives
+from trainer.catalog.size import check_model_size, overrides_of
 from trainer.errors import ConfigError
 from trainer.families import Family
 
@@ -58,6 +59,9 @@ def validate(config: "RunConfig") -> None:
     for mf in family.model_fields:
         mf.check(getattr(model_cfg, mf.name), family.label)
     family.check_model_config(model_cfg)
+    # The setting alone here: a stored config must read back whatever the machine's memory is now.
+    # Launching (webapp) and the worker (training.steps) check against the memory too.
+    check_model_size(model_cfg, training=True, fields=overrides_of(config), where="This run's model", memory=False)
     from trainer.config import BOUNDS
 
     positions, cap = max_positions(model_cfg), int(BOUNDS["seq_len"][1])

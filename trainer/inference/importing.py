@@ -274,6 +274,24 @@ def check_hf_directory(src: str | Path) -> dict[str, Any]:
     return config
 
 
+def check_import_size(hf_config: dict[str, Any]) -> int:
+    """The parameter count config.json describes, checked (trainer.catalog.size) before any
+    weight is read or any tensor allocated; ModelImportError naming the field otherwise."""
+    from models_lib import hf
+    from trainer.catalog.size import check_model_size
+    from trainer.errors import ConfigError
+
+    try:
+        model_cfg = hf.config_from_hf(hf_config)
+    except (ValueError, TypeError, KeyError) as e:
+        raise ModelImportError(f"config.json does not describe a model LM Workbench can build: {e.args[0] if e.args else type(e).__name__}") from None
+    fields = {f"config.json's {k}": v for k, v in hf_config.items()}
+    try:
+        return check_model_size(model_cfg, training=False, fields=fields, where="This model")
+    except ConfigError as e:
+        raise ModelImportError(str(e)) from None
+
+
 def import_hf_directory(src_dir: str | Path, dest_checkpoint_dir: str | Path) -> dict[str, Any]:
     """Convert a Hugging Face model folder into a native checkpoint folder; returns its import info:
     {"source", "model_type", "architectures", "family", "class", "objectives" (heads whose weights
@@ -282,6 +300,7 @@ def import_hf_directory(src_dir: str | Path, dest_checkpoint_dir: str | Path) ->
     """
     src, dest = Path(src_dir), Path(dest_checkpoint_dir)
     hf_config = check_hf_directory(src)
+    check_import_size(hf_config)
     bundle = _load_tokenizer(src, hf_config)
     model = _load_model(src)
 

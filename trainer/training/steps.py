@@ -17,6 +17,7 @@ from torch import nn
 from trainer import objectives
 from trainer import families
 from trainer.catalog import validation
+from trainer.catalog.size import check_model_size, overrides_of
 from trainer.errors import ConfigError
 from trainer.objectives.base import Step
 from trainer.objectives.examples import SpecialIds
@@ -65,6 +66,7 @@ def build(config: RunConfig, *, vocab_size: int, pad_id: int, device: str,
 
         tokenizer = load_tokenizer(Path(data_dir))
     cfg = model_config(config, vocab_size, pad_id, tokenizer)
+    check_model_size(cfg, training=True, fields=overrides_of(config), where="This run's model")  # before allocating
     model = spec.build_model(cfg)
     spec.prepare_model(model, tokenizer)  # ELMo's character table
     extra = objective.prepare(config, model, vocab_size=vocab_size, data_dir=data_dir, device=device) \
