@@ -110,6 +110,15 @@ def main() -> None:
                     cwd=ROOT, env=env, start_new_session=True,
                 )
             )
+            # Corpus ingest, tokenizer training and model imports: a worker of their own, so a
+            # short job never waits behind the training runs above.
+            procs.append(
+                subprocess.Popen(
+                    [PY, "-m", "celery", "-A", "webapp", "worker", "-Q", "jobs", "--concurrency", "1",
+                     "--prefetch-multiplier", "1", "--loglevel", "INFO", "-n", f"jobs-{os.getpid()}@%h"],
+                    cwd=ROOT, env=env, start_new_session=True,
+                )
+            )
             # Beat, embedded (-B) in a one-slot worker of its own: the periodic jobs (the reaper that
             # marks runs of a dead worker as crashed) never wait behind two training runs.
             procs.append(

@@ -154,6 +154,11 @@ def live_stack(django_db_setup, django_db_blocker, tmp_path_factory):
              "--prefetch-multiplier", "1", "-O", "fair", "--loglevel", "INFO", "-n", f"test-{os.getpid()}@%h"],
             cwd=ROOT, env=env, stdout=open(log_dir / "worker.log", "wb"), stderr=subprocess.STDOUT,
         ),
+        subprocess.Popen(  # short jobs (ingest, tokenizer, import) have their own worker, as in serve.py
+            [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "jobs", "--concurrency", "1",
+             "--prefetch-multiplier", "1", "--loglevel", "INFO", "-n", f"test-jobs-{os.getpid()}@%h"],
+            cwd=ROOT, env=env, stdout=open(log_dir / "jobs-worker.log", "wb"), stderr=subprocess.STDOUT,
+        ),
         subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "webapp.asgi:application", "--host", "127.0.0.1", "--port", str(port), "--ws", "websockets-sansio", "--lifespan", "off"],
             cwd=ROOT, env=env, stdout=open(log_dir / "web.log", "wb"), stderr=subprocess.STDOUT,

@@ -155,6 +155,11 @@ CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
 # Queue for runs whose device is "auto": "gpu" where the deployment has GPU workers.
 RUN_DEFAULT_QUEUE = os.environ.get("RUN_DEFAULT_QUEUE", "cpu")
+# Corpus ingest, tokenizer training and model imports: a queue and worker of their own, so
+# they never wait behind training runs.
+JOBS_QUEUE = "jobs"
+# The most runs one user may have queued or running at once (a 429 beyond it).
+MAX_ACTIVE_RUNS_PER_USER = int(os.environ.get("MAX_ACTIVE_RUNS_PER_USER", "8"))
 
 # A run whose heartbeat is older than this is marked crashed.
 RUN_HEARTBEAT_TIMEOUT_S = int(os.environ.get("RUN_HEARTBEAT_TIMEOUT_S", "120"))

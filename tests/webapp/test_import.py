@@ -119,7 +119,7 @@ def test_with_the_worker_task_the_import_is_queued_then_done(alice_api, monkeypa
         body = upload_api(alice_api, hf_zip()).json()
         assert body["status"] == "pending"
     job = ModelImport.objects.get(pk=body["id"])
-    assert sent == [([str(job.id)], "cpu")] and job.status == ImportStatus.READY and job.checkpoint is not None
+    assert sent == [([str(job.id)], "jobs")] and job.status == ImportStatus.READY and job.checkpoint is not None
     detail = alice_api.get(f"/api/explore/imports/{job.id}/").json()
     assert detail["status"] == "ready" and detail["explore_url"].endswith(str(job.checkpoint_id))
 

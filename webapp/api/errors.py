@@ -28,8 +28,8 @@ def _flatten(detail) -> str:
 def exception_handler(exc, context):
     from trainer.errors import UserError  # user-caused failures raised by the trainer layer
 
-    if isinstance(exc, UserError):
-        return Response({"error": str(exc)}, status=status.HTTP_400_BAD_REQUEST)
+    if isinstance(exc, UserError):  # a sentence; 400 unless the error says otherwise (429: a limit)
+        return Response({"error": str(exc)}, status=getattr(exc, "status_code", status.HTTP_400_BAD_REQUEST))
     response = drf_default_handler(exc, context)
     if response is None:
         log.exception("Unhandled API error", exc_info=exc)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.move import file_move_safe
 from django.core.files.uploadedfile import UploadedFile
@@ -23,7 +24,7 @@ from webapp.corpora.uploads import check_upload
 
 log = logging.getLogger(__name__)
 
-QUEUE = "cpu"  # corpus and tokenizer jobs need no GPU
+QUEUE = settings.JOBS_QUEUE  # short jobs: never behind a training run
 INTERNAL_ERROR = (
     "Processing stopped because of an internal error (not a problem with your data). "
     "The details have been logged; try again, and report it if it happens again."

@@ -27,7 +27,7 @@ from webapp.runs.models import Checkpoint, CheckpointSource
 
 log = logging.getLogger(__name__)
 
-QUEUE = "cpu"  # unpacking and converting needs no GPU
+QUEUE = settings.JOBS_QUEUE  # short jobs: never behind a training run
 DEFAULT_MAX_ARCHIVE_BYTES = 2 * 1024**3
 DEFAULT_MAX_UNPACKED_BYTES = 4 * 1024**3
 ACCEPT_ATTRIBUTE = ".zip,.tar.gz,.tgz,.tar"

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.db.models import DateTimeField, F, Q, Value
 from django.db.models.functions import Coalesce
@@ -163,6 +164,24 @@ def training_settings(config: RunConfig) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in CHOICE_FIELDS}
 
 
+class RunLimitError(UserError):
+    """A user already has the most runs queued or running that one user may have (HTTP 429)."""
+
+    status_code = 429
+
+
+def check_run_limit(*, owner) -> None:
+    """RunLimitError when `owner` already has MAX_ACTIVE_RUNS_PER_USER runs queued or running.
+    Locks the owner's row first (inside the caller's transaction), so two launches at once
+    cannot both take the last place."""
+    limit = settings.MAX_ACTIVE_RUNS_PER_USER
+    get_user_model().objects.select_for_update().filter(pk=owner.pk).first()
+    active = Run.objects.filter(owner_id=owner.pk, status__in=(RunStatus.QUEUED, RunStatus.RUNNING)).count()
+    if active >= limit:
+        raise RunLimitError(f"You have {active} runs queued or running, the most one user may have at once "
+                            f"({limit}). Wait for one to finish, or cancel one, then launch again.")
+
+
 def queue_for(config: RunConfig) -> str:
     if config.device == "cuda":
         return "gpu"
@@ -208,6 +227,7 @@ def _publish_on_commit(run: Run) -> None:
 def run_create(*, owner, name: str = "", corpus: Corpus | None, tokenizer: Tokenizer, family: str,
                preset: str, objectives, training: dict | None = None, cloned_from: Run | None = None) -> Run:
     """Validate the choices, store the run with its full config, enqueue it on commit."""
+    check_run_limit(owner=owner)
     corpus = _check_data(owner=owner, corpus=corpus, tokenizer=tokenizer)
     config = build_config(family=family, preset=preset, objectives=objectives, training=training,
                           owner=owner)
@@ -258,6 +278,7 @@ def _requeue(*, run: Run) -> Run:
         raise RunStateError(
             f"Only a cancelled, crashed or failed run can be resumed; this one is {run.get_status_display().lower()}."
         )
+    check_run_limit(owner=run.owner)
     if not run.checkpoints.exists():
         raise RunStateError("This run has no checkpoint to resume from. Clone it to start again from step 0.")
     run.status = RunStatus.QUEUED
