@@ -152,6 +152,48 @@ def test_our_model_exports_to_their_task_class_with_equal_logits_and_loss(family
     assert ours_p == theirs_p or (not theirs_p and ours_p == {0.0})
 
 
+@pytest.mark.parametrize("family, task", PAIRS, ids=[f"{f}-{t}" for f, t in PAIRS])
+def test_default_head_dropout_is_their_default(family, task):
+    """Built from scratch (no config.json to read a rate from), our head drops out at the rate
+    their freshly configured head does: ALBERT 0.1, DistilBERT 0.2 / 0.1, else hidden_dropout."""
+    suffix, _, problem_type, num_labels = TASKS[task]
+    kind = {"token": "token_classification", "qa": "question_answering"}.get(task, "sequence_classification")
+    their_config = HF_CONFIGS[family](hidden_dropout_prob=0.05) if family != "distilbert" else HF_CONFIGS[family](
+        dropout=0.05)
+    theirs = getattr(transformers, PREFIX[family] + suffix)(their_config)
+    ours = build_downstream(hf.config_from_hf(their_config.to_dict()), kind, num_labels, problem_type=problem_type)
+    ours_p, theirs_p = head_dropouts(ours, ours.backbone_name), head_dropouts(theirs, theirs.base_model_prefix)
+    assert ours_p == theirs_p or (not theirs_p and ours_p == {0.0})
+
+
+TRAIN_PAIRS = [(family, task) for family in PREFIX for task in ("single", "token", "qa")]
+
+
+@pytest.mark.parametrize("family, task", TRAIN_PAIRS, ids=[f"{f}-{t}" for f, t in TRAIN_PAIRS])
+def test_head_dropout_sits_where_theirs_does(family, task, tmp_path, caplog):
+    """In training mode, with the encoder's dropout off and the head's at 0.5, the same seed
+    drops the same units in both libraries only if the dropouts come in the same places.
+    Where their head takes no dropout setting (QA outside DistilBERT, DistilBERT's token
+    classifier, which uses the encoder's), ours is the default and the export says so."""
+    suffix, _, problem_type, num_labels = TASKS[task]
+    kind = {"single": "sequence_classification", "token": "token_classification", "qa": "question_answering"}[task]
+    config = tiny(family, hidden_dropout=0.0, attention_dropout=0.0)
+    fixed = task == "qa" and family != "distilbert" or (task == "token" and family == "distilbert")
+    ours = randomise(build_downstream(config, kind, num_labels, classifier_dropout=0.5), seed=9)
+    hf.to_pretrained(ours, tmp_path / "dropout")
+    assert ("has no setting for its head's dropout" in caplog.text) == fixed
+    if fixed:
+        ours = randomise(build_downstream(config, kind, num_labels), seed=9)
+    hf.to_pretrained(ours, tmp_path / "model")
+    theirs = getattr(transformers, PREFIX[family] + suffix).from_pretrained(tmp_path / "model").train()
+    ours.train()
+    ids, mask, types, _ = batch_for(family, task)
+    torch.manual_seed(5)
+    expected = their_outputs(theirs, ids, mask, types, {})
+    torch.manual_seed(5)
+    assert_same(our_outputs(ours, ids, mask, types, {}), expected, mask)
+
+
 @pytest.mark.parametrize("family", ["spanbert", "unilm"])
 @pytest.mark.parametrize("task", ["single", "token", "qa"])
 def test_spanbert_and_unilm_export_as_bert_task_models(family, task, tmp_path):
