@@ -4,6 +4,10 @@ model_config.json is {"family": "bert", "class": "BertForPreTraining", "config":
 family registry below maps it back to the config and model classes, so other families
 (t5, gpt, ...) plug in with one `register_family(...)` call. A bare backbone
 (TransformerEncoder) belongs to the family its config names.
+
+A fine-tuned model (models_lib.families.downstream) adds "task": its TaskConfig (task,
+num_labels, labels, problem_type, classifier_dropout, threshold), and "config" is its encoder's.
+Its classes are registered with every encoder family; files without "task" load as before.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from models_lib.families.albert import AlbertForPreTraining
 from models_lib.families.bert import BertForPreTraining, BertModel
 from models_lib.core.config import ElectraConfig, EncoderConfig, SpanBertConfig
 from models_lib.families.distilbert import DistilBertForPreTraining
+from models_lib.families.downstream import DOWNSTREAM_CLASSES, EncoderForDownstream, TaskConfig
 from models_lib.families.electra import ElectraDiscriminator, ElectraForPreTraining, ElectraGenerator
 from models_lib.families.elmo import ElmoConfig, ElmoLanguageModel
 from models_lib.core.encoder import TransformerEncoder
@@ -46,14 +51,14 @@ def register_family(name: str, config_cls: type, *model_classes: type) -> None:
     FAMILIES[name] = Family(name, config_cls, tuple(model_classes))
 
 
-register_family("bert", EncoderConfig, BertForPreTraining, BertModel, TransformerEncoder)
-register_family("roberta", EncoderConfig, RobertaForPreTraining, TransformerEncoder)
-register_family("albert", EncoderConfig, AlbertForPreTraining, TransformerEncoder)
+register_family("bert", EncoderConfig, BertForPreTraining, BertModel, TransformerEncoder, *DOWNSTREAM_CLASSES)
+register_family("roberta", EncoderConfig, RobertaForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
+register_family("albert", EncoderConfig, AlbertForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
 register_family("electra", ElectraConfig, ElectraForPreTraining, ElectraDiscriminator, ElectraGenerator,
-                TransformerEncoder)
-register_family("distilbert", EncoderConfig, DistilBertForPreTraining, TransformerEncoder)
-register_family("spanbert", SpanBertConfig, SpanBertForPreTraining, TransformerEncoder)
-register_family("unilm", EncoderConfig, UniLMForPreTraining, TransformerEncoder)
+                TransformerEncoder, *DOWNSTREAM_CLASSES)
+register_family("distilbert", EncoderConfig, DistilBertForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
+register_family("spanbert", SpanBertConfig, SpanBertForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
+register_family("unilm", EncoderConfig, UniLMForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
 register_family("elmo", ElmoConfig, ElmoLanguageModel)
 register_family("t5", T5Config, T5ForConditionalGeneration)
 register_family("gpt", GPTConfig, GPTLMHeadModel)
@@ -76,6 +81,8 @@ def save_model(model: nn.Module, folder: str | Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     family = _family_of(model)
     meta = {"family": family.name, "class": type(model).__name__, "config": model.config.to_dict()}
+    if isinstance(model, EncoderForDownstream):
+        meta["task"] = model.task_config.to_dict()
     # save_model (not save_file) de-duplicates parameters that several modules share (ALBERT).
     safetensors.torch.save_model(model, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
     (folder / CONFIG_NAME).write_text(json.dumps(meta, indent=2) + "\n")
@@ -111,7 +118,13 @@ def load_model(folder: str | Path, map_location: str | torch.device = "cpu") -> 
         raise ValueError(f"{folder / CONFIG_NAME} names the class {name!r}, which the {family.name} family "
                          f"does not have ({', '.join(classes)}).")
     # Checkpoints written before there were families have no "family" in their config: BERT.
-    model = classes[name](family.config_cls.from_dict({"family": family.name, **meta["config"]}))
+    config = family.config_cls.from_dict({"family": family.name, **meta["config"]})
+    if issubclass(classes[name], EncoderForDownstream):
+        if not isinstance(meta.get("task"), dict):
+            raise ValueError(f"{folder / CONFIG_NAME} names the fine-tuned class {name} but records no task.")
+        model = classes[name](config, TaskConfig.from_dict(meta["task"]))
+    else:
+        model = classes[name](config)
     try:
         safetensors.torch.load_model(model, str(folder / WEIGHTS_NAME), strict=True)
     except RuntimeError as exc:  # missing, unexpected or mis-shaped tensors

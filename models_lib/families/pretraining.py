@@ -91,6 +91,31 @@ class EncoderWithHeads(nn.Module):
     def word_embeddings(self) -> torch.Tensor:
         return self.backbone.embeddings.word.weight  # (V, E): the tied decoder of token heads
 
+    def layer_groups(self) -> list[list[nn.Parameter]]:
+        """The parameters from the bottom up, each exactly once:
+        [embeddings, layer 0, ..., layer L-1, head].
+
+        For layer-wise learning-rate decay, freezing the bottom k layers and gradual unfreezing.
+        `embeddings` holds the embedding tables and their LayerNorm, plus the E -> H projection
+        (ALBERT, ELECTRA); `head` holds everything above the stack: the final LayerNorm of a
+        pre-LN encoder, the pooler and the heads. Shared weights go to the lowest group that
+        uses them: ALBERT's one shared block (share_layers="all") is one group, so its list is
+        [embeddings, shared layer, head] whatever num_layers is; with share_layers="attention"
+        or "ffn" the shared sublayer belongs to layer 0 and layers 1..L-1 hold the rest.
+        Tied weights (the MLM decoder is the word embedding table) are in the embeddings group.
+        """
+        backbone = self.backbone
+        bottom = list(backbone.embeddings.parameters())
+        if backbone.embeddings_project is not None:
+            bottom += list(backbone.embeddings_project.parameters())
+        groups: list[list[nn.Parameter]] = []
+        seen: set[int] = set()
+        for params in (bottom, *(list(layer.parameters()) for layer in backbone.encoder.layers)):
+            groups.append([p for p in params if id(p) not in seen])
+            seen.update(id(p) for p in params)
+        groups.append([p for p in self.parameters() if id(p) not in seen])
+        return groups
+
 
 class EncoderForPreTraining(EncoderWithHeads):
     """Backbone + masked-LM head. forward -> PreTrainingOutput with the MLM fields set."""

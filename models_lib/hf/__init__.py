@@ -21,6 +21,15 @@ What each folder reads into, and what each model writes:
 A folder with fewer heads (e.g. RobertaModel) still loads: the missing heads keep their fresh
 initialisation and are listed in `model.missing_keys`; tensors we have no place for are listed
 in `model.unexpected_keys`.
+
+Fine-tuned models (models_lib.families.downstream), for bert, roberta, albert, electra and
+distilbert folders (SpanBERT and UniLM write BERT's):
+  EncoderForSequenceClassification  <-> {Bert,Roberta,Albert,Electra,DistilBert}ForSequenceClassification
+  EncoderForTokenClassification     <-> ...ForTokenClassification
+  EncoderForQuestionAnswering       <-> ...ForQuestionAnswering
+with id2label / label2id, problem_type and the head's dropout in config.json. A task folder
+reads into its task model only when asked: from_pretrained(path, task="auto") (or the task's
+name); without task= it reads into the pre-training model as before, its head left out.
 """
 from __future__ import annotations
 
@@ -39,6 +48,7 @@ from models_lib.hf.bert import BertFormat
 from models_lib.hf.distilbert import DistilBertFormat
 from models_lib.hf.electra import ElectraFormat
 from models_lib.hf.roberta import RobertaFormat
+from models_lib.families.downstream import TASK_CLASSES, EncoderForDownstream
 from models_lib.families.pretraining import EncoderWithHeads
 
 FORMATS: dict[str, HFFormat] = {f.model_type: f for f in
@@ -78,29 +88,46 @@ def _format_of(hf: dict) -> HFFormat:
 
 # --- import ----------------------------------------------------------------------------------
 
-def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu") -> EncoderWithHeads:
-    """Load a transformers folder into the matching model of ours (see the table above), in eval mode."""
+def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu", *,
+                    task: str | None = None) -> EncoderWithHeads:
+    """Load a transformers folder into the matching model of ours (see the table above), in eval mode.
+
+    task="auto" reads a task folder (BertForSequenceClassification, ...) into its downstream
+    model, head included; a task's name does the same and checks that the folder is one. A
+    folder of another class has no head to read: build its model without task=, then
+    models_lib.families.downstream.from_pretraining puts a fresh head on it.
+    """
     folder = Path(path)
     hf = read_config(folder)
     if hf.get("model_type") in OTHER_FORMATS:
+        if task is not None:
+            raise ValueError(f"Task heads sit on the encoder families; this is a {hf['model_type']} folder.")
         return importlib.import_module(OTHER_FORMATS[hf["model_type"]]).from_pretrained(folder, map_location)
     fmt = _format_of(hf)
+    if task is not None:
+        task = _folder_task(fmt, hf, task, folder)
     hf_state = normalise_names(read_weights(folder), fmt.base_prefix)
     for key, older in fmt.aliases.items():
         if key not in hf_state and older in hf_state:
             hf_state[key] = hf_state[older]
 
     config = fmt.config_from_hf(hf, hf_state)
-    model_cls = fmt.import_target(hf, hf_state)
-    model = model_cls(config)
+    if task is not None:
+        model = TASK_CLASSES[task](config, fmt.task_from_hf(hf, task))
+        head_names = fmt.task_head_names(task)
+    else:
+        model_cls = fmt.import_target(hf, hf_state)
+        model = model_cls(config)
+        head_names = fmt.head_names(model_cls, config)[1]
     prefix = model.backbone_name + "."
-    names = [(prefix + ours, theirs) for ours, theirs in fmt.backbone_names(config)]
-    names += fmt.head_names(model_cls, config)[1]
+    names = [(prefix + ours, theirs) for ours, theirs in fmt.backbone_names(model.config)] + head_names
     ours = model.state_dict()
     state, used = gather(ours, hf_state, names)
 
     missing = [k for k in ours if k not in state]
     essential = [k for k in missing if k.startswith(prefix) and not k.startswith(prefix + "pooler.")]
+    if task is not None:
+        essential = missing  # a task folder holds its whole model, head and (where read) pooler
     if essential:
         raise ValueError(f"{folder} is not a complete {fmt.label} checkpoint; missing for example "
                          f"{', '.join(essential[:3])} ({len(essential)} tensors in all).")
@@ -118,6 +145,20 @@ def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu") 
     return model.to(map_location).eval()
 
 
+def _folder_task(fmt: HFFormat, hf: dict, task: str, folder: Path) -> str:
+    """The task to read `folder` as: its own (task="auto"), which must be the one asked for."""
+    found = fmt.task_of(hf)
+    if task != "auto" and task not in TASK_CLASSES:
+        raise ValueError(f"Unknown task {task!r}; choose 'auto' or one of {', '.join(TASK_CLASSES)}.")
+    if found is None:
+        raise ValueError(f"{folder} holds a {', '.join(hf.get('architectures') or [fmt.backbone_architecture])}, "
+                         f"not a task model; load it without task= and put a head on it with "
+                         f"downstream.from_pretraining.")
+    if task not in ("auto", found):
+        raise ValueError(f"{folder} holds a {fmt.task_architecture(found)} ({found}), not a {task} model.")
+    return found
+
+
 # --- export ----------------------------------------------------------------------------------
 
 def to_pretrained(model: nn.Module, path: str | Path, *, part: str | None = None) -> Path:
@@ -131,16 +172,22 @@ def to_pretrained(model: nn.Module, path: str | Path, *, part: str | None = None
         raise TypeError(f"to_pretrained takes an encoder model of models_lib, not {type(model).__name__}.")
     fmt = FORMATS[FAMILY_FORMATS[config.family]]
     target = fmt.export_target(model, part)
+    task_fields: dict = {}
     if isinstance(target, TransformerEncoder):
         backbone, heads, prefix = target, None, ""
         architecture, head_map = fmt.backbone_architecture, []
+    elif isinstance(target, EncoderForDownstream):
+        backbone, heads, prefix = target.backbone, target, fmt.base_prefix
+        task = target.task_config
+        architecture, head_map = fmt.task_architecture(task.task), fmt.task_head_names(task.task)
+        task_fields = fmt.task_config_to_hf(task, target.config)
     elif isinstance(target, EncoderWithHeads):
         backbone, heads, prefix = target.backbone, target, fmt.base_prefix
         architecture, head_map = fmt.head_names(type(target), target.config)
     else:
         raise TypeError(f"{type(target).__name__} has no transformers {fmt.label} counterpart.")
     config = backbone.config
-    hf_config = fmt.config_to_hf(config, architecture, backbone.embeddings.word.weight.dtype)
+    hf_config = {**fmt.config_to_hf(config, architecture, backbone.embeddings.word.weight.dtype), **task_fields}
 
     names = fmt.backbone_names(config)
     if architecture not in fmt.pooled_architectures:

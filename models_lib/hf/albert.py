@@ -10,6 +10,8 @@ import torch
 
 from models_lib.families.albert import AlbertForPreTraining
 from models_lib.core.config import EncoderConfig
+from models_lib.families.downstream import TaskConfig
+from models_lib.heads.tasks import QUESTION_ANSWERING, TOKEN_CLASSIFICATION
 from models_lib.hf.base import HFFormat, NameMap, embedding_names, renames
 
 
@@ -18,7 +20,7 @@ class AlbertFormat(HFFormat):
     label = "ALBERT"
     base_prefix = "albert."
     backbone_architecture = "AlbertModel"
-    pooled_architectures = ("AlbertForPreTraining", "AlbertModel")
+    pooled_architectures = ("AlbertForPreTraining", "AlbertModel", "AlbertForSequenceClassification")
     aliases = {"predictions.bias": "predictions.decoder.bias"}
     ignored = HFFormat.ignored + ("predictions.decoder.weight", "predictions.decoder.bias")
 
@@ -60,6 +62,15 @@ class AlbertFormat(HFFormat):
                                             ("ffn.up", "ffn"), ("ffn.down", "ffn_output"),
                                             ("ffn_norm", "full_layer_layer_norm")])
         return names + renames("pooler.", "", [("dense", "pooler")])
+
+    def task_dropout_fields(self, task: str) -> tuple[str, ...]:
+        return () if task == QUESTION_ANSWERING else ("classifier_dropout_prob",)  # AlbertConfig: 0.1
+
+    def task_from_hf(self, hf: dict, task: str) -> TaskConfig:
+        spec = super().task_from_hf(hf, task)
+        if task == TOKEN_CLASSIFICATION and "classifier_dropout_prob" in hf and hf["classifier_dropout_prob"] is None:
+            spec.classifier_dropout = hf.get("hidden_dropout_prob", 0.0)  # AlbertForTokenClassification's fallback
+        return spec
 
     def import_target(self, hf: dict, state: dict[str, torch.Tensor]) -> type:
         return AlbertForPreTraining

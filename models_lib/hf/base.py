@@ -10,6 +10,7 @@ written.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -19,6 +20,8 @@ import torch
 from torch import nn
 
 from models_lib.core.config import EncoderConfig
+from models_lib.families.downstream import TaskConfig, head_dropout
+from models_lib.heads.tasks import QUESTION_ANSWERING, SEQUENCE_CLASSIFICATION, TASKS, TOKEN_CLASSIFICATION
 
 log = logging.getLogger("models_lib.hf")
 
@@ -133,6 +136,59 @@ class HFFormat:
         if part is not None:
             raise ValueError(f"part={part!r} only applies to ELECTRA, which has a generator and a discriminator.")
         return model
+
+    # --- fine-tuning heads (models_lib.families.downstream) ----------------------------------
+    # Our head is `head.` with `out_proj` (and `dense`); these are transformers' names for them.
+    sequence_head_pairs: list[tuple[str, str]] = [("out_proj", "classifier")]  # BERT, ALBERT: on the pooler
+    task_head_pairs = {TOKEN_CLASSIFICATION: [("out_proj", "classifier")], QUESTION_ANSWERING: [("out_proj", "qa_outputs")]}
+
+    def task_architecture(self, task: str) -> str:
+        """transformers' class for a task: BertForSequenceClassification, RobertaForQuestionAnswering, ..."""
+        suffix = {SEQUENCE_CLASSIFICATION: "ForSequenceClassification", TOKEN_CLASSIFICATION: "ForTokenClassification",
+                  QUESTION_ANSWERING: "ForQuestionAnswering"}[task]
+        return self.backbone_architecture.removesuffix("Model") + suffix
+
+    def task_of(self, hf: dict) -> str | None:
+        """The task whose class config.json's architectures names; None for other folders."""
+        architectures = hf.get("architectures") or []
+        return next((task for task in TASKS if self.task_architecture(task) in architectures), None)
+
+    def task_head_names(self, task: str) -> NameMap:
+        pairs = self.sequence_head_pairs if task == SEQUENCE_CLASSIFICATION else self.task_head_pairs[task]
+        return renames("head.", "", pairs)
+
+    def task_dropout_fields(self, task: str) -> tuple[str, ...]:
+        """transformers' config fields that set the head's dropout (none: the head has no dropout
+        of its own). BERT, RoBERTa, ELECTRA: classifier_dropout (None: hidden_dropout_prob)."""
+        return () if task == QUESTION_ANSWERING else ("classifier_dropout",)
+
+    def task_config_to_hf(self, task: TaskConfig, config: EncoderConfig) -> dict:
+        """config.json's fields for a task model: id2label, label2id, problem_type, head dropout."""
+        hf: dict = {}
+        if task.task != QUESTION_ANSWERING:  # QA models read num_labels = 2, transformers' default
+            hf.update(id2label={str(i): label for i, label in task.id2label.items()}, label2id=task.label2id)
+        if task.task == SEQUENCE_CLASSIFICATION:
+            hf["problem_type"] = task.problem_type
+        dropout = head_dropout(config, task)
+        fields = self.task_dropout_fields(task.task)
+        hf.update({field: dropout for field in fields})
+        if not fields and dropout != head_dropout(config, dataclasses.replace(task, classifier_dropout=None)):
+            log.warning("transformers' %s has no setting for its head's dropout (%s); it is not written.",
+                        self.task_architecture(task.task), dropout)
+        return hf
+
+    def task_from_hf(self, hf: dict, task: str) -> TaskConfig:
+        """Our TaskConfig for a transformers task folder's config.json."""
+        id2label = hf.get("id2label") or {}
+        labels = [id2label[k] for k in sorted(id2label, key=int)] or None
+        num_labels = len(labels) if labels else hf.get("num_labels", 2)
+        if labels == [f"LABEL_{i}" for i in range(num_labels)]:
+            labels = None  # transformers' names for unnamed classes
+        if task == QUESTION_ANSWERING:
+            num_labels, labels = 2, None
+        dropout = next((hf[f] for f in self.task_dropout_fields(task) if hf.get(f) is not None), None)
+        return TaskConfig(task, num_labels, labels, hf.get("problem_type") if task == SEQUENCE_CLASSIFICATION else None,
+                          dropout)
 
 
 # --- folders ---------------------------------------------------------------------------------

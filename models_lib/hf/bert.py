@@ -21,7 +21,7 @@ class BertFormat(HFFormat):
     label = "BERT"
     base_prefix = "bert."
     backbone_architecture = "BertModel"
-    pooled_architectures = ("BertForPreTraining", "BertModel")
+    pooled_architectures = ("BertForPreTraining", "BertModel", "BertForSequenceClassification")
     aliases = {"cls.predictions.bias": "cls.predictions.decoder.bias"}
     ignored = HFFormat.ignored + ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 

@@ -8,6 +8,7 @@ import torch
 
 from models_lib.core.config import EncoderConfig
 from models_lib.families.distilbert import DistilBertForPreTraining
+from models_lib.heads.tasks import QUESTION_ANSWERING, SEQUENCE_CLASSIFICATION
 from models_lib.hf.base import HFFormat, NameMap, embedding_names, renames
 
 log = logging.getLogger("models_lib.hf")
@@ -43,6 +44,12 @@ class DistilBertFormat(HFFormat):
 
     def config_to_hf(self, config: EncoderConfig, architecture: str, dtype: torch.dtype = torch.float32) -> dict:
         return {**super().config_to_hf(config, architecture, dtype), "sinusoidal_pos_embds": False}
+
+    sequence_head_pairs = [("dense", "pre_classifier"), ("out_proj", "classifier")]  # + ReLU between
+
+    def task_dropout_fields(self, task: str) -> tuple[str, ...]:
+        # The token classifier's dropout is `dropout`, the encoder's own (our hidden_dropout).
+        return {SEQUENCE_CLASSIFICATION: ("seq_classif_dropout",), QUESTION_ANSWERING: ("qa_dropout",)}.get(task, ())
 
     def backbone_names(self, config: EncoderConfig) -> NameMap:
         names = embedding_names()

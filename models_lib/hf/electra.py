@@ -44,6 +44,9 @@ class ElectraFormat(HFFormat):
         return {**super().config_to_hf(config, architecture, dtype), "position_embedding_type": "absolute",
                 "embedding_size": config.embedding_size or config.hidden_size, "is_decoder": False}
 
+    # RobertaClassificationHead / ElectraClassificationHead: dense + activation + out_proj on the first token
+    sequence_head_pairs = [("dense", "classifier.dense"), ("out_proj", "classifier.out_proj")]
+
     def backbone_names(self, config: EncoderConfig) -> NameMap:
         return bert_backbone_names(config)
 

@@ -36,6 +36,9 @@ class RobertaFormat(HFFormat):
         return {**super().config_to_hf(config, architecture, dtype), "position_embedding_type": "absolute",
                 "is_decoder": False}
 
+    # RobertaClassificationHead / ElectraClassificationHead: dense + activation + out_proj on the first token
+    sequence_head_pairs = [("dense", "classifier.dense"), ("out_proj", "classifier.out_proj")]
+
     def backbone_names(self, config: EncoderConfig) -> NameMap:
         return bert_backbone_names(config)
 
