@@ -34,7 +34,7 @@ fi
 
 # What must import afterwards: the app's packages, plus the test suite's references and browser
 # driver with --test (a missing one would otherwise turn whole test files into skips).
-modules="django, torch, tokenizers, celery, channels"
+modules="django, torch, tokenizers, celery, channels, sklearn, scipy, seqeval, rouge_score, sacrebleu"
 [ "$want" = requirements-test.txt ] && modules="$modules, transformers, playwright"
 
 stamp=".venv/.installed-$(basename "$want" .txt)"

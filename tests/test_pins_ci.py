@@ -174,6 +174,10 @@ def bootstrap(layout: Path, *args: str, **env: str) -> subprocess.CompletedProce
                           env=clean_env(PATH=path, **env), capture_output=True, text=True, timeout=60)
 
 
+# The fine-tuning metrics' libraries (requirements.txt), which the worker needs at run time.
+METRIC_LIBS = "sklearn, scipy, seqeval, rouge_score, sacrebleu"
+
+
 def import_checks(layout: Path) -> list[str]:
     return [line for line in (layout / "calls.log").read_text().splitlines()
             if line.startswith("-c import ") and line != "-c import torch"]
@@ -196,7 +200,7 @@ def test_the_test_install_checks_transformers_and_playwright_then_stamps(layout)
     assert out.returncode == 0, text
     assert "pip said something worth reading" in text and HARMLESS not in text
     [check] = import_checks(layout)
-    assert check == "-c import django, torch, tokenizers, celery, channels, transformers, playwright"
+    assert check == "-c import django, torch, tokenizers, celery, channels, " + METRIC_LIBS + ", transformers, playwright"
     assert (layout / ".venv" / ".installed-requirements-test").is_file()
     again = bootstrap(layout, "--test", FAKE_PIP="fail")  # up to date: pip is not run again
     assert again.returncode == 0 and len(import_checks(layout)) == 1
@@ -205,7 +209,7 @@ def test_the_test_install_checks_transformers_and_playwright_then_stamps(layout)
 def test_the_app_install_checks_only_the_app_packages(layout):
     out = bootstrap(layout, FAKE_PIP="silent")  # a quiet pip: grep prints nothing, which is fine
     assert out.returncode == 0, out.stdout + out.stderr
-    assert import_checks(layout) == ["-c import django, torch, tokenizers, celery, channels"]
+    assert import_checks(layout) == ["-c import django, torch, tokenizers, celery, channels, " + METRIC_LIBS]
     assert (layout / ".venv" / ".installed-requirements").is_file()
 
 
