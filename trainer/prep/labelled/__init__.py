@@ -1,0 +1,35 @@
+"""Labelled datasets for fine-tuning: read an upload, map its columns, check it, split it, store it.
+
+Pure Python (csv, json, gzip); no Django, no torch. The web app and the fine-tuning trainer use
+these entry points::
+
+    sniff(path, original_filename) -> Preview              format, columns, first rows, suggested
+                                                            {column: role} mapping and task
+    ingest(path, out_dir, *, original_filename, task, mapping, split_spec=None, seed=0,
+           labels=None, label_separator=None, validation_path=None, test_path=None,
+           progress=None) -> DatasetResult                  out_dir/{train,validation,test}.jsonl
+                                                            + dataset.json, atomically
+    label_counts(out_dir) -> dict                           per-split counts for a bar chart
+    length_histogram(out_dir, tokenizer_dir, max_length) -> LengthHistogram
+    read_meta(out_dir) -> dict; iter_examples(out_dir, split) -> Iterator[dict]
+    write_demo_dataset(name, out_path) -> Path              DEMOS: one per task type
+
+Formats (readers.FORMATS): CSV, TSV, JSONL, CoNLL, SQuAD JSON v1.1/v2.0, each optionally gzip-
+compressed. Roles (tasks.ROLES) and task types (tasks.TASKS) are described in tasks.py; the
+normalised example of each task in examples.py; the output folder in ingest.py. Every problem
+with the data raises :class:`trainer.errors.DatasetError` with one sentence that names the row
+or line at fault.
+
+Modules: tasks (roles, task types, mapping suggestion and checks), readers (formats, sniff),
+examples (row -> checked example), ingest (splits, statistics, atomic write), stats (reading a
+stored dataset back, charts), demos (datasets made from the standard library's docstrings).
+"""
+
+from trainer.prep.labelled.readers import FORMATS, DatasetReader, Preview, Row, detect_format, sniff
+from trainer.prep.labelled.tasks import (HEADER_ALIASES, ROLES, TASK_TYPES, TASKS, TaskSpec, check_mapping,
+                                         suggest, suggest_mapping, suggest_task)
+
+__all__ = [
+    "FORMATS", "HEADER_ALIASES", "ROLES", "TASKS", "TASK_TYPES", "DatasetReader", "Preview", "Row", "TaskSpec",
+    "check_mapping", "detect_format", "sniff", "suggest", "suggest_mapping", "suggest_task",
+]
