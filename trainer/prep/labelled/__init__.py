@@ -16,20 +16,24 @@ these entry points::
 
 Formats (readers.FORMATS): CSV, TSV, JSONL, CoNLL, SQuAD JSON v1.1/v2.0, each optionally gzip-
 compressed. Roles (tasks.ROLES) and task types (tasks.TASKS) are described in tasks.py; the
-normalised example of each task in examples.py; the output folder in ingest.py. Every problem
+normalised example of each task in examples.py; the output folder in store.py. Every problem
 with the data raises :class:`trainer.errors.DatasetError` with one sentence that names the row
 or line at fault.
 
 Modules: tasks (roles, task types, mapping suggestion and checks), readers (formats, sniff),
-examples (row -> checked example), ingest (splits, statistics, atomic write), stats (reading a
-stored dataset back, charts), demos (datasets made from the standard library's docstrings).
+examples (row -> checked example), store (ingest: splits, counts, the atomic write; reading a
+stored dataset back), stats (charts), demos (datasets made from the standard library's docstrings).
 """
 
+from trainer.prep.labelled.examples import SPLITS, ExampleBuilder
+from trainer.prep.labelled.store import (META_FILE, SPLIT_FILES, DatasetResult, SplitSpec, ingest, iter_examples,
+                                         read_meta)
 from trainer.prep.labelled.readers import FORMATS, DatasetReader, Preview, Row, detect_format, sniff
 from trainer.prep.labelled.tasks import (HEADER_ALIASES, ROLES, TASK_TYPES, TASKS, TaskSpec, check_mapping,
                                          suggest, suggest_mapping, suggest_task)
 
 __all__ = [
-    "FORMATS", "HEADER_ALIASES", "ROLES", "TASKS", "TASK_TYPES", "DatasetReader", "Preview", "Row", "TaskSpec",
-    "check_mapping", "detect_format", "sniff", "suggest", "suggest_mapping", "suggest_task",
+    "FORMATS", "HEADER_ALIASES", "META_FILE", "ROLES", "SPLITS", "SPLIT_FILES", "TASKS", "TASK_TYPES",
+    "DatasetReader", "DatasetResult", "ExampleBuilder", "Preview", "Row", "SplitSpec", "TaskSpec", "check_mapping",
+    "detect_format", "ingest", "iter_examples", "read_meta", "sniff", "suggest", "suggest_mapping", "suggest_task",
 ]
