@@ -29,11 +29,13 @@ from trainer.prep.labelled.examples import SPLITS, ExampleBuilder
 from trainer.prep.labelled.store import (META_FILE, SPLIT_FILES, DatasetResult, SplitSpec, ingest, iter_examples,
                                          read_meta)
 from trainer.prep.labelled.readers import FORMATS, DatasetReader, Preview, Row, detect_format, sniff
+from trainer.prep.labelled.stats import LengthHistogram, label_counts, length_histogram, model_input
 from trainer.prep.labelled.tasks import (HEADER_ALIASES, ROLES, TASK_TYPES, TASKS, TaskSpec, check_mapping,
                                          suggest, suggest_mapping, suggest_task)
 
 __all__ = [
     "FORMATS", "HEADER_ALIASES", "META_FILE", "ROLES", "SPLITS", "SPLIT_FILES", "TASKS", "TASK_TYPES",
-    "DatasetReader", "DatasetResult", "ExampleBuilder", "Preview", "Row", "SplitSpec", "TaskSpec", "check_mapping",
-    "detect_format", "ingest", "iter_examples", "read_meta", "sniff", "suggest", "suggest_mapping", "suggest_task",
+    "DatasetReader", "DatasetResult", "ExampleBuilder", "LengthHistogram", "Preview", "Row",
+    "SplitSpec", "TaskSpec", "check_mapping", "detect_format", "ingest", "iter_examples", "label_counts",
+    "length_histogram", "model_input", "read_meta", "sniff", "suggest", "suggest_mapping", "suggest_task",
 ]
