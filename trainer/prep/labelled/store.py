@@ -316,7 +316,8 @@ def _result(builder: ExampleBuilder, fmt: str, tally: _Tally, given: Sequence[st
         result.label_counts = {split: {label: tally.counts[split][label] for label in result.labels}
                                for split in SPLITS}
         for split in ("validation", "test"):
-            unseen = [label for label in result.labels if tally.counts[split][label] and not tally.counts["train"][label]]
+            train = tally.counts["train"]
+            unseen = [label for label in result.labels if tally.counts[split][label] and not train[label]]
             if unseen:
                 result.warnings.append(f'The {split} split has label{"s" * (len(unseen) > 1)} that train never shows: '
                                        f"{', '.join(unseen[:10])}.")
