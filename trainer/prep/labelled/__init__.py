@@ -25,6 +25,7 @@ examples (row -> checked example), store (ingest: splits, counts, the atomic wri
 stored dataset back), stats (charts), demos (datasets made from the standard library's docstrings).
 """
 
+from trainer.prep.labelled.demos import DEMOS, DemoDataset, write_demo_dataset
 from trainer.prep.labelled.examples import SPLITS, ExampleBuilder
 from trainer.prep.labelled.store import (META_FILE, SPLIT_FILES, DatasetResult, SplitSpec, ingest, iter_examples,
                                          read_meta)
@@ -34,8 +35,9 @@ from trainer.prep.labelled.tasks import (HEADER_ALIASES, ROLES, TASK_TYPES, TASK
                                          suggest, suggest_mapping, suggest_task)
 
 __all__ = [
-    "FORMATS", "HEADER_ALIASES", "META_FILE", "ROLES", "SPLITS", "SPLIT_FILES", "TASKS", "TASK_TYPES",
-    "DatasetReader", "DatasetResult", "ExampleBuilder", "LengthHistogram", "Preview", "Row",
+    "DEMOS", "FORMATS", "HEADER_ALIASES", "META_FILE", "ROLES", "SPLITS", "SPLIT_FILES", "TASKS", "TASK_TYPES",
+    "DatasetReader", "DatasetResult", "DemoDataset", "ExampleBuilder", "LengthHistogram", "Preview", "Row",
     "SplitSpec", "TaskSpec", "check_mapping", "detect_format", "ingest", "iter_examples", "label_counts",
     "length_histogram", "model_input", "read_meta", "sniff", "suggest", "suggest_mapping", "suggest_task",
+    "write_demo_dataset",
 ]
