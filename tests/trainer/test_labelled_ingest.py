@@ -182,6 +182,12 @@ def test_the_random_split_has_exact_sizes_and_depends_only_on_the_seed(tmp_path)
     assert texts == sorted(f"example number {i}" for i in range(101))  # each example exactly once
 
 
+def test_a_split_spec_may_come_as_form_data(tmp_path):
+    result = run(tmp_path, "d.csv", csv_rows(20), split_spec={"strategy": "random", "train": "0.5",
+                                                                "validation": "0.5", "test": "0"})
+    assert result.sizes == {"train": 10, "validation": 10, "test": 0}
+
+
 def test_the_default_split_is_80_10_10_and_keeps_file_order_within_a_split(tmp_path):
     result = run(tmp_path, "d.csv", csv_rows(50))
     assert result.sizes == {"train": 40, "validation": 5, "test": 5}

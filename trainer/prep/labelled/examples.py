@@ -7,7 +7,8 @@ The normalised examples (one JSON object per line of ``train.jsonl`` etc.) are, 
     multilabel             {"text", "label": [str, ...]} (possibly empty)
     token_classification   {"tokens": [str, ...], "tags": [str, ...]} of equal length
     extractive_qa          {"id", "question", "context", "answers": [{"text", "answer_start"}, ...]};
-                           answers == [] means the context holds no answer (SQuAD 2.0)
+                           answers == [] means the context holds no answer (SQuAD 2.0); id is the
+                           row's "id" column or field when it has one, else its number (1, 2, ...)
     text_to_text           {"input", "target"}
     sft                    {"prompt", "response"} or {"messages": [{"role", "content"}, ...]}
 

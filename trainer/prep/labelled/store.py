@@ -111,7 +111,7 @@ def ingest(
     original_filename: str,
     task: str,
     mapping: Mapping[str, str],
-    split_spec: SplitSpec | None = None,
+    split_spec: SplitSpec | Mapping | None = None,
     seed: int = 0,
     labels: Sequence[str] | None = None,
     label_separator: str | None = None,
@@ -126,8 +126,8 @@ def ingest(
     ``test_path`` also give. ``original_filename`` (the name uploaded) decides the format of all
     of them. ``mapping`` is ``{column: role}``; ``labels`` the label set to enforce (its order
     becomes the label ids; otherwise labels are sorted, numerically when they are integers).
-    ``split_spec`` defaults to the files when there are several, the split column when one is
-    mapped, else a random 0.8/0.1/0.1 split, shuffled by ``seed``. ``progress`` gets a
+    ``split_spec`` (a SplitSpec, or its dict) defaults to the files when there are several, the
+    split column when one is mapped, else a random 0.8/0.1/0.1 split, shuffled by ``seed``. ``progress`` gets a
     percentage. Raises DatasetError with one sentence, leaving ``out_dir`` as it was.
     """
     files = _files(path, validation_path, test_path)
@@ -184,7 +184,9 @@ def _files(path, validation_path, test_path) -> dict[str, Path]:
     return {split: Path(files[split]) for split in SPLITS if split in files}
 
 
-def _split_spec(spec: SplitSpec | None, files: dict[str, Path], mapping: Mapping[str, str]) -> SplitSpec:
+def _split_spec(spec: SplitSpec | Mapping | None, files: dict[str, Path], mapping: Mapping[str, str]) -> SplitSpec:
+    if isinstance(spec, Mapping):
+        spec = SplitSpec.from_dict(spec)
     several = "all" not in files
     has_column = "split" in mapping.values()
     if spec is None:
