@@ -256,3 +256,22 @@ def test_check_mapping_returns_the_form_and_allows_a_split_column():
     assert check_mapping("classification", {"a": "sentence1", "b": "sentence2", "y": "label", "s": "split"}) == (
         "sentence1", "sentence2", "label")
     assert check_mapping("sft", {"chat": "messages"}) == ("messages",)
+
+
+GOOD_SQUAD = json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs": [{"context": "abc", "qas": [
+    {"id": "1", "question": "q", "answers": [{"text": "a", "answer_start": 0}]}]}]}]}, indent=2)
+
+
+@pytest.mark.parametrize("text,message", [
+    (GOOD_SQUAD.replace('"question": "q",', '"question": "q",,'),
+     "The JSON file is not valid at line 12 (Expecting property name enclosed in double quotes)"),
+    ('{"version": 1}', 'The JSON file has no "data" list, so it is not a SQuAD file'),
+    ('{"data": [{"title": "x"}]}', 'Article 1 has no "paragraphs" list'),
+    ('{"data": [{"paragraphs": [{"context": 5, "qas": []}]}]}', 'Paragraph 1 of article 1 needs a "context" string'),
+    ('{"data": []}', "The SQuAD file holds no questions."),
+])
+def test_squad_structure_errors_name_the_place(tmp_path, monkeypatch, text, message):
+    monkeypatch.setattr(corpus, "_CHUNK", 5)  # line numbers count the text already dropped from the buffer
+    with pytest.raises(DatasetError) as info:
+        rows(write(tmp_path, "d.json", text), "squad")
+    assert message in str(info.value)
