@@ -27,10 +27,10 @@ stored dataset back), stats (charts), demos (datasets made from the standard lib
 
 from trainer.prep.labelled.demos import DEMOS, DemoDataset, write_demo_dataset
 from trainer.prep.labelled.examples import SPLITS, ExampleBuilder
-from trainer.prep.labelled.store import (META_FILE, SPLIT_FILES, DatasetResult, SplitSpec, ingest, iter_examples,
-                                         read_meta)
 from trainer.prep.labelled.readers import FORMATS, DatasetReader, Preview, Row, detect_format, sniff
 from trainer.prep.labelled.stats import LengthHistogram, label_counts, length_histogram, model_input
+from trainer.prep.labelled.store import (META_FILE, SPLIT_FILES, DatasetResult, SplitSpec, ingest, iter_examples,
+                                         read_meta)
 from trainer.prep.labelled.tasks import (HEADER_ALIASES, ROLES, TASK_TYPES, TASKS, TaskSpec, check_mapping,
                                          suggest, suggest_mapping, suggest_task)
 
