@@ -29,3 +29,8 @@ class ConfigError(UserError):
 
 class InferenceError(UserError):
     """An explorer request cannot be answered (no [MASK], text too long, checkpoint missing)."""
+
+
+class DatasetError(UserError):
+    """A labelled (fine-tuning) dataset cannot be used: unreadable, a bad row, a mapping that
+    does not fit the task, too few classes. The message names the row or line at fault."""

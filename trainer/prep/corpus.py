@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from trainer.prep.demo import write_demo_corpus  # noqa: F401  (re-exported: part of this module's API)
-from trainer.errors import CorpusError
+from trainer.errors import CorpusError, UserError
 from trainer.prep.sentences import count_words, split_sentences
 from trainer.progress import PercentProgress
 
@@ -43,6 +43,7 @@ __all__ = [
     "RULES",
     "CleaningOptions",
     "IngestResult",
+    "UploadReader",
     "ingest",
     "write_demo_corpus",
 ]
@@ -222,30 +223,31 @@ def _format_from_name(original_filename: str) -> str:
     )
 
 
-def _check_start(head: bytes, where: str) -> None:
+def _check_start(head: bytes, where: str, error: type[UserError] = CorpusError,
+                 formats: str = ".txt or .jsonl") -> None:
     """Reject UTF-16/32 and binary files from their first bytes, before decoding anything."""
     if head.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):
-        raise CorpusError(
+        raise error(
             "The file is encoded as UTF-32. Re-save it as UTF-8 (in most editors: "
             '"Save as" and choose the UTF-8 encoding) and upload it again.'
         )
     if head.startswith((b"\xff\xfe", b"\xfe\xff")) or _looks_like_utf16(head):
-        raise CorpusError(
+        raise error(
             "The file is encoded as UTF-16 (a common default of Windows editors). Re-save it "
             'as UTF-8 (in most editors: "Save as" and choose the UTF-8 encoding) and upload it again.'
         )
     for magic, what in _KNOWN_BINARIES:
         if re.match(magic, head):
-            raise CorpusError(
-                f"The file is {what}, not plain text. Convert it to UTF-8 text first: a .txt "
-                "or .jsonl file, which may be gzip-compressed (.gz)."
+            raise error(
+                f"The file is {what}, not plain text. Convert it to UTF-8 text first: a {formats} "
+                "file, which may be gzip-compressed (.gz)."
             )
     nul = head.find(b"\x00")
     if nul >= 0:
-        raise CorpusError(
+        raise error(
             f"The file contains a NUL byte at byte offset {nul}{where}, so it is a binary file "
             "(an image, a word-processor document, an archive...), not plain text. "
-            "Upload UTF-8 text as .txt or .jsonl."
+            f"Upload UTF-8 text as {formats}."
         )
 
 
@@ -261,64 +263,98 @@ def _looks_like_utf16(head: bytes) -> bool:
     return False
 
 
-class _LineReader:
-    """Iterates over ``(line_number, line)`` of an upload, streaming.
+def _count_line_breaks(text: str) -> int:
+    return text.count("\n") + text.count("\r") - text.count("\r\n")
+
+
+class UploadReader:
+    """Reads an uploaded text file, streaming: iterating gives ``(line_number, line)``.
 
     Gunzips when the file starts with the gzip magic bytes, checks for UTF-16 and binary
     data, decodes UTF-8 chunk by chunk while keeping track of byte offsets (for the error
     message), strips a UTF-8 byte-order mark, and treats \\r\\n, \\r and \\n as line ends.
+    :meth:`texts` gives the same checked text in pieces instead of lines, for formats where
+    a line may be as long as the file (one JSON document). Problems raise ``error`` (by
+    default CorpusError); ``formats`` names the accepted file types in its messages, and
+    ``long_line_hint`` ends the message about a line too long to hold.
+    Shared by corpus ingest and labelled datasets (``trainer.prep.labelled``).
     """
 
-    def __init__(self, path: Path, on_progress: Callable[[float], None]):
+    def __init__(self, path: Path, on_progress: Callable[[float], None], *,
+                 error: type[UserError] = CorpusError, formats: str = ".txt or .jsonl",
+                 long_line_hint: str = "Put line breaks between documents (and between paragraphs)."):
         self.path = Path(path)
         self.on_progress = on_progress  # called with the fraction (0..1) of the file read
+        self.error = error
+        self.formats = formats
+        self.long_line_hint = long_line_hint
         self.compressed = False
         self.file_bytes = 0
         self.lines = 0
 
     def __iter__(self) -> Iterator[tuple[int, str]]:
+        carry = ""  # the incomplete last line of the previous piece
+        line_no = 1
+        for text in self.texts():
+            lines = (carry + text).replace("\r\n", "\n").replace("\r", "\n").split("\n")
+            carry = lines.pop()
+            for line in lines:
+                yield line_no, line
+                line_no += 1
+            if len(carry) > _MAX_LINE_CHARS:
+                raise self.error(
+                    f"Line {line_no} is longer than {_MAX_LINE_CHARS >> 20} million characters. "
+                    + self.long_line_hint
+                )
+            self.lines = line_no - 1
+        if carry:
+            yield line_no, carry
+            self.lines = line_no
+
+    def texts(self) -> Iterator[str]:
+        """The decoded text in pieces of up to about a megabyte; a \\r\\n is never split."""
         try:
             raw = open(self.path, "rb")
         except OSError as e:
-            raise CorpusError(f"The uploaded file cannot be read ({e.strerror}).") from e
+            raise self.error(f"The uploaded file cannot be read ({e.strerror}).") from e
         with raw:
             self.file_bytes = os.fstat(raw.fileno()).st_size
             if self.file_bytes == 0:
-                raise CorpusError("The file is empty (0 bytes).")
+                raise self.error("The file is empty (0 bytes).")
             self.compressed = raw.read(2) == _GZIP_MAGIC
             raw.seek(0)
             stream = gzip.GzipFile(fileobj=raw, mode="rb") if self.compressed else raw
-            yield from self._lines(stream, raw)
+            yield from self._pieces(stream, raw)
 
     def _read(self, stream) -> bytes:
         try:
             return stream.read(_CHUNK)
         except (OSError, EOFError, zlib.error) as e:
-            raise CorpusError(
+            raise self.error(
                 "The file looks gzip-compressed but is damaged or incomplete "
                 f"({e}). Compress it again, or upload it uncompressed."
             ) from e
 
-    def _lines(self, stream, raw) -> Iterator[tuple[int, str]]:
+    def _pieces(self, stream, raw) -> Iterator[str]:
         where = " of the decompressed data" if self.compressed else ""
         offset = 0  # byte offset (of the decoded stream) where `pending` starts
         pending = b""  # an incomplete UTF-8 sequence left over from the previous chunk
-        carry = ""  # the incomplete last line of the previous chunk
-        line_no = 1
+        held = ""  # a \r at the end of the previous chunk: maybe the first half of a \r\n
+        line_no = 1  # the line that `held` (or the next piece) starts on
         chunk = self._read(stream)
         if not chunk:
-            raise CorpusError("The file is empty (it decompresses to 0 bytes).")
-        _check_start(chunk, where)
+            raise self.error("The file is empty (it decompresses to 0 bytes).")
+        _check_start(chunk, where, self.error, self.formats)
         if chunk.startswith(_UTF8_BOM):
             chunk, offset = chunk[len(_UTF8_BOM) :], len(_UTF8_BOM)
         while True:
             at_eof = not chunk
             nul = chunk.find(b"\x00")
             if nul >= 0:
-                raise CorpusError(
+                raise self.error(
                     f"The file contains a NUL byte at byte offset {offset + len(pending) + nul}"
                     f"{where}, so it is binary data, not plain text. Upload UTF-8 text as "
-                    ".txt or .jsonl."
+                    f"{self.formats}."
                 )
             data = pending + chunk
             try:
@@ -327,37 +363,24 @@ class _LineReader:
                 if not at_eof and e.reason == "unexpected end of data" and len(data) - e.start < 4:
                     text, pending = data[: e.start].decode("utf-8"), data[e.start :]
                 else:
-                    before = carry + data[: e.start].decode("utf-8")  # decodes: first error
-                    bad_line = line_no + before.replace("\r\n", "\n").replace("\r", "\n").count("\n")
-                    raise CorpusError(
+                    before = held + data[: e.start].decode("utf-8")  # decodes: first error
+                    raise self.error(
                         f"The file is not valid UTF-8: the byte 0x{data[e.start]:02X} at byte "
-                        f"offset {offset + e.start}{where} (line {bad_line}) cannot be decoded. "
-                        "It is probably in another encoding (such as Latin-1 or Windows-1252); "
-                        "re-save it as UTF-8 and upload it again."
+                        f"offset {offset + e.start}{where} (line {line_no + _count_line_breaks(before)}) "
+                        "cannot be decoded. It is probably in another encoding (such as Latin-1 or "
+                        "Windows-1252); re-save it as UTF-8 and upload it again."
                     ) from None
             offset += len(data) - len(pending)
-            text = carry + text
-            tail = ""
-            if not at_eof and text.endswith("\r"):  # maybe the first half of a \r\n
-                text, tail = text[:-1], "\r"
-            lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-            carry = lines.pop() + tail
-            for line in lines:
-                yield line_no, line
-                line_no += 1
-            if len(carry) > _MAX_LINE_CHARS:
-                raise CorpusError(
-                    f"Line {line_no} is longer than {_MAX_LINE_CHARS >> 20} million characters. "
-                    "Put line breaks between documents (and between paragraphs)."
-                )
-            self.lines = line_no - 1
+            text, held = held + text, ""
+            if not at_eof and text.endswith("\r"):
+                text, held = text[:-1], "\r"
+            line_no += _count_line_breaks(text)
+            if text:
+                yield text
             self.on_progress(raw.tell() / self.file_bytes)
             if at_eof:
                 break
             chunk = self._read(stream)
-        if carry:
-            yield line_no, carry
-            self.lines = line_no
 
 
 def _txt_documents(lines: Iterable[tuple[int, str]]) -> Iterator[list[str]]:
@@ -593,7 +616,7 @@ def ingest(
     try:
         report = PercentProgress(progress)
         report.report(0)
-        reader = _LineReader(Path(raw_path), lambda fraction: report.report(95 * fraction))
+        reader = UploadReader(Path(raw_path), lambda fraction: report.report(95 * fraction))
         documents = _txt_documents(reader) if fmt == "txt" else _jsonl_documents(reader)
         cleaner = _Cleaner(options)
         doc_stats = _DocStats()

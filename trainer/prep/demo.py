@@ -15,6 +15,7 @@ import os
 import re
 import tempfile
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 # Standard-library modules that import without side effects on every platform (a few, like
@@ -75,20 +76,39 @@ def write_demo_corpus(path: Path) -> Path:
 
 def demo_documents() -> list[list[str]]:
     """The demo corpus as documents, each a list of one-line paragraphs."""
+    return [doc.paragraphs for doc in demo_docstrings()]
+
+
+@dataclass(frozen=True)
+class DemoDocstring:
+    """One document of the demo corpus and where it comes from."""
+
+    module: str  # the module walked, e.g. "email.message"
+    name: str  # what the docstring documents: "email.message", "email.message.Message.get_payload"
+    paragraphs: list[str]  # its prose paragraphs, one line each
+
+
+def demo_docstrings() -> list[DemoDocstring]:
+    """The demo corpus's documents with the module and object each one documents.
+
+    Docstrings with fewer than MIN_DOC_WORDS words of prose are skipped, and so is a docstring
+    whose paragraphs repeat an earlier one's (the first one keeps its name).
+    """
     seen: set[str] = set()
     docs = []
-    for docstring in _docstrings():
+    for module, name, docstring in _docstrings():
         paragraphs = _prose_paragraphs(docstring)
         if sum(len(p.split()) for p in paragraphs) < MIN_DOC_WORDS:
             continue
         key = "\n".join(paragraphs)
         if key not in seen:
             seen.add(key)
-            docs.append(paragraphs)
+            docs.append(DemoDocstring(module, name, paragraphs))
     return docs
 
 
 def _docstrings():
+    """(module name, documented object's dotted name, docstring) in a fixed order."""
     with warnings.catch_warnings():  # deprecated modules and attributes warn when touched
         warnings.simplefilter("ignore")
         for name in DEMO_MODULES:
@@ -96,15 +116,15 @@ def _docstrings():
                 module = importlib.import_module(name)
             except Exception:  # an optional C extension is missing (e.g. _ssl): skip it
                 continue
-            yield module.__doc__
-            for obj in _members(module, module.__name__):
-                yield obj.__doc__
+            yield name, name, module.__doc__
+            for obj_name, obj in _members(module, module.__name__):
+                yield name, f"{name}.{obj_name}", obj.__doc__
                 if inspect.isclass(obj):
-                    for member in _members(obj, None):
-                        yield member.__doc__
+                    for member_name, member in _members(obj, None):
+                        yield name, f"{name}.{obj_name}.{member_name}", member.__doc__
 
 
-def _members(owner, module_name: str | None) -> list:
+def _members(owner, module_name: str | None) -> list[tuple[str, object]]:
     """Routines and classes defined in ``owner`` (a module: not imported ones), by name."""
     out = []
     for name, value in sorted(vars(owner).items()):
@@ -118,7 +138,7 @@ def _members(owner, module_name: str | None) -> list:
             continue
         if module_name is not None and getattr(value, "__module__", None) != module_name:
             continue
-        out.append(value)
+        out.append((name, value))
     return out
 
 
