@@ -1,4 +1,5 @@
-"""Stand-alone training: `python -m trainer run config.yaml [--resume]` (no Django, no Redis).
+"""Stand-alone training: `python -m trainer run config.yaml [--resume]` (no Django, no Redis),
+and fine-tuning: `python -m trainer finetune config.yaml` (see cmd_finetune for its YAML).
 
 The YAML file holds the RunConfig fields plus:
   corpus:      path of a raw .txt or .jsonl corpus (relative paths: from the YAML file's folder)
@@ -64,12 +65,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = sub.add_parser("run", help="prepare the corpus and tokenizer, then train, as a YAML file says")
     run.add_argument("config", type=Path, help="the run's YAML file (see examples/bert-tiny.yaml)")
     run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
+    tune = sub.add_parser("finetune", help="fine-tune a checkpoint on a labelled dataset, as a YAML file says")
+    tune.add_argument("config", type=Path, help="the fine-tuning YAML file (see examples/finetune-classification.yaml)")
     demo = sub.add_parser("demo-corpus", help="write a small English corpus (Python docstrings) to a .txt file")
     demo.add_argument("out", type=Path, help="the .txt file to write")
     args = parser.parse_args(argv)
     try:
         if args.command == "run":
             return cmd_run(args.config, resume=args.resume)
+        if args.command == "finetune":
+            return cmd_finetune(args.config)
         return cmd_demo_corpus(args.out)
     except UserError as e:
         print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
@@ -104,6 +109,84 @@ def cmd_run(config_path: Path, *, resume: bool) -> int:
         print(f"Stopped at step {result.final_step}. Continue with: python -m trainer run {config_path} --resume")
         return EXIT_INTERRUPTED
     return 0
+
+
+def cmd_finetune(config_path: Path) -> int:
+    """Fine-tune as a YAML file says: FinetuneConfig's fields, plus `output_dir` and a `dataset`
+    that is a folder trainer.prep.labelled.ingest wrote, or {demo: NAME} (a demo dataset, written
+    and ingested into output_dir/dataset), or {file: PATH, task: ..., mapping: {...}} (task and
+    mapping default to what the file's header suggests). `checkpoint` may name a run's folder:
+    its latest checkpoint is used."""
+    from trainer.finetune.config import FinetuneConfig
+
+    base = config_path.parent
+    try:
+        data = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"Cannot read {config_path}: {e}".replace("\n", " ")) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{config_path} must hold a mapping of settings.")
+    raw_output = data.pop("output_dir", None)
+    if not raw_output:
+        raise ConfigError("Set output_dir: the folder the fine-tuned checkpoints go to.")
+    output_dir = _resolve(base, str(raw_output))
+    data["checkpoint"] = str(_latest_checkpoint(_resolve(base, str(data.get("checkpoint") or ""))))
+    data["dataset"] = str(_labelled_dataset(data.get("dataset"), base, output_dir))
+    config = FinetuneConfig.from_dict(data)
+    from trainer.finetune.engine import finetune  # imports torch: after the cheap checks
+    from trainer.training.sinks import ConsoleSink
+
+    stop = StopFlag()
+    with stop.installed():
+        result = finetune(config, out_dir=output_dir, sink=ConsoleSink(output_dir, max_steps=config.max_steps),
+                          should_stop=stop)
+    if result.last_checkpoint is not None:
+        print(f"Checkpoints are in {result.last_checkpoint.parent} (latest: {result.last_checkpoint.name}).")
+    return EXIT_INTERRUPTED if result.status == "cancelled" else 0
+
+
+def _resolve(base: Path, value: str) -> Path:
+    path = Path(value).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def _latest_checkpoint(path: Path) -> Path:
+    """A checkpoint folder, or a run folder's latest checkpoint."""
+    if (path / "model_config.json").is_file():
+        return path
+    from trainer.training.checkpoints import list_checkpoints
+
+    found = list_checkpoints(path)
+    if not found:
+        raise ConfigError(f"{path} is neither a checkpoint nor a run folder with checkpoints. Train one first "
+                          f"(python -m trainer run examples/bert-tiny.yaml) or name a checkpoint folder.")
+    return found[-1][1]
+
+
+def _labelled_dataset(spec: Any, base: Path, output_dir: Path) -> Path:
+    from trainer.prep import labelled
+
+    if isinstance(spec, str) and spec:
+        return _resolve(base, spec)
+    if not isinstance(spec, dict) or not ({"demo", "file"} & set(spec)):
+        raise ConfigError("Set dataset: an ingested dataset's folder, {demo: NAME} or {file: PATH}.")
+    target = output_dir / "dataset"
+    if (target / labelled.META_FILE).is_file():
+        return target  # ingested by an earlier run of this file
+    if "demo" in spec:
+        if spec["demo"] not in labelled.DEMOS:
+            raise ConfigError(f"Unknown demo dataset {spec['demo']!r}; choose one of {', '.join(labelled.DEMOS)}.")
+        source = labelled.write_demo_dataset(spec["demo"], output_dir / labelled.DEMOS[spec["demo"]].filename)
+    else:
+        source = _resolve(base, str(spec["file"]))
+    preview = labelled.sniff(source, source.name)
+    task, mapping = spec.get("task") or preview.task, spec.get("mapping") or preview.mapping
+    if not task:
+        raise ConfigError(f"Cannot tell which task {source.name} is for; set dataset.task and dataset.mapping.")
+    result = labelled.ingest(source, target, original_filename=source.name, task=task, mapping=mapping,
+                             seed=int(spec.get("seed", 0)))
+    print(f"Dataset: {result.task}, {', '.join(f'{n:,} {s}' for s, n in result.sizes.items())}.")
+    return target
 
 
 # ---------------------------------------------------------------------------- the YAML file

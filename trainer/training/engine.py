@@ -337,7 +337,7 @@ class Loop:
 
     # -- the pieces
     @torch.no_grad()
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, batches: list[Batch] | None = None) -> dict[str, float]:
         """Every named loss (weighted per target / sequence / token over the fixed validation
         batches), "loss" = their weighted sum as in training, the perplexities the family names
         (exp of the MLM or LM loss; ELMo's per direction), and the ratios (accuracies, RTD
@@ -346,7 +346,7 @@ class Loop:
         model.eval()
         self.forward.start_validation()
         tally = Tally(weighted=True)
-        for batch in self.valid:
+        for batch in self.valid if batches is None else batches:  # another split's (fine-tuning's test)
             batch = batch.to(self.device)
             with self.autocast:
                 tally.add(self.forward(batch, train=False))

@@ -1,0 +1,119 @@
+"""Fine-tuning end to end on the demo datasets (trainer/finetune): a pre-trained checkpoint's
+encoder with a fresh head, trained by the pre-training loop, scored by the task's metrics on the
+validation split as it trains and on the test split at the end."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from trainer.errors import ConfigError
+from trainer.finetune.config import FinetuneConfig
+from trainer.finetune.engine import finetune
+from trainer.training.sinks import ListSink
+
+
+@pytest.fixture(scope="module")
+def base_checkpoint(trained_run):
+    return trained_run[0].last_checkpoint
+
+
+@pytest.fixture(scope="module")
+def datasets(tmp_path_factory):
+    from trainer.prep.labelled import DEMOS, ingest, sniff, write_demo_dataset
+
+    root, out = tmp_path_factory.mktemp("labelled"), {}
+    for name in ("classification", "regression", "multilabel", "token_classification"):
+        source = write_demo_dataset(name, root / DEMOS[name].filename)
+        preview = sniff(source, source.name)
+        out[name] = ingest(source, root / name, original_filename=source.name, task=preview.task,
+                           mapping=preview.mapping).task and root / name
+    return out
+
+
+def _tune(base, dataset, out_dir, **changes):
+    settings = dict(max_steps=60, batch_size=16, max_length=64, lr=2e-3, eval_every=30, checkpoint_every=60,
+                    log_every=10, device="cpu")
+    sink = ListSink()
+    result = finetune(FinetuneConfig(checkpoint=str(base), dataset=str(dataset), **{**settings, **changes}),
+                      out_dir=out_dir, sink=sink)
+    return result, sink
+
+
+def test_classification_learns_well_above_chance_and_reports_what_it_predicts(base_checkpoint, datasets, tmp_path):
+    from models_lib.checkpoint import load_model
+    from sklearn.metrics import accuracy_score
+
+    from trainer.finetune.tasks import CLASSIFICATION
+    from trainer.prep.labelled import iter_examples, read_meta
+    from trainer.prep.tokenization import load_tokenizer
+
+    result, sink = _tune(base_checkpoint, datasets["classification"], tmp_path / "run", max_steps=300,
+                         eval_every=150, checkpoint_every=300)
+    assert result.status == "succeeded" and result.final_step == 300
+    valid = [v for _, split, v in sink.events if split == "valid"]
+    assert len(valid) == 2 and {"accuracy", "f1_macro", "f1_micro", "mcc", "loss"} <= set(valid[-1])
+    (step, _, test), = [e for e in sink.events if e[1] == "test"]
+    labels = read_meta(datasets["classification"])["labels"]
+    assert step == 300 and test["accuracy"] > 2 / len(labels)  # five packages: chance is 0.2
+    assert json.loads((tmp_path / "run" / "test_metrics.json").read_text()) == pytest.approx(test)
+    # The checkpoint is a native classifier with the dataset's labels, and its own predictions
+    # on the test split give the accuracy the run reported.
+    model = load_model(result.last_checkpoint).eval()
+    assert type(model).__name__ == "EncoderForSequenceClassification" and model.task_config.labels == labels
+    examples = list(iter_examples(datasets["classification"], "test"))
+    collate = CLASSIFICATION.build_collator(load_tokenizer(result.last_checkpoint), labels, 64)
+    with torch.no_grad():
+        batch = collate(examples)
+        predicted = model.predict(model(batch.input_ids, batch.attention_mask, batch.token_type_ids).logits)
+    assert accuracy_score(batch.labels.tolist(), predicted.tolist()) == pytest.approx(test["accuracy"])
+
+
+@pytest.mark.parametrize("name, primary", [("regression", "pearson"), ("multilabel", "f1_micro"),
+                                           ("token_classification", "entity_f1")])
+def test_every_task_trains_and_is_scored_by_its_metrics(base_checkpoint, datasets, tmp_path, name, primary):
+    result, sink = _tune(base_checkpoint, datasets[name], tmp_path / name)
+    assert result.status == "succeeded"
+    for split in ("valid", "test"):
+        values = [v for _, s, v in sink.events if s == split][-1]
+        assert primary in values and math.isfinite(values[primary]), (split, values)
+    assert any(f"Test split: {primary}" in line for line in sink.lines)
+
+
+def test_mistakes_are_sentences(base_checkpoint, datasets, tmp_path):
+    with pytest.raises(ConfigError, match="The dataset is a regression dataset; it cannot train classification"):
+        _tune(base_checkpoint, datasets["regression"], tmp_path / "a", task="classification")
+    with pytest.raises(ConfigError, match="Fine-tuning does not offer the task 'sft' yet"):
+        _tune(base_checkpoint, datasets["regression"], tmp_path / "b", task="sft")
+    with pytest.raises(ConfigError, match="cannot be loaded"):
+        _tune(tmp_path, datasets["regression"], tmp_path / "c")
+    with pytest.raises(ConfigError, match="warmup_ratio must be between 0 and 1, not 2"):
+        FinetuneConfig(checkpoint="x", dataset="y", warmup_ratio=2)
+    with pytest.raises(ConfigError, match="Name the labelled dataset"):
+        FinetuneConfig(checkpoint="x")
+
+
+def test_the_cli_fine_tunes_a_run_folder_on_a_demo_dataset(trained_run, tmp_path):
+    from trainer.cli import main
+
+    _, _, run_folder = trained_run
+    config = tmp_path / "tune.yaml"
+    config.write_text(f"checkpoint: {run_folder}\ndataset: {{demo: regression}}\noutput_dir: out\n"
+                      f"max_steps: 20\nmax_length: 32\neval_every: 10\ncheckpoint_every: 20\ndevice: cpu\n")
+    assert main(["finetune", str(config)]) == 0
+    assert (tmp_path / "out" / "dataset" / "dataset.json").is_file()
+    assert (tmp_path / "out" / "test_metrics.json").is_file()
+    assert (tmp_path / "out" / "checkpoints").is_dir()
+
+
+def test_the_task_registry_loads_no_torch():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = "import sys; from trainer import finetune; finetune.names(); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "False"

@@ -1,0 +1,133 @@
+"""How to fine-tune one checkpoint on one labelled dataset: a flat record like RunConfig (YAML
+and the API store it as it is), read by the code in setting groups (OptimArgs for the optimizer).
+
+The training loop (trainer.training.engine.Loop) reads the same names from it as from a
+pre-training RunConfig: max_steps, grad_accum, clip_grad, the eval/log/checkpoint intervals, the
+optimizer fields, and `family` / `preset` / `objectives` / `to_dict()` for checkpoints and logs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from trainer.config import CHOICES, OptimArgs
+from trainer.errors import ConfigError
+
+BOUNDS: dict[str, tuple[float, float]] = {
+    "max_length": (8, 8192),
+    "max_steps": (1, 10_000_000),
+    "batch_size": (1, 8192),
+    "grad_accum": (1, 1024),
+    "lr": (1e-8, 1.0),
+    "eps": (1e-12, 1e-2),
+    "weight_decay": (0.0, 1.0),
+    "warmup_ratio": (0.0, 1.0),
+    "clip_grad": (0.0, 1000.0),
+    "label_smoothing": (0.0, 0.5),
+    "eval_every": (1, 10_000_000),
+    "checkpoint_every": (1, 10_000_000),
+    "log_every": (1, 100_000),
+    "seed": (0, 2**31 - 1),
+    "num_threads": (0, 1024),
+}
+
+
+@dataclass
+class FinetuneConfig:
+    """Fine-tune `checkpoint` (a pre-training or fine-tuned checkpoint folder) on `dataset` (a
+    folder written by trainer.prep.labelled.ingest) for `task` (empty: the dataset's)."""
+
+    checkpoint: str = ""
+    dataset: str = ""
+    task: str = ""
+    max_length: int = 128
+    max_steps: int = 300
+    batch_size: int = 16
+    grad_accum: int = 1
+    optimizer: str = "adamw"
+    lr: float = 5e-5
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1  # of max_steps, then the schedule's decay (BERT: linear)
+    schedule: str = "linear"
+    clip_grad: float = 1.0
+    label_smoothing: float = 0.0
+    eval_every: int = 50
+    checkpoint_every: int = 100
+    log_every: int = 10
+    seed: int = 0
+    device: str = "auto"
+    precision: str = "auto"
+    num_threads: int = 0
+    # Filled in from the checkpoint by trainer.finetune.engine (what the loop's logs and checkpoints name).
+    family: str = ""
+    preset: str = field(default="", repr=False)
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(float(b) for b in self.betas)  # type: ignore[assignment]
+        for name, (lo, hi) in BOUNDS.items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"{name} must be a number, not {value!r}.")
+            if not lo <= value <= hi:
+                raise ConfigError(f"{name} must be between {lo:g} and {hi:g}, not {value:g}.")
+        for name in ("schedule", "device", "precision"):
+            if getattr(self, name) not in CHOICES[name]:
+                raise ConfigError(f"{name} must be one of {', '.join(CHOICES[name])}, not {getattr(self, name)!r}.")
+        if self.optimizer != "adamw":
+            raise ConfigError(f"Fine-tuning uses AdamW; optimizer {self.optimizer!r} is not offered here.")
+        if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
+            raise ConfigError(f"betas must be two numbers in [0, 1), like [0.9, 0.999], not {list(self.betas)}.")
+        if not self.checkpoint:
+            raise ConfigError("Name the checkpoint to fine-tune (checkpoint: its folder).")
+        if not self.dataset:
+            raise ConfigError("Name the labelled dataset to fine-tune on (dataset: its folder).")
+
+    # -- what the training loop reads like a RunConfig's
+    @property
+    def seq_len(self) -> int:
+        return self.max_length
+
+    @property
+    def objectives(self) -> list[str]:
+        return [self.task]
+
+    @property
+    def warmup_steps(self) -> int:
+        return int(round(self.warmup_ratio * self.max_steps))
+
+    @property
+    def optim(self) -> OptimArgs:
+        return OptimArgs(optimizer=self.optimizer, lr=self.lr, betas=tuple(self.betas), eps=self.eps,
+                         weight_decay=self.weight_decay, warmup_steps=self.warmup_steps, schedule=self.schedule,
+                         clip_grad=self.clip_grad)
+
+    def replace(self, **changes: Any) -> "FinetuneConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["betas"] = list(self.betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "FinetuneConfig":
+        if not isinstance(d, dict):
+            raise ConfigError(f"A fine-tuning config must be a mapping of field names to values, not {type(d).__name__}.")
+        unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            raise ConfigError(f"Unknown fine-tuning field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}.")
+        return cls(**d)
+
+    @classmethod
+    def from_yaml(cls, text: str) -> "FinetuneConfig":
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"The config is not valid YAML: {e}".replace("\n", " ")) from None
+        return cls.from_dict(data if data is not None else {})

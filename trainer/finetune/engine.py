@@ -1,0 +1,115 @@
+"""Fine-tune a checkpoint on a labelled dataset with the pre-training loop (trainer.training.engine.Loop).
+
+The checkpoint's encoder gets a fresh task head (models_lib.families.downstream.from_pretraining),
+the dataset's examples are tokenised batch by batch with the checkpoint's tokenizer, validation
+reports the task's metrics (Step.finish_validation), and at the end the test split is scored once
+("test" metrics, also written to test_metrics.json). Checkpoints are native (they load in the
+explorer and fine-tune again).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from trainer import finetune as tasks
+from trainer.errors import ConfigError
+from trainer.finetune.config import FinetuneConfig
+from trainer.training.data import DataPosition
+from trainer.training.engine import Loop, TrainResult, TrainState, setup_runtime
+from trainer.training.optim import build_optimizer
+from trainer.training.sinks import MetricsSink
+
+
+class ExampleStream:
+    """The training examples in a new seeded order every epoch, `batch_size` at a time, as the
+    loop reads a pre-training TrainStream (next_batch, position, epoch_size, collator)."""
+
+    def __init__(self, examples: Sequence[dict], collator: Any, *, batch_size: int, seed: int):
+        if not examples:
+            raise ConfigError("The dataset's train split is empty.")
+        self.examples, self.collator, self.batch_size, self.seed = list(examples), collator, batch_size, seed
+        self.position = DataPosition()
+        self._order = self._permutation(0)
+
+    @property
+    def epoch_size(self) -> int:
+        return len(self.examples)
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, epoch]).permutation(len(self.examples))
+
+    def next_batch(self) -> Any:
+        picked = []
+        while len(picked) < self.batch_size:
+            if self.position.index >= len(self.examples):
+                self.position = DataPosition(self.position.epoch + 1, 0)
+                self._order = self._permutation(self.position.epoch)
+            picked.append(self.examples[self._order[self.position.index]])
+            self.position = DataPosition(self.position.epoch, self.position.index + 1)
+        return self.collator(picked)
+
+
+def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
+             should_stop: Callable[[], bool] = lambda: False) -> TrainResult:
+    """Train per `config`, writing checkpoints to out_dir/checkpoints/; calls sink.close()."""
+    from models_lib.checkpoint import load_model
+    from models_lib.families.downstream import from_pretraining
+    from trainer.prep.labelled import iter_examples, read_meta
+    from trainer.prep.tokenization import load_tokenizer
+
+    out_dir = Path(out_dir)
+    try:
+        checkpoint, dataset = Path(config.checkpoint), Path(config.dataset)
+        meta = read_meta(dataset)
+        task = tasks.get(config.task or meta["task"])
+        if task.name != meta["task"]:
+            raise ConfigError(f"The dataset is a {meta['task']} dataset; it cannot train {task.name}.")
+        labels = [str(label) for label in meta.get("labels") or []]
+        if task.problem != "regression" and len(labels) < 2:
+            raise ConfigError("The dataset has fewer than two labels, so there is nothing to tell apart.")
+        device, precision = setup_runtime(config)
+        try:
+            base = load_model(checkpoint, map_location="cpu")
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"The checkpoint {checkpoint.name} cannot be loaded: {e}") from None
+        try:
+            model = from_pretraining(base, task.head, task.num_labels(labels),
+                                     labels=None if task.problem == "regression" else labels,
+                                     problem_type=task.problem)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"The checkpoint {checkpoint.name} cannot be fine-tuned for {task.label}: {e}") from None
+        config = config.replace(task=task.name, family=model.config.family, preset=checkpoint.name)
+        tokenizer = load_tokenizer(checkpoint)
+        collator = task.build_collator(tokenizer, labels, config.max_length)
+        model = model.to(device).train()
+        forward = task.step(config, model, device, task=task, labels=labels)
+        optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)
+        stream = ExampleStream(list(iter_examples(dataset, "train")), collator, batch_size=config.batch_size,
+                               seed=config.seed)
+        valid = _batches(list(iter_examples(dataset, "validation")), collator, config.batch_size)
+        loop = Loop(config, model=model, forward=forward, optimizer=optimizer, scheduler=scheduler, stream=stream,
+                    valid=valid, state=TrainState(), sink=sink, data_dir=checkpoint, out_dir=out_dir,
+                    device=device, precision=precision, resumed_from=None)
+        result = loop.run(should_stop)
+        test = _batches(list(iter_examples(dataset, "test")), collator, config.batch_size)
+        if test and result.status == "succeeded":
+            values = loop.evaluate(test)
+            sink.metrics(result.final_step, "test", values)
+            (out_dir / "test_metrics.json").write_text(json.dumps(values, indent=2) + "\n", encoding="utf-8")
+            primary = tasks.get(task.name).metrics
+            from trainer.finetune.metrics import METRICS
+
+            key = METRICS[primary].primary
+            sink.log(f"Test split: {key} {values.get(key, float('nan')):.4f} over {sum(b.size for b in test)} examples.")
+        return result
+    finally:
+        sink.close()
+
+
+def _batches(examples: list[dict], collator: Any, batch_size: int) -> list[Any]:
+    with torch.no_grad():
+        return [collator(examples[i:i + batch_size]) for i in range(0, len(examples), batch_size)]

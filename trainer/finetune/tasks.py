@@ -1,0 +1,216 @@
+"""Fine-tuning tasks: what a labelled example becomes for the model, and how a step scores it.
+
+A `Task` is the fine-tuning counterpart of a pre-training Objective (trainer.objectives.base):
+it names the labelled-dataset task it reads (trainer.prep.labelled.TASKS), the models_lib head
+it trains (models_lib.families.downstream), its collator (examples -> a batch, tokenised on the
+fly with dynamic padding) and its Step (the loss; over the validation set, the task's metrics
+from trainer.finetune.metrics, through Step.finish_validation).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from trainer.errors import ConfigError
+from trainer.finetune import metrics as metric_fns
+from trainer.objectives.base import Batch, Step, StepOutput
+
+IGNORE_INDEX = -100
+
+
+# ---------------------------------------------------------------------------- batches
+@dataclass
+class SequenceBatch(Batch):
+    """One sentence or a pair per row, and one target per row."""
+
+    token_type_ids: torch.Tensor   # (B, T) 0 = first text, 1 = second
+    labels: torch.Tensor           # (B,) class ids; (B,) floats for regression; (B, C) 0/1 for multi-label
+
+    def model_inputs(self) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask,
+                "token_type_ids": self.token_type_ids, "labels": self.labels}
+
+
+@dataclass
+class TokenBatch(Batch):
+    """Pre-split words per row; the first sub-token of each word carries its tag."""
+
+    token_type_ids: torch.Tensor
+    labels: torch.Tensor           # (B, T) tag ids, -100 on special tokens and later sub-tokens
+    words: list[int] | None = None  # words per row (what the tags are scored over)
+
+    def model_inputs(self) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask,
+                "token_type_ids": self.token_type_ids, "labels": self.labels}
+
+
+# ---------------------------------------------------------------------------- collators
+class _Collator:
+    """Tokenises with the checkpoint's tokenizer (its post-processor adds [CLS]/[SEP]), cutting
+    to max_length, and pads each batch to its longest row."""
+
+    def __init__(self, tokenizer: Any, labels: Sequence[str], max_length: int):
+        self.tok = tokenizer.tok.__class__.from_str(tokenizer.tok.to_str())  # a copy to set truncation on
+        self.tok.no_padding()
+        self.tok.enable_truncation(max_length)
+        self.pad_id = int(tokenizer.pad_id)
+        self.labels = list(labels)
+        self.index = {name: i for i, name in enumerate(self.labels)}
+        self.seq_len = max_length
+
+    @property
+    def needs_word_starts(self) -> bool:
+        return False
+
+    def _pad(self, encodings: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        T = max(len(e.ids) for e in encodings)
+        ids = torch.full((len(encodings), T), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(encodings), T), dtype=torch.long)
+        types = torch.zeros((len(encodings), T), dtype=torch.long)
+        for i, e in enumerate(encodings):
+            n = len(e.ids)
+            ids[i, :n] = torch.tensor(e.ids)
+            mask[i, :n] = 1
+            types[i, :n] = torch.tensor(e.type_ids)
+        return ids, mask, types
+
+    def label_id(self, value: Any) -> int:
+        try:
+            return self.index[str(value)]
+        except KeyError:
+            raise ConfigError(f"The label {value!r} is not one of the dataset's labels "
+                              f"({', '.join(self.labels[:10])}).") from None
+
+
+class SequenceCollator(_Collator):
+    def __init__(self, tokenizer: Any, labels: Sequence[str], max_length: int, problem: str):
+        super().__init__(tokenizer, labels, max_length)
+        self.problem = problem
+
+    def __call__(self, examples: Sequence[dict]) -> SequenceBatch:
+        if "text" in examples[0]:
+            encodings = self.tok.encode_batch([ex["text"] for ex in examples])
+        else:
+            encodings = self.tok.encode_batch([(ex["sentence1"], ex["sentence2"]) for ex in examples])
+        ids, mask, types = self._pad(encodings)
+        if self.problem == "regression":
+            labels = torch.tensor([float(ex["label"]) for ex in examples], dtype=torch.float)
+        elif self.problem == "multi_label_classification":
+            labels = torch.zeros((len(examples), len(self.labels)), dtype=torch.float)
+            for i, ex in enumerate(examples):
+                for name in ex["label"]:
+                    labels[i, self.label_id(name)] = 1.0
+        else:
+            labels = torch.tensor([self.label_id(ex["label"]) for ex in examples], dtype=torch.long)
+        return SequenceBatch(ids, mask, types, labels)
+
+
+class TokenCollator(_Collator):
+    def __call__(self, examples: Sequence[dict]) -> TokenBatch:
+        encodings = self.tok.encode_batch([list(ex["tokens"]) for ex in examples], is_pretokenized=True)
+        ids, mask, types = self._pad(encodings)
+        labels = torch.full(ids.shape, IGNORE_INDEX, dtype=torch.long)
+        words = []
+        for i, (ex, enc) in enumerate(zip(examples, encodings)):
+            seen = set()
+            for t, w in enumerate(enc.word_ids):
+                if w is not None and w not in seen:  # the first sub-token of each word
+                    seen.add(w)
+                    labels[i, t] = self.label_id(ex["tags"][w])
+            words.append(len(ex["tags"]))
+        return TokenBatch(ids, mask, types, labels, words)
+
+
+# ---------------------------------------------------------------------------- steps
+class TaskStep(Step):
+    """The loss of a batch; over the validation set, the task's metrics on every prediction."""
+
+    task: "Task"
+
+    def __init__(self, config: Any, model: Any, device: str, *, task: "Task", labels: Sequence[str]):
+        super().__init__(config, model, device)
+        self.task, self.labels = task, list(labels)
+        self.predictions: list[Any] = []
+        self.references: list[Any] = []
+
+    @property
+    def loss_weights(self) -> dict[str, float]:
+        return {"task_loss": 1.0}
+
+    def __call__(self, batch: Any, *, train: bool) -> StepOutput:
+        out = self.model(**batch.model_inputs(), label_smoothing=self.config.label_smoothing
+                         if self.task.smoothing else 0.0)
+        if not train:
+            self.gather(out.logits.detach(), batch)
+        return StepOutput(out.loss, {"task_loss": out.loss.detach().float()}, {"task_loss": float(batch.size)})
+
+    def start_validation(self) -> None:
+        self.predictions, self.references = [], []
+
+    def finish_validation(self) -> dict[str, float]:
+        if not self.references:
+            return {}
+        return metric_fns.METRICS[self.task.metrics].compute(self.predictions, self.references)
+
+    def gather(self, logits: torch.Tensor, batch: Any) -> None:
+        raise NotImplementedError
+
+
+class SequenceStep(TaskStep):
+    def gather(self, logits: torch.Tensor, batch: SequenceBatch) -> None:
+        predicted = self.model.predict(logits).cpu()
+        labels = batch.labels.cpu()
+        if self.task.problem == "regression":
+            self.predictions += predicted.float().view(-1).tolist()
+            self.references += labels.float().view(-1).tolist()
+        elif self.task.problem == "multi_label_classification":
+            self.predictions += [{self.labels[j] for j in row.nonzero().view(-1).tolist()} for row in predicted]
+            self.references += [{self.labels[j] for j in row.nonzero().view(-1).tolist()} for row in labels]
+        else:
+            self.predictions += [self.labels[i] for i in predicted.tolist()]
+            self.references += [self.labels[i] for i in labels.tolist()]
+
+
+class TokenStep(TaskStep):
+    def gather(self, logits: torch.Tensor, batch: TokenBatch) -> None:
+        predicted, labels = logits.argmax(-1).cpu(), batch.labels.cpu()
+        for row in range(labels.shape[0]):
+            scored = labels[row] != IGNORE_INDEX  # one position per word that survived truncation
+            self.predictions.append([self.labels[i] for i in predicted[row][scored].tolist()])
+            self.references.append([self.labels[i] for i in labels[row][scored].tolist()])
+
+
+# ---------------------------------------------------------------------------- tasks
+@dataclass(frozen=True)
+class Task:
+    """One fine-tuning task (see the module docstring)."""
+
+    name: str            # the labelled dataset's task (trainer.prep.labelled.TASKS)
+    label: str
+    head: str            # models_lib.families.downstream task
+    problem: str | None  # models_lib problem_type (sequence classification)
+    collator: type
+    step: type[TaskStep]
+    metrics: str         # trainer.finetune.metrics.METRICS key
+    smoothing: bool = False  # label smoothing applies (softmax over classes)
+
+    def build_collator(self, tokenizer: Any, labels: Sequence[str], max_length: int) -> Any:
+        if self.collator is SequenceCollator:
+            return SequenceCollator(tokenizer, labels, max_length, self.problem or "single_label_classification")
+        return self.collator(tokenizer, labels, max_length)
+
+    def num_labels(self, labels: Sequence[str]) -> int:
+        return 1 if self.problem == "regression" else len(labels)
+
+
+CLASSIFICATION = Task("classification", "Sequence classification (one sentence or a pair)", "sequence_classification",
+                      "single_label_classification", SequenceCollator, SequenceStep, "classification", smoothing=True)
+REGRESSION = Task("regression", "Regression (one score per sentence or pair, MSE)", "sequence_classification",
+                  "regression", SequenceCollator, SequenceStep, "regression")
+MULTILABEL = Task("multilabel", "Multi-label classification (a sigmoid per label)", "sequence_classification",
+                  "multi_label_classification", SequenceCollator, SequenceStep, "multilabel_classification")
+TOKEN_CLASSIFICATION = Task("token_classification", "Token classification (BIO tags; the first sub-token of "
+                            "each word carries its tag)", "token_classification", None, TokenCollator, TokenStep,
+                            "token_classification", smoothing=True)
