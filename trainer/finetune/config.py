@@ -28,6 +28,10 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "warmup_ratio": (0.0, 1.0),
     "clip_grad": (0.0, 1000.0),
     "label_smoothing": (0.0, 0.5),
+    "doc_stride": (0, 4096),
+    "max_answer_length": (1, 8192),
+    "n_best": (1, 100),
+    "null_score_threshold": (-100.0, 100.0),
     "eval_every": (1, 10_000_000),
     "checkpoint_every": (1, 10_000_000),
     "log_every": (1, 100_000),
@@ -57,6 +61,15 @@ class FinetuneConfig:
     schedule: str = "linear"
     clip_grad: float = 1.0
     label_smoothing: float = 0.0
+    # Extractive QA (trainer.finetune.qa); the other tasks ignore these.
+    doc_stride: int = 0
+    """Context tokens that consecutive windows of a long context share. 0 = a third of max_length (128 at 384, the published SQuAD setting)."""
+    max_answer_length: int = 30
+    """The longest answer, in tokens, that prediction considers."""
+    n_best: int = 20
+    """How many of the highest start logits and of the highest end logits of each window are paired into candidate answers."""
+    null_score_threshold: float = 0.0
+    """SQuAD 2.0: predict "no answer" when the [CLS] score (its start + end logit) beats the best answer's score by more than this."""
     eval_every: int = 50
     checkpoint_every: int = 100
     log_every: int = 10
@@ -83,6 +96,9 @@ class FinetuneConfig:
             raise ConfigError(f"Fine-tuning uses AdamW; optimizer {self.optimizer!r} is not offered here.")
         if len(self.betas) != 2 or not all(0.0 <= b < 1.0 for b in self.betas):
             raise ConfigError(f"betas must be two numbers in [0, 1), like [0.9, 0.999], not {list(self.betas)}.")
+        if self.doc_stride and self.doc_stride >= self.max_length // 2:
+            raise ConfigError(f"doc_stride must be less than half of max_length ({self.max_length // 2}), so that "
+                              f"each window moves on past the last; 0 picks a third of max_length.")
         if not self.checkpoint:
             raise ConfigError("Name the checkpoint to fine-tune (checkpoint: its folder).")
         if not self.dataset:
