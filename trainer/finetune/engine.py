@@ -69,7 +69,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
         if task.name != meta["task"]:
             raise ConfigError(f"The dataset is a {meta['task']} dataset; it cannot train {task.name}.")
         labels = [str(label) for label in meta.get("labels") or []]
-        if task.problem != "regression" and len(labels) < 2:
+        if task.has_classes and len(labels) < 2:
             raise ConfigError("The dataset has fewer than two labels, so there is nothing to tell apart.")
         device, precision = setup_runtime(config)
         try:
@@ -78,13 +78,13 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             raise ConfigError(f"The checkpoint {checkpoint.name} cannot be loaded: {e}") from None
         try:
             model = from_pretraining(base, task.head, task.num_labels(labels),
-                                     labels=None if task.problem == "regression" else labels,
+                                     labels=labels if task.has_classes else None,
                                      problem_type=task.problem)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"The checkpoint {checkpoint.name} cannot be fine-tuned for {task.label}: {e}") from None
         config = config.replace(task=task.name, family=model.config.family, preset=checkpoint.name)
         tokenizer = load_tokenizer(checkpoint)
-        collator = task.build_collator(tokenizer, labels, config.max_length)
+        collator = task.build_collator(tokenizer, labels, config.max_length, config)
         model = model.to(device).train()
         forward = task.step(config, model, device, task=task, labels=labels)
         optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)

@@ -196,13 +196,19 @@ class Task:
     metrics: str         # trainer.finetune.metrics.METRICS key
     smoothing: bool = False  # label smoothing applies (softmax over classes)
 
-    def build_collator(self, tokenizer: Any, labels: Sequence[str], max_length: int) -> Any:
+    def build_collator(self, tokenizer: Any, labels: Sequence[str], max_length: int, config: Any = None) -> Any:
+        """`config` (the FinetuneConfig) is for tasks with settings of their own (QA's doc_stride)."""
         if self.collator is SequenceCollator:
             return SequenceCollator(tokenizer, labels, max_length, self.problem or "single_label_classification")
         return self.collator(tokenizer, labels, max_length)
 
     def num_labels(self, labels: Sequence[str]) -> int:
         return 1 if self.problem == "regression" else len(labels)
+
+    @property
+    def has_classes(self) -> bool:
+        """Whether the dataset's labels are the model's classes (regression's scores and QA's spans are not)."""
+        return self.problem != "regression"
 
 
 CLASSIFICATION = Task("classification", "Sequence classification (one sentence or a pair)", "sequence_classification",
