@@ -23,6 +23,7 @@ REGISTRY: dict[str, str] = {
     "regression": "trainer.finetune.tasks:REGRESSION",
     "multilabel": "trainer.finetune.tasks:MULTILABEL",
     "token_classification": "trainer.finetune.tasks:TOKEN_CLASSIFICATION",
+    "extractive_qa": "trainer.finetune.qa:EXTRACTIVE_QA",
 }
 
 
