@@ -229,25 +229,31 @@ def test_the_null_threshold_decides_no_answer_in_squad_2():
 
 def test_the_step_gathers_one_answer_per_example_and_scores_squad_2(words):
     examples = [{"question": QUESTION, "context": CONTEXT, "answers": [answer(9, 11)]},
+                {"question": QUESTION, "context": "w4 w5", "answers": [{"text": "w5", "answer_start": 3}]},
                 {"question": QUESTION, "context": "w4 w5", "answers": []}]
     batch = QACollator(words, 16, doc_stride=4)(examples)
+    assert batch.row_example == [0, 0, 0, 0, 1, 2]
     scores = torch.zeros(batch.rows, batch.input_ids.shape[1], 2)
     scores[1, 6, 0] = scores[1, 8, 1] = 5.0   # example 0, window 1: w9 .. w11
-    scores[4, 0, :] = 5.0                     # example 1: [CLS] wins
+    scores[4, 5, :] = 5.0                     # example 1: w5
+    scores[5, 0, :] = 5.0                     # example 2: [CLS] wins
     config = SimpleNamespace(n_best=20, max_answer_length=30, null_score_threshold=0.0, dataset="")
     step = QAStep(config, None, "cpu", task=EXTRACTIVE_QA, labels=[])
     assert not step.version_2  # no dataset to say so
     step.version_2 = True
     step.start_validation()
     step.gather(scores, batch)
-    assert step.predictions == ["w9 w10 w11", ""] and step.references == [["w9 w10 w11"], []]
+    assert step.predictions == ["w9 w10 w11", "w5", ""] and step.references == [["w9 w10 w11"], ["w5"], []]
     values = step.finish_validation()
     assert values["exact_match"] == values["f1"] == 1.0 and values["no_ans_f1"] == 1.0
 
 
 # ---------------------------------------------------------------------------- end to end
-def test_fine_tuning_on_the_demo_dataset_reports_squad_scores_for_validation_and_test(trained_run, tmp_path):
+def test_fine_tuning_on_the_demo_dataset_reports_squad_scores_for_validation_and_test(trained_run, tmp_path,
+                                                                                     monkeypatch):
     from models_lib.checkpoint import load_model
+
+    from trainer.finetune import qa
 
     from trainer.finetune.engine import finetune
     from trainer.prep.labelled import DEMOS, ingest, read_meta, sniff, write_demo_dataset
@@ -257,12 +263,15 @@ def test_fine_tuning_on_the_demo_dataset_reports_squad_scores_for_validation_and
     preview = sniff(source, source.name)
     ingest(source, tmp_path / "qa", original_filename=source.name, task=preview.task, mapping=preview.mapping)
     assert sum(read_meta(tmp_path / "qa")["unanswerable"].values()) > 0  # SQuAD 2.0-like
+    built, real = [], qa.QACollator
+    monkeypatch.setattr(qa, "QACollator", lambda *args, **kw: built.append(kw) or real(*args, **kw))
     sink = ListSink()
     config = FinetuneConfig(checkpoint=str(trained_run[0].last_checkpoint), dataset=str(tmp_path / "qa"),
                             max_length=64, doc_stride=16, max_steps=30, batch_size=16, lr=2e-3, eval_every=15,
                             checkpoint_every=30, log_every=10, device="cpu")
     result = finetune(config, out_dir=tmp_path / "run", sink=sink)
     assert result.status == "succeeded" and result.final_step == 30
+    assert built == [{"doc_stride": 16}]  # the engine hands the task its settings
     valid = [v for _, split, v in sink.events if split == "valid"]
     (_, _, test), = [e for e in sink.events if e[1] == "test"]
     assert len(valid) == 2
