@@ -221,6 +221,9 @@ def test_gradual_unfreezing_gives_gradients_to_one_more_group_from_the_top_every
         assert with_grad == wanted and without == {0, 1, 2, 3} - wanted, f"update {step + 1}"
     assert "Step 4: unfreezing layer 1 (2 of 4 layer groups train now)." in sink.lines or freeze_embeddings
     assert any(line.startswith("Step 7: unfreezing layer 0") for line in sink.lines)
+    total, start = (3, 7) if freeze_embeddings else (4, 10)
+    assert (f"Gradual unfreezing: the head trains alone at first; one more layer group joins every 3 steps "
+            f"(all {total} from step {start}).") in sink.lines
     assert any(line.startswith("Step 10: unfreezing the embeddings") for line in sink.lines) != freeze_embeddings
     # The optimizer held every group that was to train from the start (one state, one schedule).
     saved = read_optimizer_state(result.last_checkpoint)["optimizer"]

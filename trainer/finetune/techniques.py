@@ -178,7 +178,7 @@ def describe(config: FinetuneConfig, n: int, frozen: set[int], lrs: list[float],
     if unfreezing is not None:
         every, total = unfreezing.every, len(unfreezing.order)
         lines.append(f"Gradual unfreezing: the head trains alone at first; one more layer group joins every "
-                     f"{every} steps ({total} in all from step {(total - 1) * every}).")
+                     f"{every} steps (all {total} from step {(total - 1) * every + 1}).")
     if config.class_weights != "none":
         lines.append(f"Class weights: {config.class_weights}.")
     return lines
