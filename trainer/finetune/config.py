@@ -80,6 +80,13 @@ class FinetuneConfig:
     # Filled in from the checkpoint by trainer.finetune.engine (what the loop's logs and checkpoints name).
     family: str = ""
     preset: str = field(default="", repr=False)
+    # Techniques (trainer/finetune/techniques.py; checked by check_techniques below).
+    llrd: float = 1.0  # layer-wise lr decay: the head lr, the layer below lr * llrd, ...; 1 = off
+    freeze_embeddings: bool = False
+    freeze_layers: int = 0  # the bottom k encoder layers never train
+    gradual_unfreeze_every: int = 0  # steps; ULMFiT: the head first, one layer group more each time; 0 = off
+    early_stopping_patience: int = 0  # evaluations without a better primary metric; 0 = off
+    class_weights: str = "none"  # "balanced": n_samples / (n_classes * count) from the train split
 
     def __post_init__(self) -> None:
         self.betas = tuple(float(b) for b in self.betas)  # type: ignore[assignment]
@@ -103,6 +110,7 @@ class FinetuneConfig:
             raise ConfigError("Name the checkpoint to fine-tune (checkpoint: its folder).")
         if not self.dataset:
             raise ConfigError("Name the labelled dataset to fine-tune on (dataset: its folder).")
+        check_techniques(self)
 
     # -- what the training loop reads like a RunConfig's
     @property
@@ -147,3 +155,26 @@ class FinetuneConfig:
         except yaml.YAMLError as e:
             raise ConfigError(f"The config is not valid YAML: {e}".replace("\n", " ")) from None
         return cls.from_dict(data if data is not None else {})
+
+
+# -------------------------------------------------------------------------- techniques
+CLASS_WEIGHTS = ("none", "balanced")
+TECHNIQUE_LIMITS = {"freeze_layers": 1000, "gradual_unfreeze_every": 10_000_000, "early_stopping_patience": 1000}
+
+
+def check_techniques(config: FinetuneConfig) -> None:
+    """ConfigError with a sentence for a technique setting out of its bounds. What depends on the
+    model or the dataset (freeze_layers against the layer count, class weights against the task)
+    is checked by trainer.finetune.techniques once they are loaded."""
+    f = config.llrd
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or not 0 < f <= 1:
+        raise ConfigError(f"llrd (layer-wise lr decay) must be a number above 0 and at most 1 (1 turns it off; "
+                          f"0.8 to 0.95 is usual), not {f!r}.")
+    if not isinstance(config.freeze_embeddings, bool):
+        raise ConfigError(f"freeze_embeddings must be true or false, not {config.freeze_embeddings!r}.")
+    for name, hi in TECHNIQUE_LIMITS.items():
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= hi:
+            raise ConfigError(f"{name} must be a whole number from 0 (off) to {hi:,}, not {value!r}.")
+    if config.class_weights not in CLASS_WEIGHTS:
+        raise ConfigError(f"class_weights must be one of {', '.join(CLASS_WEIGHTS)}, not {config.class_weights!r}.")

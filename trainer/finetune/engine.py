@@ -17,10 +17,10 @@ import torch
 
 from trainer import finetune as tasks
 from trainer.errors import ConfigError
+from trainer.finetune import techniques
 from trainer.finetune.config import FinetuneConfig
 from trainer.training.data import DataPosition
-from trainer.training.engine import Loop, TrainResult, TrainState, setup_runtime
-from trainer.training.optim import build_optimizer
+from trainer.training.engine import TrainResult, TrainState, setup_runtime
 from trainer.training.sinks import MetricsSink
 
 
@@ -87,16 +87,21 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
         collator = task.build_collator(tokenizer, labels, config.max_length, config)
         model = model.to(device).train()
         forward = task.step(config, model, device, task=task, labels=labels)
-        optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)
+        weights = techniques.class_weights_for(config, task, meta, labels)
+        if weights is not None:
+            forward.class_weights = torch.tensor(weights, dtype=torch.float32, device=device)
+        tuning = techniques.prepare(model, config, sink, checkpoint.name)  # freezing, LLRD, the schedule
         stream = ExampleStream(list(iter_examples(dataset, "train")), collator, batch_size=config.batch_size,
                                seed=config.seed)
         valid = _batches(list(iter_examples(dataset, "validation")), collator, config.batch_size)
-        loop = Loop(config, model=model, forward=forward, optimizer=optimizer, scheduler=scheduler, stream=stream,
-                    valid=valid, state=TrainState(), sink=sink, data_dir=checkpoint, out_dir=out_dir,
-                    device=device, precision=precision, resumed_from=None)
+        loop = techniques.FinetuneLoop(config, tuning=tuning, metrics=task.metrics, model=model,
+                                       forward=forward, stream=stream, valid=valid, state=TrainState(), sink=sink,
+                                       data_dir=checkpoint, out_dir=out_dir, device=device, precision=precision,
+                                       resumed_from=None)
         result = loop.run(should_stop)
         test = _batches(list(iter_examples(dataset, "test")), collator, config.batch_size)
         if test and result.status == "succeeded":
+            loop.restore_best()  # early stopping: the best weights, not the last
             values = loop.evaluate(test)
             sink.metrics(result.final_step, "test", values)
             (out_dir / "test_metrics.json").write_text(json.dumps(values, indent=2) + "\n", encoding="utf-8")

@@ -128,6 +128,7 @@ class TaskStep(Step):
     """The loss of a batch; over the validation set, the task's metrics on every prediction."""
 
     task: "Task"
+    class_weights: torch.Tensor | None = None  # (C,) on the device: the loss's weight per class (techniques)
 
     def __init__(self, config: Any, model: Any, device: str, *, task: "Task", labels: Sequence[str]):
         super().__init__(config, model, device)
@@ -140,8 +141,9 @@ class TaskStep(Step):
         return {"task_loss": 1.0}
 
     def __call__(self, batch: Any, *, train: bool) -> StepOutput:
+        weighted = {} if self.class_weights is None else {"class_weights": self.class_weights}
         out = self.model(**batch.model_inputs(), label_smoothing=self.config.label_smoothing
-                         if self.task.smoothing else 0.0)
+                         if self.task.smoothing else 0.0, **weighted)
         if not train:
             self.gather(out.logits.detach(), batch)
         return StepOutput(out.loss, {"task_loss": out.loss.detach().float()}, {"task_loss": float(batch.size)})

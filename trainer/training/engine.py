@@ -240,7 +240,7 @@ class Loop:
         self.prefetch = (Prefetcher(self.stream, pin=self.device == "cuda")
                          if self.device in PREFETCH_DEVICES else None)
         try:
-            while self.state.step < self.config.max_steps:
+            while self.state.step < self.config.max_steps and not self.should_end():
                 if should_stop():
                     return self.cancel()
                 self.train_step()
@@ -257,6 +257,11 @@ class Loop:
         finally:
             if self.prefetch is not None:
                 self.prefetch.close()
+
+    def should_end(self) -> bool:
+        """Whether to finish ("succeeded") before max_steps; never here (fine-tuning's early
+        stopping says so in its subclass)."""
+        return False
 
     def next_batch(self) -> tuple[Batch, DataPosition]:
         """The next micro-batch and the data position after it."""

@@ -22,7 +22,7 @@ betas and eps are AdamW's and do not apply.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 from torch import nn
@@ -31,20 +31,32 @@ from torch.optim.lr_scheduler import LambdaLR
 from trainer.config import OptimArgs
 
 
-def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Two groups: decayed weights, and biases + normalisation weights (no decay, as in BERT)."""
-    no_decay_ids: set[int] = set()
+def no_decay_ids(model: nn.Module) -> set[int]:
+    """The ids of the biases and normalisation weights, which take no weight decay (as in BERT)."""
+    ids: set[int] = set()
     for module in model.modules():
         is_norm = isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d)) or "norm" in type(module).__name__.lower()
         for name, p in module.named_parameters(recurse=False):
             if is_norm or name == "bias" or name.endswith("_bias"):
-                no_decay_ids.add(id(p))
-    decay, no_decay, seen = [], [], set()
-    for p in model.parameters():  # parameters() yields each shared tensor once
+                ids.add(id(p))
+    return ids
+
+
+def split_decay(params: Iterable[nn.Parameter], no_decay: set[int]) -> tuple[list, list]:
+    """(decayed, not decayed): the ids in `no_decay` (no_decay_ids) and every vector or scalar
+    go without decay. Frozen parameters (requires_grad False) and repeats are left out."""
+    decay, plain, seen = [], [], set()
+    for p in params:
         if not p.requires_grad or id(p) in seen:
             continue
         seen.add(id(p))
-        (no_decay if id(p) in no_decay_ids or p.ndim < 2 else decay).append(p)
+        (plain if id(p) in no_decay or p.ndim < 2 else decay).append(p)
+    return decay, plain
+
+
+def param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Two groups: decayed weights, and biases + normalisation weights (no decay, as in BERT)."""
+    decay, no_decay = split_decay(model.parameters(), no_decay_ids(model))  # each shared tensor once
     return [{"params": decay, "weight_decay": weight_decay},
             {"params": no_decay, "weight_decay": 0.0}]
 
@@ -75,10 +87,13 @@ def lr_factor(schedule: str, warmup_steps: int, max_steps: int) -> Callable[[int
 OPTIMIZERS = ("adamw", "adafactor")
 
 
-def build_optimizer(model: nn.Module, optim: OptimArgs, max_steps: int) -> tuple[torch.optim.Optimizer, LambdaLR]:
+def build_optimizer(model: nn.Module, optim: OptimArgs, max_steps: int,
+                    groups: list[dict] | None = None) -> tuple[torch.optim.Optimizer, LambdaLR]:
     """optim.optimizer (AdamW or Adafactor) + LambdaLR over `max_steps` updates (RunConfig.optim and
-    .max_steps); call scheduler.step() after each optimizer.step()."""
-    groups = param_groups(model, optim.weight_decay)
+    .max_steps); call scheduler.step() after each optimizer.step(). groups: the parameter groups
+    (default: param_groups(model, optim.weight_decay)); one that sets its own "lr" keeps it, and
+    the schedule scales every group's own lr (fine-tuning's layer-wise decay)."""
+    groups = param_groups(model, optim.weight_decay) if groups is None else groups
     cuda = next(model.parameters()).is_cuda
     if optim.optimizer == "adafactor":
         # PyTorch's defaults are Adafactor's published ones (beta2 decay -0.8, clipping threshold
