@@ -15,12 +15,11 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.files.move import file_move_safe
 from django.core.files.uploadedfile import UploadedFile
 from django.db import models, transaction
 
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
-from webapp.corpora.uploads import check_upload
+from webapp.corpora.uploads import check_upload, keep_upload
 
 log = logging.getLogger(__name__)
 
@@ -139,14 +138,7 @@ def corpus_create_from_upload(
     folder = corpus.folder
     folder.mkdir(parents=True)
     try:
-        target = folder / f"raw{suffix}"
-        temp_path = getattr(uploaded_file, "temporary_file_path", None)
-        if temp_path is not None:
-            file_move_safe(temp_path(), str(target))
-        else:  # an in-memory file (e.g. built by a script): write it out in chunks
-            with open(target, "wb") as out:
-                for chunk in uploaded_file.chunks():
-                    out.write(chunk)
+        keep_upload(uploaded_file, folder / f"raw{suffix}")
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
