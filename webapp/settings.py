@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "webapp.corpora",
     "webapp.runs",
     "webapp.explorer",
+    "webapp.datasets",
     "webapp.api",
 ]
 
@@ -191,7 +192,8 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "LM Workbench API",
-    "DESCRIPTION": "Upload corpora, train tokenizers, launch and follow pretraining runs, explore checkpoints.",
+    "DESCRIPTION": ("Upload corpora, train tokenizers, launch and follow pretraining runs, explore checkpoints; "
+                    "upload and map labelled datasets for fine-tuning."),
     "VERSION": "0.1.0",
 }
 
