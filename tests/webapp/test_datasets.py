@@ -256,3 +256,18 @@ def test_the_pages_need_a_login(client):
     for name in ("datasets:list", "datasets:upload"):
         response = client.get(reverse(name))
         assert response.status_code == 302 and response.url.startswith(reverse("login"))
+
+
+# ---------------------------------------------------------------------------- navigation and home
+def test_the_navigation_and_the_home_page_present_both_halves(alice_client, alice):
+    from django.test import Client
+
+    landing = Client().get(reverse("home")).content.decode()
+    assert "fine-tune" in landing and "python -m trainer finetune" in landing and "5 · Dataset" in landing
+    home = alice_client.get(reverse("home")).content.decode()
+    assert f'<a href="{reverse("datasets:list")}">Datasets</a>' in home
+    assert "Getting started" in home and 'id="fine-tuning"' in home and "Recent datasets" in home
+    assert "python -m trainer finetune FILE.yaml" in home
+    Dataset.objects.create(owner=alice, name="Ready one", status=DatasetStatus.READY)
+    home = alice_client.get(reverse("home")).content.decode()
+    assert "Ready one" in home and "Add a labelled dataset</b> <span class=\"muted\">— done" in home
