@@ -1,4 +1,4 @@
-"""The Celery application. Tasks live in each app's tasks.py (webapp/corpora, runs, explorer),
+"""The Celery application. Tasks live in each app's tasks.py (webapp/corpora, runs, explorer, datasets),
 found by autodiscovery; each takes an id and calls its service. The beat schedule (settings:
 CELERY_BEAT_SCHEDULE) sends the periodic ones, e.g. the crashed-run reaper."""
 import os

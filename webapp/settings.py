@@ -6,7 +6,7 @@ STORAGE_ROOT   where corpora, tokenizers and checkpoints live (default ./var)
 SECRET_KEY     required when DEBUG is off
 DEBUG          "1"/"true" to turn on (default on for local use, off in settings_production)
 ALLOWED_HOSTS  comma-separated (default localhost,127.0.0.1,[::1])
-UPLOAD_MAX_BYTES  largest corpus upload accepted (default 2 GB)
+UPLOAD_MAX_BYTES  largest upload accepted: a corpus or a labelled dataset (default 2 GB)
 """
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "webapp.corpora",
     "webapp.runs",
     "webapp.explorer",
+    "webapp.datasets",
     "webapp.api",
 ]
 
@@ -191,7 +192,8 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "LM Workbench API",
-    "DESCRIPTION": "Upload corpora, train tokenizers, launch and follow pretraining runs, explore checkpoints.",
+    "DESCRIPTION": ("Upload corpora, train tokenizers, launch and follow pretraining runs, explore checkpoints; "
+                    "upload and map labelled datasets for fine-tuning."),
     "VERSION": "0.1.0",
 }
 

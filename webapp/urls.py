@@ -11,6 +11,7 @@ urlpatterns = [
     path("corpora/", include("webapp.corpora.urls")),
     path("runs/", include("webapp.runs.urls")),
     path("explore/", include("webapp.explorer.urls")),
+    path("datasets/", include("webapp.datasets.urls")),
 ]
 
 handler400 = "webapp.api.errors.bad_request_page"

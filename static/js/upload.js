@@ -1,6 +1,10 @@
-// The corpus upload form with a real progress bar. Posts the form with XMLHttpRequest
-// (so upload.onprogress reports the bytes sent), then goes to the new corpus's page.
-// Without JavaScript the same form posts normally.
+// An upload form with a real progress bar (corpora, labelled datasets). Posts the form with
+// XMLHttpRequest (so upload.onprogress reports the bytes sent), then goes to the page the server
+// names. Without JavaScript the same form posts normally.
+// The form says what it takes: data-max-bytes and data-max-human (the size limit), and, where
+// they differ from a corpus's, data-suffixes (accepted endings, comma-separated, longer first),
+// data-wrong-type (the sentence for another file type; {name} is the file's name), data-saving
+// (while the server keeps the file) and data-opening (while the new object's page opens).
 (function () {
   "use strict";
   var form = document.getElementById("upload-form");
@@ -15,7 +19,12 @@
   var statusText = document.getElementById("upload-status");
   var errorBox = document.getElementById("upload-error");
   var maxBytes = parseInt(form.dataset.maxBytes, 10);
-  var accepted = [".jsonl.gz", ".txt.gz", ".jsonl", ".txt"];
+  var accepted = form.dataset.suffixes ? form.dataset.suffixes.split(",") : [".jsonl.gz", ".txt.gz", ".jsonl", ".txt"];
+  var wrongType = form.dataset.wrongType ||
+    "“{name}” is not a file type LM Workbench reads. Upload a .txt or .jsonl file, " +
+    "optionally gzip-compressed (.txt.gz, .jsonl.gz).";
+  var saving = form.dataset.saving || "Upload complete; saving…";
+  var opening = form.dataset.opening || "Saved. Opening the corpus…";
   var xhr = null;
 
   function mb(n) { return (n / 1e6).toLocaleString(undefined, { maximumFractionDigits: 1 }) + " MB"; }
@@ -52,10 +61,7 @@
     if (!file) return "Choose a file to upload.";
     var name = file.name.toLowerCase();
     var ok = accepted.some(function (s) { return name.length > s.length && name.slice(-s.length) === s; });
-    if (!ok) {
-      return "“" + file.name + "” is not a file type LM Workbench reads. Upload a .txt or .jsonl file, " +
-        "optionally gzip-compressed (.txt.gz, .jsonl.gz).";
-    }
+    if (!ok) return wrongType.replace("{name}", file.name);
     if (file.size === 0) return "The file is empty (0 bytes). Choose a file that contains text.";
     if (maxBytes && file.size > maxBytes) {
       return "The file is " + mb(file.size) + "; the largest upload accepted is " + form.dataset.maxHuman + ".";
@@ -103,13 +109,13 @@
     xhr.upload.onload = function () {
       bar.style.width = "100%";
       percent.textContent = "100 %";
-      statusText.textContent = "Upload complete; saving…";
+      statusText.textContent = saving;
     };
     xhr.onload = function () {
       var body = null;
       try { body = JSON.parse(xhr.responseText); } catch (e) { body = null; }
       if (xhr.status >= 200 && xhr.status < 300 && body && body.redirect) {
-        statusText.textContent = "Saved. Opening the corpus…";
+        statusText.textContent = opening;
         window.location.assign(body.redirect);
         return;
       }

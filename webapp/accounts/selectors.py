@@ -1,4 +1,4 @@
-"""Reads for the start page: the getting-started checklist and recent work."""
+"""Reads for the start page: the getting-started checklists (pretraining, then fine-tuning) and recent work."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -8,6 +8,8 @@ from django.urls import NoReverseMatch, reverse
 
 from webapp.corpora.models import JobStatus
 from webapp.corpora.selectors import corpora_for, tokenizers_for
+from webapp.datasets.models import DatasetStatus
+from webapp.datasets.selectors import datasets_for
 
 
 def _url(name: str, *args, fallback: str) -> str:
@@ -26,6 +28,7 @@ class Step:
     done: bool
     url: str
     action: str
+    command: str = ""  # a step done from the command line shows this instead of a button
 
 
 @dataclass
@@ -34,6 +37,8 @@ class Dashboard:
     corpora: list = field(default_factory=list)
     tokenizers: list = field(default_factory=list)
     runs: list = field(default_factory=list)
+    finetune_steps: list[Step] = field(default_factory=list)
+    datasets: list = field(default_factory=list)
 
     @property
     def next_step(self) -> Step | None:
@@ -75,9 +80,21 @@ def dashboard_for(user: AbstractBaseUser, *, recent: int = 5) -> Dashboard:
     recent_runs = [
         {"run": r, "url": _url("runs:detail", r.id, fallback=f"/runs/{r.id}/")} for r in runs[:recent]
     ]
+    datasets = datasets_for(user)
+    finetune_steps = [
+        Step(5, "Add a labelled dataset",
+             "Upload a CSV, TSV, JSONL, CoNLL or SQuAD file and map its columns, or start with a demo dataset.",
+             datasets.filter(status=DatasetStatus.READY).exists(), reverse("datasets:list"), "Go to datasets"),
+        Step(6, "Fine-tune a checkpoint",
+             "From the command line for now, with a YAML file naming a checkpoint of your runs and a dataset's "
+             "folder (see examples/finetune-*.yaml).",
+             False, "", "", command="python -m trainer finetune FILE.yaml"),
+    ]
     return Dashboard(
         steps=steps,
         corpora=list(corpora[:recent]),
         tokenizers=list(tokenizers.select_related("corpus")[:recent]),
         runs=recent_runs,
+        finetune_steps=finetune_steps,
+        datasets=list(datasets[:recent]),
     )

@@ -6,4 +6,5 @@ urlpatterns = [
     path("", include("webapp.corpora.api_urls")),
     path("", include("webapp.runs.api_urls")),
     path("", include("webapp.explorer.api_urls")),
+    path("", include("webapp.datasets.api_urls")),
 ]

@@ -9,30 +9,24 @@ from __future__ import annotations
 
 import logging
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.core.files.move import file_move_safe
 from django.core.files.uploadedfile import UploadedFile
-from django.db import models, transaction
+from django.db import transaction
 
+from webapp.corpora.jobs import INTERNAL_ERROR, QUEUE, QUEUE_DOWN  # noqa: F401 - part of this module's interface
+from webapp.corpora.jobs import Progress as _Progress
+from webapp.corpora.jobs import claim as _claim
+from webapp.corpora.jobs import enqueue as _enqueue
+from webapp.corpora.jobs import fail as _fail
+from webapp.corpora.jobs import rmtree_after_commit as _rmtree_after_commit
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
-from webapp.corpora.uploads import check_upload
+from webapp.corpora.uploads import check_upload, keep_upload
 
 log = logging.getLogger(__name__)
 
-QUEUE = settings.JOBS_QUEUE  # short jobs: never behind a training run
-INTERNAL_ERROR = (
-    "Processing stopped because of an internal error (not a problem with your data). "
-    "The details have been logged; try again, and report it if it happens again."
-)
-QUEUE_DOWN = (
-    "The job could not be queued because the task queue (Redis) did not answer. "
-    "Check that Redis and a worker are running, then try again."
-)
 DEMO_NAME = "Demo corpus (Python standard library docstrings)"
 
 
@@ -54,63 +48,6 @@ def raw_path(corpus: Corpus) -> Path:
     """Where the uploaded file of `corpus` is stored: always `raw` plus the accepted suffix."""
     matches = sorted(corpus.folder.glob("raw.*"))
     return matches[0] if matches else corpus.folder / "raw.txt"
-
-
-class _Progress:
-    """A progress callback: maps the trainer's 0-100 percentage onto [start, end] percent of the
-    row and writes it at most every `interval` seconds, and only when it changed."""
-
-    def __init__(self, model: type[models.Model], pk, *, start: float = 0.0, end: float = 100.0,
-                 interval: float = 0.5):
-        self.model, self.pk, self.start, self.end, self.interval = model, pk, start, end, interval
-        self._last_time = 0.0
-        self._last_value = -1.0
-
-    def __call__(self, percent: float) -> None:
-        fraction = min(max(float(percent), 0.0), 100.0) / 100.0
-        value = round(self.start + (self.end - self.start) * fraction, 1)
-        now = time.monotonic()
-        if value != self._last_value and now - self._last_time >= self.interval:
-            self.model.objects.filter(pk=self.pk).update(progress=value)
-            self._last_time, self._last_value = now, value
-
-
-def _enqueue(task, obj: Corpus | Tokenizer) -> None:
-    """Send the job to the queue after the transaction that created `obj` commits."""
-    model, pk = type(obj), obj.pk
-
-    def send() -> None:
-        try:
-            task.apply_async(args=[str(pk)], queue=QUEUE)
-        except Exception:  # the broker is down: say so on the page instead of a silent hang
-            log.exception("Could not enqueue %s for %s %s", task.name, model.__name__, pk)
-            model.objects.filter(pk=pk, status=JobStatus.PENDING).update(status=JobStatus.FAILED, error=QUEUE_DOWN)
-
-    transaction.on_commit(send)
-
-
-def _claim(model: type[models.Model], pk) -> bool:
-    """Mark a pending (or interrupted) job as processing; False if it is finished or gone."""
-    with transaction.atomic():
-        updated = model.objects.filter(
-            pk=pk, status__in=[JobStatus.PENDING, JobStatus.PROCESSING]
-        ).update(status=JobStatus.PROCESSING, progress=0.0, error="")
-    return updated == 1
-
-
-def _fail(model: type[models.Model], pk, error: Exception) -> None:
-    from trainer.errors import UserError
-
-    if isinstance(error, UserError):
-        message = str(error)
-    else:
-        log.error("%s %s failed", model.__name__, pk, exc_info=error)
-        message = INTERNAL_ERROR
-    model.objects.filter(pk=pk).update(status=JobStatus.FAILED, error=message)
-
-
-def _rmtree_after_commit(*folders: Path) -> None:
-    transaction.on_commit(lambda: [shutil.rmtree(f, ignore_errors=True) for f in folders])
 
 
 # ---------------------------------------------------------------- corpora
@@ -139,14 +76,7 @@ def corpus_create_from_upload(
     folder = corpus.folder
     folder.mkdir(parents=True)
     try:
-        target = folder / f"raw{suffix}"
-        temp_path = getattr(uploaded_file, "temporary_file_path", None)
-        if temp_path is not None:
-            file_move_safe(temp_path(), str(target))
-        else:  # an in-memory file (e.g. built by a script): write it out in chunks
-            with open(target, "wb") as out:
-                for chunk in uploaded_file.chunks():
-                    out.write(chunk)
+        keep_upload(uploaded_file, folder / f"raw{suffix}")
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class DatasetsConfig(AppConfig):
+    name = "webapp.datasets"
+    label = "datasets"
+    verbose_name = "Labelled datasets"

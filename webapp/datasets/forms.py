@@ -1,0 +1,139 @@
+"""Forms of the dataset pages. Tasks, roles and demos come from trainer.prep.labelled."""
+from __future__ import annotations
+
+from django import forms
+
+from webapp.corpora.models import Tokenizer
+from webapp.datasets.uploads import ACCEPT_ATTRIBUTE, FILE_HELP, check_dataset_upload
+
+MAX_LENGTH_DEFAULT = 128
+MAX_LENGTH_BOUNDS = (1, 8192)
+SEED_MAX = 2**31 - 1
+ROLE_HELP = {
+    "text": "the text to classify", "sentence1": "first text of a pair", "sentence2": "second text of a pair",
+    "label": "class, score or list of classes", "tokens": "the words of a sentence", "tags": "one tag per token",
+    "question": "the question", "context": "the passage holding the answer", "answers": "answer text and offset",
+    "input": "the input text", "target": "the text to produce", "prompt": "the prompt",
+    "response": "the response to learn", "messages": "a chat: role and content", "split": "train, validation or test",
+}  # fmt: skip
+STRATEGIES = [("random", "At random, by the fractions below (seeded)"), ("column", "By the column mapped to split")]
+
+
+def task_choices() -> list[tuple[str, str]]:
+    from trainer.prep.labelled import TASKS
+
+    return [(name, spec.title) for name, spec in TASKS.items()]
+
+
+def task_needs(name: str) -> str:
+    """The roles a task takes, in words: "text and label, or sentence1, sentence2 and label"."""
+    from trainer.prep.labelled import TASKS
+
+    def words(roles):
+        return roles[0] if len(roles) == 1 else ", ".join(roles[:-1]) + " and " + roles[-1]
+
+    return ", or ".join(words(list(form)) for form in TASKS[name].forms)
+
+
+def role_choices() -> list[tuple[str, str]]:
+    from trainer.prep.labelled import ROLES
+
+    return [("", "— not used —")] + [(role, f"{role} · {ROLE_HELP.get(role, '')}".rstrip(" ·")) for role in ROLES]
+
+
+def demo_choices() -> list[tuple[str, str]]:
+    from trainer.prep.labelled import DEMOS
+
+    from webapp.datasets.services import demo_label
+
+    return [(name, f"{demo_label(name)} — {demo.filename} ({demo.rows:,} examples)") for name, demo in DEMOS.items()]
+
+
+class DatasetUploadForm(forms.Form):
+    file = forms.FileField(
+        allow_empty_file=True,  # check_dataset_upload says "empty" in its own words
+        help_text=FILE_HELP,
+        widget=forms.ClearableFileInput(attrs={"accept": ACCEPT_ATTRIBUTE}),
+    )
+    name = forms.CharField(max_length=200, required=False, help_text="Defaults to the file name.")
+
+    def clean_file(self):
+        uploaded = self.cleaned_data["file"]
+        check_dataset_upload(uploaded.name, uploaded.size)
+        return uploaded
+
+
+class DemoForm(forms.Form):
+    demo = forms.ChoiceField(choices=demo_choices, label="Demo dataset")
+
+
+class MappingForm(forms.Form):
+    """The task, one role per column of the upload, and the split. `columns` are the upload's
+    (Dataset.preview["columns"]); the role of column i is the field role_<i>."""
+
+    task = forms.ChoiceField(choices=task_choices)
+    strategy = forms.ChoiceField(choices=STRATEGIES, widget=forms.RadioSelect, initial="random", label="Split")
+    train = forms.FloatField(min_value=0, max_value=1, initial=0.8, label="Train")
+    validation = forms.FloatField(min_value=0, max_value=1, initial=0.1, label="Validation")
+    test = forms.FloatField(min_value=0, max_value=1, initial=0.1, label="Test")
+    seed = forms.IntegerField(min_value=0, max_value=SEED_MAX, initial=0, label="Seed",
+                              help_text="Shuffles the random split: the same seed gives the same split.")
+
+    def __init__(self, *args, columns: list[str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.columns = list(columns)
+        for i, column in enumerate(self.columns):
+            self.fields[f"role_{i}"] = forms.ChoiceField(choices=role_choices, required=False,
+                                                         label=f"Role of {column}")
+        self.choices: dict | None = None
+
+    @classmethod
+    def initial_for(cls, dataset) -> dict:
+        """The confirmed choices of a dataset mapped before, else the suggestions of its preview."""
+        from webapp.datasets.services import current_choices, default_split
+
+        choices = current_choices(dataset)
+        mapping = choices["mapping"]
+        split = choices["split"] or default_split(mapping)
+        initial = {"task": choices["task"] or "classification", "seed": choices["seed"],
+                   **{key: split[key] for key in ("strategy", "train", "validation", "test") if key in split}}
+        for i, column in enumerate((dataset.preview or {}).get("columns") or []):
+            initial[f"role_{i}"] = mapping.get(column, "")
+        return initial
+
+    def split_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in ("train", "validation", "test", "seed")]
+
+    def role_fields(self) -> list[tuple[str, forms.BoundField]]:
+        return [(column, self[f"role_{i}"]) for i, column in enumerate(self.columns)]
+
+    def clean(self):
+        from trainer.errors import DatasetError
+
+        from webapp.datasets.services import check_choices
+
+        data = super().clean()
+        if self.errors:
+            return data
+        mapping = {column: data.get(f"role_{i}") or "" for i, column in enumerate(self.columns)}
+        split = {key: data[key] for key in ("strategy", "train", "validation", "test")}
+        try:
+            task, mapping, split = check_choices(task=data["task"], mapping=mapping, split=split, columns=self.columns)
+        except DatasetError as error:
+            raise forms.ValidationError(str(error), code="mapping") from None
+        self.choices = {"task": task, "mapping": mapping, "split": split, "seed": data["seed"]}
+        return data
+
+
+class LengthsForm(forms.Form):
+    """The token-length histogram's choices (a GET form): one of the user's ready tokenizers and a max_length."""
+
+    tokenizer = forms.ModelChoiceField(queryset=Tokenizer.objects.none(), empty_label=None,
+                                       help_text="Counts tokens as a model with this tokenizer reads them.")
+    max_length = forms.IntegerField(min_value=MAX_LENGTH_BOUNDS[0], max_value=MAX_LENGTH_BOUNDS[1],
+                                    initial=MAX_LENGTH_DEFAULT, label="Max length",
+                                    help_text="Tokens per example a fine-tuning run keeps; longer ones are cut.")
+
+    def __init__(self, *args, tokenizers, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["tokenizer"].queryset = tokenizers

@@ -1,0 +1,67 @@
+"""Labelled datasets for fine-tuning. Each belongs to a user.
+
+A dataset's life: uploaded and sniffed (the first rows read, a task and a column -> role mapping
+suggested) -> `mapping` until its owner confirms the task, the mapping and the split -> `pending`
+-> `processing` (trainer.prep.labelled.ingest, on the jobs queue) -> `ready` or `failed` with a
+sentence. A failed dataset may be mapped again; its upload is kept until it is deleted.
+"""
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+from django.conf import settings
+from django.db import models
+
+
+class DatasetStatus(models.TextChoices):
+    # The job statuses of webapp.corpora.models.JobStatus (the shared job code writes them), plus mapping.
+    MAPPING = "mapping", "Waiting for its mapping"
+    PENDING = "pending", "Waiting for a worker"
+    PROCESSING = "processing", "Processing"
+    READY = "ready", "Ready"
+    FAILED = "failed", "Failed"
+
+
+class Dataset(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="datasets")
+    name = models.CharField(max_length=200)
+    original_filename = models.CharField(max_length=255, blank=True)  # shown, and its extension names the format
+    size_bytes = models.BigIntegerField(default=0)
+    demo = models.CharField(max_length=40, blank=True)  # the trainer's DEMOS entry it was made from, if any
+    status = models.CharField(max_length=20, choices=DatasetStatus.choices, default=DatasetStatus.MAPPING)
+    progress = models.FloatField(default=0.0)  # 0..100
+    error = models.TextField(blank=True)  # a sentence, naming the row at fault for bad data
+    format = models.CharField(max_length=20, blank=True)  # csv, tsv, jsonl, conll or squad (sniffed)
+    preview = models.JSONField(default=dict, blank=True)  # sniff(): columns, first rows, suggestions, details
+    task = models.CharField(max_length=40, blank=True)  # a trainer.prep.labelled.TASKS key, once confirmed
+    mapping = models.JSONField(default=dict, blank=True)  # {column: role}, once confirmed
+    split_spec = models.JSONField(default=dict, blank=True)  # SplitSpec.to_dict(): strategy and fractions
+    seed = models.IntegerField(default=0)  # shuffles a random split
+    sizes = models.JSONField(default=dict, blank=True)  # examples per split
+    labels = models.JSONField(default=list, blank=True)  # classes or tags, in label-id order
+    label_counts = models.JSONField(default=dict, blank=True)  # label_counts(): {"kind", "labels", "counts"}
+    label_stats = models.JSONField(default=dict, blank=True)  # regression: per split count, min, max, mean, std
+    warnings = models.JSONField(default=list, blank=True)  # sentences worth showing, not errors
+    examples = models.JSONField(default=list, blank=True)  # the first normalised training examples
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def folder(self) -> Path:
+        """The upload (raw.<ext>) and, once ingested, data/ (trainer.prep.labelled's layout)."""
+        return Path(settings.STORAGE_ROOT) / "datasets" / str(self.id)
+
+    @property
+    def data_dir(self) -> Path:
+        return self.folder / "data"
+
+    @property
+    def in_flight(self) -> bool:
+        return self.status in (DatasetStatus.PENDING, DatasetStatus.PROCESSING)
