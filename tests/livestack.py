@@ -146,6 +146,7 @@ def live_stack(django_db_setup, django_db_blocker, tmp_path_factory):
         CELERY_TASK_ALWAYS_EAGER="0",
         PYTHONUNBUFFERED="1",
         ALLOWED_HOSTS="localhost,127.0.0.1",
+        UPLOAD_MAX_BYTES=str(20_000_000),  # every upload of the suite is far smaller; the limit tests need one to cross
     )
     port = _free_port()
     procs = [

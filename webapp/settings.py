@@ -7,6 +7,7 @@ SECRET_KEY     required when DEBUG is off
 DEBUG          "1"/"true" to turn on (default on for local use, off in settings_production)
 ALLOWED_HOSTS  comma-separated (default localhost,127.0.0.1,[::1])
 UPLOAD_MAX_BYTES  largest upload accepted: a corpus or a labelled dataset (default 2 GB)
+UPLOAD_MAX_DECOMPRESSED_BYTES  the most a gzip-compressed upload may unpack to (default 16 GiB; read by trainer.prep.corpus)
 """
 from __future__ import annotations
 

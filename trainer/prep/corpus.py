@@ -142,6 +142,12 @@ PREVIEW_CHARS = 300
 
 _CHUNK = 1 << 20
 _MAX_LINE_CHARS = 64 << 20
+# A gzip-compressed upload may expand to at most this many bytes (a small .gz can hold
+# gigabytes); the environment variable of the same name sets it.
+UPLOAD_MAX_DECOMPRESSED_BYTES = int(os.environ.get("UPLOAD_MAX_DECOMPRESSED_BYTES", str(16 * 1024**3)))
+# A .txt "document" (lines up to a blank one) is cut into pieces of at most this many characters,
+# so a file with no blank lines is not held in memory whole.
+MAX_DOCUMENT_CHARS = 4 << 20
 _UTF8_BOM = b"\xef\xbb\xbf"
 _GZIP_MAGIC = b"\x1f\x8b"
 # Files people upload by mistake, recognised by their first bytes.
@@ -289,6 +295,7 @@ class UploadReader:
         self.formats = formats
         self.long_line_hint = long_line_hint
         self.compressed = False
+        self.max_decompressed = UPLOAD_MAX_DECOMPRESSED_BYTES
         self.file_bytes = 0
         self.lines = 0
 
@@ -371,6 +378,11 @@ class UploadReader:
                         "Windows-1252); re-save it as UTF-8 and upload it again."
                     ) from None
             offset += len(data) - len(pending)
+            if self.compressed and offset > self.max_decompressed:
+                raise self.error(
+                    f"The file decompresses to more than {_bytes(self.max_decompressed)}, the most this "
+                    "installation unpacks (UPLOAD_MAX_DECOMPRESSED_BYTES). Upload a smaller file, or split it."
+                )
             text, held = held + text, ""
             if not at_eof and text.endswith("\r"):
                 text, held = text[:-1], "\r"
@@ -383,15 +395,25 @@ class UploadReader:
             chunk = self._read(stream)
 
 
+def _bytes(n: int) -> str:
+    return f"{n / 1e9:,.1f} GB" if n >= 100_000_000 else f"{n / 1e6:,.1f} MB"
+
+
 def _txt_documents(lines: Iterable[tuple[int, str]]) -> Iterator[list[str]]:
-    """A blank line (or one holding only whitespace) ends a document."""
+    """A blank line (or one holding only whitespace) ends a document; a document longer than
+    MAX_DOCUMENT_CHARS is cut there (between lines), so memory stays bounded."""
     doc: list[str] = []
+    chars = 0
     for _, line in lines:
         if line.strip():
             doc.append(line)
+            chars += len(line)
+            if chars > MAX_DOCUMENT_CHARS:
+                yield doc
+                doc, chars = [], 0
         elif doc:
             yield doc
-            doc = []
+            doc, chars = [], 0
     if doc:
         yield doc
 

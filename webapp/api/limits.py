@@ -1,13 +1,20 @@
-"""Refuse oversized uploads from the headers, before any of the body is read.
+"""Refuse oversized uploads from the headers, before any of the body is read, and uploads
+without a length (chunked transfer) as soon as their bytes pass the limit.
 
 Django's ASGI handler reads the whole request body (spooling to disk) before a view runs,
-so the size check must happen one layer further out, on the raw ASGI scope.
+so the size check must happen one layer further out, on the raw ASGI scope. A body whose
+size the headers do not give is counted as it arrives (spooled to a temporary file, as
+Django would) and answered with 413 at the limit; under it, the app reads it back unchanged.
 """
 from __future__ import annotations
 
 import json
+import tempfile
 
 from django.conf import settings
+
+_SPOOL_IN_MEMORY = 1 << 20  # bytes of a length-less body kept in memory before spilling to disk
+_REPLAY_CHUNK = 1 << 16
 
 
 class UploadSizeLimit:
@@ -27,14 +34,47 @@ class UploadSizeLimit:
             if length is not None and length > limit:
                 await self._reject(scope, send, length, limit)
                 return
+            if length is None:
+                await self._counted(scope, receive, send, limit)
+                return
         await self.app(scope, receive, send)
 
+    async def _counted(self, scope, receive, send, limit: int) -> None:
+        """Read a body of unknown length, refusing it at `limit` bytes; then hand it on."""
+        spool = tempfile.SpooledTemporaryFile(max_size=_SPOOL_IN_MEMORY)
+        total = 0
+        try:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                body = message.get("body", b"")
+                total += len(body)
+                if total > limit:
+                    await self._reject(scope, send, total, limit, known=False)
+                    return
+                spool.write(body)
+                if not message.get("more_body", False):
+                    break
+            spool.seek(0)
+            done = False
+
+            async def replay():
+                nonlocal done
+                if done:
+                    return await receive()  # after the body: the client's disconnect, when it comes
+                chunk = spool.read(_REPLAY_CHUNK)
+                done = spool.tell() >= total
+                return {"type": "http.request", "body": chunk, "more_body": not done}
+
+            await self.app(scope, replay, send)
+        finally:
+            spool.close()
+
     @staticmethod
-    async def _reject(scope, send, length: int, limit: int) -> None:
-        message = (
-            f"The upload is {length / 1e6:,.1f} MB; the largest accepted is {limit / 1e6:,.1f} MB "
-            "(set UPLOAD_MAX_BYTES to change it)."
-        )
+    async def _reject(scope, send, length: int, limit: int, known: bool = True) -> None:
+        size = _size(length) if known else f"over {_size(limit)} (it was refused at that point)"
+        message = f"The upload is {size}; the largest accepted is {_size(limit)} (set UPLOAD_MAX_BYTES to change it)."
         wants_json = scope.get("path", "").startswith("/api/")
         if wants_json:
             body = json.dumps({"error": message}).encode()
@@ -53,3 +93,7 @@ class UploadSizeLimit:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:,.1f} MB" if n >= 100_000 else f"{n:,} bytes"

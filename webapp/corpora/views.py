@@ -21,6 +21,7 @@ from webapp.corpora.services import (
     tokenizer_create,
     tokenizer_delete,
 )
+from trainer.prep.corpus import UPLOAD_MAX_DECOMPRESSED_BYTES
 from webapp.corpora.uploads import human_bytes
 
 
@@ -57,6 +58,7 @@ def corpus_upload(request: HttpRequest) -> HttpResponse:
         "form": form,
         "max_bytes": settings.UPLOAD_MAX_BYTES,
         "max_human": human_bytes(settings.UPLOAD_MAX_BYTES),
+        "max_unpacked_human": human_bytes(UPLOAD_MAX_DECOMPRESSED_BYTES),
     })
 
 
