@@ -8,6 +8,7 @@ DEBUG          "1"/"true" to turn on (default on for local use, off in settings_
 ALLOWED_HOSTS  comma-separated (default localhost,127.0.0.1,[::1])
 UPLOAD_MAX_BYTES  largest upload accepted: a corpus or a labelled dataset (default 2 GB)
 UPLOAD_MAX_DECOMPRESSED_BYTES  the most a gzip-compressed upload may unpack to (default 16 GiB; read by trainer.prep.corpus)
+STORAGE_MIN_FREE_BYTES  free space kept on the storage volume: uploads and launches beyond it get a 507 (default 1 GiB)
 """
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,1
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
 
 UPLOAD_MAX_BYTES = int(os.environ.get("UPLOAD_MAX_BYTES", str(2 * 1024**3)))
+# Uploads and launches are refused (507, with a sentence) when they would leave less free space.
+STORAGE_MIN_FREE_BYTES = int(os.environ.get("STORAGE_MIN_FREE_BYTES", str(1024**3)))
 
 INSTALLED_APPS = [
     "django.contrib.admin",

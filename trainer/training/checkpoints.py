@@ -34,6 +34,10 @@ FORMAT_VERSION = 1
 _NAME = re.compile(r"^step-(\d{8,})$")
 
 
+class CheckpointError(UserError):
+    """A checkpoint could not be written (a full or read-only disk)."""
+
+
 def checkpoint_name(step: int) -> str:
     return f"step-{step:08d}"
 
@@ -73,10 +77,26 @@ def latest_resumable(run_folder: Path) -> Path | None:
 
 def save_checkpoint(run_folder: Path, step: int, *, model: nn.Module, tokenizer_dir: Path,
                     state: dict[str, Any], optimizer_state: dict[str, Any]) -> Path:
-    """Write a complete checkpoint atomically; returns its folder."""
+    """Write a complete checkpoint atomically; returns its folder. When the disk refuses (full,
+    read-only), the half-written folder is removed and CheckpointError says so: the earlier
+    checkpoints stay as they were."""
+    base = checkpoints_dir(run_folder)
+    tmp = base / (checkpoint_name(step) + ".tmp")
+    try:
+        return _save(base, step, model=model, tokenizer_dir=tokenizer_dir, state=state, optimizer_state=optimizer_state)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        kept = len(list_checkpoints(run_folder))
+        earlier = (f"its {kept} earlier checkpoint{' is' if kept == 1 else 's are'} intact. Free some disk space, "
+                   "then resume it." if kept else "it had none before. Free some disk space, then start it again.")
+        raise CheckpointError(f"The checkpoint of step {step:,} could not be written ({e.strerror or e}). The run "
+                              f"stopped there; {earlier}") from None
+
+
+def _save(base: Path, step: int, *, model: nn.Module, tokenizer_dir: Path, state: dict[str, Any],
+          optimizer_state: dict[str, Any]) -> Path:
     from models_lib.checkpoint import save_model
 
-    base = checkpoints_dir(run_folder)
     base.mkdir(parents=True, exist_ok=True)
     final = base / checkpoint_name(step)
     tmp = base / (final.name + ".tmp")

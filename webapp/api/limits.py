@@ -8,6 +8,7 @@ Django would) and answered with 413 at the limit; under it, the app reads it bac
 """
 from __future__ import annotations
 
+import html
 import json
 import tempfile
 
@@ -15,6 +16,7 @@ from django.conf import settings
 
 _SPOOL_IN_MEMORY = 1 << 20  # bytes of a length-less body kept in memory before spilling to disk
 _REPLAY_CHUNK = 1 << 16
+_CHECK_SPACE_FROM = 1 << 20  # bodies larger than this are checked against the free space first
 
 
 class UploadSizeLimit:
@@ -34,6 +36,14 @@ class UploadSizeLimit:
             if length is not None and length > limit:
                 await self._reject(scope, send, length, limit)
                 return
+            if length is not None and length > _CHECK_SPACE_FROM:
+                from webapp.api.storage import StorageFullError, check_free_space
+
+                try:
+                    check_free_space(needed=length, what="this upload")
+                except StorageFullError as e:
+                    await _answer(scope, send, 507, "Storage nearly full", str(e))
+                    return
             if length is None:
                 await self._counted(scope, receive, send, limit)
                 return
@@ -75,24 +85,21 @@ class UploadSizeLimit:
     async def _reject(scope, send, length: int, limit: int, known: bool = True) -> None:
         size = _size(length) if known else f"over {_size(limit)} (it was refused at that point)"
         message = f"The upload is {size}; the largest accepted is {_size(limit)} (set UPLOAD_MAX_BYTES to change it)."
-        wants_json = scope.get("path", "").startswith("/api/")
-        if wants_json:
-            body = json.dumps({"error": message}).encode()
-            ctype = b"application/json"
-        else:
-            body = (
-                "<!doctype html><title>Upload too large</title>"
-                f"<h1>Upload too large</h1><p>{message}</p><p><a href='/corpora/'>Back to corpora</a></p>"
-            ).encode()
-            ctype = b"text/html; charset=utf-8"
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode()), (b"connection", b"close")],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await _answer(scope, send, 413, "Upload too large", message)
+
+
+async def _answer(scope, send, status: int, title: str, message: str) -> None:
+    """A JSON error under /api/, a short page elsewhere; the connection is closed after it."""
+    if scope.get("path", "").startswith("/api/"):
+        body, ctype = json.dumps({"error": message}).encode(), b"application/json"
+    else:
+        body = (f"<!doctype html><title>{title}</title><h1>{title}</h1><p>{html.escape(message)}</p>"
+                "<p><a href='javascript:history.back()'>Back</a></p>").encode()
+        ctype = b"text/html; charset=utf-8"
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", ctype), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _size(n: int) -> str:

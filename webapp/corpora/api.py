@@ -66,7 +66,7 @@ class CorpusListApi(APIView):
 
     @extend_schema(
         request={"multipart/form-data": CorpusUploadSerializer, "application/json": CorpusDemoSerializer},
-        responses={201: CorpusSerializer, 400: ERROR, 413: ERROR},
+        responses={201: CorpusSerializer, 400: ERROR, 413: ERROR, 507: ERROR},
         tags=["corpora"],
     )
     def post(self, request: Request) -> Response:

@@ -45,6 +45,8 @@ BAD_UPLOAD = _error('{"error": "<a sentence>", "fields": {...}}: no file, a type
                     "line or row).")
 TOO_LARGE = _error('{"error": "The upload is ... MB; the largest accepted is ... MB ..."}: refused from the '
                    "Content-Length before the body is read.")
+STORAGE_FULL = _error('{"error": "The server\'s storage is nearly full ..."}: the upload would leave less than '
+                      "STORAGE_MIN_FREE_BYTES free; refused before the body is read.")
 BAD_MAPPING = _error('{"error": "<a sentence>"}: the task, mapping or split does not fit the upload (a role the '
                      "task needs is missing, a column that is not in the file, fractions that do not add up to 1, "
                      "...).")
@@ -71,7 +73,7 @@ class DatasetListApi(APIView):
         return Response(DatasetSerializer(selectors.datasets_for(request.user), many=True).data)
 
     @extend_schema(request={"multipart/form-data": DatasetUploadSerializer},
-                   responses={201: DatasetSerializer, 400: BAD_UPLOAD, 413: TOO_LARGE}, tags=TAGS,
+                   responses={201: DatasetSerializer, 400: BAD_UPLOAD, 413: TOO_LARGE, 507: STORAGE_FULL}, tags=TAGS,
                    summary="Upload a dataset")
     def post(self, request: Request) -> Response:
         """Upload a labelled dataset (multipart: `file`, `name`): CSV, TSV, JSONL, CoNLL or SQuAD JSON, optionally

@@ -55,7 +55,8 @@ class RunListCreateView(APIView):
     def get(self, request: Request) -> Response:
         return Response(RunSerializer(selectors.runs_for(request.user), many=True).data)
 
-    @extend_schema(request=RunCreateSerializer, responses={201: RunSerializer, 400: ERROR, 429: ERROR},
+    @extend_schema(request=RunCreateSerializer,
+                   responses={201: RunSerializer, 400: ERROR, 429: ERROR, 507: ERROR},
                    summary="Launch a run (429: you have the most runs queued or running one user may have)")
     def post(self, request: Request) -> Response:
         ser = RunCreateSerializer(data=request.data)
@@ -119,7 +120,7 @@ class RunCancelView(APIView):
 
 
 class RunResumeView(APIView):
-    @extend_schema(request=None, responses={200: RunSerializer, 404: ERROR, 409: ERROR, 429: ERROR},
+    @extend_schema(request=None, responses={200: RunSerializer, 404: ERROR, 409: ERROR, 429: ERROR, 507: ERROR},
                    summary="Resume a cancelled, crashed or failed run from its last checkpoint")
     def post(self, request: Request, run_id) -> Response:
         run = _state_change(services.run_resume, owned_run(request, run_id))
@@ -127,7 +128,8 @@ class RunResumeView(APIView):
 
 
 class RunCloneView(APIView):
-    @extend_schema(request=RunCloneSerializer, responses={201: RunSerializer, 400: ERROR, 404: ERROR, 429: ERROR},
+    @extend_schema(request=RunCloneSerializer,
+                   responses={201: RunSerializer, 400: ERROR, 404: ERROR, 429: ERROR, 507: ERROR},
                    summary="Launch a new run with the same data and config")
     def post(self, request: Request, run_id) -> Response:
         run = owned_run(request, run_id)

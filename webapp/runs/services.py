@@ -29,6 +29,7 @@ from trainer.catalog import validation
 from trainer import objectives
 from trainer.config import RunConfig
 from trainer.errors import ConfigError, UserError
+from webapp.api.storage import check_free_space
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
 from webapp.runs.events import send_run_event, status_event
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run, RunStatus
@@ -228,6 +229,7 @@ def run_create(*, owner, name: str = "", corpus: Corpus | None, tokenizer: Token
                preset: str, objectives, training: dict | None = None, cloned_from: Run | None = None) -> Run:
     """Validate the choices, store the run with its full config, enqueue it on commit."""
     check_run_limit(owner=owner)
+    check_free_space(what="a new run (its checkpoints need room)")
     corpus = _check_data(owner=owner, corpus=corpus, tokenizer=tokenizer)
     config = build_config(family=family, preset=preset, objectives=objectives, training=training,
                           owner=owner)
@@ -279,6 +281,7 @@ def _requeue(*, run: Run) -> Run:
             f"Only a cancelled, crashed or failed run can be resumed; this one is {run.get_status_display().lower()}."
         )
     check_run_limit(owner=run.owner)
+    check_free_space(what="resuming this run (its checkpoints need room)")
     if not run.checkpoints.exists():
         raise RunStateError("This run has no checkpoint to resume from. Clone it to start again from step 0.")
     run.status = RunStatus.QUEUED
