@@ -296,7 +296,7 @@ def test_the_schema_documents_every_dataset_endpoint_with_its_error_bodies():
     validate_schema(schema)
     paths = schema["paths"]
     expected = {
-        "/api/datasets/": {"get": {"200"}, "post": {"201", "400", "413"}},
+        "/api/datasets/": {"get": {"200"}, "post": {"201", "400", "413", "507"}},
         "/api/datasets/demos/": {"get": {"200"}, "post": {"201", "400"}},
         "/api/datasets/{id}/": {"get": {"200", "404"}, "delete": {"204", "404"}},
         "/api/datasets/{id}/mapping/": {"post": {"200", "400", "404", "409"}, "patch": {"200", "400", "404", "409"}},
