@@ -69,6 +69,8 @@ def test_a_finetune_run_trains_end_to_end_and_its_checkpoints_fine_tune_again(
 
     html = alice_client.get(reverse("runs:detail", args=[run.id])).content.decode()
     assert run.lineage in html
+    explorer = alice_client.get(reverse("explorer:index") + f"?checkpoint={tuned.id}").content.decode()
+    assert "Fine-tuned from tiny bert @ step 20 on" in explorer
     assert "Test split" in html and 'data-test-metric="accuracy"' in html
     chart_ids = [c["id"] for c in script_data(html, "dashboard-charts")]
     assert "ft_classification" in chart_ids and "ft_mcc" in chart_ids and "loss" in chart_ids
@@ -102,6 +104,10 @@ def test_the_page_launches_a_finetune_run_and_the_list_shows_both_kinds(
     # a checkpoint's row offers fine-tuning
     detail = alice_client.get(reverse("runs:detail", args=[base.run_id])).content.decode()
     assert f"{reverse('runs:finetune')}?checkpoint={base.id}" in detail
+    explorer = alice_client.get(reverse("explorer:index") + f"?checkpoint={base.id}").content.decode()
+    assert f"{reverse('runs:finetune')}?checkpoint={base.id}" in explorer
+    dataset_page = alice_client.get(reverse("datasets:detail", args=[dataset.id])).content.decode()
+    assert f"{reverse('runs:finetune')}?dataset={dataset.id}" in dataset_page
 
 
 def test_the_page_refuses_with_sentences(alice, alice_client, enqueued, django_capture_on_commit_callbacks):
