@@ -38,3 +38,53 @@ def get(name: str) -> "Task":
         raise ConfigError(f"Fine-tuning does not offer the task {name!r} yet; choose one of "
                           f"{', '.join(REGISTRY)}.") from None
     return getattr(importlib.import_module(module), attr)
+
+
+def metrics_for(name: str, *, unanswerable: bool = False):
+    """The task's trainer.finetune.metrics.TaskMetrics (extractive QA on a dataset with
+    unanswerable questions is scored as SQuAD 2.0, as the engine does)."""
+    from trainer.finetune.metrics import METRICS
+
+    key = get(name).metrics
+    if unanswerable and f"{key}_v2" in METRICS:
+        key = f"{key}_v2"
+    return METRICS[key]
+
+
+def charts_for(name: str, *, unanswerable: bool = False) -> list[dict]:
+    """The dashboard's charts for a fine-tuning run of task `name`: the common series plus the
+    task's metrics, drawn on FINETUNE_CHARTS (trainer.charts.charts_for); [] of the task's own for
+    an unknown task name (an older version's run still opens)."""
+    from trainer import charts
+    from trainer.finetune.metrics import FINETUNE_CHARTS
+
+    own = metrics_for(name, unanswerable=unanswerable).metrics if name in REGISTRY else ()
+    return charts.charts_for(own, FINETUNE_CHARTS)
+
+
+def stats_for(name: str, *, unanswerable: bool = False) -> list[dict]:
+    """The numbers above the charts for a fine-tuning run of task `name` (trainer.charts.stats_for)."""
+    from trainer import charts
+
+    own = metrics_for(name, unanswerable=unanswerable).stats if name in REGISTRY else ()
+    return charts.stats_for(own)
+
+
+def check_checkpoint(folder, name: str) -> str:
+    """The family of the checkpoint in `folder` when task `name` has a head for it; else a
+    ConfigError with a sentence (T5, GPT and ELMo have no encoder head to fine-tune here)."""
+    from models_lib.checkpoint import read_model_config
+    from models_lib.families.downstream import BACKBONE_NAMES
+    from trainer import families
+
+    task = get(name)
+    try:
+        family = str(read_model_config(folder).get("family", ""))
+    except ValueError:
+        raise ConfigError("That checkpoint's files cannot be read, so it cannot be fine-tuned.") from None
+    if family not in BACKBONE_NAMES:
+        label = families.get(family).label if family in families.names() else family
+        encoders = ", ".join(families.get(f).label if f in families.names() else f for f in BACKBONE_NAMES)
+        raise ConfigError(f"A {label} checkpoint cannot be fine-tuned for {task.label.split(' (')[0].lower()}: "
+                          f"the task heads sit on an encoder ({encoders}). Choose a checkpoint of one of those.")
+    return family

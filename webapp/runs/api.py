@@ -12,9 +12,9 @@ from rest_framework.views import APIView
 
 from webapp.corpora.models import Corpus, Tokenizer
 from webapp.runs import launch, selectors, services
-from webapp.runs.models import Run
+from webapp.runs.models import Checkpoint, Run
 from webapp.runs.serializers import (
-    CheckpointSerializer, LogLineSerializer, LogQuerySerializer, MetricPointSerializer, MetricsQuerySerializer,
+    CheckpointSerializer, FinetuneCreateSerializer, LogLineSerializer, LogQuerySerializer, MetricPointSerializer, MetricsQuerySerializer,
     MetricsSerializer, RunCloneSerializer, RunCreateSerializer, RunSerializer,
 )
 
@@ -70,6 +70,32 @@ class RunListCreateView(APIView):
             family=values.pop("family"), preset=values.pop("preset"),
             objectives=values.pop("objectives"), training=values,
         )
+        return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+
+class FinetuneCreateView(APIView):
+    @extend_schema(
+        request=FinetuneCreateSerializer,
+        responses={
+            201: RunSerializer,
+            400: OpenApiResponse(description='{"error": "<a sentence>"}: a field out of its bounds, a checkpoint or '
+                                             'dataset id that is not one of yours, a dataset not ready, a '
+                                             'checkpoint of a family the task has no head for (T5, GPT, ELMo)'),
+            429: OpenApiResponse(description='{"error": "<a sentence>"}: you have the most runs queued or running '
+                                             'one user may have'),
+            507: OpenApiResponse(description='{"error": "<a sentence>"}: the server\'s storage is nearly full'),
+        },
+        summary="Fine-tune one of your checkpoints on one of your ready datasets (a run of kind \"finetune\")")
+    def post(self, request: Request) -> Response:
+        ser = FinetuneCreateSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        data = dict(ser.validated_data)
+        from webapp.datasets.models import Dataset
+
+        checkpoint = _owned(Checkpoint, request.user, data.pop("checkpoint"), "checkpoint")
+        dataset = _owned(Dataset, request.user, data.pop("dataset"), "dataset")
+        run = services.finetune_create(owner=request.user, checkpoint=checkpoint, dataset=dataset,
+                                       name=data.pop("name", ""), training=data)
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
 
@@ -153,10 +179,20 @@ class RegistryView(APIView):
         return Response({**launch.registry_json(), "launch_defaults": launch.launch_defaults()})
 
 
-def config_yaml_response(run: Run) -> HttpResponse:
+def config_text(run: Run) -> str:
+    """The run's config as YAML: a RunConfig's (re-importable by the launch form and the CLI), or
+    a fine-tuning run's FinetuneConfig fields (`python -m trainer finetune` reads the same names)."""
+    if run.is_finetune:
+        import yaml
+
+        return yaml.safe_dump(run.config, sort_keys=False, allow_unicode=True)
     from trainer.config import RunConfig
 
-    text = f"# LM Workbench run “{run.name}” ({run.id})\n" + RunConfig.from_dict(run.config).to_yaml()
+    return RunConfig.from_dict(run.config).to_yaml()
+
+
+def config_yaml_response(run: Run) -> HttpResponse:
+    text = f"# LM Workbench run “{run.name}” ({run.id})\n" + config_text(run)
     response = HttpResponse(text, content_type="application/yaml; charset=utf-8")
     filename = f"{slugify(run.name) or 'run'}.yaml"
     response["Content-Disposition"] = f'attachment; filename="{filename}"'

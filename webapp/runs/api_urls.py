@@ -12,5 +12,6 @@ urlpatterns = [
     path("runs/<uuid:run_id>/resume/", api.RunResumeView.as_view(), name="api-run-resume"),
     path("runs/<uuid:run_id>/clone/", api.RunCloneView.as_view(), name="api-run-clone"),
     path("runs/<uuid:run_id>/config.yaml", api.RunConfigYamlView.as_view(), name="api-run-config-yaml"),
+    path("finetune/", api.FinetuneCreateView.as_view(), name="api-finetune"),
     path("registry/", api.RegistryView.as_view(), name="api-registry"),
 ]

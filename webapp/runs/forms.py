@@ -21,6 +21,7 @@ from django.db import models
 
 from trainer.errors import ConfigError
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
+from webapp.datasets.models import Dataset
 from webapp.runs import launch, services
 from webapp.runs.models import Checkpoint, CheckpointSource
 from webapp.runs.services import build_config
@@ -352,3 +353,75 @@ class YamlImportForm(forms.Form):
         except ConfigError as e:
             raise forms.ValidationError(str(e)) from None
         return upload
+
+
+# -------------------------------------------------------------------------------- fine-tuning
+# The FinetuneConfig fields the fine-tuning form offers (services.FINETUNE_FIELDS), with what each
+# does; bounds are FinetuneConfig's, checked again by the service (a sentence when out of range).
+FINETUNE_HELP = {
+    "max_length": "Tokens per example; longer inputs are cut (dynamic padding per batch).",
+    "max_steps": "Optimizer updates in all.",
+    "batch_size": "Examples per update.",
+    "lr": "Peak learning rate of AdamW (BERT's recipes: 2e-5 to 5e-5).",
+    "warmup_ratio": "Share of max_steps over which the learning rate climbs from 0, then decays linearly.",
+    "eval_every": "Steps between validation passes (the task's metrics are computed there).",
+    "llrd": "Layer-wise learning-rate decay: the head trains at lr, each layer below at the one above's lr × "
+            "this factor. 1 turns it off; 0.8 to 0.95 is usual.",
+    "freeze_embeddings": "Keep the embeddings exactly as pre-trained.",
+    "freeze_layers": "Freeze the bottom k encoder layers (0: none).",
+    "gradual_unfreeze_every": "ULMFiT: train the head alone, then unfreeze one more layer group from the top every "
+                              "n steps (0: off).",
+    "early_stopping_patience": "Stop after this many validations without a better primary metric; the best "
+                               "checkpoint is restored before the test split (0: off).",
+    "class_weights": "Balanced: weigh each class's loss by how rare it is in the train split (classification and "
+                     "token classification).",
+}
+
+
+class _CheckpointChoice(forms.ModelChoiceField):
+    def label_from_instance(self, obj: Checkpoint) -> str:
+        return obj.label
+
+
+class _DatasetChoice(forms.ModelChoiceField):
+    def label_from_instance(self, obj) -> str:
+        ready = obj.status == "ready"
+        return f"{obj.name} ({obj.task or 'no task'})" + ("" if ready else f" – {obj.get_status_display().lower()}")
+
+
+class FinetuneForm(forms.Form):
+    """Fine-tune one of the user's checkpoints on one of their datasets. Every checkpoint and
+    dataset of theirs is listed; services.finetune_create refuses those that cannot be used
+    (another family than an encoder's, a dataset not ready) with a sentence."""
+
+    name = forms.CharField(max_length=200, required=False, help_text="Empty: “<checkpoint> on <dataset>”.")
+    checkpoint = _CheckpointChoice(queryset=Checkpoint.objects.none(),
+                                   help_text="The pre-trained (or fine-tuned) model; the task head needs an "
+                                             "encoder (BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT, SpanBERT, UniLM).")
+    dataset = _DatasetChoice(queryset=Dataset.objects.none(), help_text="A ready labelled dataset; its task "
+                             "(classification, regression, tags, QA) is what the model learns.")
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        from trainer.finetune.config import FinetuneConfig
+        from webapp.datasets.selectors import datasets_for
+        from webapp.runs.selectors import checkpoints_for
+
+        self.fields["checkpoint"].queryset = checkpoints_for(user)
+        self.fields["dataset"].queryset = datasets_for(user)
+        defaults = {f: getattr(FinetuneConfig, f) for f in services.FINETUNE_FIELDS}
+        for name in services.FINETUNE_FIELDS:
+            default, help_text = defaults[name], FINETUNE_HELP[name]
+            if isinstance(default, bool):
+                field = forms.BooleanField(required=False, initial=default, help_text=help_text)
+            elif name == "class_weights":
+                field = forms.ChoiceField(choices=[("none", "none"), ("balanced", "balanced")], initial=default,
+                                          help_text=help_text)
+            elif isinstance(default, int):
+                field = forms.IntegerField(initial=default, help_text=help_text)
+            else:
+                field = forms.FloatField(initial=default, help_text=help_text)
+            self.fields[name] = field
+
+    def training_settings(self) -> dict[str, Any]:
+        return {name: self.cleaned_data[name] for name in services.FINETUNE_FIELDS}

@@ -24,16 +24,29 @@ class RunStatus(models.TextChoices):
 FINISHED_STATES = {RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.CRASHED}
 
 
+class RunKind(models.TextChoices):
+    PRETRAIN = "pretrain", "Pre-training"
+    FINETUNE = "finetune", "Fine-tuning"
+
+
 class Run(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="runs")
     name = models.CharField(max_length=200)
-    corpus = models.ForeignKey("corpora.Corpus", on_delete=models.PROTECT, related_name="runs")
-    tokenizer = models.ForeignKey("corpora.Tokenizer", on_delete=models.PROTECT, related_name="runs")
+    kind = models.CharField(max_length=10, choices=RunKind.choices, default=RunKind.PRETRAIN)
+    # A pre-training run reads a corpus through a tokenizer; a fine-tuning run reads a labelled
+    # dataset with its base checkpoint's own tokenizer, so it has neither.
+    corpus = models.ForeignKey("corpora.Corpus", on_delete=models.PROTECT, related_name="runs", null=True, blank=True)
+    tokenizer = models.ForeignKey("corpora.Tokenizer", on_delete=models.PROTECT, related_name="runs",
+                                  null=True, blank=True)
+    dataset = models.ForeignKey("datasets.Dataset", on_delete=models.SET_NULL, related_name="runs",
+                                null=True, blank=True)
+    base_checkpoint = models.ForeignKey("runs.Checkpoint", on_delete=models.SET_NULL, related_name="finetune_runs",
+                                        null=True, blank=True)
     family = models.CharField(max_length=40)
     preset = models.CharField(max_length=40)
     objectives = models.JSONField(default=list)
-    config = models.JSONField(default=dict)  # the full trainer RunConfig as a dict
+    config = models.JSONField(default=dict)  # the full RunConfig (pretrain) or FinetuneConfig (finetune) as a dict
     queue = models.CharField(max_length=20, default="cpu")
     cloned_from = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL)
 
@@ -62,6 +75,19 @@ class Run(models.Model):
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED_STATES
+
+    @property
+    def is_finetune(self) -> bool:
+        return self.kind == RunKind.FINETUNE
+
+    @property
+    def lineage(self) -> str:
+        """How pages say where a fine-tuned model comes from ("" for pre-training)."""
+        if not self.is_finetune:
+            return ""
+        base = self.base_checkpoint.label if self.base_checkpoint_id else "a deleted checkpoint"
+        data = self.dataset.name if self.dataset_id else "a deleted dataset"
+        return f"fine-tuned from {base} on {data}"
 
 
 class MetricPoint(models.Model):

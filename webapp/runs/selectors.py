@@ -84,3 +84,12 @@ def latest_checkpoint(user) -> Checkpoint | None:
     if not user.is_authenticated:
         return None
     return Checkpoint.objects.filter(owner=user).select_related("run").order_by("-created_at").first()
+
+
+def test_metrics(run: Run) -> list[tuple[str, float | None]]:
+    """A fine-tuning run's test-split scores as (metric, value) rows, metric names sorted; [] before
+    the run has scored its test split (and for pre-training runs, which have none)."""
+    point = MetricPoint.objects.filter(run=run, split="test").order_by("-step").first()
+    if point is None or not isinstance(point.values, dict):
+        return []
+    return sorted(point.values.items())

@@ -34,8 +34,8 @@ class RunSerializer(serializers.ModelSerializer):
     class Meta:
         model = Run
         fields = [
-            "id", "name", "status", "status_label", "error", "family", "preset", "objectives", "queue",
-            "corpus", "tokenizer", "cloned_from", "current_step", "max_steps", "progress", "tokens_seen",
+            "id", "name", "kind", "status", "status_label", "error", "family", "preset", "objectives", "queue",
+            "corpus", "tokenizer", "dataset", "base_checkpoint", "cloned_from", "current_step", "max_steps", "progress", "tokens_seen",
             "cancel_requested", "config", "created_at", "started_at", "finished_at", "heartbeat_at",
             "last_checkpoint", "dashboard_url",
         ]
@@ -150,3 +150,24 @@ RunCreateSerializer = type(
 
 class RunCloneSerializer(serializers.Serializer):
     name = serializers.CharField(required=False, allow_blank=True, max_length=200)
+
+
+class FinetuneCreateSerializer(serializers.Serializer):
+    """POST /api/finetune/: one of your checkpoints (an encoder's) and one of your ready datasets by
+    id, and the FinetuneConfig settings the form offers (each optional: the config's default)."""
+
+    name = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    checkpoint = serializers.UUIDField(help_text="One of your checkpoints (of an encoder family: BERT, RoBERTa, ...).")
+    dataset = serializers.UUIDField(help_text="One of your ready labelled datasets; its task is what is trained.")
+    max_length = serializers.IntegerField(required=False)
+    max_steps = serializers.IntegerField(required=False)
+    batch_size = serializers.IntegerField(required=False)
+    lr = serializers.FloatField(required=False)
+    warmup_ratio = serializers.FloatField(required=False)
+    eval_every = serializers.IntegerField(required=False)
+    llrd = serializers.FloatField(required=False)
+    freeze_embeddings = serializers.BooleanField(required=False, default=None, allow_null=True)
+    freeze_layers = serializers.IntegerField(required=False)
+    gradual_unfreeze_every = serializers.IntegerField(required=False)
+    early_stopping_patience = serializers.IntegerField(required=False)
+    class_weights = serializers.ChoiceField(choices=["none", "balanced"], required=False)

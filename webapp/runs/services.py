@@ -32,7 +32,7 @@ from trainer.errors import ConfigError, UserError
 from webapp.api.storage import check_free_space
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
 from webapp.runs.events import send_run_event, status_event
-from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run, RunStatus
+from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run, RunKind, RunStatus
 from webapp.runs.sink import DatabaseChannelsSink, StopCheck
 
 log = logging.getLogger(__name__)
@@ -281,6 +281,9 @@ def _requeue(*, run: Run) -> Run:
             f"Only a cancelled, crashed or failed run can be resumed; this one is {run.get_status_display().lower()}."
         )
     check_run_limit(owner=run.owner)
+    if run.kind == RunKind.FINETUNE:
+        raise RunStateError("A fine-tuning run cannot be resumed; launch it again from its checkpoint's "
+                            "“Fine-tune” link.")
     check_free_space(what="resuming this run (its checkpoints need room)")
     if not run.checkpoints.exists():
         raise RunStateError("This run has no checkpoint to resume from. Clone it to start again from step 0.")
@@ -302,12 +305,75 @@ def run_clone(*, run: Run, owner, name: str | None = None) -> Run:
     """A new queued run with the same data and config (starting from step 0)."""
     if run.owner_id != owner.pk:
         raise ConfigError("That run does not exist, or it is not yours.")
+    if run.kind == RunKind.FINETUNE:
+        from trainer.finetune.config import FinetuneConfig
+
+        config = FinetuneConfig.from_dict(run.config)
+        return finetune_create(owner=owner, checkpoint=run.base_checkpoint, dataset=run.dataset,
+                               training={k: getattr(config, k) for k in FINETUNE_FIELDS},
+                               name=name or f"{run.name} (copy)")
     config = RunConfig.from_dict(run.config)
     return run_create(
         owner=owner, name=name or f"{run.name} (copy)", corpus=run.corpus, tokenizer=run.tokenizer,
         family=config.family, preset=config.preset, objectives=config.objectives,
         training=training_settings(config), cloned_from=run,
     )
+
+
+# -- fine-tuning --------------------------------------------------------------------------------
+
+# The FinetuneConfig fields the launch form and the API take; the rest keep their defaults, and
+# the checkpoint, dataset and task come from the rows the user chose.
+FINETUNE_FIELDS = ("max_length", "max_steps", "batch_size", "lr", "warmup_ratio", "eval_every", "llrd",
+                   "freeze_embeddings", "freeze_layers", "gradual_unfreeze_every", "early_stopping_patience",
+                   "class_weights")
+
+
+def check_finetune_sources(*, owner, checkpoint: Checkpoint | None, dataset) -> str:
+    """ConfigError with a sentence unless the checkpoint and the dataset are the owner's, the
+    dataset is ready and its task has a head for the checkpoint's family; returns that family."""
+    from trainer import finetune
+    from webapp.datasets.models import DatasetStatus
+
+    if checkpoint is None or checkpoint.owner_id != owner.pk:
+        raise ConfigError("That checkpoint does not exist, or it is not yours.")
+    if dataset is None or dataset.owner_id != owner.pk:
+        raise ConfigError("That dataset does not exist, or it is not yours.")
+    if dataset.status != DatasetStatus.READY:
+        raise ConfigError(f"The dataset '{dataset.name}' is not ready yet ({dataset.get_status_display().lower()}); "
+                          f"fine-tuning reads a dataset once its columns are mapped and it is ingested.")
+    if dataset.task not in finetune.names():
+        raise ConfigError(f"Fine-tuning does not offer the task of the dataset '{dataset.name}' ({dataset.task}) yet.")
+    return finetune.check_checkpoint(checkpoint.folder, dataset.task)
+
+
+def build_finetune_config(*, checkpoint: Checkpoint, dataset, training: dict | None = None):
+    """A validated FinetuneConfig: the user's settings (FINETUNE_FIELDS only) over the defaults,
+    with the checkpoint's and the dataset's folders resolved here, never taken from the user."""
+    from trainer.finetune.config import FinetuneConfig
+
+    chosen = {k: v for k, v in (training or {}).items() if k in FINETUNE_FIELDS and v is not None}
+    return FinetuneConfig.from_dict({**chosen, "checkpoint": str(checkpoint.folder), "dataset": str(dataset.data_dir),
+                                     "task": dataset.task})
+
+
+@transaction.atomic
+def finetune_create(*, owner, checkpoint: Checkpoint | None, dataset, training: dict | None = None,
+                    name: str = "") -> Run:
+    """Validate a fine-tuning launch, store the run (kind "finetune", its FinetuneConfig as the
+    config), enqueue it on commit. The owner's run limit applies as for pre-training."""
+    check_run_limit(owner=owner)
+    check_free_space(what="a new run (its checkpoints need room)")
+    family = check_finetune_sources(owner=owner, checkpoint=checkpoint, dataset=dataset)
+    config = build_finetune_config(checkpoint=checkpoint, dataset=dataset, training=training)
+    name = (name or "").strip() or f"{checkpoint.label} on {dataset.name}"
+    run = Run.objects.create(
+        owner=owner, name=name[:200], kind=RunKind.FINETUNE, dataset=dataset, base_checkpoint=checkpoint,
+        family=family, preset=checkpoint.label[:40], objectives=[dataset.task], config=config.to_dict(),
+        queue=getattr(settings, "RUN_DEFAULT_QUEUE", "cpu") or "cpu", max_steps=config.max_steps,
+    )
+    _enqueue(run)
+    return run
 
 
 # -- execution (in a Celery worker) ---------------------------------------------------------
@@ -336,11 +402,11 @@ def run_execute(*, run_id) -> None:
     if not _claim(run_id, me):
         log.info("Run %s is not queued (already claimed, cancelled or deleted); nothing to do.", run_id)
         return
-    run = Run.objects.select_related("tokenizer").get(pk=run_id)
+    run = Run.objects.select_related("tokenizer", "dataset", "base_checkpoint").get(pk=run_id)
     sink = DatabaseChannelsSink(run.id, claimed_by=me)
     status, error, final_step = RunStatus.FAILED, "", run.current_step
     try:
-        status, final_step = _train(run, sink, me)
+        status, final_step = (_finetune if run.kind == RunKind.FINETUNE else _train)(run, sink, me)
     except UserError as exc:
         error = str(exc)
     except Exception as exc:  # noqa: BLE001 - any bug becomes a failed run with a sentence, never a stuck one
@@ -377,6 +443,23 @@ def _train(run: Run, sink: DatabaseChannelsSink, me: str) -> tuple[str, int]:
     run.folder.mkdir(parents=True, exist_ok=True)
     result = train(config, data_dir=run.tokenizer.folder, out_dir=run.folder, sink=sink,
                    should_stop=StopCheck(run.id, claimed_by=me), resume=resume)
+    return (RunStatus.CANCELLED if result.status == "cancelled" else RunStatus.SUCCEEDED), result.final_step
+
+
+def _finetune(run: Run, sink: DatabaseChannelsSink, me: str) -> tuple[str, int]:
+    """Fine-tune from the start (the engine has no resume) with the same sink, cancel check and
+    heartbeat as pre-training; its checkpoints are registered by the sink like any run's."""
+    from trainer.finetune.config import FinetuneConfig
+    from trainer.finetune.engine import finetune  # imports torch: only workers pay for it
+
+    if run.base_checkpoint_id is None or run.dataset_id is None:
+        raise ConfigError("The checkpoint or the dataset of this fine-tuning run was deleted.")
+    config = FinetuneConfig.from_dict(run.config)
+    MetricPoint.objects.filter(run=run).delete()  # a fresh start: no stale history
+    sink.log(f"Started on {me} ({run.queue} queue): {run.lineage}.")
+    send_run_event(run.id, {**status_event(run), "resumed_from": None})
+    run.folder.mkdir(parents=True, exist_ok=True)
+    result = finetune(config, out_dir=run.folder, sink=sink, should_stop=StopCheck(run.id, claimed_by=me))
     return (RunStatus.CANCELLED if result.status == "cancelled" else RunStatus.SUCCEEDED), result.final_step
 
 

@@ -7,6 +7,7 @@ app_name = "runs"
 urlpatterns = [
     path("", views.run_list, name="list"),
     path("new/", views.run_new, name="new"),
+    path("finetune/", views.finetune_new, name="finetune"),
     path("static/plotly.min.js", views.plotly_js, name="plotly-js"),
     path("<uuid:run_id>/", views.run_detail, name="detail"),
     path("<uuid:run_id>/cancel/", views.run_cancel, name="cancel"),

@@ -11,13 +11,14 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from trainer import finetune
 from trainer.objectives import charts_for, stats_for
 from trainer.config import RunConfig
 from trainer.errors import UserError
 from webapp.corpora.models import JobStatus, Tokenizer
 from webapp.runs import launch, selectors, services
-from webapp.runs.api import config_yaml_response
-from webapp.runs.forms import RunForm, YamlImportForm
+from webapp.runs.api import config_text, config_yaml_response
+from webapp.runs.forms import FinetuneForm, RunForm, YamlImportForm
 from webapp.runs.models import RunStatus
 
 
@@ -101,18 +102,59 @@ def _initial_from_config(config: RunConfig, name: str = "", *, user=None) -> dic
 
 
 @login_required
+def finetune_new(request: HttpRequest) -> HttpResponse:
+    """The fine-tuning form; ?checkpoint=<id> and ?dataset=<id> preselect (from a checkpoint's row
+    or a dataset's page), ?from=<run id> copies a fine-tuning run's choices and settings."""
+    if request.method == "POST":
+        form = FinetuneForm(request.POST, user=request.user)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                run = services.finetune_create(owner=request.user, checkpoint=data["checkpoint"],
+                                               dataset=data["dataset"], training=form.training_settings(),
+                                               name=data["name"])
+            except UserError as e:
+                form.add_error(None, str(e))
+            else:
+                messages.success(request, f"Fine-tuning run “{run.name}” is queued on the {run.queue} queue.")
+                return redirect("runs:detail", run_id=run.id)
+    else:
+        form = FinetuneForm(user=request.user, initial=_finetune_initial(request))
+    return render(request, "runs/finetune.html", {"form": form})
+
+
+def _finetune_initial(request: HttpRequest) -> dict:
+    initial: dict = {}
+    if request.GET.get("from"):
+        run = selectors.run_get(request.user, request.GET["from"])
+        if run.is_finetune:
+            initial.update({k: run.config[k] for k in services.FINETUNE_FIELDS if k in run.config})
+            initial.update(checkpoint=run.base_checkpoint_id, dataset=run.dataset_id, name=f"{run.name} (copy)")
+    for key in ("checkpoint", "dataset"):
+        if request.GET.get(key) and _uuid_or_none(request.GET[key]):
+            initial[key] = _uuid_or_none(request.GET[key])
+    return initial
+
+
+@login_required
 def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     run = selectors.run_get(request.user, run_id)
     checkpoints = list(run.checkpoints.order_by("step"))
     log_lines = selectors.log_tail(run)
+    if run.is_finetune:  # the task's metrics (trainer.finetune), else the objectives'
+        task = (run.objectives or [""])[0]
+        charts, stats = finetune.charts_for(task), finetune.stats_for(task)
+    else:
+        charts, stats = charts_for(run.objectives), stats_for(run.objectives)
     return render(request, "runs/detail.html", {
         "run": run,
-        "charts": charts_for(run.objectives),
-        "stats": stats_for(run.objectives),
+        "charts": charts,
+        "stats": stats,
         "checkpoints": checkpoints,
         "log_lines": log_lines,
-        "config_yaml": RunConfig.from_dict(run.config).to_yaml(),
-        "can_resume": run.status in services.RESUMABLE_STATES and bool(checkpoints),
+        "test_metrics": selectors.test_metrics(run),
+        "config_yaml": config_text(run),
+        "can_resume": run.status in services.RESUMABLE_STATES and bool(checkpoints) and not run.is_finetune,
         "dashboard": {
             "run_id": str(run.id), "status": run.status, "status_label": run.get_status_display(),
             "step": run.current_step, "max_steps": run.max_steps, "error": run.error,

@@ -1,0 +1,177 @@
+"""Fine-tuning from the web (issue 9): a Run of kind "finetune" launched from one of the user's
+checkpoints and ready datasets (page and API), refused with sentences otherwise, executed eagerly
+with the pre-training sink, its metrics and test table on the dashboard."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.urls import reverse
+
+from tests.webapp.runs_helpers import make_checkpoint, make_run
+from webapp.datasets import services as dataset_services
+from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.runs import services
+from webapp.runs.models import Checkpoint, Run, RunKind, RunStatus
+
+pytestmark = pytest.mark.django_db(transaction=False)
+
+FAST = dict(max_length=32, max_steps=6, batch_size=8, lr=1e-3, warmup_ratio=0.0, eval_every=3)
+
+
+def ready_demo(owner, django_capture_on_commit_callbacks, demo: str = "classification") -> Dataset:
+    with django_capture_on_commit_callbacks(execute=True):
+        dataset = dataset_services.dataset_create_demo(owner=owner, name=demo)
+    dataset.refresh_from_db()
+    assert dataset.status == DatasetStatus.READY, dataset.error
+    return dataset
+
+
+def tiny_checkpoint(owner) -> Checkpoint:
+    """A real checkpoint (a 20-step tiny BERT) registered under a finished run of `owner`."""
+    run = make_run(owner, status=RunStatus.SUCCEEDED, name="tiny bert")
+    return make_checkpoint(run, step=20, real=True)
+
+
+def t5_checkpoint(owner) -> Checkpoint:
+    """A checkpoint row whose model_config.json names T5 (enough for the family check)."""
+    ckpt = make_checkpoint(make_run(owner, status=RunStatus.SUCCEEDED, name="tiny t5"), step=10)
+    ckpt.folder.mkdir(parents=True, exist_ok=True)
+    (ckpt.folder / "model_config.json").write_text(json.dumps({"family": "t5", "config": {}}))
+    (ckpt.folder / "model.safetensors").write_bytes(b"")
+    return ckpt
+
+
+def script_data(html: str, element_id: str):
+    start = html.index(f'id="{element_id}"')
+    start = html.index(">", start) + 1
+    return json.loads(html[start:html.index("</script>", start)])
+
+
+# ---------------------------------------------------------------------------- execution
+def test_a_finetune_run_trains_end_to_end_and_its_checkpoints_fine_tune_again(
+        alice, alice_client, eager, django_capture_on_commit_callbacks):
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks)
+    base = tiny_checkpoint(alice)
+    with django_capture_on_commit_callbacks(execute=True):
+        run = services.finetune_create(owner=alice, checkpoint=base, dataset=dataset, training=FAST)
+    run.refresh_from_db()
+    assert run.kind == RunKind.FINETUNE and run.status == RunStatus.SUCCEEDED, run.error
+    assert run.config["checkpoint"] == str(base.folder) and run.config["dataset"] == str(dataset.data_dir)
+    assert run.current_step == 6 and run.objectives == ["classification"]
+    splits = set(run.metrics.values_list("split", flat=True))
+    assert {"train", "valid", "test"} <= splits
+    test_point = run.metrics.get(split="test")
+    assert 0.0 <= test_point.values["accuracy"] <= 1.0
+    tuned = run.checkpoints.order_by("step").last()
+    assert tuned is not None and tuned.owner_id == alice.pk and (tuned.folder / "model_config.json").is_file()
+    assert run.lineage == f"fine-tuned from {base.label} on {dataset.name}"
+
+    html = alice_client.get(reverse("runs:detail", args=[run.id])).content.decode()
+    assert run.lineage in html
+    explorer = alice_client.get(reverse("explorer:index") + f"?checkpoint={tuned.id}").content.decode()
+    assert "Fine-tuned from tiny bert @ step 20 on" in explorer
+    assert "Test split" in html and 'data-test-metric="accuracy"' in html
+    chart_ids = [c["id"] for c in script_data(html, "dashboard-charts")]
+    assert "ft_classification" in chart_ids and "ft_mcc" in chart_ids and "loss" in chart_ids
+
+    # the fine-tuned checkpoint can itself be fine-tuned again
+    with django_capture_on_commit_callbacks(execute=False):
+        again = services.finetune_create(owner=alice, checkpoint=tuned, dataset=dataset, training=FAST)
+    assert again.base_checkpoint_id == tuned.pk and again.status == RunStatus.QUEUED
+
+
+# ---------------------------------------------------------------------------- launching
+def test_the_page_launches_a_finetune_run_and_the_list_shows_both_kinds(
+        alice, alice_client, enqueued, django_capture_on_commit_callbacks):
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks)
+    base = tiny_checkpoint(alice)
+    page = alice_client.get(reverse("runs:finetune") + f"?checkpoint={base.id}&dataset={dataset.id}")
+    html = page.content.decode()
+    assert page.status_code == 200 and "Layer-wise learning-rate decay" in html and "early_stopping_patience" in html
+    assert f'value="{base.id}" selected' in html and f'value="{dataset.id}" selected' in html
+    with django_capture_on_commit_callbacks(execute=True):
+        response = alice_client.post(reverse("runs:finetune"), {
+            "checkpoint": base.id, "dataset": dataset.id, "name": "", **FAST, "llrd": 0.9,
+            "freeze_layers": 0, "gradual_unfreeze_every": 0, "early_stopping_patience": 2, "class_weights": "balanced",
+        })
+    run = Run.objects.get(owner=alice, kind=RunKind.FINETUNE)
+    assert response.status_code == 302 and response.url == reverse("runs:detail", args=[run.id])
+    assert run.config["llrd"] == 0.9 and run.config["class_weights"] == "balanced" and run.max_steps == 6
+    assert len(enqueued) == 1
+    listing = alice_client.get(reverse("runs:list")).content.decode()
+    assert "fine-tune" in listing and dataset.name in listing and "tiny bert" in listing
+    # a checkpoint's row offers fine-tuning
+    detail = alice_client.get(reverse("runs:detail", args=[base.run_id])).content.decode()
+    assert f"{reverse('runs:finetune')}?checkpoint={base.id}" in detail
+    explorer = alice_client.get(reverse("explorer:index") + f"?checkpoint={base.id}").content.decode()
+    assert f"{reverse('runs:finetune')}?checkpoint={base.id}" in explorer
+    dataset_page = alice_client.get(reverse("datasets:detail", args=[dataset.id])).content.decode()
+    assert f"{reverse('runs:finetune')}?dataset={dataset.id}" in dataset_page
+
+
+def test_the_page_refuses_with_sentences(alice, alice_client, enqueued, django_capture_on_commit_callbacks):
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks)
+    t5 = t5_checkpoint(alice)
+    response = alice_client.post(reverse("runs:finetune"), {
+        "checkpoint": t5.id, "dataset": dataset.id, **FAST, "llrd": 1.0, "freeze_layers": 0,
+        "gradual_unfreeze_every": 0, "early_stopping_patience": 0, "class_weights": "none"})
+    html = response.content.decode()
+    assert response.status_code == 200 and "A T5 checkpoint cannot be fine-tuned for sequence classification" in html
+    base = tiny_checkpoint(alice)
+    response = alice_client.post(reverse("runs:finetune"), {
+        "checkpoint": base.id, "dataset": dataset.id, **FAST, "llrd": 1.5, "freeze_layers": 0,
+        "gradual_unfreeze_every": 0, "early_stopping_patience": 0, "class_weights": "none"})
+    assert "llrd (layer-wise lr decay) must be a number above 0 and at most 1" in response.content.decode()
+    assert not Run.objects.filter(kind=RunKind.FINETUNE).exists() and not enqueued
+
+
+def test_the_api_launches_and_refuses_with_sentences(alice, alice_api, bob, enqueued, settings,
+                                                     django_capture_on_commit_callbacks):
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks)
+    base = tiny_checkpoint(alice)
+    url = reverse("api-finetune")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        created = alice_api.post(url, {"checkpoint": str(base.id), "dataset": str(dataset.id), **FAST}, format="json")
+    assert created.status_code == 201, created.content
+    body = created.json()
+    assert body["kind"] == "finetune" and body["base_checkpoint"] == str(base.id) and body["dataset"] == str(dataset.id)
+    assert body["config"]["checkpoint"] == str(base.folder) and len(enqueued) == 1
+
+    # someone else's checkpoint or dataset: not found among yours
+    bobs_dataset = Dataset.objects.create(owner=bob, name="bob's", status=DatasetStatus.READY, task="classification")
+    bobs_base = make_checkpoint(make_run(bob, status=RunStatus.SUCCEEDED), step=10)
+    refused = alice_api.post(url, {"checkpoint": str(bobs_base.id), "dataset": str(dataset.id)}, format="json")
+    assert refused.status_code == 400 and f"No checkpoint of yours has the id {bobs_base.id}" in refused.json()["error"]
+    refused = alice_api.post(url, {"checkpoint": str(base.id), "dataset": str(bobs_dataset.id)}, format="json")
+    assert refused.status_code == 400 and "No dataset of yours" in refused.json()["error"]
+
+    # a T5 checkpoint, a dataset still being mapped: a sentence each
+    refused = alice_api.post(url, {"checkpoint": str(t5_checkpoint(alice).id), "dataset": str(dataset.id)},
+                             format="json")
+    assert refused.status_code == 400 and "A T5 checkpoint cannot be fine-tuned" in refused.json()["error"]
+    waiting = Dataset.objects.create(owner=alice, name="half done", status=DatasetStatus.MAPPING)
+    refused = alice_api.post(url, {"checkpoint": str(base.id), "dataset": str(waiting.id)}, format="json")
+    assert refused.status_code == 400
+    assert "The dataset 'half done' is not ready yet" in refused.json()["error"]
+
+    # the user's run limit applies
+    settings.MAX_ACTIVE_RUNS_PER_USER = 1
+    limited = alice_api.post(url, {"checkpoint": str(base.id), "dataset": str(dataset.id)}, format="json")
+    assert limited.status_code == 429 and "the most one user may have" in limited.json()["error"]
+    assert Run.objects.filter(kind=RunKind.FINETUNE).count() == 1
+
+
+def test_the_dashboard_charts_come_from_the_task_metrics():
+    from trainer import finetune
+    from trainer.finetune.metrics import METRICS
+
+    ids = [c["id"] for c in finetune.charts_for("token_classification")]
+    assert "ft_entities" in ids and "loss" in ids and "lr" in ids
+    series = {s["metric"] for c in finetune.charts_for("regression") for s in c["series"]}
+    assert {m.name for m in METRICS["regression"].metrics} <= series
+    assert "ft_entity_f1" in [s["id"] for s in finetune.stats_for("token_classification")]
+    from trainer.charts import charts_for as common_charts
+
+    assert finetune.charts_for("no longer offered") == common_charts(())  # an old run still opens
