@@ -140,8 +140,51 @@ GROUPS: dict[str, type] = {"model": ModelArgs, "objective": ObjectiveArgs, "trai
                            "eval": EvalArgs, "runtime": RuntimeArgs}
 
 
+class FlatRecord:
+    """A flat settings record (a dataclass): a plain dict and YAML in and out, unknown fields
+    refused with a sentence. RunConfig and trainer.finetune's FinetuneConfig are ones."""
+
+    WHAT = "config"      # how messages name its fields ("Unknown config field: ...")
+    RECORD = "run config"  # and the whole ("A run config must be a mapping ...")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict (tuples become lists)."""
+        d = dataclasses.asdict(self)  # type: ignore[call-overload]
+        d["betas"] = list(self.betas)  # type: ignore[attr-defined]
+        return d
+
+    @classmethod
+    def _upgrade(cls, d: dict[str, Any]) -> dict[str, Any]:
+        """A dict saved by an earlier version, in today's field names."""
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Any:
+        """Build from a dict; missing keys take their defaults, unknown keys are refused."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"A {cls.RECORD} must be a mapping of field names to values, not {type(d).__name__}.")
+        d = cls._upgrade(d)
+        unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})  # type: ignore[arg-type]
+        if unknown:
+            raise ConfigError(f"Unknown {cls.WHAT} field{'s' if len(unknown) > 1 else ''}: "
+                              f"{', '.join(map(str, unknown))}.")
+        return cls(**d)
+
+    @classmethod
+    def from_yaml(cls, text: str) -> Any:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise ConfigError(f"The config is not valid YAML: {e}".replace("\n", " ")) from None
+        return cls.from_dict(data if data is not None else {})
+
+    def replace(self, **changes: Any) -> Any:
+        """A validated copy with some fields changed."""
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
 @dataclass
-class RunConfig:
+class RunConfig(FlatRecord):
     """How to train one model. Field docstrings double as help text on the launch form."""
 
     # --- what to train
@@ -291,30 +334,15 @@ class RunConfig:
             raise ConfigError("The three distillation loss weights cannot all be 0: the student would learn nothing.")
 
     # ----------------------------------------------------------------- (de)serialisation
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict (tuples become lists)."""
-        d = dataclasses.asdict(self)
-        d["betas"] = list(self.betas)
-        return d
-
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RunConfig":
-        """Build from a dict; missing keys take their defaults, unknown keys are refused."""
-        if not isinstance(d, dict):
-            raise ConfigError(f"A run config must be a mapping of field names to values, not {type(d).__name__}.")
+    def _upgrade(cls, d: dict[str, Any]) -> dict[str, Any]:
         if "architecture" in d:  # configs saved before the field was named family
             d = dict(d)
             old = d.pop("architecture")
             if d.setdefault("family", old) != old:
                 raise ConfigError(f"The config names two families: architecture {old!r} and family {d['family']!r}; "
                                   "keep family.")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ConfigError(
-                f"Unknown config field{'s' if len(unknown) > 1 else ''}: {', '.join(map(str, unknown))}."
-            )
-        return cls(**d)
+        return d
 
     def to_yaml(self) -> str:
         """The flat record, its keys under a comment per setting group (any flat YAML reads back)."""
@@ -324,18 +352,6 @@ class RunConfig:
             keys = [f.name for f in dataclasses.fields(cls)]
             parts.append(f"# {name}: {cls.__doc__.strip()}\n" + yaml.safe_dump({k: d[k] for k in keys}, sort_keys=False))
         return "\n".join(parts)
-
-    @classmethod
-    def from_yaml(cls, text: str) -> "RunConfig":
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"The config is not valid YAML: {e}".replace("\n", " ")) from None
-        return cls.from_dict(data if data is not None else {})
-
-    def replace(self, **changes: Any) -> "RunConfig":
-        """A validated copy with some fields changed."""
-        return dataclasses.replace(self, **changes)
 
     # ----------------------------------------------------------------- setting groups
     def group(self, cls: type) -> Any:

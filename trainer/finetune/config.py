@@ -7,14 +7,11 @@ optimizer fields, and `family` / `preset` / `objectives` / `to_dict()` for check
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
-import yaml
 
-from trainer.config import CHOICES, OptimArgs
+from trainer.config import CHOICES, FlatRecord, OptimArgs
 from trainer.errors import ConfigError
 
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -41,9 +38,12 @@ BOUNDS: dict[str, tuple[float, float]] = {
 
 
 @dataclass
-class FinetuneConfig:
+class FinetuneConfig(FlatRecord):
     """Fine-tune `checkpoint` (a pre-training or fine-tuned checkpoint folder) on `dataset` (a
     folder written by trainer.prep.labelled.ingest) for `task` (empty: the dataset's)."""
+
+    WHAT = "fine-tuning"
+    RECORD = "fine-tuning config"
 
     checkpoint: str = ""
     dataset: str = ""
@@ -130,31 +130,6 @@ class FinetuneConfig:
         return OptimArgs(optimizer=self.optimizer, lr=self.lr, betas=tuple(self.betas), eps=self.eps,
                          weight_decay=self.weight_decay, warmup_steps=self.warmup_steps, schedule=self.schedule,
                          clip_grad=self.clip_grad)
-
-    def replace(self, **changes: Any) -> "FinetuneConfig":
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["betas"] = list(self.betas)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "FinetuneConfig":
-        if not isinstance(d, dict):
-            raise ConfigError(f"A fine-tuning config must be a mapping of field names to values, not {type(d).__name__}.")
-        unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ConfigError(f"Unknown fine-tuning field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}.")
-        return cls(**d)
-
-    @classmethod
-    def from_yaml(cls, text: str) -> "FinetuneConfig":
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise ConfigError(f"The config is not valid YAML: {e}".replace("\n", " ")) from None
-        return cls.from_dict(data if data is not None else {})
 
 
 # -------------------------------------------------------------------------- techniques
