@@ -175,3 +175,16 @@ def test_the_dashboard_charts_come_from_the_task_metrics():
     from trainer.charts import charts_for as common_charts
 
     assert finetune.charts_for("no longer offered") == common_charts(())  # an old run still opens
+
+
+def test_the_masking_inspector_answers_a_finetune_run_with_a_sentence(alice, alice_api, eager, enqueued,
+                                                                      django_capture_on_commit_callbacks):
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=False):
+        run = services.finetune_create(owner=alice, checkpoint=tiny_checkpoint(alice), dataset=dataset,
+                                       training=FAST)
+    response = alice_api.post("/api/explore/inspect/", {"run": str(run.id), "seed": 0, "n_examples": 2},
+                              format="json")
+    assert response.status_code == 400
+    assert response.json()["error"].startswith("The masking inspector shows pre-training batches; this is a "
+                                               "fine-tuning run.")

@@ -243,6 +243,9 @@ def inspect_run(*, run, seed: int = 0, n_examples: int = 4) -> dict[str, Any]:
     from trainer.inference.inspection import sample_batch  # imports torch
 
     tokenizer = run.tokenizer
+    if tokenizer is None:  # a fine-tuning run: its examples are a labelled dataset's, not masked text
+        raise InferenceError("The masking inspector shows pre-training batches; this is a fine-tuning run. Its "
+                             "dataset's examples are on the dataset's page.")
     if tokenizer.status != JobStatus.READY:
         raise InferenceError("This run's tokenizer is not ready, so there is no data to show yet.")
     if not (tokenizer.folder / "shards" / "train").is_dir():
