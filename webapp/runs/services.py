@@ -398,7 +398,10 @@ def run_execute(*, run_id) -> None:
     A redelivered task finds the row no longer queued and returns without doing anything.
     """
     me = worker_name()
-    mark_stale_runs(run_id=run_id)  # a redelivered task of a dead worker's run: crashed, not claimed again
+    # A redelivered task of a dead worker's run: crashed (at once when its process on this host
+    # is gone, as when a pool child is killed), not claimed again.
+    mark_dead_claims(run_id=run_id)
+    mark_stale_runs(run_id=run_id)
     if not _claim(run_id, me):
         log.info("Run %s is not queued (already claimed, cancelled or deleted); nothing to do.", run_id)
         return
@@ -506,6 +509,46 @@ def _finish(run: Run, sink: DatabaseChannelsSink, *, me: str, status: str, error
 
 
 # -- crash detection ------------------------------------------------------------------------
+
+def mark_dead_claims(*, run_id=None, now=None) -> int:
+    """Mark running runs claimed by a process of this host that no longer exists (a killed pool
+    child) as crashed at once, without waiting for the heartbeat timeout; only `run_id` when
+    given. Callers: run_execute (Celery redelivers a dead child's task at once) and the reaper."""
+    now = now or timezone.now()
+    host = socket.gethostname()
+    running = Run.objects.filter(status=RunStatus.RUNNING, claimed_by__startswith=f"{host}:")
+    if run_id is not None:
+        running = running.filter(pk=run_id)
+    count = 0
+    for run in running:
+        pid = run.claimed_by.rpartition(":")[2]
+        if not pid.isdigit() or _process_alive(int(pid)):
+            continue
+        message = (f"The worker process that was training it (pid {pid} on {host}) died. Resume continues from "
+                   "its last checkpoint.")
+        if Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, claimed_by=run.claimed_by).update(
+                status=RunStatus.CRASHED, error=message, finished_at=now):
+            count += 1
+            run.refresh_from_db()
+            LogLine.objects.create(run=run, text=message)
+            send_run_event(run.id, status_event(run))
+    return count
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether a process of this host runs (a zombie, dead but not yet reaped, counts as dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
 
 def mark_stale_runs(*, now=None, run_id=None) -> int:
     """Mark running runs whose worker went silent (no heartbeat for RUN_HEARTBEAT_TIMEOUT_S) as

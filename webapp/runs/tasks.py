@@ -21,4 +21,4 @@ def train_run(run_id: str) -> None:
 
 @shared_task(name="webapp.runs.tasks.reap_stale_runs", ignore_result=True)
 def reap_stale_runs() -> int:
-    return services.mark_stale_runs()
+    return services.mark_dead_claims() + services.mark_stale_runs()
