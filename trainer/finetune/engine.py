@@ -19,6 +19,7 @@ from trainer import finetune as tasks
 from trainer.errors import ConfigError
 from trainer.finetune import techniques
 from trainer.finetune.config import FinetuneConfig
+from trainer.finetune.metrics import METRICS
 from trainer.training.data import DataPosition
 from trainer.training.engine import TrainResult, TrainState, setup_runtime
 from trainer.training.sinks import MetricsSink
@@ -105,10 +106,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             values = loop.evaluate(test)
             sink.metrics(result.final_step, "test", values)
             (out_dir / "test_metrics.json").write_text(json.dumps(values, indent=2) + "\n", encoding="utf-8")
-            primary = tasks.get(task.name).metrics
-            from trainer.finetune.metrics import METRICS
-
-            key = METRICS[primary].primary
+            key = METRICS[task.metrics].primary
             sink.log(f"Test split: {key} {values.get(key, float('nan')):.4f} over {sum(b.size for b in test)} examples.")
         return result
     finally:

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.files.move import file_move_safe
 from django.core.files.uploadedfile import UploadedFile
+from django.http import HttpRequest, JsonResponse
 
 # Longest first, so "x.jsonl.gz" matches ".jsonl.gz" and not ".gz".
 ACCEPTED_SUFFIXES = (".jsonl.gz", ".txt.gz", ".jsonl", ".txt")
@@ -89,3 +90,14 @@ def keep_upload(uploaded_file: UploadedFile, target: Path) -> Path:
         target.unlink(missing_ok=True)
         raise
     return target
+
+
+def is_xhr(request: HttpRequest) -> bool:
+    """The upload form's script (static/js/upload.js) sends the file with XMLHttpRequest."""
+    return request.headers.get("x-requested-with") == "XMLHttpRequest"
+
+
+def form_errors_response(form) -> JsonResponse:
+    """A refused upload form for the script: its first sentence, and every field's (HTTP 400)."""
+    errors = {name: [e["message"] for e in errs] for name, errs in form.errors.get_json_data().items()}
+    return JsonResponse({"error": next(iter(errors.values()))[0], "fields": errors}, status=400)

@@ -22,11 +22,7 @@ from webapp.corpora.services import (
     tokenizer_delete,
 )
 from trainer.prep.corpus import UPLOAD_MAX_DECOMPRESSED_BYTES
-from webapp.corpora.uploads import human_bytes
-
-
-def _is_xhr(request: HttpRequest) -> bool:
-    return request.headers.get("x-requested-with") == "XMLHttpRequest"
+from webapp.corpora.uploads import form_errors_response, human_bytes, is_xhr
 
 
 @login_required
@@ -46,14 +42,12 @@ def corpus_upload(request: HttpRequest) -> HttpResponse:
                 original_filename=uploaded.name, options=form.options,
             )
             url = reverse("corpora:detail", args=[corpus.id])
-            if _is_xhr(request):
+            if is_xhr(request):
                 return JsonResponse({"id": str(corpus.id), "redirect": url}, status=201)
             messages.success(request, f"“{corpus.name}” was uploaded and is being processed.")
             return redirect(url)
-        if _is_xhr(request):
-            errors = {name: [e["message"] for e in errs] for name, errs in form.errors.get_json_data().items()}
-            first = next(iter(errors.values()))[0]
-            return JsonResponse({"error": first, "fields": errors}, status=400)
+        if is_xhr(request):
+            return form_errors_response(form)
     return render(request, "corpora/corpus_upload.html", {
         "form": form,
         "max_bytes": settings.UPLOAD_MAX_BYTES,

@@ -9,15 +9,11 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from webapp.corpora.uploads import human_bytes
+from webapp.corpora.uploads import form_errors_response, human_bytes, is_xhr
 from webapp.datasets import display, selectors, services
 from webapp.datasets.forms import MAX_LENGTH_DEFAULT, DatasetUploadForm, DemoForm, LengthsForm, MappingForm
 from webapp.datasets.models import Dataset, DatasetStatus
 from webapp.datasets.uploads import ACCEPT_ATTRIBUTE, ACCEPTED_SUFFIXES, WRONG_TYPE
-
-
-def _is_xhr(request: HttpRequest) -> bool:
-    return request.headers.get("x-requested-with") == "XMLHttpRequest"
 
 
 @login_required
@@ -46,14 +42,12 @@ def dataset_upload(request: HttpRequest) -> HttpResponse:
                 form.add_error("file", str(error))
             else:
                 url = reverse("datasets:detail", args=[dataset.id])
-                if _is_xhr(request):
+                if is_xhr(request):
                     return JsonResponse({"id": str(dataset.id), "redirect": url}, status=201)
                 messages.success(request, f"“{dataset.name}” was uploaded: check the mapping below, then confirm it.")
                 return redirect(url)
-        if _is_xhr(request):
-            errors = {name: [e["message"] for e in errs] for name, errs in form.errors.get_json_data().items()}
-            first = next(iter(errors.values()))[0]
-            return JsonResponse({"error": first, "fields": errors}, status=400)
+        if is_xhr(request):
+            return form_errors_response(form)
     return render(request, "datasets/upload.html", {
         "form": form,
         "max_bytes": settings.UPLOAD_MAX_BYTES,
