@@ -133,6 +133,8 @@ class RuntimeArgs:
     device: str
     precision: str
     num_threads: int
+    compile: bool
+    activation_checkpointing: bool
 
 
 # group name (the RunConfig property) -> its class, in the order YAML exports them
@@ -270,6 +272,10 @@ class RunConfig(FlatRecord):
     """"auto" (bf16 autocast on CUDA, fp32 on CPU), "fp32" or "bf16" (CUDA only)."""
     num_threads: int = 0
     """CPU threads for PyTorch (0 = PyTorch's default)."""
+    compile: bool = False
+    """Compile the model with torch.compile before training: faster steps, after a first step that spends a minute or more compiling. Needs a C++ compiler on the CPU (Triton on a GPU); a run that cannot compile stops with the reason."""
+    activation_checkpointing: bool = False
+    """Recompute each transformer block's activations in the backward pass instead of keeping them: about a third more compute for far less memory, so a larger preset, batch or seq_len fits (the encoder families, T5 and GPT; not ELMo)."""
 
     def __post_init__(self) -> None:
         self._coerce_types()

@@ -15,6 +15,11 @@ class ElmoFamily(Family):
     def seq_len_help(self) -> str:
         return "ELMo: tokens per packed sequence; the LSTMs have no position limit."
 
+    def check_run(self, config: Any) -> None:
+        if config.activation_checkpointing:
+            raise ConfigError("activation_checkpointing recomputes transformer blocks (the encoder families, T5 and "
+                              "GPT), and ELMo has none; turn it off for ELMo.")
+
     def prepare_model(self, model: Any, tokenizer: Any) -> None:
         """With the character CNN: each token id's spelling (its UTF-8 bytes between word
         markers), from the tokenizer's vocabulary; a checkpoint stores the table with the weights."""

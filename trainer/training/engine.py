@@ -29,7 +29,7 @@ from torch import nn
 
 from trainer.training import checkpoints
 from trainer import objectives
-from trainer.training import steps
+from trainer.training import flops, speedups, steps
 from trainer.catalog import validation
 from trainer.objectives.base import Batch, Step, StepOutput
 from trainer.objectives.examples import SpecialIds
@@ -80,6 +80,7 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
         state = TrainState()
         if resume_from is not None:
             state = restore(resume_from, config, data_dir, model, optimizer, scheduler, forward)
+        speedups.apply(model, config.runtime, sink)  # activation checkpointing, torch.compile
         special = SpecialIds.from_tokenizer(tokenizer)
         stream = build_train_stream(config, data_dir, special, state.position)
         valid = build_valid_batches(config, data_dir, special)
@@ -230,6 +231,13 @@ class Loop:
         self.lr = 0.0
         self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if precision == "bf16"
                          else contextlib.nullcontext())
+        # MFU: the run's FLOPs per counted token (trainer.training.flops) over the device's peak
+        model_config = getattr(model, "config", None)
+        self.flops_per_token = (flops.training_flops_per_token(model_config, flops.run_workload(config, model, forward,
+                                                                                                stream))
+                                if model_config is not None else None)
+        self.peak = flops.peak_for(device, precision) if self.flops_per_token else None
+        self.interval = _Interval()  # after the peak's measurement
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
 
@@ -252,8 +260,11 @@ class Loop:
         except torch.cuda.OutOfMemoryError:
             raise ConfigError(
                 f"The GPU ran out of memory at step {self.state.step + 1}. Lower batch_size or seq_len "
-                f"(raise grad_accum to keep the effective batch), or pick a smaller preset."
+                f"(raise grad_accum to keep the effective batch), turn on activation_checkpointing, or pick a "
+                f"smaller preset."
             ) from None
+        except speedups.compile_errors() as e:
+            raise speedups.compile_failed(e) from None
         finally:
             if self.prefetch is not None:
                 self.prefetch.close()
@@ -313,6 +324,9 @@ class Loop:
                       tokens_per_s=iv.tokens / max(1e-9, now - iv.started),
                       memory_mb=memory_mb(self.device), progress=step / self.config.max_steps,
                       eta_s=per_step * (self.config.max_steps - step))
+        mfu = flops.mfu(self.flops_per_token, values["tokens_per_s"], self.peak)
+        if mfu is not None:
+            values["mfu"] = mfu
         self.state.train_metrics = values
         self.sink.metrics(step, "train", values)
         self.interval = _Interval()
@@ -418,6 +432,9 @@ class Loop:
             f"tokens{targets}; {self.stream.epoch_size:,} training sequences per epoch, "
             f"{len(self.valid)} validation batches."
         )
+        if self.peak is not None and self.flops_per_token:
+            self.sink.log(f"MFU counts {self.flops_per_token / 1e6:,.1f} MFLOP per token (forward and backward) "
+                          f"against a peak of {self.peak.flops / 1e12:,.2f} TFLOP/s ({self.peak.source}).")
 
 
 def optimizer_label(cfg: RunConfig) -> str:

@@ -16,7 +16,7 @@ from trainer.errors import ConfigError
 MAIN_FIELDS = ("max_steps", "batch_size", "seq_len", "lr", "warmup_steps", "grad_accum",
                "eval_every", "checkpoint_every", "masking", "seed", "device")
 ADVANCED_FIELDS = ("mask_prob", "schedule", "weight_decay", "clip_grad", "eval_batches", "log_every",
-                   "precision", "num_threads")
+                   "precision", "num_threads", "compile", "activation_checkpointing")
 TRAINING_FIELDS = MAIN_FIELDS + ADVANCED_FIELDS
 # Shown with the objectives: what a mask covers, how single segments are packed (empty = default).
 OBJECTIVE_FIELDS = ("masking_unit", "packing")
@@ -39,7 +39,8 @@ LABELS = {
     "masking": "Masking", "seed": "Seed", "device": "Device", "mask_prob": "Mask probability",
     "schedule": "Learning-rate schedule", "weight_decay": "Weight decay", "clip_grad": "Gradient clipping",
     "eval_batches": "Validation batches", "log_every": "Log every (steps)", "precision": "Precision",
-    "num_threads": "CPU threads",
+    "num_threads": "CPU threads", "compile": "Compile the model (torch.compile)",
+    "activation_checkpointing": "Activation checkpointing",
     "masking_unit": "Masking unit", "packing": "Packing", "rtd_weight": "RTD loss weight",
     "distill_temperature": "Temperature", "distill_soft_weight": "Soft-target loss weight",
     "distill_mlm_weight": "MLM loss weight", "distill_cos_weight": "Cosine loss weight",
