@@ -156,8 +156,10 @@ def run_workload(config: Any, model: Any, step: Any = None, stream: Any = None) 
     """The Workload of a run: a pre-training RunConfig (seq_len, mask_prob, objectives; the
     teacher and T5's target length from its step and data stream) or a fine-tuning config
     (max_length, the backbone alone)."""
-    if not hasattr(config, "objectives"):
-        return Workload(seq_len=int(getattr(config, "seq_len", 0) or config.max_length), pretraining=False)
+    from trainer.config import RunConfig
+
+    if not isinstance(config, RunConfig):  # fine-tuning (trainer.finetune.config.FinetuneConfig)
+        return Workload(seq_len=config.seq_len, pretraining=False)
     teacher = getattr(step, "teacher", None)
     collator = getattr(stream, "collator", None)
     return Workload(seq_len=config.seq_len, target_len=int(getattr(collator, "target_len", 0) or 0),
