@@ -91,3 +91,17 @@ def test_the_options_are_runtime_settings_and_elmo_refuses_activation_checkpoint
         make_config(compile="yes")
     with pytest.raises(ConfigError, match="^activation_checkpointing recomputes transformer blocks .* ELMo has none"):
         RunConfig(family="elmo", preset="elmo-tiny", objectives=["bilm"], activation_checkpointing=True)
+
+
+def test_tf32_is_turned_on_where_the_run_picks_a_cuda_device(monkeypatch, make_config):
+    from trainer.training import engine
+
+    monkeypatch.setattr(engine, "resolve_device", lambda device: "cuda")
+    monkeypatch.setattr(engine, "resolve_precision", lambda precision, device: "fp32")
+    before = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        assert engine.setup_runtime(make_config()) == ("cuda", "fp32")
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32  # fp32 matmuls and convs
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
