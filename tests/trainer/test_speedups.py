@@ -65,9 +65,11 @@ def test_a_model_that_cannot_compile_stops_the_run_with_a_sentence(tokenizer_dir
     assert sink.closed
 
 
-def test_activation_checkpointing_trains_to_the_same_weights(tokenizer_dir, tmp_path, make_config):
+def test_activation_checkpointing_trains_to_the_same_weights(tokenizer_dir, tmp_path, make_config, monkeypatch):
     from models_lib.checkpoint import load_model
+    from trainer.training import flops
 
+    monkeypatch.setattr(flops, "peak_for", lambda device, precision: flops.Peak(1e9, "a test's 1 GFLOP/s"))
     weights = {}
     for on in (False, True):
         sink = ListSink()
@@ -76,7 +78,11 @@ def test_activation_checkpointing_trains_to_the_same_weights(tokenizer_dir, tmp_
         result = train(config, data_dir=tokenizer_dir, out_dir=tmp_path / str(on), sink=sink)
         weights[on] = load_model(result.last_checkpoint).state_dict()
         assert any(line.startswith("Activation checkpointing") for line in sink.lines) == on
-        assert all(0 < v["mfu"] < 1 for _, v in sink.split("train"))
+        # MFU = the family's FLOPs per token x tokens/s / the peak
+        per_token = flops.training_flops_per_token(load_model(result.last_checkpoint).config, flops.Workload(
+            seq_len=64, predicted=0.15, objectives=("mlm", "nsp")))
+        assert all(v["mfu"] == pytest.approx(per_token * v["tokens_per_s"] / 1e9) for _, v in sink.split("train"))
+        assert any("against a peak of 0.00 TFLOP/s (a test's 1 GFLOP/s)" in line for line in sink.lines)
     for name, value in weights[False].items():
         torch.testing.assert_close(weights[True][name], value, rtol=1e-4, atol=1e-6, msg=name)
 
