@@ -14,3 +14,6 @@ app.conf.task_routes = {
     "webapp.runs.tasks.reap_stale_runs": {"queue": "maintenance"},  # never behind a training run
 }
 app.autodiscover_tasks()  # <app>/tasks.py of every installed app
+
+# A warm shutdown (SIGTERM) stops training runs at their next step and requeues them.
+from webapp.runs import shutdown  # noqa: E402,F401 - connects its receivers to the worker's signals
