@@ -155,7 +155,16 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "cpu"
 # Long runs outlive any visibility timeout; the Run row's atomic claim makes redelivery harmless.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 12 * 3600}
+# Ride out a broker outage (a Redis restart): reconnect at start and after a lost connection,
+# for as long as it takes, and keep running tasks going meanwhile (a training run must not be
+# killed because Redis blinked). webapp/broker.py: kombu's Redis transport with the fix that keeps
+# a worker alive when Redis goes away while a task is unacknowledged.
+CELERY_BROKER_TRANSPORT = "webapp.broker:Transport"
+CELERY_BROKER_CONNECTION_RETRY = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_BROKER_CHANNEL_ERROR_RETRY = True
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
 # Queue for runs whose device is "auto": "gpu" where the deployment has GPU workers.
