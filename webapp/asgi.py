@@ -11,11 +11,13 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from webapp.api.limits import UploadSizeLimit  # noqa: E402
 from webapp.api.ws_auth import SessionOrTokenAuth  # noqa: E402
+from webapp.api.ws_outage import TryAgainOnOutage  # noqa: E402
 from webapp.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": UploadSizeLimit(django_http),
-        "websocket": AllowedHostsOriginValidator(SessionOrTokenAuth(URLRouter(websocket_urlpatterns))),
+        # A socket opened while Redis is down is closed with 1013 (try again later), not a 500.
+        "websocket": AllowedHostsOriginValidator(SessionOrTokenAuth(TryAgainOnOutage(URLRouter(websocket_urlpatterns)))),
     }
 )
