@@ -211,11 +211,27 @@ def _check_data(*, owner, corpus: Corpus | None, tokenizer: Tokenizer) -> Corpus
     return corpus
 
 
+QUEUE_DOWN = ("The run could not be queued because the task queue (Redis) did not answer. Once Redis and a "
+              "worker are running, resume it (or clone it, if it has no checkpoint yet).")
+
+
 def _enqueue(run: Run) -> None:
+    """Send the run's task once the transaction commits; when the broker does not answer, the run
+    fails with QUEUE_DOWN instead of staying queued with no task (and the request gets no 500)."""
     from webapp.runs.tasks import train_run
 
     run_id, queue = str(run.id), run.queue
-    transaction.on_commit(lambda: train_run.apply_async(args=[run_id], queue=queue))
+
+    def send() -> None:
+        try:
+            train_run.apply_async(args=[run_id], queue=queue)
+        except Exception:  # noqa: BLE001 - the broker is down: say so on the run's page
+            log.exception("Could not enqueue run %s", run_id)
+            if Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
+                    status=RunStatus.FAILED, error=QUEUE_DOWN, finished_at=timezone.now()):
+                LogLine.objects.create(run_id=run_id, text=QUEUE_DOWN)
+
+    transaction.on_commit(send)
 
 
 def _publish_on_commit(run: Run) -> None:
