@@ -11,7 +11,14 @@ The YAML file holds the RunConfig fields plus:
   valid_fraction: optional share of documents held out for validation (default 0.05)
 
 output_dir/ gets corpus/ (cleaned text), tokenizer/ (tokenizer + shards/), checkpoints/ and
-metrics.jsonl. A DistilBERT run's teacher_checkpoint is a checkpoint folder (relative paths: from
+metrics.jsonl.
+
+Several devices: `--devices N` (or `devices:` in the YAML) prepares the data, then hands the run
+to torchrun (torch.distributed.run, --standalone), which starts N copies of this command; each
+sees torchrun's WORLD_SIZE and trains as one rank (trainer.training.distributed). Several
+machines: the same command on each with `--nnodes M --node-rank R --rdzv-endpoint host:port`
+(c10d rendezvous at host:port, a machine of the run); output_dir should be on a filesystem they
+share (checkpoints are written by global rank 0, resume reads them on every machine). A DistilBERT run's teacher_checkpoint is a checkpoint folder (relative paths: from
 the YAML file's folder). Preparation steps whose outputs exist are skipped. Ctrl-C stops after the
 current step and saves a checkpoint; `--resume` continues from the latest one. A problem
 the user can fix is printed as one line on stderr and the exit code is 2.
@@ -21,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -65,6 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = sub.add_parser("run", help="prepare the corpus and tokenizer, then train, as a YAML file says")
     run.add_argument("config", type=Path, help="the run's YAML file (see examples/bert-tiny.yaml)")
     run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
+    run.add_argument("--devices", default=None, metavar="N",
+                     help="processes on this machine, one per GPU (on the CPU: over gloo), or \"all\"; "
+                          "default: the YAML's devices")
+    run.add_argument("--nnodes", type=int, default=1, metavar="M", help="machines that train the run together")
+    run.add_argument("--node-rank", type=int, default=0, metavar="R", help="this machine's number, 0 to M-1")
+    run.add_argument("--rdzv-endpoint", default="", metavar="HOST:PORT",
+                     help="where the machines meet (c10d rendezvous): host:port of one of them")
     tune = sub.add_parser("finetune", help="fine-tune a checkpoint on a labelled dataset, as a YAML file says")
     tune.add_argument("config", type=Path, help="the fine-tuning YAML file (see examples/finetune-classification.yaml)")
     demo = sub.add_parser("demo-corpus", help="write a small English corpus (Python docstrings) to a .txt file")
@@ -72,12 +87,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "run":
-            return cmd_run(args.config, resume=args.resume)
+            return cmd_run(args.config, resume=args.resume, devices=args.devices,
+                           nodes=Nodes(args.nnodes, args.node_rank, args.rdzv_endpoint))
         if args.command == "finetune":
             return cmd_finetune(args.config)
         return cmd_demo_corpus(args.out)
     except UserError as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        if not under_torchrun() or os.environ.get("RANK") == "0":  # said once for all the processes
+            print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
@@ -92,22 +109,97 @@ def cmd_demo_corpus(out: Path) -> int:
     return 0
 
 
-def cmd_run(config_path: Path, *, resume: bool) -> int:
-    run_file = load_run_file(config_path)
-    prepare(run_file)
-    from trainer.training.engine import train  # imports torch: after the cheap checks
-    from trainer.training.sinks import ConsoleSink
+@dataclass(frozen=True)
+class Nodes:
+    """The machines of a multi-node run (one machine: the defaults)."""
 
-    stop = StopFlag()
-    with stop.installed():
-        result = train(run_file.config, data_dir=run_file.tokenizer_dir, out_dir=run_file.output_dir,
-                       sink=ConsoleSink(run_file.output_dir, max_steps=run_file.config.max_steps),
-                       should_stop=stop, resume=resume)
-    if result.last_checkpoint is not None:
+    count: int = 1
+    rank: int = 0
+    endpoint: str = ""
+
+    def check(self) -> None:
+        if self.count < 1:
+            raise ConfigError(f"--nnodes must be at least 1, not {self.count}.")
+        if self.count == 1:
+            return
+        if not 0 <= self.rank < self.count:
+            raise ConfigError(f"--node-rank must be between 0 and {self.count - 1} for {self.count} machines, "
+                              f"not {self.rank}.")
+        host, _, port = self.endpoint.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError("Several machines meet at --rdzv-endpoint HOST:PORT (one of them, e.g. "
+                              "10.0.0.1:29400); give the same on every machine.")
+
+
+def cmd_run(config_path: Path, *, resume: bool, devices: str | None = None, nodes: Nodes = Nodes()) -> int:
+    run_file = load_run_file(config_path)
+    if devices is not None:
+        run_file.config = run_file.config.replace(devices=devices)
+    nodes.check()
+    if not under_torchrun():
+        from trainer.config import resolve_devices
+
+        per_node = resolve_devices(run_file.config.devices, run_file.config.device)
+        if per_node > 1 or nodes.count > 1:
+            if nodes.rank == 0:
+                prepare(run_file)  # before the processes start; the other machines' ranks find it or make it
+            return launch(config_path, resume=resume, per_node=per_node, nodes=nodes)
+    from trainer.training import distributed  # imports torch: after the cheap checks
+    from trainer.training.engine import train
+    from trainer.training.sinks import ConsoleSink, NullSink
+
+    from trainer.config import resolve_device
+
+    ctx = distributed.init(resolve_device(run_file.config.device))
+    try:
+        with ctx.main_first():
+            prepare(run_file, quiet=not ctx.is_main)
+        stop = StopFlag(quiet=not ctx.is_main)
+        sink = ConsoleSink(run_file.output_dir, max_steps=run_file.config.max_steps) if ctx.is_main else NullSink()
+        with stop.installed():
+            result = train(run_file.config, data_dir=run_file.tokenizer_dir, out_dir=run_file.output_dir,
+                           sink=sink, should_stop=stop, resume=resume)
+    finally:
+        distributed.shutdown()
+    if ctx.is_main and result.last_checkpoint is not None:
         print(f"Checkpoints are in {result.last_checkpoint.parent} (latest: {result.last_checkpoint.name}).")
     if result.status == "cancelled":
-        print(f"Stopped at step {result.final_step}. Continue with: python -m trainer run {config_path} --resume")
+        if ctx.is_main:
+            print(f"Stopped at step {result.final_step}. Continue with: python -m trainer run {config_path} --resume")
         return EXIT_INTERRUPTED
+    return 0
+
+
+def under_torchrun() -> bool:
+    """Whether torchrun started this process as one of several (it sets WORLD_SIZE)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def torchrun_args(config_path: Path, *, resume: bool, per_node: int, nodes: Nodes) -> list[str]:
+    """torch.distributed.run's arguments for this run: per_node copies of `python -m trainer run
+    CONFIG` on this machine; standalone on one machine, else c10d rendezvous at the endpoint."""
+    if nodes.count == 1:
+        where = ["--standalone"]
+    else:
+        where = ["--nnodes", str(nodes.count), "--node-rank", str(nodes.rank), "--rdzv-backend", "c10d",
+                 "--rdzv-endpoint", nodes.endpoint, "--rdzv-id", Path(config_path).stem or "run"]
+    return [*where, "--nproc-per-node", str(per_node), "-m", "trainer", "run", str(config_path),
+            *(["--resume"] if resume else [])]
+
+
+def launch(config_path: Path, *, resume: bool, per_node: int, nodes: Nodes) -> int:
+    """Run torchrun (torch.distributed.run) in this process; its exit status is the processes'.
+    A process that failed has said why on stderr, so its status is returned without torchrun's
+    report of the failure."""
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    args = torchrun.parse_args(torchrun_args(config_path, resume=resume, per_node=per_node, nodes=nodes))
+    try:
+        torchrun.run(args)
+    except ChildFailedError as e:
+        codes = [f.exitcode for f in e.failures.values()]
+        return next((c for c in codes if c in (EXIT_USER_ERROR, EXIT_INTERRUPTED)), codes[0] if codes else 1)
     return 0
 
 
@@ -245,8 +337,15 @@ def load_run_file(path: Path) -> RunFile:
 
 
 # ---------------------------------------------------------------------------- preparation
-def prepare(run: RunFile) -> None:
-    """corpus -> cleaned text -> tokenizer -> shards, skipping the steps already done."""
+def prepare(run: RunFile, *, quiet: bool = False) -> None:
+    """corpus -> cleaned text -> tokenizer -> shards, skipping the steps already done. quiet: say
+    nothing (the ranks of a multi-device run other than 0)."""
+    if quiet:
+        import contextlib
+        import io
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            return prepare(run)
     from trainer.prep.corpus import CleaningOptions, ingest
     from trainer.prep.shards import encode_corpus
     from trainer.prep.tokenization import train_tokenizer
@@ -299,8 +398,9 @@ class StopFlag:
     """should_stop for train(): the first Ctrl-C (or SIGTERM) asks for a checkpoint and a stop,
     a second Ctrl-C aborts at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, quiet: bool = False) -> None:
         self.requested = False
+        self.quiet = quiet  # a multi-device run's ranks other than 0 say nothing
         self._previous: dict[int, Any] = {}
 
     def __call__(self) -> bool:
@@ -310,8 +410,9 @@ class StopFlag:
         if self.requested and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.requested = True
-        print("\nStopping after this step and saving a checkpoint (Ctrl-C again to abort) ...",
-              file=sys.stderr, flush=True)
+        if not self.quiet:
+            print("\nStopping after this step and saving a checkpoint (Ctrl-C again to abort) ...",
+                  file=sys.stderr, flush=True)
 
     def installed(self) -> "StopFlag":
         return self
