@@ -80,6 +80,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--node-rank", type=int, default=0, metavar="R", help="this machine's number, 0 to M-1")
     run.add_argument("--rdzv-endpoint", default="", metavar="HOST:PORT",
                      help="where the machines meet (c10d rendezvous): host:port of one of them")
+    tr = sub.add_parser("train", help="train a run config on prepared shards (how the web app starts a run on "
+                                      "several devices, under torchrun)")
+    tr.add_argument("config", type=Path, help="the run's settings: a RunConfig YAML (RunConfig.to_yaml)")
+    tr.add_argument("--data", type=Path, required=True, help="the tokenizer folder, with its shards/")
+    tr.add_argument("--out", type=Path, required=True, help="the run's folder (checkpoints/ go there)")
+    tr.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    tr.add_argument("--events", action="store_true",
+                    help="report as JSON lines on stdout (trainer.training.sinks.JsonLinesSink) instead of text")
     tune = sub.add_parser("finetune", help="fine-tune a checkpoint on a labelled dataset, as a YAML file says")
     tune.add_argument("config", type=Path, help="the fine-tuning YAML file (see examples/finetune-classification.yaml)")
     demo = sub.add_parser("demo-corpus", help="write a small English corpus (Python docstrings) to a .txt file")
@@ -89,6 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return cmd_run(args.config, resume=args.resume, devices=args.devices,
                            nodes=Nodes(args.nnodes, args.node_rank, args.rdzv_endpoint))
+        if args.command == "train":
+            return cmd_train(args.config, data_dir=args.data, out_dir=args.out, resume=args.resume,
+                             events=args.events)
         if args.command == "finetune":
             return cmd_finetune(args.config)
         return cmd_demo_corpus(args.out)
@@ -144,30 +155,65 @@ def cmd_run(config_path: Path, *, resume: bool, devices: str | None = None, node
             if nodes.rank == 0:
                 prepare(run_file)  # before the processes start; the other machines' ranks find it or make it
             return launch(config_path, resume=resume, per_node=per_node, nodes=nodes)
-    from trainer.training import distributed  # imports torch: after the cheap checks
-    from trainer.training.engine import train
-    from trainer.training.sinks import ConsoleSink, NullSink
+    from trainer.training.sinks import ConsoleSink  # imports torch: after the cheap checks
 
-    from trainer.config import resolve_device
-
-    ctx = distributed.init(resolve_device(run_file.config.device))
-    try:
-        with ctx.main_first():
-            prepare(run_file, quiet=not ctx.is_main)
-        stop = StopFlag(quiet=not ctx.is_main)
-        sink = ConsoleSink(run_file.output_dir, max_steps=run_file.config.max_steps) if ctx.is_main else NullSink()
-        with stop.installed():
-            result = train(run_file.config, data_dir=run_file.tokenizer_dir, out_dir=run_file.output_dir,
-                           sink=sink, should_stop=stop, resume=resume)
-    finally:
-        distributed.shutdown()
-    if ctx.is_main and result.last_checkpoint is not None:
+    is_main, result = train_here(run_file.config, data_dir=run_file.tokenizer_dir, out_dir=run_file.output_dir,
+                                 resume=resume, before=lambda main: prepare(run_file, quiet=not main),
+                                 sink=lambda: ConsoleSink(run_file.output_dir, max_steps=run_file.config.max_steps))
+    if is_main and result.last_checkpoint is not None:
         print(f"Checkpoints are in {result.last_checkpoint.parent} (latest: {result.last_checkpoint.name}).")
     if result.status == "cancelled":
-        if ctx.is_main:
+        if is_main:
             print(f"Stopped at step {result.final_step}. Continue with: python -m trainer run {config_path} --resume")
         return EXIT_INTERRUPTED
     return 0
+
+
+def cmd_train(config_path: Path, *, data_dir: Path, out_dir: Path, resume: bool, events: bool) -> int:
+    """Train a RunConfig YAML on prepared shards; as one of torchrun's processes when it started
+    this. events: rank 0 reports JSON lines on stdout and ends with {"event": "result", ...}."""
+    import json
+
+    from trainer.config import RunConfig
+
+    try:
+        text = Path(config_path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"Cannot read {config_path}: {e.strerror or e}.") from None
+    config = RunConfig.from_yaml(text)
+    from trainer.training.sinks import ConsoleSink, JsonLinesSink  # imports torch: after the cheap checks
+
+    is_main, result = train_here(config, data_dir=Path(data_dir), out_dir=Path(out_dir), resume=resume,
+                                 sink=lambda: JsonLinesSink(sys.stdout) if events
+                                 else ConsoleSink(out_dir, max_steps=config.max_steps))
+    if is_main and events:
+        print(json.dumps({"event": "result", "status": result.status, "final_step": result.final_step}), flush=True)
+    return EXIT_INTERRUPTED if result.status == "cancelled" else 0
+
+
+def train_here(config: Any, *, data_dir: Path, out_dir: Path, resume: bool, sink: Any,
+               before: Any = None) -> tuple[bool, Any]:
+    """Train in this process: alone, or as one of torchrun's (joining its process group first).
+    before(is_main) runs on rank 0 first, then on the others (data preparation); sink() makes
+    rank 0's sink (the others report nothing). Ctrl-C / SIGTERM stop every process after the
+    same step, with a checkpoint. -> (whether this is rank 0, the TrainResult)."""
+    from trainer.config import resolve_device
+    from trainer.training import distributed
+    from trainer.training.engine import train
+    from trainer.training.sinks import NullSink
+
+    ctx = distributed.init(resolve_device(config.device))
+    try:
+        if before is not None:
+            with ctx.main_first():
+                before(ctx.is_main)
+        stop = StopFlag(quiet=not ctx.is_main)
+        with stop.installed():
+            result = train(config, data_dir=data_dir, out_dir=out_dir, sink=sink() if ctx.is_main else NullSink(),
+                           should_stop=stop, resume=resume)
+    finally:
+        distributed.shutdown()
+    return ctx.is_main, result
 
 
 def under_torchrun() -> bool:
