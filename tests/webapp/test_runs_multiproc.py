@@ -132,3 +132,31 @@ def test_killing_one_process_crashes_the_run_and_it_resumes_from_its_checkpoint(
     steps = train_steps(run)
     assert steps == sorted(set(steps)) and steps[-1] == last + 5
     assert LogLine.objects.filter(run=run, text__contains=f"Resuming from step-{last:08d}").exists()
+
+
+def test_the_form_launches_on_two_devices_and_the_run_page_shows_the_effective_batch(alice, alice_client, enqueued):
+    from django.urls import reverse
+
+    from tests.webapp.test_runs import post_form
+
+    _, tokenizer = make_data(alice)
+    assert 'name="devices"' in alice_client.get(reverse("runs:new")).content.decode()
+    response = post_form(alice_client, tokenizer, devices=2, strategy="ddp", grad_accum=2)
+    run = Run.objects.get()
+    assert response.status_code == 302 and run.config["devices"] == 2 and run.config["strategy"] == "ddp"
+    page = alice_client.get(reverse("runs:detail", args=[run.id])).content.decode()
+    assert "effective batch 64 (16 x 2 x 2 devices)" in page
+
+    post_form(alice_client, tokenizer)  # left out: one device, strategy auto
+    assert Run.objects.order_by("-created_at").first().config["devices"] == 1
+
+
+def test_a_run_asking_for_more_devices_than_a_worker_gives_is_refused_with_a_sentence(alice, alice_api, enqueued,
+                                                                                    settings):
+    settings.RUN_MAX_DEVICES = 4
+    _, tokenizer = make_data(alice)
+    response = alice_api.post("/api/runs/", {"tokenizer": str(tokenizer.id), "devices": 5}, format="json")
+    assert response.status_code == 400
+    assert "devices is 5, but a worker here gives one run at most 4 (RUN_MAX_DEVICES)" in response.json()["error"]
+    assert alice_api.post("/api/runs/", {"tokenizer": str(tokenizer.id), "devices": 4},
+                          format="json").status_code == 201

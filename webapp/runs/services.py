@@ -69,7 +69,19 @@ def build_config(*, family: str, preset: str, objectives, training: dict | None 
         {**training, "family": family, "preset": preset, "objectives": list(objectives or [])}
     )
     validation.validate(config)
+    check_devices(config)
     return config
+
+
+def check_devices(config: RunConfig) -> None:
+    """ConfigError when the run asks for more devices than a worker of this deployment gives one
+    run (settings.RUN_MAX_DEVICES: a GPU worker's GPUs; its worker checks the GPUs it really has
+    again when it starts the run)."""
+    most = int(getattr(settings, "RUN_MAX_DEVICES", 8))
+    if isinstance(config.devices, int) and config.devices > most:
+        raise ConfigError(f"devices is {config.devices}, but a worker here gives one run at most {most} "
+                          f"(RUN_MAX_DEVICES); ask for {most} or fewer and raise grad_accum to keep the "
+                          f"effective batch.")
 
 
 def resolve_teacher(*, owner, value) -> Checkpoint:
