@@ -238,11 +238,14 @@ def launch(config_path: Path, *, resume: bool, per_node: int, nodes: Nodes) -> i
     A process that failed has said why on stderr, so its status is returned without torchrun's
     report of the failure."""
     from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     args = torchrun.parse_args(torchrun_args(config_path, resume=resume, per_node=per_node, nodes=nodes))
     try:
         torchrun.run(args)
+    except SignalException:  # Ctrl-C: torchrun passed it on; the processes saved a checkpoint, rank 0 said so
+        return EXIT_INTERRUPTED
     except ChildFailedError as e:
         codes = [f.exitcode for f in e.failures.values()]
         return next((c for c in codes if c in (EXIT_USER_ERROR, EXIT_INTERRUPTED)), codes[0] if codes else 1)
