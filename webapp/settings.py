@@ -67,6 +67,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: the whole chain above runs in one thread per request under ASGI (see the module).
+    "webapp.api.sync_chain.SyncMiddlewareChain",
 ]
 
 ROOT_URLCONF = "webapp.urls"
