@@ -168,6 +168,11 @@ JOBS_QUEUE = "jobs"
 # The most runs one user may have queued or running at once (a 429 beyond it).
 MAX_ACTIVE_RUNS_PER_USER = int(os.environ.get("MAX_ACTIVE_RUNS_PER_USER", "8"))
 
+# The CPU priority (nice value, 0-19) Celery workers lower themselves to at start (webapp/celery.py):
+# where training shares the cores with the web server, pages, the API and live events go first.
+# 0 leaves the priority the worker was started with.
+WORKER_NICENESS = int(os.environ.get("WORKER_NICENESS", "10"))
+
 # A run whose heartbeat is older than this is marked crashed.
 RUN_HEARTBEAT_TIMEOUT_S = int(os.environ.get("RUN_HEARTBEAT_TIMEOUT_S", "120"))
 # How often Celery beat sends the reaper that does it (pages and the API only read).
