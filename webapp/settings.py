@@ -59,6 +59,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: at most WEB_REQUEST_THREADS requests of this process run at once (see the module).
+    "webapp.api.sync_chain.RequestThreadLimit",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -70,6 +72,10 @@ MIDDLEWARE = [
     # Last: the whole chain above runs in one thread per request under ASGI (see the module).
     "webapp.api.sync_chain.SyncMiddlewareChain",
 ]
+
+# How many requests one web process runs at once (webapp/api/sync_chain.py: RequestThreadLimit);
+# the others wait their turn without taking CPU from the websockets' event loop.
+WEB_REQUEST_THREADS = int(os.environ.get("WEB_REQUEST_THREADS", "4"))
 
 ROOT_URLCONF = "webapp.urls"
 ASGI_APPLICATION = "webapp.asgi.application"
