@@ -149,3 +149,13 @@ def test_request_thread_limit_runs_at_most_the_setting_at_once(settings):
         t.join(5)
     assert most[0] == 2 and running[0] == 0
     assert "webapp.api.sync_chain.RequestThreadLimit" == settings.MIDDLEWARE[0]
+
+
+def test_the_asgi_application_loads_every_view_before_its_first_request():
+    """Importing the views (and torch, through the launch registry) holds the GIL for seconds; on the
+    first request it held up every websocket of the process."""
+    code = "import sys, webapp.asgi; print('webapp.runs.api' in sys.modules, 'webapp.explorer.api' in sys.modules)"
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="webapp.settings")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]
