@@ -18,8 +18,9 @@ MAIN_FIELDS = ("max_steps", "batch_size", "seq_len", "lr", "warmup_steps", "grad
 ADVANCED_FIELDS = ("mask_prob", "schedule", "weight_decay", "clip_grad", "eval_batches", "log_every",
                    "precision", "num_threads", "strategy", "compile", "activation_checkpointing")
 TRAINING_FIELDS = MAIN_FIELDS + ADVANCED_FIELDS
-# Training fields a form may leave out (empty = RunConfig's default: one device, strategy auto).
-OPTIONAL_FIELDS = ("devices", "strategy")
+# Training fields a form may leave out (empty = RunConfig's default: one device, strategy auto;
+# an unticked box is off).
+OPTIONAL_FIELDS = ("devices", "strategy", "compile", "activation_checkpointing")
 # Shown with the objectives: what a mask covers, how single segments are packed (empty = default).
 OBJECTIVE_FIELDS = ("masking_unit", "packing")
 # The optimizer (empty = the family's: Adafactor for T5, AdamW otherwise) and AdamW's own
