@@ -32,6 +32,7 @@ from models_lib.families.roberta import RobertaForPreTraining
 from models_lib.families.spanbert import SpanBertForPreTraining
 from models_lib.families.t5 import T5Config, T5ForConditionalGeneration
 from models_lib.families.unilm import UniLMForPreTraining
+from models_lib.families.xlnet import XLNetConfig, XLNetLMHeadModel
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "model_config.json"
@@ -62,6 +63,7 @@ register_family("unilm", EncoderConfig, UniLMForPreTraining, TransformerEncoder,
 register_family("elmo", ElmoConfig, ElmoLanguageModel)
 register_family("t5", T5Config, T5ForConditionalGeneration)
 register_family("gpt", GPTConfig, GPTLMHeadModel)
+register_family("xlnet", XLNetConfig, XLNetLMHeadModel)
 
 
 def _family_of(model: nn.Module) -> Family:
