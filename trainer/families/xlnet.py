@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from trainer.families.base import Family, ModelField
 from trainer.families.t5 import SEQ2SEQ_OBJECTIVES
 
@@ -31,6 +29,8 @@ class XLNetFamily(Family):
     def attention_forward(self, model: Any, input_ids: Any, decoder_ids: list[int]) -> None:
         """Both streams in one pass: every position is a target whose own token is hidden from
         its query stream (perm_mask = the identity), the content stream sees everything."""
+        import torch
+
         T = input_ids.shape[1]
         eye = torch.eye(T)[None]
         types = torch.zeros_like(input_ids)
