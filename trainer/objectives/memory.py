@@ -173,14 +173,20 @@ def span_targets(is_special: np.ndarray, *, goal: int, k: int, rng: np.random.Ge
 def factorisation_masks(targets: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """(perm_mask (T, T) float, order (m,) target positions in their factorisation order): the
     non-targets come first, the targets after them in a random order."""
-    T = len(targets)
-    positions = np.flatnonzero(targets)
-    order = rng.permutation(positions)
-    rank = np.full(T, -1, dtype=np.int64)
+    order = rng.permutation(np.flatnonzero(targets))
+    return order_mask(order, len(targets)), order
+
+
+def order_mask(order: np.ndarray | Sequence[int], length: int) -> np.ndarray:
+    """perm_mask (T, T) float of a factorisation order whose last positions are `order` (the
+    targets, in order) and whose other positions come first: query i may not see key j when j
+    is a target at or after i in the order (so the context sees no target)."""
+    order = np.asarray(order, dtype=np.int64)
+    targets = np.zeros(length, dtype=bool)
+    targets[order] = True
+    rank = np.full(length, -1, dtype=np.int64)
     rank[order] = np.arange(len(order))
-    # query i may not see key j when j is a target that comes at or after i in the order
-    perm = (targets[None, :] & (rank[None, :] >= rank[:, None])).astype(np.float32)
-    return perm, order
+    return (targets[None, :] & (rank[None, :] >= rank[:, None])).astype(np.float32)
 
 
 @dataclass
