@@ -82,6 +82,8 @@ class TransfoXLConfig(PresetConfig):
         check_sizes(self, ("vocab_size", "hidden_size", "num_layers", "num_heads", "head_size", "intermediate_size"))
         if self.hidden_size % 2:
             raise ValueError(f"The hidden size must be even (sine and cosine halves), not {self.hidden_size}.")
+        if isinstance(self.mem_len, float) and self.mem_len.is_integer():  # a form's number field gives 32.0
+            self.mem_len = int(self.mem_len)
         if isinstance(self.mem_len, bool) or not isinstance(self.mem_len, int) or self.mem_len < 0:
             raise ValueError(f"mem_len must be a whole number of positions, 0 or more, not {self.mem_len!r}.")
         for name in ("dropout", "attention_dropout"):

@@ -89,6 +89,9 @@ class XLNetConfig(PresetConfig):
             raise ValueError(f"The hidden size must be even (sine and cosine halves), not {self.hidden_size}.")
         for name in ("mem_len", "reuse_len"):
             value = getattr(self, name)
+            if isinstance(value, float) and value.is_integer():  # a form's number field gives 32.0
+                value = int(value)
+                setattr(self, name, value)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be a whole number of positions, 0 or more, not {value!r}.")
         if self.attn_type not in ("bi", "uni"):
