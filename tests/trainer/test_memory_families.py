@@ -183,3 +183,16 @@ def test_cli_trains_with_a_falling_loss(family, preset, objective, steps, tmp_pa
     train_loss = [r["values"]["loss"] for r in records if r["split"] == "train"]
     assert len(train_loss) == steps and np.mean(train_loss[-10:]) < np.mean(train_loss[:10]) - 0.5, train_loss
     assert any(r["split"] == "valid" and "perplexity_no_memory" in r["values"] for r in records)
+
+
+@pytest.mark.parametrize("name,family", [("transfo-xl-tiny", "transfo_xl"), ("xlnet-tiny", "xlnet")])
+def test_the_example_configs_are_valid(tmp_path, name, family):
+    from pathlib import Path
+
+    from trainer.cli import load_run_file
+
+    example = Path(__file__).resolve().parents[2] / "examples" / f"{name}.yaml"
+    (tmp_path / "run.yaml").write_text(example.read_text())
+    (tmp_path / "demo.txt").write_text("Some text.\n")
+    run = load_run_file(tmp_path / "run.yaml")
+    assert run.config.family == family and run.config.model_overrides == {"mem_len": 64}
