@@ -196,3 +196,14 @@ def test_the_example_configs_are_valid(tmp_path, name, family):
     (tmp_path / "demo.txt").write_text("Some text.\n")
     run = load_run_file(tmp_path / "run.yaml")
     assert run.config.family == family and run.config.model_overrides == {"mem_len": 64}
+
+
+def test_the_inspector_shows_xlnets_targets_in_their_order(tokenizer_dir):
+    from trainer.inference.inspection import sample_batch
+
+    examples = sample_batch(config("xlnet").to_dict(), tokenizer_dir, n_examples=2)
+    targets = [t for t in examples[0]["tokens"] if t["role"] == "target"]
+    assert 1 <= len(targets) <= 32 // 6 and sorted(t["span"] for t in targets) == list(range(len(targets)))
+    assert {t["segment"] for t in examples[0]["tokens"]} == {0, 1} and "factorisation order" in examples[0]["note"]
+    plain = sample_batch(config("transfo_xl").to_dict(), tokenizer_dir, n_examples=2)
+    assert "memory" in plain[0]["note"] and len(plain[0]["tokens"]) == 32
