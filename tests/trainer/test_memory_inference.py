@@ -68,3 +68,39 @@ def test_fill_by_permutation_refuses_with_a_sentence(ckpts, order, message):
 def test_fill_by_permutation_is_xlnets(ckpts):
     with pytest.raises(InferenceError, match="XLNet's; this is a GPT checkpoint"):
         permutation.fill_by_permutation(ckpts["gpt"], "the cat", [0])
+
+
+def test_a_hugging_face_xlnet_folder_imports_and_fills_by_permutation(tmp_path):
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from tests.trainer.inference_generate_helpers import TEXT
+    from trainer.inference import importing
+    from trainer.inference.loading import load
+
+    src = tmp_path / "hf"
+    src.mkdir()
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    specials = ["<unk>", "<s>", "</s>", "<cls>", "<sep>", "<pad>", "<mask>"]  # XLNet's ids 0..6
+    tok.train_from_iterator(TEXT.splitlines() * 20, trainers.UnigramTrainer(vocab_size=150, special_tokens=specials,
+                                                                            unk_token="<unk>"))
+    tok.save(str(src / "tokenizer.json"))
+    torch.manual_seed(0)
+    theirs = transformers.XLNetLMHeadModel(transformers.XLNetConfig(
+        vocab_size=tok.get_vocab_size(), d_model=32, n_layer=2, n_head=2, d_inner=64, pad_token_id=5,
+        eos_token_id=2, bos_token_id=1)).eval()
+    theirs.save_pretrained(src)
+    info = importing.import_hf_directory(src, tmp_path / "ckpt")
+    assert info["family"] == "xlnet" and info["objectives"] == ["plm"] and info["missing_keys"] == []
+    loaded = load(tmp_path / "ckpt")
+    assert (loaded.tokenizer.sep_id, loaded.tokenizer.cls_id) == (4, 3)
+    ids = loaded.family.prompt_ids(loaded.tokenizer, "the cat sat on the mat")
+    assert ids[-2:] == [4, 3]
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.model(torch.tensor([ids])).logits,
+                                   theirs(torch.tensor([ids]), use_mems=False).logits, atol=1e-4, rtol=0)
+    out = permutation.fill_by_permutation(tmp_path / "ckpt", "the cat sat on the mat", [1, 0])
+    assert [s["position"] for s in out["steps"]] == [1, 0]
