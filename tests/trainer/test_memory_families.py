@@ -207,3 +207,18 @@ def test_the_inspector_shows_xlnets_targets_in_their_order(tokenizer_dir):
     assert {t["segment"] for t in examples[0]["tokens"]} == {0, 1} and "factorisation order" in examples[0]["note"]
     plain = sample_batch(config("transfo_xl").to_dict(), tokenizer_dir, n_examples=2)
     assert "memory" in plain[0]["note"] and len(plain[0]["tokens"]) == 32
+
+
+def test_a_resumed_run_reads_the_memory_it_had(tokenizer_dir, tmp_path):
+    """Stopped at step 4 and resumed, the run ends with the weights of an uninterrupted one:
+    the memory is checkpointed with the step (without it, step 5 would read none)."""
+    cfg = config("transfo_xl", max_steps=6, checkpoint_every=4, eval_every=100, warmup_steps=1)
+    whole = train(cfg, data_dir=tokenizer_dir, out_dir=tmp_path / "whole", sink=ListSink())
+    first = ListSink()
+    stopped = train(cfg, data_dir=tokenizer_dir, out_dir=tmp_path / "parts", sink=first,
+                    should_stop=lambda: len(first.heartbeats) >= 4)
+    assert stopped.status == "cancelled" and stopped.final_step == 4
+    resumed = train(cfg, data_dir=tokenizer_dir, out_dir=tmp_path / "parts", sink=ListSink(), resume=True)
+    a, b = load_model(whole.last_checkpoint), load_model(resumed.last_checkpoint)
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
+        torch.testing.assert_close(x, y, atol=1e-6, rtol=0, msg=name)

@@ -8,7 +8,7 @@ The Step keeps each layer's memory (the model's `mems`, detached) from one batch
 so row b of a batch continues row b of the previous one; validation keeps its own memory,
 started empty at each evaluation, and also scores every segment without memory, so the
 dashboard shows how much the memory helps (`perplexity` and `perplexity_no_memory`). The
-memory is not checkpointed: after a resume the first batch reads none.
+training memory is checkpointed with the step's state, so a resumed run goes on reading it.
 
 Transformer-XL: a segment of seq_len tokens is labelled with the seq_len tokens that follow
 each position (the streams overlap by one token), so the last position predicts the next
@@ -98,6 +98,14 @@ class MemoryStep(Step):
 
     def start_validation(self) -> None:
         self.valid_mems = None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The training memory, so a resumed run's first batch reads what it would have read."""
+        return {"mems": [t.detach().cpu() for t in self.mems]} if self.mems else {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        mems = state.get("mems")
+        self.mems = [t.to(self.device) for t in mems] if mems else None
 
     def forward(self, batch: Any, mems: list[torch.Tensor] | None, use_mems: bool) -> Any:
         raise NotImplementedError
