@@ -23,6 +23,16 @@ def ckpts(tmp_path_factory, tok_dir):
 def test_transfo_xl_generates_and_shows_causal_attention(ckpts):
     out = generate.generate(ckpts["transfo_xl"], "the cat sat on the", max_new_tokens=6)
     assert out["family"] == "transfo_xl" and 1 <= len(out["ids"]) <= 6
+    stream = generate.stream_generate(ckpts["transfo_xl"], "the cat sat on the", max_new_tokens=6)
+    pieces = []
+    try:
+        while True:
+            pieces.append(next(stream))
+    except StopIteration as done:
+        assert done.value["ids"] == out["ids"] and "".join(pieces).strip() == done.value["text"].strip()
+    beams = generate.generate(ckpts["transfo_xl"], "the cat sat on the", max_new_tokens=4, strategy="beam",
+                              num_beams=3)
+    assert 1 <= len(beams["ids"]) <= 4  # beam search reorders the memory of each hypothesis
     maps = attention.attention_maps(ckpts["transfo_xl"], "the cat sat on the mat")
     assert maps["stacks"] == ["decoder"] and maps["layers"] == 2 and maps["heads"] == 2
     grid = maps["maps"][0][0]
