@@ -18,6 +18,7 @@ What each folder reads into, and what each model writes:
               ElectraGenerator          <-> ElectraForMaskedLM
               ElectraForPreTraining      -> either, by part= ("discriminator", the default, or "generator")
   distilbert  DistilBertForPreTraining  <-> DistilBertForMaskedLM (DistilBertModel)
+  xlnet       XLNetLMHeadModel          <-> XLNetLMHeadModel (XLNetModel: the output bias stays zero)
 A folder with fewer heads (e.g. RobertaModel) still loads: the missing heads keep their fresh
 initialisation and are listed in `model.missing_keys`; tensors we have no place for are listed
 in `model.unexpected_keys`.
