@@ -250,14 +250,20 @@ def plm_batch(B: int, T: int, vocab: int, g: torch.Generator) -> Batch:
         perm[b] = (is_target[None, :] & (rank[None, :] >= rank[:, None])).float()
         mapping[b, torch.arange(P), targets] = 1.0
     labels = torch.einsum("bpt,bt->bp", mapping, ids.float()).long()
-    return dict(input_ids=ids, token_type_ids=types, perm_mask=perm, target_mapping=mapping, labels=labels)
+    return dict(input_ids=ids, token_type_ids=types, perm_mask=perm, target_mapping=mapping, labels=labels,
+                target_positions=mapping.argmax(-1))
 
 
-def xlnet_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
-    """The same call for both: transformers' XLNetLMHeadModel takes these names too (no memory)."""
-    extra = {"use_mems": False} if not hasattr(model, "layers") else {}
+def xlnet_ours_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
+    """As training calls it: the targets as positions (the query stream for the targets only)."""
+    return model(b["input_ids"], token_type_ids=b["token_type_ids"], perm_mask=b["perm_mask"],
+                 target_positions=b["target_positions"], labels=b["labels"]).loss
+
+
+def xlnet_theirs_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
+    """The same targets as one-hot target_mapping rows, no memory."""
     return model(input_ids=b["input_ids"], token_type_ids=b["token_type_ids"], perm_mask=b["perm_mask"],
-                 target_mapping=b["target_mapping"], labels=b["labels"], **extra).loss
+                 target_mapping=b["target_mapping"], labels=b["labels"], use_mems=False).loss
 
 
 def transfo_xl_ours(preset: str, vocab: int, **overrides) -> torch.nn.Module:
@@ -307,7 +313,8 @@ ARCHITECTURES: dict[str, Entry] = {
     "gpt": Entry(_lazy_presets("models_lib.families.gpt", "GPT_PRESETS"), gpt_ours, lambda m: theirs_from(m, "GPT2LMHeadModel"),
                  clm_batch, clm_ours_loss, seq2seq_theirs_loss),
     "xlnet": Entry(_lazy_presets("models_lib.families.xlnet", "XLNET_PRESETS"), xlnet_ours,
-                   lambda m: theirs_from(m, "XLNetLMHeadModel"), plm_batch, xlnet_loss, xlnet_loss),
+                   lambda m: theirs_from(m, "XLNetLMHeadModel"), plm_batch, xlnet_ours_loss,
+                   xlnet_theirs_loss),
     "transfo_xl": Entry(_lazy_presets("models_lib.families.transfo_xl", "TRANSFO_XL_PRESETS"), transfo_xl_ours,
                         no_counterpart, segment_batch, transfo_xl_loss, transfo_xl_loss),
 }

@@ -71,6 +71,8 @@ class RelativeAttention(nn.Module):
       mask_g  (B, T, K) bool, the same for the query stream
       mems    (B, M, H) the memory, prepended to the keys and values
       seg_diff (B, T, K) bool: query and key in different segments (XLNet's relative segments)
+      target_positions (B, M) long: the query stream's targets as positions, the fast path for
+              one-hot target_mapping rows (the same numbers, computed for M rows instead of T)
     -> (h', g' or None). With `record_weights`, the softmax weights of the last call are kept in
     `.weights` (content stream, (B, N, T, K)) and `.query_weights` (query stream, or None).
     """
@@ -107,12 +109,20 @@ class RelativeAttention(nn.Module):
         return x.view(*x.shape[:-1], self.num_heads, self.head_size)
 
     def _core(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kr: torch.Tensor, biases: tuple,
-              mask: torch.Tensor | None, seg_diff: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """q (B, T, N, D), k/v (B, K, N, D), kr (P, N, D) -> ((B, T, N, D), weights (B, N, T, K))."""
+              mask: torch.Tensor | None, seg_diff: torch.Tensor | None,
+              positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """q (B, T, N, D), k/v (B, K, N, D), kr (P, N, D) -> ((B, T, N, D), weights (B, N, T, K)).
+        With `positions` (B, T) long, query t sits at that position of the segment (the targets of
+        XLNet's query stream): its row of distances is gathered instead of shifted."""
         w_bias, r_bias = biases
         K = k.shape[1]
         ac = torch.einsum("bind,bjnd->bnij", q + w_bias, k)
-        bd = rel_shift(torch.einsum("bind,jnd->bnij", q + r_bias, kr), K)
+        bd = torch.einsum("bind,jnd->bnij", q + r_bias, kr)  # (B, N, T, P)
+        if positions is None:
+            bd = rel_shift(bd, K)
+        else:  # rel_shift's entry (i, j) is column T_seg - i + j, T_seg = P - K (the segment's length)
+            index = (bd.shape[-1] - K - positions)[:, None, :, None] + torch.arange(K, device=bd.device)
+            bd = bd.gather(-1, index.expand(-1, bd.shape[1], -1, -1))
         score = ac + bd
         if seg_diff is not None:
             ef = torch.einsum("bind,snd->bnis", q + self.r_s_bias, self.seg_embed)  # (B, N, T, 2)
@@ -131,6 +141,7 @@ class RelativeAttention(nn.Module):
     def forward(self, h: torch.Tensor, g: torch.Tensor | None = None, *, pos: torch.Tensor,
                 mask_h: torch.Tensor | None, mask_g: torch.Tensor | None = None, mems: torch.Tensor | None = None,
                 seg_diff: torch.Tensor | None = None, target_mapping: torch.Tensor | None = None,
+                target_positions: torch.Tensor | None = None,
                 shared: nn.Module | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         owner = shared if shared is not None else self
         biases = (owner.r_w_bias, owner.r_r_bias)
@@ -144,11 +155,18 @@ class RelativeAttention(nn.Module):
         out_g, w_g = None, None
         if g is not None:
             q_g = self._heads(self.q(g))  # (B, M, N, D)
-            if target_mapping is not None:
+            if target_positions is not None:  # only the M target rows: no (B, T, K) query-stream scores
+                rows = target_positions[:, :, None].expand(-1, -1, k.shape[1])
+                vec_g, w_g = self._core(q_g, k, v, kr, biases,
+                                        None if mask_g is None else mask_g.gather(1, rows),
+                                        None if seg_diff is None else seg_diff.gather(1, rows),
+                                        positions=target_positions)
+            elif target_mapping is not None:  # transformers' way: every position, mapped there and back
                 q_g = torch.einsum("bmnd,bml->blnd", q_g, target_mapping)
-            vec_g, w_g = self._core(q_g, k, v, kr, biases, mask_g, seg_diff)
-            if target_mapping is not None:
+                vec_g, w_g = self._core(q_g, k, v, kr, biases, mask_g, seg_diff)
                 vec_g = torch.einsum("blnd,bml->bmnd", vec_g, target_mapping)
+            else:
+                vec_g, w_g = self._core(q_g, k, v, kr, biases, mask_g, seg_diff)
             out_g = self._post(g, vec_g)
         if self.record_weights:
             self.weights = w_h.detach()

@@ -164,7 +164,9 @@ class XLNetLMHeadModel(nn.Module):
     perm_mask (B, T, T) = None, target_mapping (B, M, T) = None, labels = None, mems = None,
     *, use_mems=False, output_hidden_states=False) -> XLNetOutput
 
-    labels: (B, M) with target_mapping (the token of each target), else (B, T); not shifted."""
+    labels: (B, M) with target_mapping (the token of each target), else (B, T); not shifted.
+    target_positions (B, M) long, instead of target_mapping: each target's position (one-hot
+    mapping rows), computed for the M targets only (what training uses; the same logits)."""
 
     def __init__(self, config: XLNetConfig):
         super().__init__()
@@ -216,8 +218,8 @@ class XLNetLMHeadModel(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, perm_mask: torch.Tensor | None = None,
                 target_mapping: torch.Tensor | None = None, labels: torch.Tensor | None = None,
-                mems: list[torch.Tensor] | None = None, *, use_mems: bool = False,
-                output_hidden_states: bool = False) -> XLNetOutput:
+                mems: list[torch.Tensor] | None = None, *, target_positions: torch.Tensor | None = None,
+                use_mems: bool = False, output_hidden_states: bool = False) -> XLNetOutput:
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be a (batch, length) tensor, got shape {tuple(input_ids.shape)}.")
         B, T = input_ids.shape
@@ -250,7 +252,10 @@ class XLNetLMHeadModel(nn.Module):
 
         h = self.dropout(self.word_embedding(input_ids))
         g = None
-        if target_mapping is not None:
+        if target_positions is not None:  # the same as one-hot target_mapping rows, computed for M rows only
+            target_mapping = None
+            g = self.dropout(self.mask_emb.expand(B, target_positions.shape[1], -1)).to(h.dtype)
+        elif target_mapping is not None:
             g = self.dropout(self.mask_emb.expand(B, target_mapping.shape[1], -1)).to(h.dtype)
             target_mapping = target_mapping.to(h.dtype)
 
@@ -270,7 +275,7 @@ class XLNetLMHeadModel(nn.Module):
                 if cached is not None:
                     new_mems.append(cached)
             h, g = layer(h, g, pos=pos, mask_h=mask_h, mask_g=mask_g, mems=None if mems is None else mems[i],
-                         seg_diff=seg_diff, target_mapping=target_mapping)
+                         seg_diff=seg_diff, target_mapping=target_mapping, target_positions=target_positions)
             if states is not None:
                 states.append(h)
         out = self.dropout(g if g is not None else h)

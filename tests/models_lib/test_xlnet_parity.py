@@ -96,6 +96,24 @@ def test_query_stream_logits_and_loss_match(pair):
     torch.testing.assert_close(a.loss, b.loss, **TOL)
 
 
+def test_target_positions_give_the_mappings_logits_and_gradients(pair):
+    """The fast path (the targets as positions, M query rows) is the one-hot mapping's computation."""
+    ours, _ = pair
+    ids, types, perm, mapping, labels = permutation_inputs(seed=8)
+    mems = ours(ids.flip(1), use_mems=True).mems
+    kwargs = dict(token_type_ids=types, perm_mask=perm, labels=labels, mems=mems)
+    a = ours(ids, target_mapping=mapping, **kwargs)
+    a.loss.backward()
+    grads = {n: p.grad.clone() for n, p in ours.named_parameters()}
+    ours.zero_grad()
+    b = ours(ids, target_positions=mapping.argmax(-1), **kwargs)
+    b.loss.backward()
+    torch.testing.assert_close(b.logits, a.logits, atol=1e-5, rtol=0)
+    for n, p in ours.named_parameters():
+        torch.testing.assert_close(p.grad, grads[n], atol=1e-5, rtol=1e-4, msg=n)
+    ours.zero_grad()
+
+
 def test_memory_matches(pair):
     """A second segment read with the first one's memory: the same mems and the same logits."""
     ours, theirs = pair

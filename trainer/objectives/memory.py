@@ -146,10 +146,12 @@ class PLMBatch(Batch):
     perm_mask: torch.Tensor        # (B, T, T) float, 1 = query i may not see key j
     target_mapping: torch.Tensor   # (B, P, T) float one-hot rows: the position of each target slot
     labels: torch.Tensor           # (B, P) long: each slot's token, -100 for an unused slot
+    target_positions: torch.Tensor | None = None  # (B, P) long: each slot's position (0 for an unused one)
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
+        """The model reads the targets as positions (its fast path, the same numbers as the mapping)."""
         return {"input_ids": self.input_ids, "token_type_ids": self.token_type_ids, "perm_mask": self.perm_mask,
-                "target_mapping": self.target_mapping, "labels": self.labels}
+                "target_positions": self.target_positions, "labels": self.labels}
 
 
 def span_targets(is_special: np.ndarray, *, goal: int, k: int, rng: np.random.Generator) -> np.ndarray:
@@ -270,9 +272,11 @@ class PLMCollator:
             for slot, pos in enumerate(order[:P]):
                 mapping[b, slot, pos] = 1.0
                 labels[b, slot] = ids[pos]
+        mapping_t = torch.from_numpy(mapping)
         return PLMBatch(input_ids=torch.from_numpy(input_ids), attention_mask=torch.from_numpy(attention),
                         token_type_ids=torch.from_numpy(types), perm_mask=torch.from_numpy(perm),
-                        target_mapping=torch.from_numpy(mapping), labels=torch.from_numpy(labels))
+                        target_mapping=mapping_t, labels=torch.from_numpy(labels),
+                        target_positions=mapping_t.argmax(-1))
 
 
 class PermutationLMStep(MemoryStep):
