@@ -19,6 +19,7 @@ from trainer.prep.tokenization import load_tokenizer
 from trainer.training.data import build_train_stream, build_valid_batches
 from trainer.training.engine import train
 from trainer.training.sinks import ListSink
+from tests.models_lib.helpers import randomise
 
 
 def config(family: str, **changes) -> RunConfig:
@@ -128,17 +129,18 @@ def test_the_step_carries_the_memory_between_batches(tokenizer_dir):
 
     cfg = config("transfo_xl")
     sp = special(tokenizer_dir)
+    torch.manual_seed(0)
     model, step = steps.build(cfg, vocab_size=sp.vocab_size, pad_id=sp.pad, device="cpu")
+    randomise(model, seed=0)  # weights far from the initialisation's near-uniform attention: the memory matters
     batches = build_valid_batches(cfg, tokenizer_dir, sp)
     assert len(batches) == 2
-    model.eval()
     with torch.no_grad():
         step.start_validation()
         first = step(batches[0], train=False)
         assert step.valid_mems is not None and step.mems is None  # validation keeps its own
         second = step(batches[1], train=False)
         # with memory the second segment scores differently than alone
-        assert not torch.isclose(second.losses["lm_loss"], second.losses["lm_loss_no_memory"])
+        assert abs(float(second.losses["lm_loss"] - second.losses["lm_loss_no_memory"])) > 1e-3
         # the first segment has no memory to read: both scores are equal
         torch.testing.assert_close(first.losses["lm_loss"], first.losses["lm_loss_no_memory"])
 
