@@ -5,6 +5,7 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from webapp.api.serializers import RequestSerializer
 from webapp.runs import launch
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run
 
@@ -104,7 +105,7 @@ def _training_field(name: str) -> serializers.Field:
     return serializers.FloatField(**kwargs, **bounds)
 
 
-class _RunCreateBase(serializers.Serializer):
+class _RunCreateBase(RequestSerializer):
 
     name = serializers.CharField(required=False, allow_blank=True, max_length=200)
     corpus = serializers.UUIDField(required=False, allow_null=True,
@@ -148,11 +149,11 @@ RunCreateSerializer = type(
 )
 
 
-class RunCloneSerializer(serializers.Serializer):
+class RunCloneSerializer(RequestSerializer):
     name = serializers.CharField(required=False, allow_blank=True, max_length=200)
 
 
-class FinetuneCreateSerializer(serializers.Serializer):
+class FinetuneCreateSerializer(RequestSerializer):
     """POST /api/finetune/: one of your checkpoints (an encoder's) and one of your ready datasets by
     id, and the FinetuneConfig settings the form offers (each optional: the config's default)."""
 
