@@ -67,6 +67,16 @@ def test_forms_still_read_their_strings(alice_api, alice, enqueued):
     assert response.json()["name"] == "5"
 
 
+@pytest.mark.parametrize("query", ["after=", "since="])
+def test_a_query_parameter_without_a_value_is_refused(alice_api, alice, query):
+    """`?after=` read as absent (the default) though the schema says it is an integer."""
+    run = make_run(alice, status=RunStatus.SUCCEEDED)
+    url = f"/api/runs/{run.id}/{'log' if query.startswith('after') else 'metrics'}/?{query}"
+    response = alice_api.get(url)
+    assert response.status_code == 400
+    assert response.json()["fields"] == {query[:-1]: ["Give a value, or leave the parameter out."]}
+
+
 def test_field_errors_are_one_level_with_dotted_names(alice_api, alice):
     from webapp.datasets.services import dataset_create_demo
 

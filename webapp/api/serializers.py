@@ -87,3 +87,15 @@ class RequestSerializer(serializers.Serializer):
             if errors:
                 raise serializers.ValidationError(errors)
         return super().to_internal_value(data)
+
+
+# A query string the API validates. A parameter given with no value (`?after=`) is refused, as the
+# schema's type says; DRF would read it as absent and use the default.
+class QuerySerializer(serializers.Serializer):
+    def to_internal_value(self, data):
+        if isinstance(data, Mapping):
+            blank = {name: ["Give a value, or leave the parameter out."] for name, field in self.fields.items()
+                     if name in data and data.get(name) == "" and not getattr(field, "allow_blank", False)}
+            if blank:
+                raise serializers.ValidationError(blank)
+        return super().to_internal_value(data)

@@ -6,7 +6,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from webapp.api.schema import ErrorSerializer  # noqa: F401 (the API's error body; imported from here too)
-from webapp.api.serializers import RequestSerializer
+from webapp.api.serializers import QuerySerializer, RequestSerializer
 from webapp.datasets.forms import MAX_LENGTH_BOUNDS, MAX_LENGTH_DEFAULT, SEED_MAX, task_choices
 from webapp.datasets.models import Dataset, DatasetStatus
 from webapp.datasets.uploads import FILE_HELP, check_dataset_upload
@@ -136,7 +136,7 @@ class DemoCreateSerializer(RequestSerializer):
     name = serializers.ChoiceField(choices=_demo_names(), help_text="The demo to write and ingest.")
 
 
-class StatsQuerySerializer(serializers.Serializer):
+class StatsQuerySerializer(QuerySerializer):
     tokenizer = serializers.UUIDField(required=False, help_text="One of your ready tokenizers: adds `lengths`.")
     max_length = serializers.IntegerField(min_value=MAX_LENGTH_BOUNDS[0], max_value=MAX_LENGTH_BOUNDS[1],
                                           default=MAX_LENGTH_DEFAULT,

@@ -5,7 +5,7 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from webapp.api.serializers import GreaterThan, RequestSerializer
+from webapp.api.serializers import GreaterThan, QuerySerializer, RequestSerializer
 from webapp.runs import launch
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run
 
@@ -70,7 +70,7 @@ class MetricsSerializer(serializers.Serializer):
     points = MetricPointSerializer(many=True)
 
 
-class MetricsQuerySerializer(serializers.Serializer):
+class MetricsQuerySerializer(QuerySerializer):
     since = serializers.IntegerField(required=False, min_value=-1,
                                      help_text="Return only points with a step greater than this.")
 
@@ -83,7 +83,7 @@ class LogLineSerializer(serializers.ModelSerializer):
         fields = ["id", "text", "time"]
 
 
-class LogQuerySerializer(serializers.Serializer):
+class LogQuerySerializer(QuerySerializer):
     after = serializers.IntegerField(required=False, min_value=0, default=0,
                                      help_text="Return only lines with an id greater than this.")
 
