@@ -25,7 +25,7 @@ _IGNORED = frozenset({"csrfmiddlewaretoken"})
 class GreaterThan(BaseValidator):
     """value > limit (the schema says `minimum` with `exclusiveMinimum`, see webapp.api.schema)."""
 
-    message = "Ensure this value is greater than %(limit_value)s."
+    message = "Must be greater than %(limit_value)s."
     code = "min_value"
 
     def compare(self, a, b):

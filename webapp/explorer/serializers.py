@@ -13,12 +13,15 @@ from webapp.explorer.services import (
 )
 
 CHECKPOINT_HELP = "A checkpoint of yours: a step of one of your runs, or a model you imported."
+# The services' own sentence for a text over MAX_TEXT_CHARS (the serializers check it first).
+TOP_P_RANGE = "Must be greater than 0 and at most 1."
+TOO_LONG = {"max_length": f"Too long: the explorer takes at most {MAX_TEXT_CHARS:,} characters."}
 
 
 # ---------------------------------------------------------------------------- single checkpoint
 class FillMaskRequestSerializer(RequestSerializer):
     checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP)
-    text = serializers.CharField(max_length=MAX_TEXT_CHARS,
+    text = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
         help_text=f"Text with one or more [MASK] tokens (at most {MAX_TEXT_CHARS:,} characters).")
     top_k = serializers.IntegerField(min_value=1, max_value=MAX_TOP_K, default=5)
 
@@ -46,7 +49,7 @@ class FillMaskResponseSerializer(FillMaskResultSerializer):
 
 class GenerateSeq2SeqRequestSerializer(RequestSerializer):
     checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " Only UniLM checkpoints generate.")
-    source = serializers.CharField(max_length=MAX_TEXT_CHARS,
+    source = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
         help_text=f"The source, e.g. a title (at most {MAX_TEXT_CHARS:,} characters); the model writes the target.")
     max_new_tokens = serializers.IntegerField(min_value=1, max_value=MAX_NEW_TOKENS, default=32)
 
@@ -61,8 +64,10 @@ class GenerateSeq2SeqResponseSerializer(serializers.Serializer):
 
 class PairRequestSerializer(RequestSerializer):
     checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP)
-    text_a = serializers.CharField(max_length=MAX_TEXT_CHARS, help_text="The first sentence (A).")
-    text_b = serializers.CharField(max_length=MAX_TEXT_CHARS, help_text="The sentence that may follow it (B).")
+    text_a = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
+                                   help_text="The first sentence (A).")
+    text_b = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
+                                   help_text="The sentence that may follow it (B).")
 
 
 class NextSentenceRequestSerializer(PairRequestSerializer):
@@ -110,7 +115,8 @@ class DecodingSerializer(RequestSerializer):
                                          help_text="sample only: > 0; below 1 is more conservative.")
     top_k = serializers.IntegerField(min_value=0, default=0,
                                      help_text="sample only: keep the k most likely tokens (0 = all).")
-    top_p = serializers.FloatField(default=1.0, max_value=1.0, validators=[GreaterThan(0)],
+    top_p = serializers.FloatField(default=1.0, max_value=1.0, validators=[GreaterThan(0, TOP_P_RANGE)],
+                                   error_messages={"max_value": TOP_P_RANGE},
                                    help_text="sample only: nucleus sampling, 0 < top_p <= 1 (1 = off).")
     seed = serializers.IntegerField(min_value=0, max_value=2**63 - 1, required=False, allow_null=True,
                                     help_text="sample only: the same seed draws the same text (random when absent).")
@@ -123,7 +129,7 @@ def decoding_of(data: dict) -> dict:
 
 class GenerateRequestSerializer(DecodingSerializer):
     checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " T5, GPT or UniLM.")
-    prompt = serializers.CharField(max_length=MAX_TEXT_CHARS,
+    prompt = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
         help_text=f"T5: the input with its task prefix (e.g. 'summarize: ...'); GPT: the text to continue; "
                   f"UniLM: the source. At most {MAX_TEXT_CHARS:,} characters.")
 
@@ -154,7 +160,7 @@ class GenerateResponseSerializer(serializers.Serializer):
 
 class FillSpansRequestSerializer(DecodingSerializer):
     checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " A T5 checkpoint whose tokenizer has sentinels.")
-    text = serializers.CharField(max_length=MAX_TEXT_CHARS,
+    text = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
                                  help_text="A text with <extra_id_0>, <extra_id_1>, ... where spans are missing.")
 
 
@@ -177,9 +183,9 @@ class FillSpansResponseSerializer(serializers.Serializer):
 
 class AttentionRequestSerializer(RequestSerializer):
     checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " Any family but ELMo (which has no attention).")
-    text = serializers.CharField(max_length=MAX_TEXT_CHARS,
+    text = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
                                  help_text=f"The input (at most {ATTENTION_MAX_TOKENS} tokens).")
-    target = serializers.CharField(max_length=MAX_TEXT_CHARS, required=False, allow_blank=True,
+    target = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG, required=False, allow_blank=True,
                                    help_text="T5's decoder side: the target text (default: the model's greedy output).")
     stack = serializers.ChoiceField(choices=list(STACKS), required=False,
                                     help_text="encoder (encoders, T5), decoder (GPT; T5's causal self-attention) or "
@@ -207,9 +213,10 @@ class AttentionResponseSerializer(serializers.Serializer):
 
 class WordSimilarityRequestSerializer(RequestSerializer):
     checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " An ELMo checkpoint.")
-    sentence_a = serializers.CharField(max_length=MAX_TEXT_CHARS, help_text="e.g. 我今天吃了一个苹果")
-    sentence_b = serializers.CharField(max_length=MAX_TEXT_CHARS, help_text="e.g. 我买了一部苹果手机")
-    word = serializers.CharField(max_length=MAX_TEXT_CHARS, help_text="A word in both sentences, e.g. 苹果")
+    sentence_a = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG, help_text="e.g. 我今天吃了一个苹果")
+    sentence_b = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG, help_text="e.g. 我买了一部苹果手机")
+    word = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
+                                 help_text="A word in both sentences, e.g. 苹果")
 
 
 class LayerCosineSerializer(serializers.Serializer):
@@ -230,13 +237,13 @@ class WordSimilarityResponseSerializer(serializers.Serializer):
 
 # ---------------------------------------------------------------------------- comparison
 class CompareInputsSerializer(RequestSerializer):
-    text = serializers.CharField(max_length=MAX_TEXT_CHARS, required=False, allow_blank=True,
+    text = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG, required=False, allow_blank=True,
                                  help_text="fill-mask: text with [MASK].")
     top_k = serializers.IntegerField(required=False, min_value=1, max_value=MAX_TOP_K, default=5,
                                      help_text="fill-mask: tokens per mask.")
-    text_a = serializers.CharField(max_length=MAX_TEXT_CHARS, required=False, allow_blank=True,
+    text_a = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG, required=False, allow_blank=True,
                                    help_text="next-sentence / sentence-order: sentence A.")
-    text_b = serializers.CharField(max_length=MAX_TEXT_CHARS, required=False, allow_blank=True,
+    text_b = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG, required=False, allow_blank=True,
                                    help_text="next-sentence / sentence-order: sentence B.")
 
 
