@@ -41,13 +41,13 @@ def test_unknown_fields_are_refused_and_named(alice_api, alice):
 
 
 @pytest.mark.parametrize("url, body, field, message", [
-    ("tokenize", {"text": 0}, "text", "Must be a string."),
-    ("clone", {"name": 5}, "name", "Must be a string."),
-    ("fill-mask", {"top_k": "5"}, "top_k", "Must be a whole number."),
-    ("fill-mask", {"top_k": True}, "top_k", "Must be a whole number."),
-    ("generate", {"temperature": "1"}, "temperature", "Must be a number."),
-    ("finetune", {"freeze_embeddings": "yes"}, "freeze_embeddings", "Must be true or false."),
-    ("compare", {"checkpoints": [1, 2]}, "checkpoints", "Item 0: Must be a string."),
+    ("tokenize", {"text": 0}, "text", "Not a valid string."),
+    ("clone", {"name": 5}, "name", "Not a valid string."),
+    ("fill-mask", {"top_k": "5"}, "top_k", "A valid integer is required."),
+    ("fill-mask", {"top_k": True}, "top_k", "A valid integer is required."),
+    ("generate", {"temperature": "1"}, "temperature", "A valid number is required."),
+    ("finetune", {"freeze_embeddings": "yes"}, "freeze_embeddings", "Must be a valid boolean."),
+    ("compare", {"checkpoints": [1, 2]}, "checkpoints", "Item 0: Must be a valid UUID."),
 ])
 def test_json_values_of_the_wrong_type_are_refused(alice_api, alice, url, body, field, message):
     """DRF took 0 for a string and "5" for a number: the schema forbids both."""

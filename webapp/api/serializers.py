@@ -33,20 +33,21 @@ class GreaterThan(BaseValidator):
 
 
 def json_type_error(field: serializers.Field, value) -> str | None:
-    """Why `value`, read from a JSON body, is not of the JSON type `field`'s schema states (None: it is)."""
+    """Why `value`, read from a JSON body, is not of the JSON type `field`'s schema states (None: it
+    is), in the field's own words (DRF's "A valid integer is required.", ...)."""
     if value is None or isinstance(field, (serializers.JSONField, serializers.FileField)):
         return None  # null: the field's own allow_null check says it, with its message
+    messages = field.error_messages
     if isinstance(field, serializers.BooleanField):
-        return None if isinstance(value, bool) else "Must be true or false."
+        return None if isinstance(value, bool) else messages["invalid"].format(input=value)
     if isinstance(field, serializers.IntegerField):
         whole = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value) and value.is_integer())
-        return None if whole and not isinstance(value, bool) else "Must be a whole number."
+        return None if whole and not isinstance(value, bool) else messages["invalid"]
     if isinstance(field, (serializers.FloatField, serializers.DecimalField)):
-        number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return None if number else "Must be a number."
+        return None if isinstance(value, (int, float)) and not isinstance(value, bool) else messages["invalid"]
     if isinstance(field, serializers.ListField):
         if not isinstance(value, list):
-            return "Must be a list."
+            return messages["not_a_list"].format(input_type=type(value).__name__)
         for index, item in enumerate(value):
             error = json_type_error(field.child, item)
             if error:
@@ -54,17 +55,20 @@ def json_type_error(field: serializers.Field, value) -> str | None:
         return None
     if isinstance(field, serializers.DictField):
         if not isinstance(value, dict):
-            return "Must be an object."
+            return messages["not_a_dict"].format(input_type=type(value).__name__)
         for key, item in value.items():
             error = json_type_error(field.child, item)
             if error:
                 return f"{key}: {error}"
         return None
     if isinstance(field, serializers.BaseSerializer):
-        return None if isinstance(value, Mapping) else "Must be an object."
-    if isinstance(field, (serializers.CharField, serializers.ChoiceField, serializers.UUIDField,
-                          serializers.DateTimeField, serializers.DateField)):
-        return None if isinstance(value, str) else "Must be a string."
+        return None  # a nested serializer says "Expected a dictionary" itself
+    if isinstance(field, serializers.ChoiceField):
+        return None if isinstance(value, str) else messages["invalid_choice"].format(input=value)
+    if isinstance(field, (serializers.UUIDField, serializers.DateTimeField, serializers.DateField)):
+        return None if isinstance(value, str) else messages["invalid"].format(format="", input=value)
+    if isinstance(field, serializers.CharField):
+        return None if isinstance(value, str) else messages["invalid"]
     return None
 
 
