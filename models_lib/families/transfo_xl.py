@@ -131,6 +131,7 @@ class TransfoXLOutput:
 @dataclass
 class TransfoXLGenerationState:
     mems: list[torch.Tensor] | None
+    history: torch.Tensor | None = None  # with mem_len 0: every token so far, read again at each step
 
 
 class SharedBiases(nn.Module):
@@ -256,7 +257,8 @@ class TransfoXLLMHeadModel(nn.Module):
                  **kwargs: Any) -> torch.Tensor:
         """(B, S + n): the prompt, then up to max_new_tokens generated tokens. Each new token reads
         the memory (the last mem_len positions) and itself, as the model reads a stream in
-        evaluation. Prompts of one length only (no padding)."""
+        evaluation; with mem_len 0 (no memory) the whole text so far is read again at each step.
+        Prompts of one length only (no padding)."""
         kwargs.setdefault("eos_token_id", self.config.eos_token_id)
         kwargs.setdefault("pad_token_id", self.config.pad_token_id)
         return generation.generate(self, input_ids, attention_mask, **kwargs)
@@ -269,6 +271,9 @@ class TransfoXLLMHeadModel(nn.Module):
 
     def generation_step(self, state: TransfoXLGenerationState,
                         tokens: torch.Tensor) -> tuple[torch.Tensor, TransfoXLGenerationState]:
+        if self.config.mem_len == 0:  # no memory to carry the context: read the whole text each step
+            state.history = tokens if state.history is None else torch.cat([state.history, tokens], dim=1)
+            return self(state.history).logits[:, -1], state
         out = self(tokens, mems=state.mems, use_mems=True)
         state.mems = out.mems
         return out.logits[:, -1], state
@@ -277,6 +282,8 @@ class TransfoXLLMHeadModel(nn.Module):
                                  index: torch.Tensor) -> TransfoXLGenerationState:
         if state.mems is not None:
             state.mems = [m.index_select(0, index) for m in state.mems]
+        if state.history is not None:
+            state.history = state.history.index_select(0, index)
         return state
 
 

@@ -98,3 +98,18 @@ def test_greedy_generation_continues_the_stream():
     assert out.shape == (1, 9) and torch.equal(out[:, :5], prompt)
     # the first new token is the argmax after the prompt
     assert int(out[0, 5]) == int(m(prompt).logits[0, -1].argmax())
+
+
+def test_generation_without_memory_reads_the_whole_text_at_each_step():
+    """With mem_len 0 nothing carries the context between steps, so each step reads the prompt and
+    every generated token again: greedy generation equals the argmax of a full forward pass."""
+    torch.manual_seed(0)
+    cfg = TransfoXLConfig.from_preset("transfo-xl-tiny", vocab_size=50, mem_len=0)
+    model = TransfoXLLMHeadModel(cfg).eval()
+    prompt = torch.randint(0, 50, (2, 6))
+    out = model.generate(prompt, max_new_tokens=4, do_sample=False, eos_token_id=None)
+    assert out.shape == (2, 10)
+    with torch.no_grad():
+        for n in range(6, 10):
+            expected = model(out[:, :n]).logits[:, -1].argmax(-1)
+            assert torch.equal(out[:, n], expected)
