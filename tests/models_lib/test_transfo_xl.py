@@ -102,14 +102,16 @@ def test_greedy_generation_continues_the_stream():
 
 def test_generation_without_memory_reads_the_whole_text_at_each_step():
     """With mem_len 0 nothing carries the context between steps, so each step reads the prompt and
-    every generated token again: greedy generation equals the argmax of a full forward pass."""
+    every generated token again: each step's scores equal a full forward pass over the text so far."""
     torch.manual_seed(0)
     cfg = TransfoXLConfig.from_preset("transfo-xl-tiny", vocab_size=50, mem_len=0)
     model = TransfoXLLMHeadModel(cfg).eval()
-    prompt = torch.randint(0, 50, (2, 6))
-    out = model.generate(prompt, max_new_tokens=4, do_sample=False, eos_token_id=None)
-    assert out.shape == (2, 10)
+    text = torch.randint(0, 50, (2, 9))
     with torch.no_grad():
+        state, tokens = model.start_generation(text[:, :6])
         for n in range(6, 10):
-            expected = model(out[:, :n]).logits[:, -1].argmax(-1)
-            assert torch.equal(out[:, n], expected)
+            scores, state = model.generation_step(state, tokens)
+            assert torch.allclose(scores, model(text[:, :n]).logits[:, -1], atol=1e-5)
+            tokens = text[:, n:n + 1]
+        out = model.generate(text[:, :6], max_new_tokens=3, do_sample=False, eos_token_id=None)
+    assert out.shape == (2, 9)
