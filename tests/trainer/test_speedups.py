@@ -95,7 +95,7 @@ def test_the_options_are_runtime_settings_and_elmo_refuses_activation_checkpoint
     assert RunConfig.from_yaml(config.to_yaml()) == config
     with pytest.raises(ConfigError, match="compile must be true or false, not 'yes'"):
         make_config(compile="yes")
-    with pytest.raises(ConfigError, match="^activation_checkpointing recomputes transformer blocks .* ELMo has none"):
+    with pytest.raises(ConfigError, match="^activation_checkpointing recomputes transformer blocks .* ELMo's model does not offer it"):
         RunConfig(family="elmo", preset="elmo-tiny", objectives=["bilm"], activation_checkpointing=True)
 
 

@@ -45,7 +45,7 @@ def test_the_form_refuses_activation_checkpointing_for_elmo_on_the_field(alice, 
                          activation_checkpointing="on")
     assert response.status_code == 200
     errors = " ".join(response.context["form"].errors.get("activation_checkpointing", []))
-    assert "ELMo has none; turn it off for ELMo." in errors
+    assert "ELMo's model does not offer it; turn it off for ELMo." in errors
     assert not Run.objects.exists()
 
 

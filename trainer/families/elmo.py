@@ -15,11 +15,6 @@ class ElmoFamily(Family):
     def seq_len_help(self) -> str:
         return "ELMo: tokens per packed sequence; the LSTMs have no position limit."
 
-    def check_run(self, config: Any) -> None:
-        if config.activation_checkpointing:
-            raise ConfigError("activation_checkpointing recomputes transformer blocks (the encoder families, T5 and "
-                              "GPT), and ELMo has none; turn it off for ELMo.")
-
     def prepare_model(self, model: Any, tokenizer: Any) -> None:
         """With the character CNN: each token id's spelling (its UTF-8 bytes between word
         markers), from the tokenizer's vocabulary; a checkpoint stores the table with the weights."""
@@ -52,6 +47,7 @@ FAMILY = ElmoFamily(
     optimizer_defaults={"optimizer": "adamw", "lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8,
                         "weight_decay": 0.0, "schedule": "constant"},
     default_preset="elmo-tiny",
+    recomputes_blocks=False,  # LSTMs: no transformer blocks to recompute
     hidden_fields=("masking", "mask_prob", "masking_unit", "packing"),
     model_fields=(
         ModelField("char_cnn", "Character CNN",
