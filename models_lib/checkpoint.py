@@ -21,7 +21,7 @@ from torch import nn
 
 from models_lib.families.albert import AlbertForPreTraining
 from models_lib.families.bert import BertForPreTraining, BertModel
-from models_lib.core.config import ElectraConfig, EncoderConfig, SpanBertConfig
+from models_lib.core.config import ElectraConfig, EncoderConfig, SpanBertConfig, TinyBertConfig
 from models_lib.families.distilbert import DistilBertForPreTraining
 from models_lib.families.downstream import DOWNSTREAM_CLASSES, EncoderForDownstream, TaskConfig
 from models_lib.families.electra import ElectraDiscriminator, ElectraForPreTraining, ElectraGenerator
@@ -31,6 +31,7 @@ from models_lib.families.gpt import GPTConfig, GPTLMHeadModel
 from models_lib.families.roberta import RobertaForPreTraining
 from models_lib.families.spanbert import SpanBertForPreTraining
 from models_lib.families.t5 import T5Config, T5ForConditionalGeneration
+from models_lib.families.tinybert import TinyBertForPreTraining
 from models_lib.families.unilm import UniLMForPreTraining
 
 WEIGHTS_NAME = "model.safetensors"
@@ -58,6 +59,7 @@ register_family("electra", ElectraConfig, ElectraForPreTraining, ElectraDiscrimi
                 TransformerEncoder, *DOWNSTREAM_CLASSES)
 register_family("distilbert", EncoderConfig, DistilBertForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
 register_family("spanbert", SpanBertConfig, SpanBertForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
+register_family("tinybert", TinyBertConfig, TinyBertForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
 register_family("unilm", EncoderConfig, UniLMForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
 register_family("elmo", ElmoConfig, ElmoLanguageModel)
 register_family("t5", T5Config, T5ForConditionalGeneration)

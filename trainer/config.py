@@ -93,6 +93,8 @@ class ObjectiveArgs:
     distill_soft_weight: float
     distill_mlm_weight: float
     distill_cos_weight: float
+    tinybert_temperature: float
+    tinybert_prediction_share: float
 
 
 @dataclass(frozen=True)
@@ -228,6 +230,12 @@ class RunConfig(FlatRecord):
     """DistilBERT: weight of the student's own masked-LM loss on the true tokens."""
     distill_cos_weight: float = 1.0
     """DistilBERT: weight of the cosine loss between the student's and the teacher's final hidden states (real tokens)."""
+
+    # --- TinyBERT (the teacher is teacher_checkpoint; the student's shape is its preset)
+    tinybert_temperature: float = 1.0
+    """TinyBERT: temperature of the prediction-layer distillation (soft cross-entropy of the student's MLM logits against the teacher's). The paper uses 1."""
+    tinybert_prediction_share: float = 0.5
+    """TinyBERT: share of max_steps, at the end of the run, spent on prediction-layer distillation; the steps before it distil the embedding, attention and hidden-state layers (0 = layers only, 1 = predictions only)."""
 
     # --- length and batches
     max_steps: int = 1000

@@ -30,6 +30,7 @@ REGISTRY: dict[str, str] = {
     "t5": "trainer.families.t5:FAMILY",
     "gpt": "trainer.families.gpt:FAMILY",
     "elmo": "trainer.families.elmo:FAMILY",
+    "tinybert": "trainer.families.tinybert:FAMILY",
 }
 
 _loaded: dict[str, Family] = {}  # import string -> its Family
