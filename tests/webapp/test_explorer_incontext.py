@@ -78,3 +78,17 @@ def test_what_cannot_be_scored_is_a_sentence(alice, alice_api, gpt):
     bert = family_checkpoint(alice, "bert", run=True)
     response = alice_api.post(BUILDER, {"checkpoint": str(bert.id), "dataset": str(dataset.id)}, format="json")
     assert response.status_code == 400 and "causal language model" in response.json()["error"]
+
+
+def test_the_explorer_page_offers_the_prompt_builder_for_a_gpt_with_your_datasets_only(alice, bob, alice_client, gpt):
+    make_dataset(alice)
+    theirs = make_dataset(bob)
+    theirs.name = "bobs secret"
+    theirs.save()
+    make_dataset(alice, task="regression").__class__.objects.filter(task="regression").update(name="numbers")
+    html = alice_client.get(f"/explore/?checkpoint={gpt.id}").content.decode()
+    start = html.index('id="prompt-builder"')
+    panel = html[start:html.index("</section>", start)]
+    assert 'data-kinds="gpt"' in panel and " hidden" not in panel[:panel.index(">")]
+    assert "modules (2 labels)" in panel and "bobs secret" not in panel and "numbers" not in panel
+    assert "/api/explore/prompt-builder/" in panel and "explorer_incontext.js" in html
