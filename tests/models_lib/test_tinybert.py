@@ -138,3 +138,18 @@ def test_the_tinybert_4_preset_is_the_papers():
     cfg = presets.get("tinybert-4", vocab_size=30522, teacher_hidden_size=768)
     assert (cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.intermediate_size) == (4, 312, 12, 1200)
     assert type(cfg) is TinyBertConfig and cfg.projects
+
+
+def test_a_tinybert_student_fine_tunes_like_a_bert():
+    """The distilled student goes on to downstream tasks: its encoder moves into a BERT-style
+    classifier (the projections, used only for distillation, stay behind)."""
+    from models_lib.families.downstream import from_pretraining
+
+    student = TinyBertForPreTraining(presets.get("tinybert-tiny", vocab_size=V, hidden_size=32, num_heads=2,
+                                                 intermediate_size=128, teacher_hidden_size=64))
+    classifier = from_pretraining(student, "sequence_classification", 3)
+    assert classifier.backbone_name == "bert"
+    ours = student.backbone.state_dict()
+    assert all(torch.equal(v, ours[k]) for k, v in classifier.backbone.state_dict().items() if k in ours)
+    ids, mask, _ = batch()
+    assert classifier(ids, mask).logits.shape == (3, 3)
