@@ -26,7 +26,7 @@ from torch import nn
 
 from models_lib.core.config import EncoderConfig, TinyBertConfig
 from models_lib.core.layers import Attention
-from models_lib.families.pretraining import EncoderForPreTraining
+from models_lib.families.pretraining import EncoderForPreTraining, PreTrainingOutput
 
 
 class TinyBertForPreTraining(EncoderForPreTraining):
@@ -46,6 +46,20 @@ class TinyBertForPreTraining(EncoderForPreTraining):
     def project(self, states: torch.Tensor, *, embedding: bool) -> torch.Tensor:
         fit = self.fit_embedding if embedding else self.fit_hidden
         return states if fit is None else fit(states)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                token_type_ids: torch.Tensor | None = None, mlm_labels: torch.Tensor | None = None,
+                *, output_hidden_states: bool = False) -> PreTrainingOutput:
+        """BERT's MLM forward; with output_hidden_states, also `projected_states`: the L + 1 states
+        mapped to the teacher's width (W_e for the embeddings, W_h for the layers). They are made
+        here, inside forward, so that DDP sees the projections used by the forward pass."""
+        out = super().forward(input_ids, attention_mask, token_type_ids, mlm_labels,
+                              output_hidden_states=output_hidden_states)
+        if output_hidden_states:
+            states = out.hidden_states
+            out.projected_states = (self.project(states[0], embedding=True),
+                                    *(self.project(h, embedding=False) for h in states[1:]))
+        return out
 
 
 def layer_map(student_layers: int, teacher_layers: int) -> list[int]:
@@ -84,22 +98,23 @@ def _mse(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return F.mse_loss(a.float()[keep], b.float()[keep])
 
 
-def tinybert_losses(student: TinyBertForPreTraining, student_states: tuple[torch.Tensor, ...],
-                    student_scores: list[torch.Tensor], teacher_states: tuple[torch.Tensor, ...],
-                    teacher_scores: list[torch.Tensor], attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+def tinybert_losses(student_states: tuple[torch.Tensor, ...], student_scores: list[torch.Tensor],
+                    teacher_states: tuple[torch.Tensor, ...], teacher_scores: list[torch.Tensor],
+                    attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
     """{"emb_loss", "att_loss", "hid_loss"} over the uniform layer map.
 
-    states: L + 1 hidden states (B, T, H) of each model (embedding output first); scores: L
-    attention-score tensors (B, N, T, T); attention_mask (B, T), 1 = real token. Positions of
-    padding are left out (for scores: any pair with a padding query or key)."""
+    student_states: the student's L + 1 states already projected to the teacher's width
+    (TinyBertForPreTraining's `projected_states`; its `hidden_states` when the widths agree);
+    teacher_states: the teacher's L + 1 hidden states (B, T, H), the embedding output first;
+    scores: L attention-score tensors (B, N, T, T) each; attention_mask (B, T), 1 = real token.
+    Padding is left out (for scores: any pair with a padding query or key)."""
     mapping = layer_map(len(student_scores), len(teacher_scores))
     real = attention_mask.bool()
     tokens = real[:, :, None]                                  # (B, T, 1)
     pairs = (real[:, None, :, None] & real[:, None, None, :])  # (B, 1, T, T)
-    emb = _mse(student.project(student_states[0], embedding=True), teacher_states[0], tokens)
+    emb = _mse(student_states[0], teacher_states[0], tokens)
     att = sum(_mse(student_scores[m], teacher_scores[g - 1], pairs) for m, g in enumerate(mapping))
-    hid = sum(_mse(student.project(student_states[m + 1], embedding=False), teacher_states[g], tokens)
-              for m, g in enumerate(mapping))
+    hid = sum(_mse(student_states[m + 1], teacher_states[g], tokens) for m, g in enumerate(mapping))
     return {"emb_loss": emb, "att_loss": att, "hid_loss": hid}
 
 

@@ -51,7 +51,7 @@ def losses(student, teacher, temperature=1.0):
         s = student(ids, mask, None, labels, output_hidden_states=True)
     with torch.no_grad(), attention_scores(teacher) as t_scores:
         t = teacher(ids, mask, None, labels, output_hidden_states=True)
-    out = tinybert_losses(student, s.hidden_states, s_scores, t.hidden_states, t_scores, mask)
+    out = tinybert_losses(s.projected_states, s_scores, t.hidden_states, t_scores, mask)
     out["pred_loss"] = prediction_loss(s.mlm_logits, t.mlm_logits, temperature)
     return out, (s, s_scores, t, t_scores, mask)
 

@@ -58,15 +58,14 @@ class TinyBertStep(Step):
     def __call__(self, batch: MaskedBatch, *, train: bool) -> StepOutput:
         from models_lib.families.tinybert import attention_scores, prediction_loss, tinybert_losses
 
-        student_model = getattr(self.model, "module", self.model)  # under DDP, the model it wraps
         with attention_scores(self.model) as student_scores:
             student = self.model(batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.mlm_labels,
                                  output_hidden_states=True)
         with torch.no_grad(), attention_scores(self.teacher) as teacher_scores:
             teacher = self.teacher(batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.mlm_labels,
                                    output_hidden_states=True)
-        parts = tinybert_losses(student_model, student.hidden_states, student_scores, teacher.hidden_states,
-                                teacher_scores, batch.attention_mask)
+        parts = tinybert_losses(student.projected_states, student_scores, teacher.hidden_states, teacher_scores,
+                                batch.attention_mask)
         n = student.mlm_targets.numel()
         parts["pred_loss"] = (prediction_loss(student.mlm_logits, teacher.mlm_logits, self.config.tinybert_temperature)
                               if n else student.mlm_logits.sum() * 0.0)
