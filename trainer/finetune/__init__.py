@@ -24,6 +24,8 @@ REGISTRY: dict[str, str] = {
     "multilabel": "trainer.finetune.tasks:MULTILABEL",
     "token_classification": "trainer.finetune.tasks:TOKEN_CLASSIFICATION",
     "extractive_qa": "trainer.finetune.qa:EXTRACTIVE_QA",
+    "text_to_text": "trainer.finetune.text2text:TEXT_TO_TEXT",
+    "sft": "trainer.finetune.sft:SFT",
 }
 
 
@@ -71,8 +73,8 @@ def stats_for(name: str, *, unanswerable: bool = False) -> list[dict]:
 
 
 def check_checkpoint(folder, name: str) -> str:
-    """The family of the checkpoint in `folder` when task `name` has a head for it; else a
-    ConfigError with a sentence (T5, GPT and ELMo have no encoder head to fine-tune here)."""
+    """The family of the checkpoint in `folder` when task `name` fine-tunes it (an encoder with a
+    task head, or the families a generative task names); else a ConfigError with a sentence."""
     from models_lib.checkpoint import read_model_config
     from models_lib.families.downstream import BACKBONE_NAMES
     from trainer import families
@@ -82,6 +84,13 @@ def check_checkpoint(folder, name: str) -> str:
         family = str(read_model_config(folder).get("family", ""))
     except ValueError:
         raise ConfigError("That checkpoint's files cannot be read, so it cannot be fine-tuned.") from None
+    if task.families:
+        if family not in task.families:
+            label = families.get(family).label if family in families.names() else family or "unknown"
+            fits = " or ".join(families.get(f).label if f in families.names() else f for f in task.families)
+            raise ConfigError(f"A {label} checkpoint cannot be fine-tuned for {task.label.split(' (')[0].lower()}: "
+                              f"that task trains a {fits} model. Choose a checkpoint of one of those.")
+        return family
     if family not in BACKBONE_NAMES:
         label = families.get(family).label if family in families.names() else family
         encoders = ", ".join(families.get(f).label if f in families.names() else f for f in BACKBONE_NAMES)

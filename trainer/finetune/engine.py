@@ -58,7 +58,6 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
              should_stop: Callable[[], bool] = lambda: False) -> TrainResult:
     """Train per `config`, writing checkpoints to out_dir/checkpoints/; calls sink.close()."""
     from models_lib.checkpoint import load_model
-    from models_lib.families.downstream import from_pretraining
     from trainer.prep.labelled import iter_examples, read_meta
     from trainer.prep.tokenization import load_tokenizer
 
@@ -78,9 +77,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
         except (OSError, ValueError) as e:
             raise ConfigError(f"The checkpoint {checkpoint.name} cannot be loaded: {e}") from None
         try:
-            model = from_pretraining(base, task.head, task.num_labels(labels),
-                                     labels=labels if task.has_classes else None,
-                                     problem_type=task.problem)
+            model = task.build_model(base, labels, config)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"The checkpoint {checkpoint.name} cannot be fine-tuned for {task.label}: {e}") from None
         config = config.replace(task=task.name, family=model.config.family, preset=checkpoint.name)
@@ -88,6 +85,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
         collator = task.build_collator(tokenizer, labels, config.max_length, config)
         model = model.to(device).train()
         forward = task.step(config, model, device, task=task, labels=labels)
+        forward.sink = sink
         weights = techniques.class_weights_for(config, task, meta, labels)
         if weights is not None:
             forward.class_weights = torch.tensor(weights, dtype=torch.float32, device=device)
