@@ -171,3 +171,11 @@ class FinetuneCreateSerializer(serializers.Serializer):
     gradual_unfreeze_every = serializers.IntegerField(required=False)
     early_stopping_patience = serializers.IntegerField(required=False)
     class_weights = serializers.ChoiceField(choices=["none", "balanced"], required=False)
+    source_prefix = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, max_length=1000,
+                                          help_text="Text to text: put before every input (T5's task prefix).")
+    max_target_length = serializers.IntegerField(required=False)
+    target_mask_prob = serializers.FloatField(required=False)
+    num_beams = serializers.IntegerField(required=False)
+    samples_shown = serializers.IntegerField(required=False)
+    chat_template = serializers.CharField(required=False, trim_whitespace=False, max_length=1000,
+                                          help_text="SFT: one chat turn, with {role} and {content}.")

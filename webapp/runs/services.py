@@ -327,6 +327,10 @@ def run_clone(*, run: Run, owner, name: str | None = None) -> Run:
 FINETUNE_FIELDS = ("max_length", "max_steps", "batch_size", "lr", "warmup_ratio", "eval_every", "llrd",
                    "freeze_embeddings", "freeze_layers", "gradual_unfreeze_every", "early_stopping_patience",
                    "class_weights")
+# The generative tasks' settings (text to text, SFT); every task takes them and the others ignore them.
+GENERATION_FIELDS = ("source_prefix", "max_target_length", "target_mask_prob", "num_beams", "samples_shown",
+                     "chat_template")
+FINETUNE_FIELDS += GENERATION_FIELDS
 
 
 def check_finetune_sources(*, owner, checkpoint: Checkpoint | None, dataset) -> str:

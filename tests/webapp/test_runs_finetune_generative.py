@@ -1,0 +1,124 @@
+"""Text to text (T5, UniLM) and SFT (GPT) from the web: launched by the API and the page with
+their generation settings and an editable chat template, refused with sentences for a family
+the task does not train, executed eagerly, their metrics on the dashboard."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.urls import reverse
+
+from tests.webapp.explorer_models_helpers import family_checkpoint
+from tests.webapp.runs_helpers import make_checkpoint, make_run
+from webapp.datasets import services as dataset_services
+from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.runs.models import Run, RunKind, RunStatus
+
+pytestmark = pytest.mark.django_db(transaction=False)
+
+FAST = dict(max_length=48, max_steps=4, batch_size=8, lr=1e-3, warmup_ratio=0.0, eval_every=4,
+            max_target_length=6, samples_shown=1)
+
+
+def ready_demo(owner, capture, demo: str) -> Dataset:
+    with capture(execute=True):
+        dataset = dataset_services.dataset_create_demo(owner=owner, name=demo)
+    dataset.refresh_from_db()
+    assert dataset.status == DatasetStatus.READY, dataset.error
+    return dataset
+
+
+def script_data(html: str, element_id: str):
+    start = html.index(f'id="{element_id}"')
+    start = html.index(">", start) + 1
+    return json.loads(html[start:html.index("</script>", start)])
+
+
+def test_text_to_text_on_t5_through_the_api_trains_and_charts_rouge_and_bleu(
+        alice, alice_api, alice_client, eager, django_capture_on_commit_callbacks):
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks, "text_to_text")
+    base = family_checkpoint(alice, "t5", run=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        created = alice_api.post(reverse("api-finetune"), {
+            "checkpoint": str(base.id), "dataset": str(dataset.id), **FAST, "source_prefix": "summarize: ",
+            "num_beams": 2}, format="json")
+    assert created.status_code == 201, created.content
+    run = Run.objects.get(id=created.json()["id"])
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.config["source_prefix"] == "summarize: " and run.config["num_beams"] == 2
+    assert run.family == "t5" and run.objectives == ["text_to_text"]
+    test = run.metrics.get(split="test").values
+    assert {"rouge1", "rouge2", "rouge_l", "bleu", "exact_match"} <= set(test)
+    assert run.log_lines.filter(text__startswith="Sample 1: input «").exists()
+    html = alice_client.get(reverse("runs:detail", args=[run.id])).content.decode()
+    charts = {c["id"]: c for c in script_data(html, "dashboard-charts")}
+    assert {"ft_text", "ft_bleu", "loss"} <= set(charts)
+    assert {s["metric"] for s in charts["ft_text"]["series"]} == {"rouge1", "rouge2", "rouge_l", "exact_match"}
+    assert 'data-test-metric="rouge_l"' in html
+
+
+def test_sft_on_gpt_through_the_page_keeps_the_chat_template_as_typed(
+        alice, alice_client, eager, django_capture_on_commit_callbacks):
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks, "sft")
+    base = family_checkpoint(alice, "gpt", run=True)
+    page = alice_client.get(reverse("runs:finetune") + f"?checkpoint={base.id}&dataset={dataset.id}")
+    html = page.content.decode()
+    assert page.status_code == 200 and 'id="chat-preview"' in html and "js/finetune_chat.js" in html
+    assert "&lt;|{role}|&gt;\n{content}\n</textarea>" in html  # the default template, shown to edit
+    template = "### {role}:\n{content}\n\n"
+    with django_capture_on_commit_callbacks(execute=True):
+        response = alice_client.post(reverse("runs:finetune"), {
+            "checkpoint": base.id, "dataset": dataset.id, "name": "", **FAST, "llrd": 1.0, "freeze_layers": 0,
+            "gradual_unfreeze_every": 0, "early_stopping_patience": 0, "class_weights": "none",
+            "chat_template": template})
+    run = Run.objects.get(owner=alice, kind=RunKind.FINETUNE)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert run.config["chat_template"] == template  # spaces and line breaks kept
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.metrics.get(split="test").values["perplexity"] > 1
+    assert run.log_lines.filter(text__startswith="Sample 1: prompt «").exists()
+    detail = alice_client.get(reverse("runs:detail", args=[run.id])).content.decode()
+    series = {s["metric"] for c in script_data(detail, "dashboard-charts") for s in c["series"]}
+    assert "perplexity" in series
+
+
+def test_a_classifier_form_posted_without_the_generation_fields_keeps_their_defaults(
+        alice, alice_client, enqueued, django_capture_on_commit_callbacks):
+    from trainer.finetune.chat import DEFAULT_CHAT_TEMPLATE
+
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks, "sft")
+    base = family_checkpoint(alice, "gpt", run=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = alice_client.post(reverse("runs:finetune"), {
+            "checkpoint": base.id, "dataset": dataset.id, "max_length": 48, "max_steps": 4, "batch_size": 8,
+            "lr": 1e-3, "warmup_ratio": 0.0, "eval_every": 4, "llrd": 1.0, "freeze_layers": 0,
+            "gradual_unfreeze_every": 0, "early_stopping_patience": 0, "class_weights": "none"})
+    assert response.status_code == 302
+    run = Run.objects.get(owner=alice, kind=RunKind.FINETUNE)
+    assert run.config["chat_template"] == DEFAULT_CHAT_TEMPLATE and run.config["max_target_length"] == 64
+
+
+def test_families_the_task_does_not_train_and_bad_templates_are_refused_with_sentences(
+        alice, alice_api, alice_client, enqueued, django_capture_on_commit_callbacks):
+    text = ready_demo(alice, django_capture_on_commit_callbacks, "text_to_text")
+    sft = ready_demo(alice, django_capture_on_commit_callbacks, "sft")
+    bert = make_checkpoint(make_run(alice, status=RunStatus.SUCCEEDED, name="tiny bert"), step=20, real=True)
+    gpt = family_checkpoint(alice, "gpt", run=True)
+    url = reverse("api-finetune")
+    refused = alice_api.post(url, {"checkpoint": str(bert.id), "dataset": str(text.id)}, format="json")
+    assert refused.status_code == 400
+    assert "A BERT checkpoint cannot be fine-tuned for text to text: that task trains a T5 or UniLM model" \
+        in refused.json()["error"]
+    refused = alice_api.post(url, {"checkpoint": str(gpt.id), "dataset": str(text.id)}, format="json")
+    assert refused.status_code == 400 and "A GPT checkpoint cannot be fine-tuned for text to text" \
+        in refused.json()["error"]
+    refused = alice_api.post(url, {"checkpoint": str(bert.id), "dataset": str(sft.id)}, format="json")
+    assert refused.status_code == 400 and "that task trains a GPT model" in refused.json()["error"]
+    refused = alice_api.post(url, {"checkpoint": str(gpt.id), "dataset": str(sft.id),
+                                   "chat_template": "{role}: no content"}, format="json")
+    assert refused.status_code == 400 and "chat_template must hold {content} exactly once" in refused.json()["error"]
+    response = alice_client.post(reverse("runs:finetune"), {
+        "checkpoint": gpt.id, "dataset": sft.id, **FAST, "llrd": 1.0, "freeze_layers": 0, "gradual_unfreeze_every": 0,
+        "early_stopping_patience": 0, "class_weights": "none", "chat_template": "{content}{content}"})
+    assert response.status_code == 200 and "chat_template must hold {content} exactly once" in response.content.decode()
+    assert not Run.objects.filter(kind=RunKind.FINETUNE).exists() and not enqueued
