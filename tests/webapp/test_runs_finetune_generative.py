@@ -122,3 +122,19 @@ def test_families_the_task_does_not_train_and_bad_templates_are_refused_with_sen
         "early_stopping_patience": 0, "class_weights": "none", "chat_template": "{content}{content}"})
     assert response.status_code == 200 and "chat_template must hold {content} exactly once" in response.content.decode()
     assert not Run.objects.filter(kind=RunKind.FINETUNE).exists() and not enqueued
+
+
+def test_gpt_classification_through_the_api_uses_gpt1s_head_and_auxiliary_loss(
+        alice, alice_api, eager, django_capture_on_commit_callbacks):
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks, "classification")
+    base = family_checkpoint(alice, "gpt", run=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        created = alice_api.post(reverse("api-finetune"), {
+            "checkpoint": str(base.id), "dataset": str(dataset.id), **FAST, "aux_lm_weight": 0.25}, format="json")
+    assert created.status_code == 201, created.content
+    run = Run.objects.get(id=created.json()["id"])
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.config["aux_lm_weight"] == 0.25 and run.family == "gpt"
+    valid = run.metrics.filter(split="valid").last().values
+    assert valid["loss"] == pytest.approx(valid["task_loss"] + 0.25 * valid["lm_loss"], rel=1e-6)
+    assert 0.0 <= run.metrics.get(split="test").values["accuracy"] <= 1.0

@@ -29,6 +29,14 @@ REGISTRY: dict[str, str] = {
 }
 
 
+# (dataset task, model family) -> "module:ATTRIBUTE" of the Task that trains that family on that
+# task when the registry's own (an encoder's head) does not: GPT-1's classifier on GPT.
+VARIANTS: dict[tuple[str, str], str] = {
+    ("classification", "gpt"): "trainer.finetune.gpt1:GPT_CLASSIFICATION",
+    ("regression", "gpt"): "trainer.finetune.gpt1:GPT_REGRESSION",
+}
+
+
 def names() -> list[str]:
     return list(REGISTRY)
 
@@ -39,6 +47,16 @@ def get(name: str) -> "Task":
     except KeyError:
         raise ConfigError(f"Fine-tuning does not offer the task {name!r} yet; choose one of "
                           f"{', '.join(REGISTRY)}.") from None
+    return getattr(importlib.import_module(module), attr)
+
+
+def for_family(name: str, family: str) -> "Task":
+    """The Task that trains a `family` model on task `name`: its variant for that family, else the
+    registry's own."""
+    where = VARIANTS.get((name, family))
+    if where is None:
+        return get(name)
+    module, _, attr = where.partition(":")
     return getattr(importlib.import_module(module), attr)
 
 
@@ -84,6 +102,8 @@ def check_checkpoint(folder, name: str) -> str:
         family = str(read_model_config(folder).get("family", ""))
     except ValueError:
         raise ConfigError("That checkpoint's files cannot be read, so it cannot be fine-tuned.") from None
+    if (name, family) in VARIANTS:
+        return family
     if task.families:
         if family not in task.families:
             label = families.get(family).label if family in families.names() else family or "unknown"

@@ -40,6 +40,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "target_mask_prob": (0.01, 1.0),
     "num_beams": (1, 16),
     "samples_shown": (0, 50),
+    "aux_lm_weight": (0.0, 10.0),
 }
 
 
@@ -106,6 +107,8 @@ class FinetuneConfig(FlatRecord):
     samples_shown: int = 3
     """Validation examples whose generated text each evaluation writes to the log."""
     chat_template: str = DEFAULT_CHAT_TEMPLATE
+    aux_lm_weight: float = 0.5
+    """GPT-1's classifier (trainer/finetune/gpt1.py): the weight of the auxiliary language-model loss (0.5 in the paper; 0: off)."""
     """SFT: how one chat turn is written; {role} is the speaker (system, user, assistant), {content} the text. The model learns an assistant's content and the end-of-text token after it."""
 
     def __post_init__(self) -> None:

@@ -76,6 +76,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             base = load_model(checkpoint, map_location="cpu")
         except (OSError, ValueError) as e:
             raise ConfigError(f"The checkpoint {checkpoint.name} cannot be loaded: {e}") from None
+        task = tasks.for_family(task.name, str(getattr(getattr(base, "config", None), "family", "")))
         try:
             model = task.build_model(base, labels, config)
         except (TypeError, ValueError) as e:

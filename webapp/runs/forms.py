@@ -381,6 +381,8 @@ FINETUNE_HELP = {
     "target_mask_prob": "UniLM: the share of target tokens masked and predicted per example (0.7 in the paper).",
     "num_beams": "Beam search width when generating for the scores (1: greedy).",
     "samples_shown": "Validation examples whose generated text each evaluation writes to the log.",
+    "aux_lm_weight": "GPT classification and regression (GPT-1): the weight of the language-model loss kept "
+                     "beside the task's (0.5 in the paper; 0: off).",
     "chat_template": "SFT: how each chat turn is written. {role} is system, user or assistant; {content} the "
                      "message. The model learns the assistant's content and an end-of-text token after it.",
 }

@@ -177,5 +177,6 @@ class FinetuneCreateSerializer(serializers.Serializer):
     target_mask_prob = serializers.FloatField(required=False)
     num_beams = serializers.IntegerField(required=False)
     samples_shown = serializers.IntegerField(required=False)
+    aux_lm_weight = serializers.FloatField(required=False)
     chat_template = serializers.CharField(required=False, trim_whitespace=False, max_length=1000,
                                           help_text="SFT: one chat turn, with {role} and {content}.")
