@@ -1,6 +1,6 @@
-"""Text to text (T5, UniLM) and SFT (GPT) from the web: launched by the API and the page with
-their generation settings and an editable chat template, refused with sentences for a family
-the task does not train, executed eagerly, their metrics on the dashboard."""
+"""Text to text (T5, UniLM), SFT and GPT-1's classifier (GPT), and LoRA, from the web: launched by
+the API and the page with their settings and an editable chat template, refused with sentences
+for a family the task does not train, executed eagerly, their metrics on the dashboard."""
 from __future__ import annotations
 
 import json
@@ -83,7 +83,7 @@ def test_sft_on_gpt_through_the_page_keeps_the_chat_template_as_typed(
 
 
 def test_a_classifier_form_posted_without_the_generation_fields_keeps_their_defaults(
-        alice, alice_client, enqueued, django_capture_on_commit_callbacks):
+        alice, alice_client, eager, enqueued, django_capture_on_commit_callbacks):
     from trainer.finetune.chat import DEFAULT_CHAT_TEMPLATE
 
     dataset = ready_demo(alice, django_capture_on_commit_callbacks, "sft")
@@ -99,7 +99,7 @@ def test_a_classifier_form_posted_without_the_generation_fields_keeps_their_defa
 
 
 def test_families_the_task_does_not_train_and_bad_templates_are_refused_with_sentences(
-        alice, alice_api, alice_client, enqueued, django_capture_on_commit_callbacks):
+        alice, alice_api, alice_client, eager, enqueued, django_capture_on_commit_callbacks):
     text = ready_demo(alice, django_capture_on_commit_callbacks, "text_to_text")
     sft = ready_demo(alice, django_capture_on_commit_callbacks, "sft")
     bert = make_checkpoint(make_run(alice, status=RunStatus.SUCCEEDED, name="tiny bert"), step=20, real=True)
@@ -138,3 +138,24 @@ def test_gpt_classification_through_the_api_uses_gpt1s_head_and_auxiliary_loss(
     valid = run.metrics.filter(split="valid").last().values
     assert valid["loss"] == pytest.approx(valid["task_loss"] + 0.25 * valid["lm_loss"], rel=1e-6)
     assert 0.0 <= run.metrics.get(split="test").values["accuracy"] <= 1.0
+
+
+def test_lora_through_the_api_trains_adapters_and_writes_them_for_peft(
+        alice, alice_api, eager, django_capture_on_commit_callbacks):
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks, "classification")
+    base = make_checkpoint(make_run(alice, status=RunStatus.SUCCEEDED, name="tiny bert"), step=20, real=True)
+    with django_capture_on_commit_callbacks(execute=True):
+        created = alice_api.post(reverse("api-finetune"), {
+            "checkpoint": str(base.id), "dataset": str(dataset.id), **FAST, "lora_r": 4, "lora_alpha": 8,
+            "lora_targets": "query, key, value"}, format="json")
+    assert created.status_code == 201, created.content
+    run = Run.objects.get(id=created.json()["id"])
+    assert run.status == RunStatus.SUCCEEDED, run.error
+    assert run.config["lora_r"] == 4 and run.config["lora_targets"] == "query, key, value"
+    assert run.log_lines.filter(text__startswith="LoRA r=4, alpha=8").exists()
+    config = json.loads((run.folder / "peft" / "adapter" / "adapter_config.json").read_text())
+    assert config["r"] == 4 and len(config["target_modules"]) == 3 * 2  # query, key and value of two layers
+    refused = alice_api.post(reverse("api-finetune"), {
+        "checkpoint": str(base.id), "dataset": str(dataset.id), "lora_r": 4, "lora_targets": "everything"},
+        format="json")
+    assert refused.status_code == 400 and "lora_targets must name some of query" in refused.json()["error"]

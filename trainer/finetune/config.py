@@ -41,6 +41,9 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "num_beams": (1, 16),
     "samples_shown": (0, 50),
     "aux_lm_weight": (0.0, 10.0),
+    "lora_r": (0, 1024),
+    "lora_alpha": (0.0, 100_000.0),
+    "lora_dropout": (0.0, 0.9),
 }
 
 
@@ -107,9 +110,18 @@ class FinetuneConfig(FlatRecord):
     samples_shown: int = 3
     """Validation examples whose generated text each evaluation writes to the log."""
     chat_template: str = DEFAULT_CHAT_TEMPLATE
+    """SFT: how one chat turn is written; {role} is the speaker (system, user, assistant), {content} the text. The model learns an assistant's content and the end-of-text token after it."""
     aux_lm_weight: float = 0.5
     """GPT-1's classifier (trainer/finetune/gpt1.py): the weight of the auxiliary language-model loss (0.5 in the paper; 0: off)."""
-    """SFT: how one chat turn is written; {role} is the speaker (system, user, assistant), {content} the text. The model learns an assistant's content and the end-of-text token after it."""
+    # LoRA (trainer/finetune/lora.py): 0 = off; otherwise only the adapters and the head train.
+    lora_r: int = 0
+    """LoRA's rank r (Hu et al. 2021: 1 to 64); 0 turns LoRA off."""
+    lora_alpha: float = 16.0
+    """LoRA's alpha: the update is scaled by alpha / r."""
+    lora_dropout: float = 0.05
+    """Dropout on the adapters' input."""
+    lora_targets: str = "query,value"
+    """The projections LoRA adapts, comma-separated: query, key, value, output, ffn_up, ffn_down."""
 
     def __post_init__(self) -> None:
         self.betas = tuple(float(b) for b in self.betas)  # type: ignore[assignment]
@@ -189,3 +201,27 @@ def check_generation(config: FinetuneConfig) -> None:
         raise ConfigError(f"source_prefix must be a text of at most {MAX_PREFIX} characters, such as "
                           f"\"summarize: \".")
     check_chat_template(config.chat_template)
+    check_lora(config)
+
+
+# The projections LoRA can adapt (models_lib.core.lora.TARGETS; kept here so that reading a config
+# imports no torch).
+LORA_TARGETS = ("query", "key", "value", "output", "ffn_up", "ffn_down")
+
+
+def check_lora(config: FinetuneConfig) -> None:
+    if isinstance(config.lora_r, bool) or not isinstance(config.lora_r, int):
+        raise ConfigError(f"lora_r must be a whole number (0: LoRA off), not {config.lora_r!r}.")
+    if not isinstance(config.lora_targets, str):
+        raise ConfigError(f"lora_targets must be names joined by commas, such as \"query,value\"; "
+                          f"not {config.lora_targets!r}.")
+    targets = [t.strip() for t in config.lora_targets.split(",") if t.strip()]
+    unknown = [t for t in targets if t not in LORA_TARGETS]
+    if unknown or not targets:
+        raise ConfigError(f"lora_targets must name some of {', '.join(LORA_TARGETS)}, joined by commas; "
+                          f"{', '.join(unknown) or 'it names none'} {'is' if len(unknown) == 1 else 'are'} not one.")
+    if config.lora_r and config.lora_alpha <= 0:
+        raise ConfigError("lora_alpha must be above 0 (the update is scaled by alpha / r).")
+    if config.lora_r and config.gradual_unfreeze_every:
+        raise ConfigError("LoRA trains only its adapters and the head, and gradual unfreezing would unfreeze whole "
+                          "layers: set lora_r or gradual_unfreeze_every to 0.")

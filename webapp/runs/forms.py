@@ -383,6 +383,11 @@ FINETUNE_HELP = {
     "samples_shown": "Validation examples whose generated text each evaluation writes to the log.",
     "aux_lm_weight": "GPT classification and regression (GPT-1): the weight of the language-model loss kept "
                      "beside the task's (0.5 in the paper; 0: off).",
+    "lora_r": "LoRA's rank r: the adapters' size (1 to 64 is usual); only they and the head train. 0: off.",
+    "lora_alpha": "LoRA's alpha: the update is scaled by alpha / r.",
+    "lora_dropout": "Dropout on the LoRA adapters' input.",
+    "lora_targets": "The projections LoRA adapts, comma-separated: query, key, value, output, ffn_up, ffn_down. An "
+                    "encoder's run also writes the adapter in peft's format.",
     "chat_template": "SFT: how each chat turn is written. {role} is system, user or assistant; {content} the "
                      "message. The model learns the assistant's content and an end-of-text token after it.",
 }
@@ -425,7 +430,7 @@ class FinetuneForm(forms.Form):
             default, help_text = defaults[name], FINETUNE_HELP[name]
             # The generative tasks' settings may be left out (their defaults), so that a form
             # posted without them, for a classifier, still validates.
-            required = name not in services.GENERATION_FIELDS
+            required = name not in services.OPTIONAL_FIELDS
             if isinstance(default, bool):
                 field = forms.BooleanField(required=False, initial=default, help_text=help_text)
             elif name == "class_weights":
@@ -442,13 +447,15 @@ class FinetuneForm(forms.Form):
                 field = forms.FloatField(initial=default, help_text=help_text, required=required)
             self.fields[name] = field
 
+    KEEP_IF_EMPTY = ("chat_template", "lora_targets")  # an empty field keeps the default it showed
+
     def training_settings(self) -> dict[str, Any]:
-        """The settings given; a generative setting left empty keeps its default (an empty chat
-        template too: its default is shown in the field)."""
+        """The settings given; an optional setting left empty keeps its default (an empty chat
+        template or LoRA target list too: the default is shown in the field)."""
         out = {}
         for name in services.FINETUNE_FIELDS:
             value = self.cleaned_data.get(name)
-            if name in services.GENERATION_FIELDS and (value is None or (value == "" and name == "chat_template")):
+            if name in services.OPTIONAL_FIELDS and (value is None or (value == "" and name in self.KEEP_IF_EMPTY)):
                 continue
             out[name] = value
         return out

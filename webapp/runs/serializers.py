@@ -178,5 +178,10 @@ class FinetuneCreateSerializer(serializers.Serializer):
     num_beams = serializers.IntegerField(required=False)
     samples_shown = serializers.IntegerField(required=False)
     aux_lm_weight = serializers.FloatField(required=False)
+    lora_r = serializers.IntegerField(required=False, help_text="LoRA's rank; 0 (the default) turns LoRA off.")
+    lora_alpha = serializers.FloatField(required=False)
+    lora_dropout = serializers.FloatField(required=False)
+    lora_targets = serializers.CharField(required=False, max_length=200,
+                                         help_text="Comma-separated: query, key, value, output, ffn_up, ffn_down.")
     chat_template = serializers.CharField(required=False, trim_whitespace=False, max_length=1000,
                                           help_text="SFT: one chat turn, with {role} and {content}.")

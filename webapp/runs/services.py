@@ -331,7 +331,10 @@ FINETUNE_FIELDS = ("max_length", "max_steps", "batch_size", "lr", "warmup_ratio"
 # task takes them and the others ignore them; a form may leave them out (their defaults).
 GENERATION_FIELDS = ("source_prefix", "max_target_length", "target_mask_prob", "num_beams", "samples_shown",
                      "chat_template", "aux_lm_weight")
-FINETUNE_FIELDS += GENERATION_FIELDS
+# LoRA (trainer/finetune/lora.py), a technique for every family; optional as well.
+LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")
+OPTIONAL_FIELDS = GENERATION_FIELDS + LORA_FIELDS
+FINETUNE_FIELDS += OPTIONAL_FIELDS
 
 
 def check_finetune_sources(*, owner, checkpoint: Checkpoint | None, dataset) -> str:
