@@ -181,3 +181,15 @@ def test_a_checkpoint_of_another_family_is_refused_with_a_sentence(trained_run, 
         tasks.check_checkpoint(trained_run[0].last_checkpoint, "text_to_text")
     with pytest.raises(ConfigError, match="text to text trains a T5 model or a UniLM model"):
         _tune(trained_run[0].last_checkpoint, dataset, tmp_path / "x")
+
+
+def test_the_cli_fine_tunes_t5_on_the_text_to_text_demo(bases, tmp_path):
+    from trainer.cli import main
+
+    config = tmp_path / "tune.yaml"
+    config.write_text(f"checkpoint: {bases('t5')}\ndataset: {{demo: text_to_text}}\noutput_dir: out\n"
+                      f"source_prefix: 'summarize: '\nmax_steps: 4\nmax_length: 32\nmax_target_length: 4\n"
+                      f"eval_every: 4\ncheckpoint_every: 4\ndevice: cpu\nsamples_shown: 1\n")
+    assert main(["finetune", str(config)]) == 0
+    metrics = (tmp_path / "out" / "test_metrics.json").read_text()
+    assert '"rouge_l"' in metrics and '"bleu"' in metrics
