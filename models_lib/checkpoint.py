@@ -8,7 +8,8 @@ family registry below maps it back to the config and model classes, so other fam
 A fine-tuned model (models_lib.families.downstream) adds "task": its TaskConfig (task,
 num_labels, labels, problem_type, classifier_dropout, threshold), and "config" is its encoder's.
 Its classes are registered with every encoder family (and GPT-1's classifier with GPT,
-models_lib.families.gpt_tasks); files without "task" load as before.
+models_lib.families.gpt_tasks; ELMo's feature-based task model with ELMo,
+models_lib.families.elmo_tasks); files without "task" load as before.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from models_lib.families.distilbert import DistilBertForPreTraining
 from models_lib.families.downstream import DOWNSTREAM_CLASSES, EncoderForDownstream, TaskConfig
 from models_lib.families.electra import ElectraDiscriminator, ElectraForPreTraining, ElectraGenerator
 from models_lib.families.elmo import ElmoConfig, ElmoLanguageModel
+from models_lib.families.elmo_tasks import ElmoForTask
 from models_lib.core.encoder import TransformerEncoder
 from models_lib.families.gpt import GPTConfig, GPTLMHeadModel
 from models_lib.families.gpt_tasks import GPTForSequenceClassification
@@ -61,11 +63,11 @@ register_family("electra", ElectraConfig, ElectraForPreTraining, ElectraDiscrimi
 register_family("distilbert", EncoderConfig, DistilBertForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
 register_family("spanbert", SpanBertConfig, SpanBertForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
 register_family("unilm", EncoderConfig, UniLMForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
-register_family("elmo", ElmoConfig, ElmoLanguageModel)
+register_family("elmo", ElmoConfig, ElmoLanguageModel, ElmoForTask)
 register_family("t5", T5Config, T5ForConditionalGeneration)
 register_family("gpt", GPTConfig, GPTLMHeadModel, GPTForSequenceClassification)
 # Model classes built from (config, TaskConfig): their model_config.json records the task.
-TASK_CLASSES = (EncoderForDownstream, GPTForSequenceClassification)
+TASK_CLASSES = (EncoderForDownstream, GPTForSequenceClassification, ElmoForTask)
 
 
 def _family_of(model: nn.Module) -> Family:
