@@ -76,6 +76,13 @@ class ElmoForTask(nn.Module):
         self.elmo.eval()  # frozen: its dropout stays off
         return self
 
+    def embed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> list[torch.Tensor]:
+        """The biLM's layers (ElmoLanguageModel.embed), unchanged by fine-tuning: what the explorer reads."""
+        return self.elmo.embed(input_ids, attention_mask)
+
+    def lm_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None):
+        return self.elmo.lm_logits(input_ids, attention_mask)
+
     def layer_groups(self) -> list[list[nn.Parameter]]:
         """[the biLM, the mix and the task model]: the techniques see one frozen bottom group."""
         bottom = list(self.elmo.parameters())

@@ -66,6 +66,8 @@ def test_a_checkpoint_of_the_task_model_loads_whole(tmp_path):
     ids = torch.randint(1, 60, (2, 7))
     assert isinstance(again, ElmoForTask) and again.task_config.labels == ["a", "b", "c"]
     assert torch.equal(again(ids).logits, model(ids).logits)
+    # the explorer reads the biLM's layers from it as from the language model
+    assert all(torch.equal(a, b) for a, b in zip(again.embed(ids), model.elmo.embed(ids)))
 
 
 # ---------------------------------------------------------------------------- end to end

@@ -159,3 +159,26 @@ def test_lora_through_the_api_trains_adapters_and_writes_them_for_peft(
         "checkpoint": str(base.id), "dataset": str(dataset.id), "lora_r": 4, "lora_targets": "everything"},
         format="json")
     assert refused.status_code == 400 and "lora_targets must name some of query" in refused.json()["error"]
+
+
+@pytest.mark.parametrize("family", ["gpt", "elmo"])
+def test_the_explorer_opens_a_checkpoint_of_gpt1s_classifier_or_elmos_task_model(alice, alice_client, family):
+    from models_lib.checkpoint import load_model, save_model
+    from models_lib.families.downstream import TaskConfig
+    from models_lib.families.elmo_tasks import ElmoForTask
+    from models_lib.families.gpt_tasks import GPTForSequenceClassification
+
+    checkpoint = family_checkpoint(alice, family, run=True)
+    lm = load_model(checkpoint.folder)
+    task = TaskConfig("sequence_classification", 2, ["no", "yes"])
+    tuned = (GPTForSequenceClassification if family == "gpt" else ElmoForTask).from_lm(lm, task)
+    save_model(tuned, checkpoint.folder)
+    page = alice_client.get(reverse("explorer:index") + f"?checkpoint={checkpoint.id}")
+    assert page.status_code == 200
+    if family == "gpt":  # GPT-1's classifier keeps its LM head: it still writes text
+        ask = {"action": "generate", "gen_prompt": "the dog ran", "max_new_tokens": 4}
+    else:  # the biLM's layers are still there to compare words by
+        ask = {"action": "word_similarity", "sentence_a": "i ate an apple", "sentence_b": "the apple pie",
+               "word": "apple"}
+    page = alice_client.post(reverse("explorer:index"), {"checkpoint": checkpoint.id, **ask})
+    assert page.status_code == 200 and page.context["result"], page.context.get("error")
