@@ -35,7 +35,9 @@ from models_lib.families.gpt_tasks import GPTForSequenceClassification
 from models_lib.families.roberta import RobertaForPreTraining
 from models_lib.families.spanbert import SpanBertForPreTraining
 from models_lib.families.t5 import T5Config, T5ForConditionalGeneration
+from models_lib.families.transfo_xl import TransfoXLConfig, TransfoXLLMHeadModel
 from models_lib.families.unilm import UniLMForPreTraining
+from models_lib.families.xlnet import XLNetConfig, XLNetLMHeadModel
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "model_config.json"
@@ -66,6 +68,8 @@ register_family("unilm", EncoderConfig, UniLMForPreTraining, TransformerEncoder,
 register_family("elmo", ElmoConfig, ElmoLanguageModel, ElmoForTask)
 register_family("t5", T5Config, T5ForConditionalGeneration)
 register_family("gpt", GPTConfig, GPTLMHeadModel, GPTForSequenceClassification)
+register_family("xlnet", XLNetConfig, XLNetLMHeadModel)
+register_family("transfo_xl", TransfoXLConfig, TransfoXLLMHeadModel)
 # Model classes built from (config, TaskConfig): their model_config.json records the task.
 TASK_CLASSES = (EncoderForDownstream, GPTForSequenceClassification, ElmoForTask)
 

@@ -93,6 +93,7 @@ class ObjectiveArgs:
     distill_soft_weight: float
     distill_mlm_weight: float
     distill_cos_weight: float
+    plm_k: int
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,8 @@ class RuntimeArgs:
     num_threads: int
     devices: int | str
     strategy: str
+    compile: bool
+    activation_checkpointing: bool
 
 
 # group name (the RunConfig property) -> its class, in the order YAML exports them
@@ -229,6 +232,10 @@ class RunConfig(FlatRecord):
     distill_cos_weight: float = 1.0
     """DistilBERT: weight of the cosine loss between the student's and the teacher's final hidden states (real tokens)."""
 
+    # --- XLNet
+    plm_k: int = 6
+    """XLNet: partial prediction, about 1/K of the tokens (the last 1/K of each factorisation order) are predicted, in spans of 1 to 5 tokens. The paper uses K = 6 (base) and 7 (large)."""
+
     # --- length and batches
     max_steps: int = 1000
     """Number of optimizer updates to make."""
@@ -280,6 +287,10 @@ class RunConfig(FlatRecord):
     """Processes that train the run together, one per GPU (torchrun): a number, or "all" (every GPU of the machine; one process on a CPU-only machine). On the CPU, 2 or more run that many processes over gloo. The effective batch is batch_size x grad_accum x devices."""
     strategy: str = "auto"
     """How several devices share the work: "ddp" (each holds the whole model and averages gradients), "fsdp" (FSDP2: weights, gradients and optimizer state sharded across them, for models that do not fit on one), or "auto" (FSDP2 when the weights and optimizer state would not fit in one device's free memory, else DDP)."""
+    compile: bool = False
+    """Compile the model with torch.compile before training: faster steps, after a first step that spends a minute or more compiling. Needs a C++ compiler on the CPU (Triton on a GPU); a run that cannot compile stops with the reason."""
+    activation_checkpointing: bool = False
+    """Recompute each transformer block's activations in the backward pass instead of keeping them: about a third more compute for far less memory, so a larger preset, batch or seq_len fits (the encoder families, T5 and GPT; not ELMo)."""
 
     def __post_init__(self) -> None:
         self._coerce_types()

@@ -181,6 +181,32 @@ class FillSpansResponseSerializer(serializers.Serializer):
     decoding = DecodingUsedSerializer()
 
 
+class PermutationRequestSerializer(RequestSerializer):
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " An XLNet checkpoint.")
+    text = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
+                                 help_text=f"The text (at most {MAX_TEXT_CHARS:,} characters).")
+    order = serializers.ListField(child=serializers.IntegerField(min_value=0), required=False, allow_empty=True,
+                                  help_text="Token positions to predict, in the order to predict them; absent: "
+                                            "only the text's tokens are returned, to pick from.")
+    top_k = serializers.IntegerField(min_value=1, max_value=20, default=5)
+
+
+class PermutationStepSerializer(serializers.Serializer):
+    step = serializers.IntegerField()
+    position = serializers.IntegerField()
+    original = serializers.CharField(allow_blank=True)
+    predictions = PredictionSerializer(many=True)
+    chosen = serializers.CharField(allow_blank=True)
+
+
+class PermutationResponseSerializer(serializers.Serializer):
+    tokens = serializers.ListField(child=serializers.CharField(allow_blank=True))
+    order = serializers.ListField(child=serializers.IntegerField(), required=False)
+    steps = PermutationStepSerializer(many=True, required=False)
+    filled = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False)
+    text = serializers.CharField(allow_blank=True, required=False)
+
+
 class AttentionRequestSerializer(RequestSerializer):
     checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " Any family but ELMo (which has no attention).")
     text = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
@@ -188,8 +214,9 @@ class AttentionRequestSerializer(RequestSerializer):
     target = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG, required=False, allow_blank=True,
                                    help_text="T5's decoder side: the target text (default: the model's greedy output).")
     stack = serializers.ChoiceField(choices=list(STACKS), required=False,
-                                    help_text="encoder (encoders, T5), decoder (GPT; T5's causal self-attention) or "
-                                              "cross (T5's decoder attending to the encoder). Default: the first.")
+                                    help_text="encoder (encoders, T5), decoder (GPT, Transformer-XL; T5's causal "
+                                              "self-attention), cross (T5's decoder attending to the encoder), "
+                                              "content or query (XLNet's two streams). Default: the first.")
     layer = serializers.IntegerField(min_value=0, required=False, allow_null=True,
                                      help_text="One layer (0-based); all layers when absent.")
 

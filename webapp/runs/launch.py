@@ -16,10 +16,11 @@ from trainer.errors import ConfigError
 MAIN_FIELDS = ("max_steps", "batch_size", "seq_len", "lr", "warmup_steps", "grad_accum",
                "eval_every", "checkpoint_every", "masking", "seed", "device", "devices")
 ADVANCED_FIELDS = ("mask_prob", "schedule", "weight_decay", "clip_grad", "eval_batches", "log_every",
-                   "precision", "num_threads", "strategy")
+                   "precision", "num_threads", "strategy", "compile", "activation_checkpointing")
 TRAINING_FIELDS = MAIN_FIELDS + ADVANCED_FIELDS
-# Training fields a form may leave out (empty = RunConfig's default: one device, strategy auto).
-OPTIONAL_FIELDS = ("devices", "strategy")
+# Training fields a form may leave out (empty = RunConfig's default: one device, strategy auto;
+# an unticked box is off).
+OPTIONAL_FIELDS = ("devices", "strategy", "compile", "activation_checkpointing")
 # Shown with the objectives: what a mask covers, how single segments are packed (empty = default).
 OBJECTIVE_FIELDS = ("masking_unit", "packing")
 # The optimizer (empty = the family's: Adafactor for T5, AdamW otherwise) and AdamW's own
@@ -28,7 +29,7 @@ OPTIMIZER_FIELDS = ("optimizer", "betas", "eps")
 # RunConfig fields of one family (ELECTRA, DistilBERT), shown only for it; the teacher is chosen
 # as one of the user's checkpoints (a checkpoint id, resolved to its folder by services).
 FAMILY_FIELDS = ("rtd_weight", "distill_temperature", "distill_soft_weight", "distill_mlm_weight",
-                 "distill_cos_weight")
+                 "distill_cos_weight", "plm_k")
 TEACHER_FIELD = "teacher_checkpoint"
 # Every RunConfig field the form and the API take by name (besides family, preset,
 # objectives, model_overrides and the teacher).
@@ -42,10 +43,11 @@ LABELS = {
     "schedule": "Learning-rate schedule", "weight_decay": "Weight decay", "clip_grad": "Gradient clipping",
     "eval_batches": "Validation batches", "log_every": "Log every (steps)", "precision": "Precision",
     "num_threads": "CPU threads", "devices": "Devices", "strategy": "Multi-device strategy",
+    "compile": "Compile the model (torch.compile)", "activation_checkpointing": "Activation checkpointing",
     "masking_unit": "Masking unit", "packing": "Packing", "rtd_weight": "RTD loss weight",
     "distill_temperature": "Temperature", "distill_soft_weight": "Soft-target loss weight",
     "distill_mlm_weight": "MLM loss weight", "distill_cos_weight": "Cosine loss weight",
-    "teacher_checkpoint": "Teacher checkpoint",
+    "teacher_checkpoint": "Teacher checkpoint", "plm_k": "Partial prediction K (1/K predicted)",
     "optimizer": "Optimizer", "betas": "AdamW betas", "eps": "AdamW epsilon",
 }
 CHOICE_LABELS = {
