@@ -100,7 +100,8 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
                                        data_dir=checkpoint, out_dir=out_dir, device=device, precision=precision,
                                        resumed_from=None)
         result = loop.run(should_stop)
-        test = _batches(list(iter_examples(dataset, "test")), collator, config.batch_size)
+        test_examples = list(iter_examples(dataset, "test"))
+        test = _batches(test_examples, collator, config.batch_size)
         if test and result.status == "succeeded":
             loop.restore_best()  # early stopping: the best weights, not the last
             values = loop.evaluate(test)
@@ -108,9 +109,25 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             (out_dir / "test_metrics.json").write_text(json.dumps(values, indent=2) + "\n", encoding="utf-8")
             key = METRICS[task.metrics].primary
             sink.log(f"Test split: {key} {values.get(key, float('nan')):.4f} over {sum(b.size for b in test)} examples.")
+            _write_test_outputs(out_dir, forward, test_examples, sink)
         return result
     finally:
         sink.close()
+
+
+def _write_test_outputs(out_dir: Path, forward: Any, examples: list[dict], sink: MetricsSink) -> None:
+    """The test split's predictions and per-class report (trainer.finetune.report); a failure to
+    write them is logged, and the run that trained still succeeds."""
+    from trainer.finetune import report
+
+    try:
+        rows = report.write_test_outputs(out_dir, forward, examples)
+    except (OSError, ValueError) as e:
+        sink.log(f"The test split's predictions could not be written: {e}")
+        return
+    wrong = sum(1 for row in rows if not row["correct"])
+    sink.log(f"Test predictions written ({report.PREDICTIONS_JSONL}, {report.PREDICTIONS_CSV}): "
+             f"{len(rows)} examples, {wrong} wrong, the errors first.")
 
 
 def _batches(examples: list[dict], collator: Any, batch_size: int) -> list[Any]:

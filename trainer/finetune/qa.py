@@ -274,6 +274,7 @@ class QAStep(TaskStep):
                                     null_score_threshold=self.null_score_threshold, version_2=self.version_2)
             self.predictions.append(answer.text)
             self.references.append(list(batch.answers[example]))
+            self.scores.append(answer.score if math.isfinite(answer.score) else None)  # start + end logit
 
     def finish_validation(self) -> dict[str, float]:
         if not self.references:
