@@ -13,16 +13,20 @@ class CheckpointSerializer(serializers.ModelSerializer):
     run = serializers.UUIDField(source="run_id", read_only=True)
     files_present = serializers.SerializerMethodField()
     explore_url = serializers.SerializerMethodField()
+    finetune_url = serializers.SerializerMethodField()
 
     class Meta:
         model = Checkpoint
-        fields = ["id", "run", "step", "metrics", "created_at", "files_present", "explore_url"]
+        fields = ["id", "run", "step", "metrics", "created_at", "files_present", "explore_url", "finetune_url"]
 
     def get_files_present(self, obj: Checkpoint) -> bool:
         return obj.folder.is_dir()
 
     def get_explore_url(self, obj: Checkpoint) -> str:
         return f"{reverse('explorer:index')}?checkpoint={obj.id}"
+
+    def get_finetune_url(self, obj: Checkpoint) -> str:
+        return f"{reverse('runs:finetune')}?checkpoint={obj.id}"
 
 
 class RunSerializer(serializers.ModelSerializer):
