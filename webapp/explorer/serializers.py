@@ -7,8 +7,8 @@ from rest_framework import serializers
 
 from webapp.explorer.models import ModelImport
 from webapp.explorer.services import (
-    ATTENTION_MAX_TOKENS, MAX_BEAMS, MAX_GENERATE_TOKENS, MAX_NEW_TOKENS, MAX_TEXT_CHARS, MAX_TOP_K, STACKS,
-    STRATEGIES, TASKS,
+    ATTENTION_MAX_TOKENS, MAX_BEAMS, MAX_GENERATE_TOKENS, MAX_N_BEST, MAX_NEW_TOKENS, MAX_SENTENCES, MAX_TEXT_CHARS,
+    MAX_TOP_K, POOLINGS, STACKS, STRATEGIES, TASKS,
 )
 
 CHECKPOINT_HELP = "A checkpoint of yours: a step of one of your runs, or a model you imported."
@@ -231,6 +231,102 @@ class WordSimilarityResponseSerializer(serializers.Serializer):
     tokens_b = serializers.ListField(child=serializers.CharField())
     positions_a = serializers.ListField(child=serializers.IntegerField(), help_text="The word's tokens in A.")
     positions_b = serializers.ListField(child=serializers.IntegerField(), help_text="The word's tokens in B.")
+
+
+# ---------------------------------------------------------------------------- fine-tuned checkpoints
+class ClassifyRequestSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " A checkpoint of a sequence-classification, "
+                                                                   "regression or multi-label fine-tuning run.")
+    text = serializers.CharField(help_text=f"The text (sentence A of a pair), at most {MAX_TEXT_CHARS:,} characters.")
+    text_b = serializers.CharField(required=False, allow_blank=True, default="",
+                                   help_text="Sentence B, for a model fine-tuned on pairs.")
+
+
+class LabelProbabilitySerializer(serializers.Serializer):
+    label = serializers.CharField()
+    probability = serializers.FloatField()
+
+
+class ClassifyResponseSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField()
+    problem_type = serializers.CharField(help_text="single_label_classification, multi_label_classification or "
+                                                   "regression.")
+    labels = LabelProbabilitySerializer(many=True, help_text="Most likely first (softmax; a sigmoid each for "
+                                                             "multi-label; empty for regression).")
+    predicted = serializers.ListField(child=serializers.CharField(), help_text="The predicted label(s).")
+    value = serializers.FloatField(allow_null=True, help_text="Regression: the predicted value.")
+    threshold = serializers.FloatField(allow_null=True, help_text="Multi-label: a label is predicted above it.")
+    truncated = serializers.BooleanField(help_text="The input was cut to max_length tokens.")
+    max_length = serializers.IntegerField()
+
+
+class TagRequestSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " A token-classification (NER) checkpoint.")
+    text = serializers.CharField(help_text="A sentence; it is split into words and punctuation marks.")
+
+
+class TaggedWordSerializer(serializers.Serializer):
+    text = serializers.CharField()
+    start = serializers.IntegerField()
+    end = serializers.IntegerField()
+    tag = serializers.CharField()
+    probability = serializers.FloatField()
+
+
+class EntitySerializer(serializers.Serializer):
+    type = serializers.CharField()
+    start = serializers.IntegerField(help_text="Character offset into the text.")
+    end = serializers.IntegerField()
+    text = serializers.CharField()
+    score = serializers.FloatField(help_text="The mean probability of its words' tags.")
+
+
+class TagResponseSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField()
+    words = TaggedWordSerializer(many=True)
+    entities = EntitySerializer(many=True)
+    truncated = serializers.BooleanField(help_text="Words past max_length got no tag.")
+
+
+class AnswerRequestSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " An extractive question-answering checkpoint.")
+    question = serializers.CharField()
+    context = serializers.CharField(help_text=f"At most {MAX_TEXT_CHARS:,} characters.")
+    n_best = serializers.IntegerField(min_value=1, max_value=MAX_N_BEST, default=5)
+
+
+class AnswerSpanSerializer(serializers.Serializer):
+    text = serializers.CharField(allow_blank=True, help_text='"" when the model answers that there is no answer.')
+    start = serializers.IntegerField(help_text="Character offset into the context (-1: no answer).")
+    end = serializers.IntegerField()
+    score = serializers.FloatField(allow_null=True, help_text="Start + end logit.")
+
+
+class AnswerResponseSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField()
+    answer = AnswerSpanSerializer()
+    n_best = AnswerSpanSerializer(many=True)
+    null_score = serializers.FloatField(help_text="The [CLS] start + end logit (no answer).")
+    threshold = serializers.FloatField(help_text="No answer when null_score beats the best span by more.")
+    windows = serializers.IntegerField(help_text="Windows the context was cut into (doc_stride).")
+
+
+class EmbedRequestSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " Any encoder (pre-trained, fine-tuned or "
+                                                                   "imported).")
+    sentences = serializers.ListField(child=serializers.CharField(allow_blank=True), min_length=2,
+                                      max_length=MAX_SENTENCES, help_text=f"2 to {MAX_SENTENCES} sentences.")
+    pooling = serializers.ChoiceField(choices=list(POOLINGS), default="mean")
+
+
+class EmbedResponseSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField()
+    pooling = serializers.CharField()
+    sentences = serializers.ListField(child=serializers.CharField())
+    similarity = serializers.ListField(child=serializers.ListField(child=serializers.FloatField()),
+                                       help_text="Cosine similarity of every pair (row i, column j).")
+    dimensions = serializers.IntegerField()
+    truncated = serializers.ListField(child=serializers.BooleanField())
 
 
 # ---------------------------------------------------------------------------- comparison
