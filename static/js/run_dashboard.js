@@ -237,6 +237,12 @@
       tune.href = c.finetune_url; tune.textContent = "Fine-tune";
       td.append(" · ", tune);
     }
+    if (c.export_url) {
+      const hf = document.createElement("a");
+      hf.href = c.export_url; hf.textContent = "Export HF";
+      hf.title = "Download it in the Hugging Face transformers format (zip)";
+      td.append(" · ", hf);
+    }
     row.appendChild(td);
     const after = Array.from(body.children).find((r) => Number(r.dataset.step) > c.step);
     body.insertBefore(row, after || null);

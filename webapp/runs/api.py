@@ -229,6 +229,21 @@ class RunTestReportView(APIView):
                                          if selectors.predictions_file(run, fmt) is not None}})
 
 
+class CheckpointExportView(APIView):
+    @extend_schema(responses={(200, "application/zip"): OpenApiTypes.BINARY, 400: ERROR, 404: ERROR},
+                   summary="A checkpoint of yours in the Hugging Face transformers format, zipped",
+                   description="config.json, model.safetensors, tokenizer.json, tokenizer_config.json and a README: "
+                               "a fine-tuned checkpoint as ...ForSequenceClassification / ForTokenClassification / "
+                               "ForQuestionAnswering with id2label, a pre-training one as its pre-training class. "
+                               "Made on the first request and kept while the weights are unchanged.")
+    def get(self, request: Request, checkpoint_id) -> HttpResponse:
+        try:
+            checkpoint = selectors.checkpoint_get(request.user, checkpoint_id)
+        except Http404:
+            raise exceptions.NotFound() from None
+        return export_response(checkpoint, services.export_hf(checkpoint=checkpoint))
+
+
 class RegistryView(APIView):
     @extend_schema(responses={200: OpenApiTypes.OBJECT},
                    summary="What can be trained: families, presets, objectives, field defaults and bounds")
@@ -270,3 +285,8 @@ def predictions_response(run: Run, fmt: str) -> FileResponse | None:
     return FileResponse(path.open("rb"), content_type=content_type, as_attachment=True, filename=name)
 
 
+
+
+def export_response(checkpoint: Checkpoint, archive) -> FileResponse:
+    name = f"{slugify(checkpoint.label) or 'checkpoint'}-hf.zip"
+    return FileResponse(archive.open("rb"), content_type="application/zip", as_attachment=True, filename=name)

@@ -14,10 +14,12 @@ class CheckpointSerializer(serializers.ModelSerializer):
     files_present = serializers.SerializerMethodField()
     explore_url = serializers.SerializerMethodField()
     finetune_url = serializers.SerializerMethodField()
+    export_url = serializers.SerializerMethodField()
 
     class Meta:
         model = Checkpoint
-        fields = ["id", "run", "step", "metrics", "created_at", "files_present", "explore_url", "finetune_url"]
+        fields = ["id", "run", "step", "metrics", "created_at", "files_present", "explore_url", "finetune_url",
+                  "export_url"]
 
     def get_files_present(self, obj: Checkpoint) -> bool:
         return obj.folder.is_dir()
@@ -27,6 +29,9 @@ class CheckpointSerializer(serializers.ModelSerializer):
 
     def get_finetune_url(self, obj: Checkpoint) -> str:
         return f"{reverse('runs:finetune')}?checkpoint={obj.id}"
+
+    def get_export_url(self, obj: Checkpoint) -> str:
+        return reverse("runs:checkpoint-export", args=[obj.id])
 
 
 class RunSerializer(serializers.ModelSerializer):

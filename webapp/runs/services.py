@@ -577,3 +577,41 @@ def mark_stale_runs(*, now=None, run_id=None) -> int:
             LogLine.objects.create(run=run, text=message)
             send_run_event(run.id, status_event(run))
     return count
+
+
+# -- export to the Hugging Face format ---------------------------------------------------------
+
+def export_folder(checkpoint: Checkpoint) -> Path:
+    """Where a checkpoint's Hugging Face export is kept (outside the run's folder)."""
+    return Path(settings.STORAGE_ROOT) / "exports" / str(checkpoint.id)
+
+
+def export_hf(*, checkpoint: Checkpoint) -> Path:
+    """A zip of the checkpoint in the transformers format (trainer.export), made once and reused
+    while the checkpoint's weights are unchanged. UserError with a sentence when it cannot be."""
+    import zipfile
+
+    from trainer.export import export_checkpoint
+
+    source = checkpoint.folder
+    weights = source / "model.safetensors"
+    if not weights.is_file():
+        raise UserError("This checkpoint's files are no longer on disk, so it cannot be exported.")
+    root = export_folder(checkpoint)
+    archive = root / "hf.zip"
+    if archive.is_file() and archive.stat().st_mtime_ns >= weights.stat().st_mtime_ns:
+        return archive
+    check_free_space(what="exporting this checkpoint")
+    result = export_checkpoint(source, root / "hf", name=checkpoint.label)
+    tmp = archive.with_name(archive.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name in result.files:
+            zf.write(result.folder / name, arcname=f"{_export_name(checkpoint)}/{name}")
+    os.replace(tmp, archive)
+    return archive
+
+
+def _export_name(checkpoint: Checkpoint) -> str:
+    from django.utils.text import slugify
+
+    return slugify(checkpoint.label) or "checkpoint"

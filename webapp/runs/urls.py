@@ -10,6 +10,7 @@ urlpatterns = [
     path("finetune/", views.finetune_new, name="finetune"),
     path("compare/", views.run_compare, name="compare"),
     path("static/plotly.min.js", views.plotly_js, name="plotly-js"),
+    path("checkpoints/<uuid:checkpoint_id>/export-hf.zip", views.checkpoint_export, name="checkpoint-export"),
     path("<uuid:run_id>/", views.run_detail, name="detail"),
     path("<uuid:run_id>/cancel/", views.run_cancel, name="cancel"),
     path("<uuid:run_id>/resume/", views.run_resume, name="resume"),

@@ -17,7 +17,7 @@ from trainer.config import RunConfig
 from trainer.errors import UserError
 from webapp.corpora.models import JobStatus, Tokenizer
 from webapp.runs import launch, results, selectors, services
-from webapp.runs.api import NO_PREDICTIONS, config_text, config_yaml_response, predictions_response
+from webapp.runs.api import NO_PREDICTIONS, config_text, config_yaml_response, export_response, predictions_response
 from webapp.runs.forms import FinetuneForm, RunForm, YamlImportForm
 from webapp.runs.models import RunStatus
 
@@ -225,6 +225,18 @@ def run_compare(request: HttpRequest) -> HttpResponse:
     except results.CompareError as e:
         return render(request, "runs/compare.html", {"error": str(e), "runs": runs}, status=400)
     return render(request, "runs/compare.html", {"comparison": comparison, "runs": runs})
+
+
+@login_required
+@require_GET
+def checkpoint_export(request: HttpRequest, checkpoint_id) -> HttpResponse:
+    """The checkpoint in the Hugging Face transformers format, as a zip (made on first request)."""
+    checkpoint = selectors.checkpoint_get(request.user, checkpoint_id)  # another user's: a 404
+    try:
+        archive = services.export_hf(checkpoint=checkpoint)
+    except UserError as e:
+        return render(request, "error.html", {"code": 400, "title": "Export failed", "message": str(e)}, status=400)
+    return export_response(checkpoint, archive)
 
 
 @login_required
