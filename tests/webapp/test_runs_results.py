@@ -129,3 +129,57 @@ def test_a_checkpoint_exports_to_the_hugging_face_format_for_its_owner(alice, al
     assert page.status_code == 400 and "no longer on disk, so it cannot be exported" in page.content.decode()
     api = alice_api.get(reverse("api-checkpoint-export", args=[gone.id]))
     assert api.status_code == 400 and "cannot be exported" in api.json()["error"]
+
+
+def test_a_failed_fine_tuning_run_resumes_from_its_last_checkpoint(alice_client, alice_api, tuned_run,
+                                                                  django_capture_on_commit_callbacks):
+    # as if it had stopped at its step-6 checkpoint on the way to 9 steps
+    tuned_run.status, tuned_run.max_steps = RunStatus.FAILED, 9
+    tuned_run.config = {**tuned_run.config, "max_steps": 9}
+    tuned_run.save()
+    html = alice_client.get(reverse("runs:detail", args=[tuned_run.id])).content.decode()
+    assert '<form method="post" action="' + reverse("runs:resume", args=[tuned_run.id]) + '" class="inline" ' \
+        'id="resume-form">' in html  # shown, not hidden
+    with django_capture_on_commit_callbacks(execute=True):
+        response = alice_api.post(reverse("api-run-resume", args=[tuned_run.id]))
+    assert response.status_code == 200, response.content
+    tuned_run.refresh_from_db()
+    assert tuned_run.status == RunStatus.SUCCEEDED and tuned_run.current_step == 9, tuned_run.error
+    log = "\n".join(tuned_run.log_lines.values_list("text", flat=True))
+    assert "Resuming on" in log and "from the checkpoint at step 6" in log and "Resuming from step-" in log
+    assert sorted(tuned_run.checkpoints.values_list("step", flat=True)) == [6, 9]
+
+
+def test_fine_tuning_offers_the_gpu_queue(alice, alice_client, alice_api, enqueued,
+                                          django_capture_on_commit_callbacks):
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks)
+    base = tiny_checkpoint(alice)
+    page = alice_client.get(reverse("runs:finetune")).content.decode()
+    assert 'name="device"' in page and '<option value="cuda">CUDA GPU</option>' in page
+    with django_capture_on_commit_callbacks(execute=True):
+        created = alice_api.post(reverse("api-finetune"), {"checkpoint": str(base.id), "dataset": str(dataset.id),
+                                                           **FAST, "device": "cuda"}, format="json")
+    assert created.status_code == 201 and created.json()["queue"] == "gpu" and created.json()["config"]["device"] == "cuda"
+    assert enqueued[-1][1]["queue"] == "gpu"
+    with django_capture_on_commit_callbacks(execute=True):
+        cpu = alice_api.post(reverse("api-finetune"), {"checkpoint": str(base.id), "dataset": str(dataset.id),
+                                                       **FAST, "device": "cpu"}, format="json")
+    assert cpu.json()["queue"] == "cpu" and enqueued[-1][1]["queue"] == "cpu"
+
+
+def test_a_qa_run_on_a_dataset_with_unanswerable_questions_charts_them(alice, alice_client,
+                                                                       django_capture_on_commit_callbacks):
+    from webapp.runs.models import Run
+
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks, demo="extractive_qa")
+    run = Run.objects.create(owner=alice, name="qa", kind=RunKind.FINETUNE, dataset=dataset, family="bert",
+                             preset="tiny", objectives=["extractive_qa"], config={"dataset": str(dataset.data_dir)},
+                             max_steps=10)
+    charts = [c["id"] for c in script_data(alice_client.get(reverse("runs:detail", args=[run.id])).content.decode(),
+                                           "dashboard-charts")]
+    assert "ft_squad" in charts and "ft_squad_split" in charts
+    run.config = {"dataset": str(run.folder / "nowhere")}  # no dataset on disk: SQuAD 1.1's charts only
+    run.save()
+    charts = [c["id"] for c in script_data(alice_client.get(reverse("runs:detail", args=[run.id])).content.decode(),
+                                           "dashboard-charts")]
+    assert "ft_squad" in charts and "ft_squad_split" not in charts

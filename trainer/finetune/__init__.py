@@ -70,6 +70,23 @@ def stats_for(name: str, *, unanswerable: bool = False) -> list[dict]:
     return charts.stats_for(own)
 
 
+def has_unanswerable(dataset) -> bool:
+    """Whether a stored dataset (trainer.prep.labelled) has a question without an answer in any
+    split: its extractive QA run is scored, and charted, as SQuAD 2.0. No torch."""
+    from pathlib import Path
+
+    from trainer.errors import DatasetError
+    from trainer.prep.labelled import read_meta
+
+    if not dataset:
+        return False
+    try:
+        counts = read_meta(Path(dataset)).get("unanswerable") or {}
+    except DatasetError:
+        return False
+    return any(int(n) > 0 for n in counts.values())
+
+
 def check_checkpoint(folder, name: str) -> str:
     """The family of the checkpoint in `folder` when task `name` has a head for it; else a
     ConfigError with a sentence (T5, GPT and ELMo have no encoder head to fine-tune here)."""

@@ -375,7 +375,10 @@ FINETUNE_HELP = {
                                "checkpoint is restored before the test split (0: off).",
     "class_weights": "Balanced: weigh each class's loss by how rare it is in the train split (classification and "
                      "token classification).",
+    "device": "CUDA GPU runs on the gpu queue (a worker with a GPU), CPU on the cpu queue; Auto on the default "
+              "queue, on a GPU when its worker has one.",
 }
+DEVICE_CHOICES = [("auto", "Auto"), ("cpu", "CPU"), ("cuda", "CUDA GPU")]
 
 
 class _CheckpointChoice(forms.ModelChoiceField):
@@ -417,6 +420,9 @@ class FinetuneForm(forms.Form):
             elif name == "class_weights":
                 field = forms.ChoiceField(choices=[("none", "none"), ("balanced", "balanced")], initial=default,
                                           help_text=help_text)
+            elif name == "device":
+                field = forms.ChoiceField(choices=DEVICE_CHOICES, initial=default, help_text=help_text,
+                                          required=False)  # not sent (an older form, a script): auto
             elif isinstance(default, int):
                 field = forms.IntegerField(initial=default, help_text=help_text)
             else:
@@ -424,4 +430,4 @@ class FinetuneForm(forms.Form):
             self.fields[name] = field
 
     def training_settings(self) -> dict[str, Any]:
-        return {name: self.cleaned_data[name] for name in services.FINETUNE_FIELDS}
+        return {name: self.cleaned_data[name] for name in services.FINETUNE_FIELDS if self.cleaned_data[name] != ""}

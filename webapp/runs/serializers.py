@@ -180,3 +180,5 @@ class FinetuneCreateSerializer(serializers.Serializer):
     gradual_unfreeze_every = serializers.IntegerField(required=False)
     early_stopping_patience = serializers.IntegerField(required=False)
     class_weights = serializers.ChoiceField(choices=["none", "balanced"], required=False)
+    device = serializers.ChoiceField(choices=["auto", "cpu", "cuda"], required=False,
+                                     help_text="cuda: the gpu queue; cpu: the cpu queue; auto: the default queue.")

@@ -143,7 +143,9 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     log_lines = selectors.log_tail(run)
     if run.is_finetune:  # the task's metrics (trainer.finetune), else the objectives'
         task = (run.objectives or [""])[0]
-        charts, stats = finetune.charts_for(task), finetune.stats_for(task)
+        unanswerable = task == "extractive_qa" and finetune.has_unanswerable(run.config.get("dataset", ""))
+        charts = finetune.charts_for(task, unanswerable=unanswerable)  # SQuAD 2.0: answerable / unanswerable too
+        stats = finetune.stats_for(task, unanswerable=unanswerable)
     else:
         charts, stats = charts_for(run.objectives), stats_for(run.objectives)
     return render(request, "runs/detail.html", {
@@ -156,7 +158,7 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
         "test_report": selectors.test_report(run),
         "has_predictions": selectors.predictions_file(run, "jsonl") is not None,
         "config_yaml": config_text(run),
-        "can_resume": run.status in services.RESUMABLE_STATES and bool(checkpoints) and not run.is_finetune,
+        "can_resume": run.status in services.RESUMABLE_STATES and bool(checkpoints),
         "dashboard": {
             "run_id": str(run.id), "status": run.status, "status_label": run.get_status_display(),
             "step": run.current_step, "max_steps": run.max_steps, "error": run.error,
