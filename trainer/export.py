@@ -60,7 +60,7 @@ def _auto_class(architecture: str) -> str:
     return "AutoModel"
 
 
-def _tokenizer_files(checkpoint: Path, out: Path, *, max_positions: int, with_token_types: bool) -> None:
+def write_tokenizer_files(checkpoint: Path, out: Path, *, max_positions: int, with_token_types: bool) -> None:
     """tokenizer.json as it is, and the configs that name its special tokens for transformers."""
     meta = json.loads((checkpoint / "tokenizer_meta.json").read_text(encoding="utf-8"))
     shutil.copyfile(checkpoint / "tokenizer.json", out / "tokenizer.json")
@@ -101,7 +101,7 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, *, name: 
         architecture = (hf_config.get("architectures") or [type(model).__name__])[0]
         with_types = bool(getattr(model.config, "type_vocab_size", 0)) and hf_config.get("model_type") not in (
             "distilbert", "roberta", "gpt2", "t5")
-        _tokenizer_files(checkpoint, staging, max_positions=int(getattr(model.config, "max_positions", 512)),
+        write_tokenizer_files(checkpoint, staging, max_positions=int(getattr(model.config, "max_positions", 512)),
                          with_token_types=with_types)
         auto = _auto_class(architecture)
         labels = hf_config.get("id2label")
