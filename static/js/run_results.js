@@ -15,7 +15,7 @@
   const trace = {
     type: "heatmap", x: labels, y: labels, z: shares, zmin: 0, zmax: 1,
     text: data.matrix.map((row) => row.map(String)), texttemplate: "%{text}",
-    colorscale: "Blues", showscale: true, colorbar: { tickformat: ".0%", thickness: 12 },
+    colorscale: "Blues", reversescale: true, showscale: true, colorbar: { tickformat: ".0%", thickness: 12 },
     hovertemplate: "true %{y}<br>predicted %{x}<br>%{text} (%{z:.0%} of the row)<extra></extra>",
   };
   const size = Math.min(720, 160 + 36 * labels.length);
