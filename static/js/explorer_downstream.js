@@ -43,8 +43,8 @@
   }
 
   // ---- classify ----------------------------------------------------------------------------------
-  function drawClassify(box, data) {
-    box.replaceChildren();
+  function drawClassify(box, data, keep) {
+    if (!keep) box.replaceChildren();
     if (data.problem_type === "regression") {
       box.appendChild(el("p", "explorer-value", "")).append("Predicted value: ", el("b", "", data.value.toFixed(4)));
     } else {
@@ -67,10 +67,41 @@
     }
     if (data.truncated) box.appendChild(el("p", "helptext", `The text was cut to ${data.max_length} tokens.`));
   }
-  document.getElementById("classify-button").addEventListener("click", () => ask("classify", form.dataset.classify, {
-    text: document.getElementById("id_classify_text").value,
-    text_b: document.getElementById("id_classify_text_b").value,
-  }, drawClassify));
+  // With a checkpoint in "Compare with", both classify the text, one column each (/api/explore/compare/).
+  const compare = document.getElementById("id_compare_with");
+  async function classifyBoth(inputs) {
+    const button = document.getElementById("classify-button");
+    const error = form.querySelector('[data-error="classify"]');
+    const box = document.getElementById("classify-result");
+    button.disabled = true;
+    error.textContent = "";
+    try {
+      const data = await postJSON(form.dataset.compare, {
+        checkpoints: [select.value, compare.value], task: "classify", inputs });
+      box.hidden = false;
+      box.replaceChildren();
+      const row = el("div", "explorer-columns two");
+      box.appendChild(row);
+      for (const col of data.results) {
+        const cell = el("div", "explorer-column");
+        cell.appendChild(el("h3", "explorer-column-head", col.label));
+        row.appendChild(cell);
+        if (col.error) cell.appendChild(el("p", "error", col.error));
+        else drawClassify(cell, col.result, true);
+      }
+    } catch (e) {
+      error.textContent = e.message;
+      box.hidden = true;
+    } finally {
+      button.disabled = false;
+    }
+  }
+  document.getElementById("classify-button").addEventListener("click", () => {
+    const inputs = { text: document.getElementById("id_classify_text").value,
+                     text_b: document.getElementById("id_classify_text_b").value };
+    if (compare && compare.value) classifyBoth(inputs);
+    else ask("classify", form.dataset.classify, inputs, drawClassify);
+  });
 
   // ---- highlighted spans -------------------------------------------------------------------------
   // The text with the spans (sorted, not overlapping) wrapped in <mark>, built from text nodes.

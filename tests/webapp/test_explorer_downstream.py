@@ -36,6 +36,15 @@ def test_classify_and_embed_through_the_api(alice_api, tuned):
     assert sum(x["probability"] for x in body["labels"]) == pytest.approx(1.0, abs=1e-4)
     assert body["predicted"] == [body["labels"][0]["label"]]
 
+    # the compare column: the fine-tuned classifier answers, the pre-trained one says why it cannot
+    both = alice_api.post(reverse("api-explore-compare"), {
+        "checkpoints": [str(checkpoint.id), str(base.id)], "task": "classify",
+        "inputs": {"text": "Return the path of a file."}}, format="json")
+    assert both.status_code == 200, both.content
+    first, second = both.json()["results"]
+    assert first["result"]["labels"] == body["labels"] and first["error"] is None
+    assert second["result"] is None and "a pre-trained model without a task head" in second["error"]
+
     for ckpt in (base, checkpoint):  # any encoder: the pre-trained one and the fine-tuned one
         response = alice_api.post(reverse("api-explore-embed"), {
             "checkpoint": str(ckpt.id), "sentences": ["Open a file.", "Open a file.", "Close the socket."]},

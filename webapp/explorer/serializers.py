@@ -247,8 +247,7 @@ class LabelProbabilitySerializer(serializers.Serializer):
     probability = serializers.FloatField()
 
 
-class ClassifyResponseSerializer(serializers.Serializer):
-    checkpoint = serializers.UUIDField()
+class ClassifyResultSerializer(serializers.Serializer):
     problem_type = serializers.CharField(help_text="single_label_classification, multi_label_classification or "
                                                    "regression.")
     labels = LabelProbabilitySerializer(many=True, help_text="Most likely first (softmax; a sigmoid each for "
@@ -258,6 +257,10 @@ class ClassifyResponseSerializer(serializers.Serializer):
     threshold = serializers.FloatField(allow_null=True, help_text="Multi-label: a label is predicted above it.")
     truncated = serializers.BooleanField(help_text="The input was cut to max_length tokens.")
     max_length = serializers.IntegerField()
+
+
+class ClassifyResponseSerializer(ClassifyResultSerializer):
+    checkpoint = serializers.UUIDField()
 
 
 class TagRequestSerializer(serializers.Serializer):
@@ -331,13 +334,15 @@ class EmbedResponseSerializer(serializers.Serializer):
 
 # ---------------------------------------------------------------------------- comparison
 class CompareInputsSerializer(serializers.Serializer):
-    text = serializers.CharField(required=False, allow_blank=True, help_text="fill-mask: text with [MASK].")
+    text = serializers.CharField(required=False, allow_blank=True,
+                                 help_text="fill-mask: text with [MASK]; classify: the text (sentence A).")
     top_k = serializers.IntegerField(required=False, min_value=1, max_value=MAX_TOP_K, default=5,
                                      help_text="fill-mask: tokens per mask.")
     text_a = serializers.CharField(required=False, allow_blank=True,
                                    help_text="next-sentence / sentence-order: sentence A.")
     text_b = serializers.CharField(required=False, allow_blank=True,
-                                   help_text="next-sentence / sentence-order: sentence B.")
+                                   help_text="next-sentence / sentence-order: sentence B; classify: an optional "
+                                             "sentence B.")
 
 
 class CompareRequestSerializer(serializers.Serializer):
@@ -348,7 +353,7 @@ class CompareRequestSerializer(serializers.Serializer):
 
     def validate(self, data):
         inputs, task = data["inputs"], data["task"]
-        needed = ["text"] if task == "fill-mask" else ["text_a", "text_b"]
+        needed = ["text"] if task in ("fill-mask", "classify") else ["text_a", "text_b"]
         missing = [n for n in needed if not (inputs.get(n) or "").strip()]
         if missing:
             raise serializers.ValidationError(
@@ -358,7 +363,8 @@ class CompareRequestSerializer(serializers.Serializer):
 
 @extend_schema_field(PolymorphicProxySerializer(
     component_name="CompareResult",
-    serializers=[FillMaskResultSerializer, NextSentenceResultSerializer, SentenceOrderResultSerializer],
+    serializers=[FillMaskResultSerializer, NextSentenceResultSerializer, SentenceOrderResultSerializer,
+                 ClassifyResultSerializer],
     resource_type_field_name=None,
 ))
 class CompareResultField(serializers.JSONField):

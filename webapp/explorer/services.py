@@ -245,7 +245,7 @@ def family_kind(family: str) -> str:
 
 
 # ---------------------------------------------------------------------------- comparison
-TASKS = ("fill-mask", "next-sentence", "sentence-order")
+TASKS = ("fill-mask", "next-sentence", "sentence-order", "classify")
 
 
 def compare(*, checkpoints: list[Checkpoint], task: str, inputs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -260,6 +260,11 @@ def compare(*, checkpoints: list[Checkpoint], task: str, inputs: dict[str, Any])
 
         def ask(c: Checkpoint) -> dict[str, Any]:
             return {"masks": fill_mask(checkpoint=c, text=text, top_k=top_k)}
+    elif task == "classify":  # two fine-tuned classifiers (or steps of one run) side by side
+        text, text_b = _text(inputs.get("text", "")), inputs.get("text_b") or ""
+
+        def ask(c: Checkpoint) -> dict[str, Any]:
+            return classify(checkpoint=c, text=text, text_b=text_b)
     else:
         a, b = _text(inputs.get("text_a", ""), "Sentence A"), _text(inputs.get("text_b", ""), "Sentence B")
         score = next_sentence if task == "next-sentence" else sentence_order
