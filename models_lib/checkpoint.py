@@ -64,29 +64,63 @@ register_family("t5", T5Config, T5ForConditionalGeneration)
 register_family("gpt", GPTConfig, GPTLMHeadModel)
 
 
+def model_class(model: nn.Module) -> type:
+    """The model's own class: type(model), or the class a wrapper that subclasses it on the fly
+    (FSDP2's fully_shard makes FSDP<Class>) was made from."""
+    registered = {cls for family in FAMILIES.values() for cls in family.model_classes}
+    return next((cls for cls in type(model).__mro__ if cls in registered), type(model))
+
+
 def _family_of(model: nn.Module) -> Family:
+    cls = model_class(model)
     named = FAMILIES.get(getattr(getattr(model, "config", None), "family", None))
-    if named is not None and type(model) in named.model_classes:
+    if named is not None and cls in named.model_classes:
         return named  # the config's own family first: a bare backbone fits several
     for family in FAMILIES.values():
-        if type(model) in family.model_classes:
+        if cls in family.model_classes:
             return family
-    raise ValueError(f"{type(model).__name__} is not a model class of any registered family "
+    raise ValueError(f"{cls.__name__} is not a model class of any registered family "
                      f"({', '.join(FAMILIES)}).")
 
 
-def save_model(model: nn.Module, folder: str | Path) -> Path:
-    """Write the weights and the config; returns the folder. Tied or shared weights are stored once."""
+def save_model(model: nn.Module, folder: str | Path, *, state_dict: dict[str, torch.Tensor] | None = None) -> Path:
+    """Write the weights and the config; returns the folder. Tied or shared weights are stored once.
+
+    state_dict: the weights to write instead of the model's own, by the names model.state_dict()
+    uses (a sharded model's gathered full state). Names of one tensor that the model shares
+    (tied embeddings, ALBERT's layers) are written once, as for the model itself."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     family = _family_of(model)
-    meta = {"family": family.name, "class": type(model).__name__, "config": model.config.to_dict()}
+    meta = {"family": family.name, "class": model_class(model).__name__, "config": model.config.to_dict()}
     if isinstance(model, EncoderForDownstream):
         meta["task"] = model.task_config.to_dict()
-    # save_model (not save_file) de-duplicates parameters that several modules share (ALBERT).
-    safetensors.torch.save_model(model, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
+    if state_dict is None:
+        # save_model (not save_file) de-duplicates parameters that several modules share (ALBERT).
+        safetensors.torch.save_model(model, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
+    else:
+        tensors, metadata = _shared_once(model, state_dict)
+        safetensors.torch.save_file(tensors, str(folder / WEIGHTS_NAME), metadata={"format": "pt", **metadata})
     (folder / CONFIG_NAME).write_text(json.dumps(meta, indent=2) + "\n")
     return folder
+
+
+def _shared_once(model: nn.Module, state_dict: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """state_dict with each tensor the model shares under several names kept under one of them
+    (the first in sorted order, as safetensors.torch.save_model keeps), and the metadata that
+    maps each name left out to the one kept (as that function writes it)."""
+    names_of: dict[int, list[str]] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        names_of.setdefault(id(tensor), []).append(name)
+    tensors = {name: t.contiguous() for name, t in state_dict.items()}
+    metadata: dict[str, str] = {}
+    for names in names_of.values():
+        if len(names) > 1:
+            kept, *dropped = sorted(names)
+            for name in dropped:
+                tensors.pop(name, None)
+                metadata[name] = kept
+    return tensors, metadata
 
 
 def read_model_config(folder: str | Path) -> dict:

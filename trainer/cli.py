@@ -11,7 +11,14 @@ The YAML file holds the RunConfig fields plus:
   valid_fraction: optional share of documents held out for validation (default 0.05)
 
 output_dir/ gets corpus/ (cleaned text), tokenizer/ (tokenizer + shards/), checkpoints/ and
-metrics.jsonl. A DistilBERT run's teacher_checkpoint is a checkpoint folder (relative paths: from
+metrics.jsonl.
+
+Several devices: `--devices N` (or `devices:` in the YAML) prepares the data, then hands the run
+to torchrun (torch.distributed.run, --standalone), which starts N copies of this command; each
+sees torchrun's WORLD_SIZE and trains as one rank (trainer.training.distributed). Several
+machines: the same command on each with `--nnodes M --node-rank R --rdzv-endpoint host:port`
+(c10d rendezvous at host:port, a machine of the run); output_dir should be on a filesystem they
+share (checkpoints are written by global rank 0, resume reads them on every machine). A DistilBERT run's teacher_checkpoint is a checkpoint folder (relative paths: from
 the YAML file's folder). Preparation steps whose outputs exist are skipped. Ctrl-C stops after the
 current step and saves a checkpoint; `--resume` continues from the latest one. A problem
 the user can fix is printed as one line on stderr and the exit code is 2.
@@ -21,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import signal
 import sys
 from dataclasses import dataclass, field
@@ -65,6 +73,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = sub.add_parser("run", help="prepare the corpus and tokenizer, then train, as a YAML file says")
     run.add_argument("config", type=Path, help="the run's YAML file (see examples/bert-tiny.yaml)")
     run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
+    run.add_argument("--devices", default=None, metavar="N",
+                     help="processes on this machine, one per GPU (on the CPU: over gloo), or \"all\"; "
+                          "default: the YAML's devices")
+    run.add_argument("--nnodes", type=int, default=1, metavar="M", help="machines that train the run together")
+    run.add_argument("--node-rank", type=int, default=0, metavar="R", help="this machine's number, 0 to M-1")
+    run.add_argument("--rdzv-endpoint", default="", metavar="HOST:PORT",
+                     help="where the machines meet (c10d rendezvous): host:port of one of them")
+    tr = sub.add_parser("train", help="train a run config on prepared shards (how the web app starts a run on "
+                                      "several devices, under torchrun)")
+    tr.add_argument("config", type=Path, help="the run's settings: a RunConfig YAML (RunConfig.to_yaml)")
+    tr.add_argument("--data", type=Path, required=True, help="the tokenizer folder, with its shards/")
+    tr.add_argument("--out", type=Path, required=True, help="the run's folder (checkpoints/ go there)")
+    tr.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
+    tr.add_argument("--events", action="store_true",
+                    help="report as JSON lines on stdout (trainer.training.sinks.JsonLinesSink) instead of text")
     tune = sub.add_parser("finetune", help="fine-tune a checkpoint on a labelled dataset, as a YAML file says")
     tune.add_argument("config", type=Path, help="the fine-tuning YAML file (see examples/finetune-classification.yaml)")
     demo = sub.add_parser("demo-corpus", help="write a small English corpus (Python docstrings) to a .txt file")
@@ -72,12 +95,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "run":
-            return cmd_run(args.config, resume=args.resume)
+            return cmd_run(args.config, resume=args.resume, devices=args.devices,
+                           nodes=Nodes(args.nnodes, args.node_rank, args.rdzv_endpoint))
+        if args.command == "train":
+            return cmd_train(args.config, data_dir=args.data, out_dir=args.out, resume=args.resume,
+                             events=args.events)
         if args.command == "finetune":
             return cmd_finetune(args.config)
         return cmd_demo_corpus(args.out)
     except UserError as e:
-        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        if not under_torchrun() or os.environ.get("RANK") == "0":  # said once for all the processes
+            print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
@@ -92,22 +120,135 @@ def cmd_demo_corpus(out: Path) -> int:
     return 0
 
 
-def cmd_run(config_path: Path, *, resume: bool) -> int:
-    run_file = load_run_file(config_path)
-    prepare(run_file)
-    from trainer.training.engine import train  # imports torch: after the cheap checks
-    from trainer.training.sinks import ConsoleSink
+@dataclass(frozen=True)
+class Nodes:
+    """The machines of a multi-node run (one machine: the defaults)."""
 
-    stop = StopFlag()
-    with stop.installed():
-        result = train(run_file.config, data_dir=run_file.tokenizer_dir, out_dir=run_file.output_dir,
-                       sink=ConsoleSink(run_file.output_dir, max_steps=run_file.config.max_steps),
-                       should_stop=stop, resume=resume)
-    if result.last_checkpoint is not None:
+    count: int = 1
+    rank: int = 0
+    endpoint: str = ""
+
+    def check(self) -> None:
+        if self.count < 1:
+            raise ConfigError(f"--nnodes must be at least 1, not {self.count}.")
+        if self.count == 1:
+            return
+        if not 0 <= self.rank < self.count:
+            raise ConfigError(f"--node-rank must be between 0 and {self.count - 1} for {self.count} machines, "
+                              f"not {self.rank}.")
+        host, _, port = self.endpoint.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError("Several machines meet at --rdzv-endpoint HOST:PORT (one of them, e.g. "
+                              "10.0.0.1:29400); give the same on every machine.")
+
+
+def cmd_run(config_path: Path, *, resume: bool, devices: str | None = None, nodes: Nodes = Nodes()) -> int:
+    run_file = load_run_file(config_path)
+    if devices is not None:
+        run_file.config = run_file.config.replace(devices=devices)
+    nodes.check()
+    if not under_torchrun():
+        from trainer.config import resolve_devices
+
+        per_node = resolve_devices(run_file.config.devices, run_file.config.device)
+        if per_node > 1 or nodes.count > 1:
+            if nodes.rank == 0:
+                prepare(run_file)  # before the processes start; the other machines' ranks find it or make it
+            return launch(config_path, resume=resume, per_node=per_node, nodes=nodes)
+    from trainer.training.sinks import ConsoleSink  # imports torch: after the cheap checks
+
+    is_main, result = train_here(run_file.config, data_dir=run_file.tokenizer_dir, out_dir=run_file.output_dir,
+                                 resume=resume, before=lambda main: prepare(run_file, quiet=not main),
+                                 sink=lambda: ConsoleSink(run_file.output_dir, max_steps=run_file.config.max_steps))
+    if is_main and result.last_checkpoint is not None:
         print(f"Checkpoints are in {result.last_checkpoint.parent} (latest: {result.last_checkpoint.name}).")
     if result.status == "cancelled":
-        print(f"Stopped at step {result.final_step}. Continue with: python -m trainer run {config_path} --resume")
+        if is_main:
+            print(f"Stopped at step {result.final_step}. Continue with: python -m trainer run {config_path} --resume")
         return EXIT_INTERRUPTED
+    return 0
+
+
+def cmd_train(config_path: Path, *, data_dir: Path, out_dir: Path, resume: bool, events: bool) -> int:
+    """Train a RunConfig YAML on prepared shards; as one of torchrun's processes when it started
+    this. events: rank 0 reports JSON lines on stdout and ends with {"event": "result", ...}."""
+    import json
+
+    from trainer.config import RunConfig
+
+    try:
+        text = Path(config_path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"Cannot read {config_path}: {e.strerror or e}.") from None
+    config = RunConfig.from_yaml(text)
+    from trainer.training.sinks import ConsoleSink, JsonLinesSink  # imports torch: after the cheap checks
+
+    is_main, result = train_here(config, data_dir=Path(data_dir), out_dir=Path(out_dir), resume=resume,
+                                 sink=lambda: JsonLinesSink(sys.stdout) if events
+                                 else ConsoleSink(out_dir, max_steps=config.max_steps))
+    if is_main and events:
+        print(json.dumps({"event": "result", "status": result.status, "final_step": result.final_step}), flush=True)
+    return EXIT_INTERRUPTED if result.status == "cancelled" else 0
+
+
+def train_here(config: Any, *, data_dir: Path, out_dir: Path, resume: bool, sink: Any,
+               before: Any = None) -> tuple[bool, Any]:
+    """Train in this process: alone, or as one of torchrun's (joining its process group first).
+    before(is_main) runs on rank 0 first, then on the others (data preparation); sink() makes
+    rank 0's sink (the others report nothing). Ctrl-C / SIGTERM stop every process after the
+    same step, with a checkpoint. -> (whether this is rank 0, the TrainResult)."""
+    from trainer.config import resolve_device
+    from trainer.training import distributed
+    from trainer.training.engine import train
+    from trainer.training.sinks import NullSink
+
+    ctx = distributed.init(resolve_device(config.device))
+    try:
+        if before is not None:
+            with ctx.main_first():
+                before(ctx.is_main)
+        stop = StopFlag(quiet=not ctx.is_main)
+        with stop.installed():
+            result = train(config, data_dir=data_dir, out_dir=out_dir, sink=sink() if ctx.is_main else NullSink(),
+                           should_stop=stop, resume=resume)
+    finally:
+        distributed.shutdown()
+    return ctx.is_main, result
+
+
+def under_torchrun() -> bool:
+    """Whether torchrun started this process as one of several (it sets WORLD_SIZE)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def torchrun_args(config_path: Path, *, resume: bool, per_node: int, nodes: Nodes) -> list[str]:
+    """torch.distributed.run's arguments for this run: per_node copies of `python -m trainer run
+    CONFIG` on this machine; standalone on one machine, else c10d rendezvous at the endpoint."""
+    if nodes.count == 1:
+        where = ["--standalone"]
+    else:
+        where = ["--nnodes", str(nodes.count), "--node-rank", str(nodes.rank), "--rdzv-backend", "c10d",
+                 "--rdzv-endpoint", nodes.endpoint, "--rdzv-id", Path(config_path).stem or "run"]
+    return [*where, "--nproc-per-node", str(per_node), "-m", "trainer", "run", str(config_path),
+            *(["--resume"] if resume else [])]
+
+
+def launch(config_path: Path, *, resume: bool, per_node: int, nodes: Nodes) -> int:
+    """Run torchrun (torch.distributed.run) in this process; its exit status is the processes'.
+    A process that failed has said why on stderr, so its status is returned without torchrun's
+    report of the failure."""
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    args = torchrun.parse_args(torchrun_args(config_path, resume=resume, per_node=per_node, nodes=nodes))
+    try:
+        torchrun.run(args)
+    except SignalException:  # Ctrl-C: torchrun passed it on; the processes saved a checkpoint, rank 0 said so
+        return EXIT_INTERRUPTED
+    except ChildFailedError as e:
+        codes = [f.exitcode for f in e.failures.values()]
+        return next((c for c in codes if c in (EXIT_USER_ERROR, EXIT_INTERRUPTED)), codes[0] if codes else 1)
     return 0
 
 
@@ -245,8 +386,15 @@ def load_run_file(path: Path) -> RunFile:
 
 
 # ---------------------------------------------------------------------------- preparation
-def prepare(run: RunFile) -> None:
-    """corpus -> cleaned text -> tokenizer -> shards, skipping the steps already done."""
+def prepare(run: RunFile, *, quiet: bool = False) -> None:
+    """corpus -> cleaned text -> tokenizer -> shards, skipping the steps already done. quiet: say
+    nothing (the ranks of a multi-device run other than 0)."""
+    if quiet:
+        import contextlib
+        import io
+
+        with contextlib.redirect_stdout(io.StringIO()):
+            return prepare(run)
     from trainer.prep.corpus import CleaningOptions, ingest
     from trainer.prep.shards import encode_corpus
     from trainer.prep.tokenization import train_tokenizer
@@ -299,8 +447,9 @@ class StopFlag:
     """should_stop for train(): the first Ctrl-C (or SIGTERM) asks for a checkpoint and a stop,
     a second Ctrl-C aborts at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, quiet: bool = False) -> None:
         self.requested = False
+        self.quiet = quiet  # a multi-device run's ranks other than 0 say nothing
         self._previous: dict[int, Any] = {}
 
     def __call__(self) -> bool:
@@ -310,8 +459,9 @@ class StopFlag:
         if self.requested and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.requested = True
-        print("\nStopping after this step and saving a checkpoint (Ctrl-C again to abort) ...",
-              file=sys.stderr, flush=True)
+        if not self.quiet:
+            print("\nStopping after this step and saving a checkpoint (Ctrl-C again to abort) ...",
+                  file=sys.stderr, flush=True)
 
     def installed(self) -> "StopFlag":
         return self

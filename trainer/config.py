@@ -40,6 +40,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "log_every": (1, 100_000),
     "seed": (0, 2**31 - 1),
     "num_threads": (0, 1024),
+    "devices": (1, 1024),  # or "all"
 }
 # (Objectives' own settings, e.g. rtd_weight, carry their bounds with them: see bounds().)
 
@@ -49,6 +50,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "optimizer": ("adamw", "adafactor"),
     "device": ("auto", "cpu", "cuda"),
     "precision": ("auto", "fp32", "bf16"),
+    "strategy": ("auto", "ddp", "fsdp"),
 }
 # Choices owned by the data layer (trainer.objectives.masking.MASKING_UNITS, trainer.objectives.examples.PACKINGS);
 # read lazily so that importing this module does not import torch. See choices().
@@ -56,6 +58,8 @@ _LAZY_CHOICES = {
     "masking_unit": ("trainer.objectives.masking", "MASKING_UNITS"),
     "packing": ("trainer.objectives.examples", "PACKINGS"),
 }
+
+ALL_DEVICES = "all"  # devices: every GPU of the machine
 
 # Static masking: each example gets this many different masks, reused round-robin by epoch.
 DUPE_FACTOR = 10
@@ -133,6 +137,8 @@ class RuntimeArgs:
     device: str
     precision: str
     num_threads: int
+    devices: int | str
+    strategy: str
 
 
 # group name (the RunConfig property) -> its class, in the order YAML exports them
@@ -270,6 +276,10 @@ class RunConfig(FlatRecord):
     """"auto" (bf16 autocast on CUDA, fp32 on CPU), "fp32" or "bf16" (CUDA only)."""
     num_threads: int = 0
     """CPU threads for PyTorch (0 = PyTorch's default)."""
+    devices: int | str = 1
+    """Processes that train the run together, one per GPU (torchrun): a number, or "all" (every GPU of the machine; one process on a CPU-only machine). On the CPU, 2 or more run that many processes over gloo. The effective batch is batch_size x grad_accum x devices."""
+    strategy: str = "auto"
+    """How several devices share the work: "ddp" (each holds the whole model and averages gradients), "fsdp" (FSDP2: weights, gradients and optimizer state sharded across them, for models that do not fit on one), or "auto" (FSDP2 when the weights and optimizer state would not fit in one device's free memory, else DDP)."""
 
     def __post_init__(self) -> None:
         self._coerce_types()
@@ -291,18 +301,22 @@ class RunConfig(FlatRecord):
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             default = _default_of(f)
+            if f.name == "devices" and isinstance(value, str) and value.strip().lower() == ALL_DEVICES:
+                self.devices = ALL_DEVICES
+                continue
             try:
                 setattr(self, f.name, _coerce(value, default))
             except (TypeError, ValueError):
-                raise ConfigError(f"{f.name} must be {_kind(default)}, not {value!r}.") from None
+                kind = f"{_kind(default)} or \"{ALL_DEVICES}\"" if f.name == "devices" else _kind(default)
+                raise ConfigError(f"{f.name} must be {kind}, not {value!r}.") from None
 
     def _check_fields(self) -> None:
         for name, (lo, hi) in bounds().items():
             value = getattr(self, name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"{name} must be a finite number, not {value}.")
-            if name == "seq_len":
-                continue  # checked against the model's positions by the registry
+            if name == "seq_len" or (name == "devices" and value == ALL_DEVICES):
+                continue  # seq_len: checked against the model's positions by the registry
             if not lo <= value <= hi:
                 raise ConfigError(f"{name} must be between {_num(lo)} and {_num(hi)}, not {_num(value)}.")
         if self.seq_len < MIN_SEQ_LEN:
@@ -398,8 +412,15 @@ class RunConfig(FlatRecord):
 
     @property
     def tokens_per_step(self) -> int:
-        """Upper bound on tokens per update (padding included)."""
+        """Upper bound on tokens per update on one device (padding included)."""
         return self.batch_size * self.grad_accum * self.seq_len
+
+    def effective_batch(self, world_size: int | None = None) -> int:
+        """Sequences per update: batch_size x grad_accum x the number of processes (world_size,
+        default: `devices` when it is a number)."""
+        if world_size is None:
+            world_size = self.devices if isinstance(self.devices, int) else 1
+        return self.batch_size * self.grad_accum * world_size
 
 
 # --------------------------------------------------------------------- helpers
@@ -462,6 +483,22 @@ def resolve_device(device: str) -> str:
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device is \"cuda\" but no CUDA GPU is available here; use \"auto\" or \"cpu\".")
     return device
+
+
+def resolve_devices(devices: int | str, device: str) -> int:
+    """How many processes to start on this machine: "all" -> every CUDA GPU (1 without one);
+    a number is checked against the GPUs there are when the run trains on CUDA. (On the CPU
+    any number runs: that many processes over gloo.)"""
+    import torch
+
+    device = resolve_device(device)
+    gpus = torch.cuda.device_count() if device == "cuda" else 0
+    if devices == ALL_DEVICES:
+        return max(gpus, 1)
+    if device == "cuda" and int(devices) > gpus:
+        raise ConfigError(f"devices is {devices} but this machine has {gpus} CUDA GPU{'s' if gpus != 1 else ''}; "
+                          f"ask for at most {gpus}, or \"all\".")
+    return int(devices)
 
 
 def resolve_precision(precision: str, device: str) -> str:

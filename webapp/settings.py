@@ -158,6 +158,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 12 * 3600}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
+# The most devices (processes, one per GPU) one worker gives one run: a GPU worker's GPU count
+# (docker-compose.yml: one GPU worker per machine, with all its GPUs). On the CPU, that many
+# processes over gloo.
+RUN_MAX_DEVICES = int(os.environ.get("RUN_MAX_DEVICES", "8"))
 # Queue for runs whose device is "auto": "gpu" where the deployment has GPU workers.
 RUN_DEFAULT_QUEUE = os.environ.get("RUN_DEFAULT_QUEUE", "cpu")
 # Corpus ingest, tokenizer training and model imports: a queue and worker of their own, so

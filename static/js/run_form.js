@@ -266,12 +266,15 @@
     const out = document.getElementById("run-summary");
     if (!out) return;
     const n = (name) => Number(($(name) || {}).value || 0);
-    const seqs = n("batch_size") * n("grad_accum");
+    const devices = Math.max(1, n("devices") || 1);
+    const seqs = n("batch_size") * n("grad_accum") * devices;
     const tokens = seqs * n("seq_len");
     const total = tokens * n("max_steps");
     if (!seqs || !tokens) { out.textContent = ""; return; }
     const fmt = (x) => x >= 1e9 ? (x / 1e9).toFixed(1) + "B" : x >= 1e6 ? (x / 1e6).toFixed(1) + "M" : x.toLocaleString();
-    out.textContent = `Each step sees ${seqs.toLocaleString()} sequences (up to ${tokens.toLocaleString()} tokens); ` +
+    const across = devices > 1 ? ` (${n("batch_size")} × ${n("grad_accum")} × ${devices} devices)` : "";
+    out.textContent = `Effective batch: each step sees ${seqs.toLocaleString()} sequences${across} ` +
+      `(up to ${tokens.toLocaleString()} tokens); ` +
       `${n("max_steps").toLocaleString()} steps read up to ${fmt(total)} tokens.`;
   }
 

@@ -18,11 +18,11 @@ def test_a_full_disk_stops_the_run_with_a_sentence_and_keeps_the_earlier_checkpo
     real_save = model_checkpoint.save_model
     saves = []
 
-    def save_model(model, folder):
+    def save_model(model, folder, **kwargs):
         saves.append(folder)
         if len(saves) == 2:
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real_save(model, folder)
+        return real_save(model, folder, **kwargs)
 
     monkeypatch.setattr(model_checkpoint, "save_model", save_model)
     out = tmp_path / "run"

@@ -76,14 +76,17 @@ def latest_resumable(run_folder: Path) -> Path | None:
 
 
 def save_checkpoint(run_folder: Path, step: int, *, model: nn.Module, tokenizer_dir: Path,
-                    state: dict[str, Any], optimizer_state: dict[str, Any]) -> Path:
+                    state: dict[str, Any], optimizer_state: dict[str, Any],
+                    model_state: dict[str, torch.Tensor] | None = None) -> Path:
     """Write a complete checkpoint atomically; returns its folder. When the disk refuses (full,
     read-only), the half-written folder is removed and CheckpointError says so: the earlier
-    checkpoints stay as they were."""
+    checkpoints stay as they were. model_state: the full weights to write instead of the
+    model's own (a sharded model's, gathered: trainer.training.distributed.full_state)."""
     base = checkpoints_dir(run_folder)
     tmp = base / (checkpoint_name(step) + ".tmp")
     try:
-        return _save(base, step, model=model, tokenizer_dir=tokenizer_dir, state=state, optimizer_state=optimizer_state)
+        return _save(base, step, model=model, tokenizer_dir=tokenizer_dir, state=state, optimizer_state=optimizer_state,
+                     model_state=model_state)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         kept = len(list_checkpoints(run_folder))
@@ -94,7 +97,7 @@ def save_checkpoint(run_folder: Path, step: int, *, model: nn.Module, tokenizer_
 
 
 def _save(base: Path, step: int, *, model: nn.Module, tokenizer_dir: Path, state: dict[str, Any],
-          optimizer_state: dict[str, Any]) -> Path:
+          optimizer_state: dict[str, Any], model_state: dict[str, torch.Tensor] | None = None) -> Path:
     from models_lib.checkpoint import save_model
 
     base.mkdir(parents=True, exist_ok=True)
@@ -103,7 +106,7 @@ def _save(base: Path, step: int, *, model: nn.Module, tokenizer_dir: Path, state
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    save_model(model, tmp)
+    save_model(model, tmp, state_dict=model_state)
     for name in TOKENIZER_FILES:
         shutil.copy2(Path(tokenizer_dir) / name, tmp / name)
     torch.save(optimizer_state, tmp / OPTIMIZER_NAME)

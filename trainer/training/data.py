@@ -155,11 +155,17 @@ class ExampleSource:
 
 
 class TrainStream:
-    """Endless batches of the training split; `position` says where the next batch starts."""
+    """Endless batches of the training split; `position` says where the next batch starts.
+
+    shard=(rank, world_size): one of several processes training together
+    (trainer.training.distributed). They read one stream of batches, each process every
+    world_size-th batch from the rank-th on; after each batch every process's position is the
+    same, where the one-process stream would be after world_size batches."""
 
     def __init__(self, source: ExampleSource, collator: Collator, *, batch_size: int, seed: int,
-                 position: DataPosition | None = None):
+                 position: DataPosition | None = None, shard: tuple[int, int] = (0, 1)):
         self.source, self.collator, self.batch_size, self.seed = source, collator, batch_size, seed
+        self.rank, self.world_size = shard
         self._pos = DataPosition(**asdict(position)) if position else DataPosition()
         self._epoch_table: np.ndarray | None = None
         self._order: np.ndarray | None = None
@@ -184,16 +190,24 @@ class TrainStream:
         self._order = np.random.default_rng([_ORDER, self.seed, e]).permutation(len(self._epoch_table))
 
     def next_batch(self) -> Batch:
+        for _ in range(self.rank * self.batch_size):  # the batches of the ranks before this one
+            self._advance()
         examples = []
-        while len(examples) < self.batch_size:
-            if self._pos.index >= len(self._order):
-                self._pos = DataPosition(self._pos.epoch + 1, 0)
-                self._load_epoch()
-                continue
-            uid = int(self._order[self._pos.index])
+        for _ in range(self.batch_size):
+            uid = self._advance()
             examples.append(self.source.example(self._epoch_table, uid, self.source.mask_variant(self._pos.epoch)))
-            self._pos.index += 1
+        for _ in range((self.world_size - 1 - self.rank) * self.batch_size):  # and of those after it
+            self._advance()
         return self.collator(examples)
+
+    def _advance(self) -> int:
+        """The example at the position (in the next epoch when this one is used up); moves past it."""
+        while self._pos.index >= len(self._order):
+            self._pos = DataPosition(self._pos.epoch + 1, 0)
+            self._load_epoch()
+        uid = int(self._order[self._pos.index])
+        self._pos.index += 1
+        return uid
 
     def __iter__(self) -> Iterator[Batch]:
         while True:
@@ -305,12 +319,13 @@ def open_split(tokenizer_dir: Path, split: str) -> ShardIndex:
 
 
 def build_train_stream(config: RunConfig, tokenizer_dir: Path, special: SpecialIds,
-                       position: DataPosition | None = None) -> TrainStream:
+                       position: DataPosition | None = None, shard: tuple[int, int] = (0, 1)) -> TrainStream:
     tokenizer = _tokenizer_if_needed(config, tokenizer_dir)
     collator = make_collator(config, special, tokenizer)
     source = make_source(config, open_split(tokenizer_dir, "train"), special, collator,
                          static=config.masking == "static", tokenizer=tokenizer)
-    return TrainStream(source, collator, batch_size=config.batch_size, seed=config.seed, position=position)
+    return TrainStream(source, collator, batch_size=config.batch_size, seed=config.seed, position=position,
+                       shard=shard)
 
 
 def build_valid_batches(config: RunConfig, tokenizer_dir: Path, special: SpecialIds) -> list[Batch]:

@@ -27,7 +27,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from trainer.training import checkpoints
+from trainer.training import checkpoints, distributed
 from trainer import objectives
 from trainer.training import steps
 from trainer.catalog import validation
@@ -38,7 +38,7 @@ from trainer.training.data import DataPosition, Prefetcher, TrainStream, build_t
 from trainer.errors import ConfigError
 from trainer.prep.tokenization import tokenizers_differ
 from trainer.training.optim import build_optimizer, clip_gradients
-from trainer.training.sinks import MetricsSink, format_duration
+from trainer.training.sinks import MetricsSink, NullSink, format_duration
 
 
 PREFETCH_DEVICES = ("cuda",)  # where batches are collated on a background thread (on a CPU it would
@@ -67,27 +67,36 @@ class TrainState:
 def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink,
           should_stop: Callable[[], bool] = lambda: False, resume: bool = False) -> TrainResult:
     """Train per `config` on the shards in data_dir (a tokenizer folder), writing checkpoints to
-    out_dir/checkpoints/. Calls sink.close() when done, also on error."""
+    out_dir/checkpoints/. Calls sink.close() when done, also on error.
+
+    Started by torchrun as one of several processes, it trains with the others
+    (trainer.training.distributed); only rank 0 reports to `sink` and writes checkpoints."""
     data_dir, out_dir = Path(data_dir), Path(out_dir)
+    reporter = sink
     try:
         validation.validate(config)
         tokenizer = load_tokenizer(config, data_dir)
         device, precision = setup_runtime(config)
-        resume_from = find_resume_point(out_dir, resume, sink)
+        ctx = distributed.init(device)
+        if not ctx.is_main:
+            reporter = NullSink()
+        resume_from = find_resume_point(out_dir, resume, reporter)
         model, forward = steps.build(config, vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
                                         device=device, data_dir=data_dir, tokenizer=tokenizer)
+        ctx = ctx.with_strategy(distributed.choose_strategy(ctx, config.strategy, model, config.optimizer, device))
+        model = distributed.wrap(ctx, model, forward, device=device, precision=precision)
         optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)
         state = TrainState()
         if resume_from is not None:
-            state = restore(resume_from, config, data_dir, model, optimizer, scheduler, forward)
+            state = restore(resume_from, config, data_dir, model, optimizer, scheduler, forward, ctx=ctx)
         special = SpecialIds.from_tokenizer(tokenizer)
-        stream = build_train_stream(config, data_dir, special, state.position)
+        stream = build_train_stream(config, data_dir, special, state.position, shard=(ctx.rank, ctx.world_size))
         valid = build_valid_batches(config, data_dir, special)
         if not valid:
-            sink.log("The validation split gives no examples for these settings; training without validation.")
+            reporter.log("The validation split gives no examples for these settings; training without validation.")
         loop = Loop(config, model=model, forward=forward, optimizer=optimizer, scheduler=scheduler, stream=stream,
-                    valid=valid, state=state, sink=sink, data_dir=data_dir, out_dir=out_dir,
-                    device=device, precision=precision, resumed_from=resume_from)
+                    valid=valid, state=state, sink=reporter, data_dir=data_dir, out_dir=out_dir,
+                    device=device, precision=precision, resumed_from=resume_from, dist=ctx)
         return loop.run(should_stop)
     finally:
         sink.close()
@@ -128,10 +137,10 @@ def find_resume_point(out_dir: Path, resume: bool, sink: MetricsSink) -> Path | 
 
 
 def restore(folder: Path, config: RunConfig, data_dir: Path, model: nn.Module,
-            optimizer: torch.optim.Optimizer, scheduler: Any, forward: Step | None = None) -> TrainState:
-    """Load weights, optimizer, scheduler and RNG states from a checkpoint; return the rest."""
-    import safetensors.torch
-
+            optimizer: torch.optim.Optimizer, scheduler: Any, forward: Step | None = None,
+            ctx: distributed.Dist = distributed.Dist()) -> TrainState:
+    """Load weights, optimizer, scheduler and RNG states from a checkpoint; return the rest.
+    `model` may be wrapped for several processes (ctx); any checkpoint loads into any number."""
     from models_lib.checkpoint import read_model_config
 
     saved = read_model_config(folder)["config"]
@@ -143,10 +152,8 @@ def restore(folder: Path, config: RunConfig, data_dir: Path, model: nn.Module,
     if tokenizers_differ(folder, data_dir):
         raise ConfigError(f"The checkpoint {folder.name} was trained with another tokenizer than the one in "
                           f"{data_dir}; resume with the run's own tokenizer.")
-    safetensors.torch.load_model(model, str(folder / "model.safetensors"), strict=True,
-                                 device=str(next(model.parameters()).device))
     opt = checkpoints.read_optimizer_state(folder)
-    optimizer.load_state_dict(opt["optimizer"])
+    distributed.load(ctx, model, optimizer, folder / "model.safetensors", opt["optimizer"])
     scheduler.load_state_dict(opt["scheduler"])
     checkpoints.restore_rng_state(opt["rng"])
     if forward is not None:  # e.g. ELECTRA's sampler
@@ -213,8 +220,11 @@ class Loop:
     def __init__(self, config: RunConfig, *, model: nn.Module, forward: Step,
                  optimizer: torch.optim.Optimizer, scheduler: Any,
                  stream: TrainStream, valid: list[Batch], state: TrainState, sink: MetricsSink, data_dir: Path,
-                 out_dir: Path, device: str, precision: str, resumed_from: Path | None):
+                 out_dir: Path, device: str, precision: str, resumed_from: Path | None,
+                 dist: distributed.Dist = distributed.Dist()):
         self.config, self.model, self.optimizer, self.scheduler = config, model, optimizer, scheduler
+        self.dist = dist  # the processes training together (one by default)
+        self.tokens_agreed = state.tokens_seen  # tokens_seen as last summed over the processes
         self.forward = forward  # batch -> StepOutput (the family's forward, loss and counts)
         self.stream, self.valid, self.state, self.sink = stream, valid, state, sink
         self.data_dir, self.out_dir, self.device, self.precision = data_dir, out_dir, device, precision
@@ -241,7 +251,7 @@ class Loop:
                          if self.device in PREFETCH_DEVICES else None)
         try:
             while self.state.step < self.config.max_steps and not self.should_end():
-                if should_stop():
+                if self.dist.any(should_stop()):  # every process stops at the same step
                     return self.cancel()
                 self.train_step()
                 self.sink.heartbeat(self.state.step, self.state.tokens_seen)
@@ -273,13 +283,14 @@ class Loop:
         cfg, model = self.config, self.model
         model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        for _ in range(cfg.grad_accum):
+        for i in range(cfg.grad_accum):
             batch, position = self.next_batch()
             n_tokens = batch.n_tokens
             batch = batch.to(self.device)
-            with self.autocast:
-                out = self.forward(batch, train=True)
-            (out.loss / cfg.grad_accum).backward()
+            with distributed.gradient_sync(self.dist, model, last=i == cfg.grad_accum - 1):
+                with self.autocast:
+                    out = self.forward(batch, train=True)
+                (out.loss / cfg.grad_accum).backward()
             self.record(out, n_tokens)
         self.grad_norm = clip_gradients(model, cfg.clip_grad)
         self.lr = self.scheduler.get_last_lr()[0]
@@ -300,23 +311,43 @@ class Loop:
         step = self.state.step
         if step != 1 and step % self.config.log_every and step != self.config.max_steps:
             return
-        iv, n = self.interval, max(1, self.interval.micro_batches)
-        loss = iv.get("loss") / n
+        iv, tally = self.interval, self.tally.values() if not self.dist.enabled else self.summed_tally()
+        summed = self.dist.sum_floats({"loss": iv.get("loss"), "n": iv.micro_batches, "tokens": iv.tokens})
+        loss = summed["loss"] / max(1.0, summed["n"])
+        self.agree_tokens()
         if not math.isfinite(loss):
             raise ConfigError(f"The loss became {loss} at step {step}: training diverged. "
                               f"Lower lr, raise warmup_steps or keep clip_grad on.")
         now = time.perf_counter()
-        values = {"loss": loss, **_ordered(self.tally.values())}
+        values = {"loss": loss, **_ordered(tally)}
         done = step - self.first_step
         per_step = (now - self.session_start) / max(1, done)
-        values.update(lr=self.lr, grad_norm=float(self.grad_norm),
-                      tokens_per_s=iv.tokens / max(1e-9, now - iv.started),
+        values.update(lr=self.lr, grad_norm=float(distributed.full_value(self.grad_norm)),
+                      tokens_per_s=summed["tokens"] / max(1e-9, now - iv.started),
                       memory_mb=memory_mb(self.device), progress=step / self.config.max_steps,
                       eta_s=per_step * (self.config.max_steps - step))
         self.state.train_metrics = values
         self.sink.metrics(step, "train", values)
         self.interval = _Interval()
         self.tally = Tally(weighted=False)
+
+    def summed_tally(self) -> dict[str, float]:
+        """The training Tally's values over the micro-batches of every process."""
+        tally, parts = Tally(weighted=False), {}
+        for kind, table in (("loss", self.tally.losses), ("ratio", self.tally.ratios)):
+            for name, (a, b) in table.items():
+                parts[f"{kind}:{name}:0"], parts[f"{kind}:{name}:1"] = _item(a), _item(b)
+        for key, value in self.dist.sum_floats(parts).items():
+            kind, name, i = key.split(":")
+            (tally.losses if kind == "loss" else tally.ratios).setdefault(name, [0.0, 0.0])[int(i)] = value
+        return tally.values()
+
+    def agree_tokens(self) -> None:
+        """tokens_seen summed over the processes (each counts its own between two agreements)."""
+        if self.dist.enabled:
+            mine = self.state.tokens_seen - self.tokens_agreed
+            self.state.tokens_seen = self.tokens_agreed + int(self.dist.sum_floats({"t": mine})["t"])
+            self.tokens_agreed = self.state.tokens_seen
 
     def maybe_eval(self, force: bool = False) -> None:
         step = self.state.step
@@ -367,6 +398,9 @@ class Loop:
         return values
 
     def save_checkpoint(self) -> Path:
+        """Every process calls this at the same step (FSDP2 gathers the shards); rank 0 writes."""
+        self.agree_tokens()
+        weights, optimizer_state = distributed.full_state(self.dist, self.model, self.optimizer)
         s = self.state
         elapsed = s.elapsed_s + time.perf_counter() - self.session_start
         metrics = {"train": s.train_metrics, "valid": s.valid_metrics}
@@ -374,11 +408,15 @@ class Loop:
                  "data_position": s.position.to_dict(), "epoch": s.position.epoch,
                  "elapsed_s": round(elapsed, 3), "metrics": metrics,
                  "family": self.config.family, "objectives": list(self.config.objectives)}
-        opt_state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+        opt_state = {"optimizer": optimizer_state, "scheduler": self.scheduler.state_dict(),
                      "rng": checkpoints.capture_rng_state(), "data_position": s.position.to_dict(),
                      "step": s.step, "family_state": self.forward.state_dict()}
-        folder = checkpoints.save_checkpoint(self.out_dir, s.step, model=self.model, tokenizer_dir=self.data_dir,
-                                             state=state, optimizer_state=opt_state)
+        folder = checkpoints.checkpoints_dir(self.out_dir) / checkpoints.checkpoint_name(s.step)
+        if self.dist.is_main:
+            folder = checkpoints.save_checkpoint(self.out_dir, s.step, model=distributed.unwrap(self.model),
+                                                 tokenizer_dir=self.data_dir, state=state,
+                                                 optimizer_state=opt_state, model_state=weights)
+        self.dist.barrier()  # the checkpoint is whole before any process goes on (or ends)
         self.last_checkpoint, self.last_checkpoint_step = folder, s.step
         self.sink.checkpoint(s.step, folder, metrics)
         self.sink.log(f"Saved checkpoint {folder.name}.")
@@ -413,11 +451,24 @@ class Loop:
         targets = f" (decoder targets up to {target_len})" if target_len else ""
         self.sink.log(
             f"Training {cfg.preset} ({n_params / 1e6:.2f}M parameters, vocabulary {self.model.config.vocab_size:,}) "
-            f"with {names} on {self.device} ({self.precision}), {optimizer_label(cfg)}: "
-            f"{cfg.max_steps:,} steps of {cfg.batch_size} x {cfg.grad_accum} sequences of up to {cfg.seq_len} "
+            f"with {names} on {self.where()}, {optimizer_label(cfg)}: "
+            f"{cfg.max_steps:,} steps of {self.batch_label()} sequences of up to {cfg.seq_len} "
             f"tokens{targets}; {self.stream.epoch_size:,} training sequences per epoch, "
             f"{len(self.valid)} validation batches."
         )
+
+
+    def where(self) -> str:
+        """"cpu (fp32)", or "2 cpu processes (fp32, DDP)" for several."""
+        if not self.dist.enabled:
+            return f"{self.device} ({self.precision})"
+        return f"{self.dist.world_size} {self.device} processes ({self.precision}, {self.dist.strategy.upper()})"
+
+    def batch_label(self) -> str:
+        """"32 x 2" (batch x accumulation), with " x 4 processes = 256" when several train together."""
+        cfg, n = self.config, self.dist.world_size
+        label = f"{cfg.batch_size} x {cfg.grad_accum}"
+        return label if n == 1 else f"{label} x {n} processes = {cfg.effective_batch(n):,}"
 
 
 def optimizer_label(cfg: RunConfig) -> str:

@@ -105,6 +105,42 @@ class TeeSink:
             s.close()
 
 
+class JsonLinesSink:
+    """Every event as one JSON object per line on a stream: how a multi-device run's rank 0
+    reports to the web app's task that started it (`python -m trainer train --events`, read by
+    webapp/runs/multiproc.py). Lines:
+      {"event": "metrics", "step", "split", "values"}     {"event": "log", "text"}
+      {"event": "checkpoint", "step", "path", "metrics"}  {"event": "heartbeat", "step", "tokens_seen"}
+    Heartbeats are written at most every `heartbeat_every_s` seconds."""
+
+    def __init__(self, stream: IO[str] | None = None, *, heartbeat_every_s: float = 1.0):
+        self.stream = stream or sys.stdout
+        self.heartbeat_every_s = heartbeat_every_s
+        self._beat_at = -math.inf
+
+    def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
+        self._write({"event": "metrics", "step": step, "split": split, "values": values})
+
+    def log(self, text: str) -> None:
+        self._write({"event": "log", "text": text})
+
+    def checkpoint(self, step: int, path: Path, metrics: dict) -> None:
+        self._write({"event": "checkpoint", "step": step, "path": str(path), "metrics": metrics})
+
+    def heartbeat(self, step: int, tokens_seen: int) -> None:
+        now = time.monotonic()
+        if now - self._beat_at >= self.heartbeat_every_s:
+            self._beat_at = now
+            self._write({"event": "heartbeat", "step": step, "tokens_seen": tokens_seen})
+
+    def close(self) -> None:
+        self.stream.flush()
+
+    def _write(self, record: dict) -> None:
+        self.stream.write(json.dumps(record) + "\n")  # NaN/Infinity as Python's json writes and reads them
+        self.stream.flush()
+
+
 class ConsoleSink:
     """One line per log step on the console, and every metric event appended to
     run_folder/metrics.jsonl ({"step", "split", "values", "time"})."""

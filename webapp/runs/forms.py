@@ -136,6 +136,7 @@ class RunForm(forms.Form):
         self.objective_help = {k: o["help"] for k, o in spec["objectives"].items()}
         for name in launch.TRAINING_FIELDS:
             self.fields[name] = _training_field(name, spec["fields"][name])
+            self.fields[name].required = name not in launch.OPTIONAL_FIELDS
         for name in launch.OBJECTIVE_FIELDS + launch.FAMILY_FIELDS + ("optimizer", "eps"):
             self.fields[name] = _training_field(name, spec["fields"][name], required=False)
         self.fields["betas"] = BetasField(label=launch.LABELS["betas"], help_text=spec["fields"]["betas"]["help"])
@@ -226,7 +227,8 @@ class RunForm(forms.Form):
         the teacher is the checkpoint's id (services resolve it)."""
         data = self.cleaned_data
         arch = launch.family_json(data.get("family") or "") or {}
-        settings = {**data.get("extra_settings", {}), **{n: data[n] for n in launch.TRAINING_FIELDS if n in data}}
+        settings = {**data.get("extra_settings", {}),
+                    **{n: data[n] for n in launch.TRAINING_FIELDS if n in data and data[n] not in (None, "")}}
         for name in launch.OPTIMIZER_FIELDS:  # empty: the family's (RoBERTa: b2 0.98; T5: Adafactor)
             if data.get(name) not in (None, "", []):
                 settings[name] = data[name]

@@ -14,10 +14,12 @@ from trainer.errors import ConfigError
 
 # Shown on the form (in this order); the rest of RunConfig keeps its defaults unless a YAML sets it.
 MAIN_FIELDS = ("max_steps", "batch_size", "seq_len", "lr", "warmup_steps", "grad_accum",
-               "eval_every", "checkpoint_every", "masking", "seed", "device")
+               "eval_every", "checkpoint_every", "masking", "seed", "device", "devices")
 ADVANCED_FIELDS = ("mask_prob", "schedule", "weight_decay", "clip_grad", "eval_batches", "log_every",
-                   "precision", "num_threads")
+                   "precision", "num_threads", "strategy")
 TRAINING_FIELDS = MAIN_FIELDS + ADVANCED_FIELDS
+# Training fields a form may leave out (empty = RunConfig's default: one device, strategy auto).
+OPTIONAL_FIELDS = ("devices", "strategy")
 # Shown with the objectives: what a mask covers, how single segments are packed (empty = default).
 OBJECTIVE_FIELDS = ("masking_unit", "packing")
 # The optimizer (empty = the family's: Adafactor for T5, AdamW otherwise) and AdamW's own
@@ -39,7 +41,7 @@ LABELS = {
     "masking": "Masking", "seed": "Seed", "device": "Device", "mask_prob": "Mask probability",
     "schedule": "Learning-rate schedule", "weight_decay": "Weight decay", "clip_grad": "Gradient clipping",
     "eval_batches": "Validation batches", "log_every": "Log every (steps)", "precision": "Precision",
-    "num_threads": "CPU threads",
+    "num_threads": "CPU threads", "devices": "Devices", "strategy": "Multi-device strategy",
     "masking_unit": "Masking unit", "packing": "Packing", "rtd_weight": "RTD loss weight",
     "distill_temperature": "Temperature", "distill_soft_weight": "Soft-target loss weight",
     "distill_mlm_weight": "MLM loss weight", "distill_cos_weight": "Cosine loss weight",
@@ -50,6 +52,8 @@ CHOICE_LABELS = {
     "device": {"auto": "Auto", "cpu": "CPU", "cuda": "CUDA GPU"},
     "masking": {"dynamic": "Dynamic", "static": "Static"},
     "precision": {"auto": "Auto", "fp32": "fp32", "bf16": "bf16 (GPU only)"},
+    "strategy": {"auto": "Auto (FSDP2 when the model does not fit one device)", "ddp": "DDP (replicated)",
+                 "fsdp": "FSDP2 (sharded)"},
     "schedule": {"linear": "Linear decay", "cosine": "Cosine decay", "constant": "Constant",
                  "inverse_sqrt": "Inverse square root (T5)"},
     "optimizer": {"adamw": "AdamW", "adafactor": "Adafactor (T5)"},

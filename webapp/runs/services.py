@@ -27,11 +27,12 @@ from django.utils import timezone
 from trainer import families
 from trainer.catalog import validation
 from trainer import objectives
-from trainer.config import RunConfig
+from trainer.config import RunConfig, resolve_devices
 from trainer.errors import ConfigError, UserError
 from webapp.api.storage import check_free_space
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
 from webapp.runs.events import send_run_event, status_event
+from webapp.runs import multiproc
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run, RunKind, RunStatus
 from webapp.runs.sink import DatabaseChannelsSink, StopCheck
 
@@ -68,7 +69,19 @@ def build_config(*, family: str, preset: str, objectives, training: dict | None 
         {**training, "family": family, "preset": preset, "objectives": list(objectives or [])}
     )
     validation.validate(config)
+    check_devices(config)
     return config
+
+
+def check_devices(config: RunConfig) -> None:
+    """ConfigError when the run asks for more devices than a worker of this deployment gives one
+    run (settings.RUN_MAX_DEVICES: a GPU worker's GPUs; its worker checks the GPUs it really has
+    again when it starts the run)."""
+    most = int(getattr(settings, "RUN_MAX_DEVICES", 8))
+    if isinstance(config.devices, int) and config.devices > most:
+        raise ConfigError(f"devices is {config.devices}, but a worker here gives one run at most {most} "
+                          f"(RUN_MAX_DEVICES); ask for {most} or fewer and raise grad_accum to keep the "
+                          f"effective batch.")
 
 
 def resolve_teacher(*, owner, value) -> Checkpoint:
@@ -414,6 +427,7 @@ def run_execute(*, run_id) -> None:
         status, final_step = (_finetune if run.kind == RunKind.FINETUNE else _train)(run, sink, me)
     except UserError as exc:
         error = str(exc)
+        status = getattr(exc, "status", status)  # multiproc.ProcessesCrashed: crashed, not failed
     except Exception as exc:  # noqa: BLE001 - any bug becomes a failed run with a sentence, never a stuck one
         log.exception("Run %s stopped with an internal error", run_id)
         error = f"Training stopped with an internal error: {type(exc).__name__}: {exc}"
@@ -446,6 +460,10 @@ def _train(run: Run, sink: DatabaseChannelsSink, me: str) -> tuple[str, int]:
         sink.log(f"Started on {me} ({run.queue} queue).")
     send_run_event(run.id, {**status_event(run), "resumed_from": resume_from[0] if resume_from else None})
     run.folder.mkdir(parents=True, exist_ok=True)
+    processes = resolve_devices(config.devices, config.device)
+    if processes > 1:  # torchrun in a process group of its own (webapp.runs.multiproc)
+        return multiproc.train(run, config, sink, StopCheck(run.id, claimed_by=me), processes=processes,
+                               resume=resume)
     result = train(config, data_dir=run.tokenizer.folder, out_dir=run.folder, sink=sink,
                    should_stop=StopCheck(run.id, claimed_by=me), resume=resume)
     return (RunStatus.CANCELLED if result.status == "cancelled" else RunStatus.SUCCEEDED), result.final_step

@@ -136,6 +136,17 @@ def _finetune_initial(request: HttpRequest) -> dict:
     return initial
 
 
+def batch_summary(config: dict) -> str:
+    """"effective batch 64 (16 x 2 x 2 devices)": sequences per update, as the run page shows it."""
+    batch, accum, devices = config.get("batch_size"), config.get("grad_accum", 1), config.get("devices", 1)
+    if not isinstance(batch, int):
+        return ""
+    if not isinstance(devices, int):  # "all": known once a worker starts it
+        return f"effective batch {batch * accum:,} per device ({batch} x {accum}) x every GPU"
+    parts = f"{batch} x {accum}" + (f" x {devices} devices" if devices > 1 else "")
+    return f"effective batch {batch * accum * devices:,} ({parts})"
+
+
 @login_required
 def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     run = selectors.run_get(request.user, run_id)
@@ -158,6 +169,7 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
         "test_report": selectors.test_report(run),
         "has_predictions": selectors.predictions_file(run, "jsonl") is not None,
         "config_yaml": config_text(run),
+        "batch": batch_summary(run.config),
         "can_resume": run.status in services.RESUMABLE_STATES and bool(checkpoints),
         "dashboard": {
             "run_id": str(run.id), "status": run.status, "status_label": run.get_status_display(),
