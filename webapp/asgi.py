@@ -8,14 +8,22 @@ django_http = get_asgi_application()  # sets Django up before the imports below 
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.urls import get_resolver  # noqa: E402
 
 from webapp.api.limits import UploadSizeLimit  # noqa: E402
 from webapp.api.ws_auth import SessionOrTokenAuth  # noqa: E402
+from webapp.api.ws_outage import TryAgainOnOutage  # noqa: E402
 from webapp.routing import websocket_urlpatterns  # noqa: E402
+
+# Load every URL's views now (they import the trainer, and so torch, for the launch registry), not
+# on the first request: that import holds the GIL for seconds, and every websocket of the process
+# would wait behind it.
+get_resolver().url_patterns
 
 application = ProtocolTypeRouter(
     {
         "http": UploadSizeLimit(django_http),
-        "websocket": AllowedHostsOriginValidator(SessionOrTokenAuth(URLRouter(websocket_urlpatterns))),
+        # A socket opened while Redis is down is closed with 1013 (try again later), not a 500.
+        "websocket": AllowedHostsOriginValidator(SessionOrTokenAuth(TryAgainOnOutage(URLRouter(websocket_urlpatterns)))),
     }
 )

@@ -4,6 +4,7 @@ CELERY_BEAT_SCHEDULE) sends the periodic ones, e.g. the crashed-run reaper."""
 import os
 
 from celery import Celery
+from celery.signals import worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
@@ -14,3 +15,21 @@ app.conf.task_routes = {
     "webapp.runs.tasks.reap_stale_runs": {"queue": "maintenance"},  # never behind a training run
 }
 app.autodiscover_tasks()  # <app>/tasks.py of every installed app
+
+
+@worker_init.connect
+def lower_worker_priority(**_) -> None:
+    """Run the worker (and so the pool children it forks, and their torch threads) at the CPU
+    priority settings.WORKER_NICENESS (default 10, 0 keeps the launcher's): where training and
+    the web server share cores, a page or API request and a run's live events are served first,
+    and training takes every cycle they leave. Only ever lowers the priority (an unprivileged
+    process cannot raise it back)."""
+    from django.conf import settings
+
+    target = int(getattr(settings, "WORKER_NICENESS", 0))
+    if target > os.getpriority(os.PRIO_PROCESS, 0):
+        os.setpriority(os.PRIO_PROCESS, 0, min(19, target))
+
+
+# A warm shutdown (SIGTERM) stops training runs at their next step and requeues them.
+from webapp.runs import shutdown  # noqa: E402,F401 - connects its receivers to the worker's signals

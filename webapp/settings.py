@@ -59,6 +59,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: at most WEB_REQUEST_THREADS requests of this process run at once (see the module).
+    "webapp.api.sync_chain.RequestThreadLimit",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -67,7 +69,13 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: the whole chain above runs in one thread per request under ASGI (see the module).
+    "webapp.api.sync_chain.SyncMiddlewareChain",
 ]
+
+# How many requests one web process runs at once (webapp/api/sync_chain.py: RequestThreadLimit);
+# the others wait their turn without taking CPU from the websockets' event loop.
+WEB_REQUEST_THREADS = int(os.environ.get("WEB_REQUEST_THREADS", "4"))
 
 ROOT_URLCONF = "webapp.urls"
 ASGI_APPLICATION = "webapp.asgi.application"
@@ -155,7 +163,16 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = "cpu"
 # Long runs outlive any visibility timeout; the Run row's atomic claim makes redelivery harmless.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 12 * 3600}
+# Ride out a broker outage (a Redis restart): reconnect at start and after a lost connection,
+# for as long as it takes, and keep running tasks going meanwhile (a training run must not be
+# killed because Redis blinked). webapp/broker.py: kombu's Redis transport with the fix that keeps
+# a worker alive when Redis goes away while a task is unacknowledged.
+CELERY_BROKER_TRANSPORT = "webapp.broker:Transport"
+CELERY_BROKER_CONNECTION_RETRY = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_BROKER_CHANNEL_ERROR_RETRY = True
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
 # The most devices (processes, one per GPU) one worker gives one run: a GPU worker's GPU count
@@ -169,6 +186,11 @@ RUN_DEFAULT_QUEUE = os.environ.get("RUN_DEFAULT_QUEUE", "cpu")
 JOBS_QUEUE = "jobs"
 # The most runs one user may have queued or running at once (a 429 beyond it).
 MAX_ACTIVE_RUNS_PER_USER = int(os.environ.get("MAX_ACTIVE_RUNS_PER_USER", "8"))
+
+# The CPU priority (nice value, 0-19) Celery workers lower themselves to at start (webapp/celery.py):
+# where training shares the cores with the web server, pages, the API and live events go first.
+# 0 leaves the priority the worker was started with.
+WORKER_NICENESS = int(os.environ.get("WORKER_NICENESS", "10"))
 
 # A run whose heartbeat is older than this is marked crashed.
 RUN_HEARTBEAT_TIMEOUT_S = int(os.environ.get("RUN_HEARTBEAT_TIMEOUT_S", "120"))

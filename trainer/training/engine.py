@@ -426,7 +426,7 @@ class Loop:
         step = self.state.step
         if step > 0 and step != self.last_checkpoint_step:
             self.save_checkpoint()
-        self.sink.log(f"Cancelled at step {step}" + (f"; the last checkpoint is {self.last_checkpoint.name}."
+        self.sink.log(f"Stopped at step {step}" + (f"; the last checkpoint is {self.last_checkpoint.name}."
                                                     if self.last_checkpoint else "."))
         return TrainResult(step, "cancelled", self.last_checkpoint)
 

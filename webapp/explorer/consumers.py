@@ -41,6 +41,7 @@ OOPS = "Something went wrong on our side. The error has been logged."
 
 
 class GenerateConsumer(AsyncJsonWebsocketConsumer):
+    channel_layer_alias = None  # no channel layer: generating needs no Redis, so it works while Redis is down
     task: asyncio.Task | None = None
     stop: threading.Event | None = None
 

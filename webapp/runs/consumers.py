@@ -2,7 +2,8 @@
 
 Only the owner may listen: anonymous visitors, other users and unknown runs are closed
 with code 4403 before the handshake completes. The group name comes from the run's id
-as loaded from the database, never from anything the client sends.
+as loaded from the database, never from anything the client sends. A socket opened while
+Redis is down is closed with 1013, try again later (webapp.api.ws_outage).
 
 A client that reconnects says `?since=<step>`: after the hello it gets every metric point
 after that step from the database ("replayed": true, oldest first), then the live events,
@@ -18,6 +19,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from webapp.api.ws_outage import LAYER_DOWN
 from webapp.runs.events import run_group
 from webapp.runs.models import MetricPoint, Run
 
@@ -69,7 +71,10 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code) -> None:
         if self.group_name:
-            await self.channel_layer.group_discard(self.group_name, self.channel_name)
+            try:
+                await self.channel_layer.group_discard(self.group_name, self.channel_name)
+            except LAYER_DOWN:
+                pass  # Redis went away: the subscription went with it
 
     async def receive_json(self, content, **kwargs) -> None:
         if isinstance(content, dict) and content.get("type") == "ping":

@@ -6,11 +6,13 @@ run.metrics, run.log, run.status, run.checkpoint, run.heartbeat.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
+import threading
 import time
 from typing import Any
 
-from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
 log = logging.getLogger(__name__)
@@ -30,10 +32,42 @@ def send_run_event(run_id, payload: dict[str, Any]) -> None:
     if layer is None:
         return
     payload = {**payload, "sent_at": time.time()}  # every event says when the server emitted it
+    future = asyncio.run_coroutine_threadsafe(layer.group_send(run_group(run_id), payload), _publisher_loop())
     try:
-        async_to_sync(layer.group_send)(run_group(run_id), payload)
+        future.result(timeout=PUBLISH_TIMEOUT_S)
     except Exception:  # noqa: BLE001 - see docstring
+        future.cancel()
         log.warning("Could not publish %s for run %s", payload.get("type"), run_id, exc_info=True)
+
+
+# How long a sender waits for Redis to take one event before it gives up on it.
+PUBLISH_TIMEOUT_S = 5.0
+
+_loop_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _publisher_loop() -> asyncio.AbstractEventLoop:
+    """This process's event loop for publishing, running in a daemon thread of its own.
+
+    One loop for the life of the process keeps one Redis connection open. `async_to_sync` in a
+    thread without an event loop (a Celery worker's) would make a new loop, thread and Redis
+    connection for every event, and each event's delay would include connecting."""
+    global _loop
+    with _loop_lock:
+        if _loop is None:
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="run-events-publisher", daemon=True).start()
+        return _loop
+
+
+def _forget_loop_after_fork() -> None:
+    """A forked child (Celery's pool) has no copy of the parent's thread: it starts its own loop."""
+    global _loop, _loop_lock
+    _loop, _loop_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_loop_after_fork)
 
 
 def status_event(run) -> dict[str, Any]:

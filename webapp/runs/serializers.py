@@ -55,7 +55,8 @@ class RunSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(CheckpointSerializer(allow_null=True))
     def get_last_checkpoint(self, obj: Run) -> dict | None:
-        ckpt = obj.checkpoints.order_by("-step").first()
+        latest = getattr(obj, "latest_checkpoints", None)  # selectors.with_last_checkpoint loaded it
+        ckpt = obj.checkpoints.order_by("-step").first() if latest is None else next(iter(latest), None)
         return CheckpointSerializer(ckpt).data if ckpt else None
 
     def get_dashboard_url(self, obj: Run) -> str:

@@ -31,6 +31,7 @@ from trainer.config import RunConfig, resolve_devices
 from trainer.errors import ConfigError, UserError
 from webapp.api.storage import check_free_space
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
+from webapp.runs import shutdown
 from webapp.runs.events import send_run_event, status_event
 from webapp.runs import multiproc
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run, RunKind, RunStatus
@@ -225,11 +226,27 @@ def _check_data(*, owner, corpus: Corpus | None, tokenizer: Tokenizer) -> Corpus
     return corpus
 
 
+QUEUE_DOWN = ("The run could not be queued because the task queue (Redis) did not answer. Once Redis and a "
+              "worker are running, resume it (or clone it, if it has no checkpoint yet).")
+
+
 def _enqueue(run: Run) -> None:
+    """Send the run's task once the transaction commits; when the broker does not answer, the run
+    fails with QUEUE_DOWN instead of staying queued with no task (and the request gets no 500)."""
     from webapp.runs.tasks import train_run
 
     run_id, queue = str(run.id), run.queue
-    transaction.on_commit(lambda: train_run.apply_async(args=[run_id], queue=queue))
+
+    def send() -> None:
+        try:
+            train_run.apply_async(args=[run_id], queue=queue)
+        except Exception:  # noqa: BLE001 - the broker is down: say so on the run's page
+            log.exception("Could not enqueue run %s", run_id)
+            if Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
+                    status=RunStatus.FAILED, error=QUEUE_DOWN, finished_at=timezone.now()):
+                LogLine.objects.create(run_id=run_id, text=QUEUE_DOWN)
+
+    transaction.on_commit(send)
 
 
 def _publish_on_commit(run: Run) -> None:
@@ -433,7 +450,8 @@ def run_execute(*, run_id) -> None:
         error = f"Training stopped with an internal error: {type(exc).__name__}: {exc}"
         _safe_log(sink, "".join(traceback.format_exception(exc)).rstrip())
     finally:
-        _finish(run, sink, me=me, status=status, error=error, final_step=final_step)
+        if not (status == RunStatus.CANCELLED and requeue_on_shutdown(run, sink, me=me, step=final_step)):
+            _finish(run, sink, me=me, status=status, error=error, final_step=final_step)
 
 
 def _claim(run_id, me: str) -> bool:
@@ -534,6 +552,36 @@ def _finish(run: Run, sink: DatabaseChannelsSink, *, me: str, status: str, error
     except Run.DoesNotExist:
         return  # deleted while it trained
     send_run_event(run.id, status_event(run))
+
+
+def requeue_on_shutdown(run: Run, sink: DatabaseChannelsSink, *, me: str, step: int) -> bool:
+    """After the engine stopped because this worker is shutting down (webapp.runs.shutdown; the
+    engine saved a checkpoint at `step`): the run is queued again and its task sent again, so the
+    next worker resumes it from that checkpoint (a fine-tuning run, which has no resume, starts
+    over). False, with nothing changed, when the worker is not shutting down or the run is no
+    longer this worker's to requeue (a cancel requested meanwhile wins: the run ends cancelled)."""
+    if not shutdown.requested():
+        return False
+    try:
+        sink.close()
+    except Exception:  # noqa: BLE001
+        log.exception("Could not write the last metric points of run %s", run.id)
+    updates: dict[str, Any] = {"status": RunStatus.QUEUED, "claimed_by": "", "heartbeat_at": None}
+    if run.kind != RunKind.FINETUNE:
+        updates["current_step"] = step
+    with transaction.atomic():
+        if not Run.objects.filter(pk=run.pk, claimed_by=me, status=RunStatus.RUNNING,
+                                  cancel_requested=False).update(**updates):
+            return False
+        run.refresh_from_db()
+        _enqueue(run)
+        _publish_on_commit(run)
+    then = ("starts it over (a fine-tuning run cannot resume)" if run.kind == RunKind.FINETUNE
+            else f"resumes it from the checkpoint at step {step}")
+    _safe_log(sink, f"The worker {me} is shutting down: the run stopped at step {step} and is queued again; "
+                    f"the next worker {then}.")
+    log.info("Run %s requeued at step %s: the worker is shutting down", run.id, step)
+    return True
 
 
 # -- crash detection ------------------------------------------------------------------------

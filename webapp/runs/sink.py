@@ -17,6 +17,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
+from webapp.runs import shutdown
 from webapp.runs.events import send_run_event
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run, RunStatus
 
@@ -160,7 +161,8 @@ def checkpoint_event(ckpt: Checkpoint) -> dict:
 
 
 class StopCheck:
-    """The engine's should_stop(): True once a cancel is requested (or another worker took the run).
+    """The engine's should_stop(): True once a cancel is requested (or another worker took the run),
+    or at once when the worker is shutting down (webapp.runs.shutdown: the run is then requeued).
 
     The engine asks every step; the row is read at most once per `every_s` seconds.
     """
@@ -175,6 +177,8 @@ class StopCheck:
         self._stop = False
 
     def __call__(self) -> bool:
+        if shutdown.requested():
+            return True
         now = self.clock()
         if self._stop or now - self._checked_at < self.every_s:
             return self._stop

@@ -1,0 +1,161 @@
+"""What keeps the web server quick while a run trains and many people watch it (issue 11, point 8;
+the timings themselves are bench/serve_latency.py's): a fixed number of queries per run API
+read, a middleware chain that runs in one thread, events published over one lasting connection,
+and workers that give the web server the CPU first."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from asgiref.sync import AsyncToSync, SyncToAsync, async_to_sync, iscoroutinefunction
+from channels.testing import WebsocketCommunicator
+
+from tests.webapp.runs_helpers import make_checkpoint, make_data, make_run
+from webapp.runs import events
+from webapp.runs.models import RunStatus
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.django_db
+def test_run_detail_api_reads_in_three_queries(alice, alice_api, django_assert_max_num_queries):
+    run = make_run(alice)
+    for step in (10, 30, 20):
+        make_checkpoint(run, step=step)
+    with django_assert_max_num_queries(3):  # the token and its user, the run, its newest checkpoint
+        body = alice_api.get(f"/api/runs/{run.id}/").json()
+    assert body["last_checkpoint"]["step"] == 30
+
+
+@pytest.mark.django_db
+def test_run_list_api_does_not_query_once_per_run(alice, alice_api, django_assert_max_num_queries):
+    corpus, tokenizer = make_data(alice)
+    runs = [make_run(alice, corpus=corpus, tokenizer=tokenizer, name=f"run {i}") for i in range(6)]
+    for i, run in enumerate(runs[:4]):
+        for step in range(1, i + 2):
+            make_checkpoint(run, step=step * 10)
+    with django_assert_max_num_queries(3):  # the token, the runs, the newest checkpoint of each (one query)
+        body = alice_api.get("/api/runs/").json()
+    newest = {row["id"]: (row["last_checkpoint"] or {}).get("step") for row in body}
+    assert newest == {str(run.id): (10 * (i + 1) if i < 4 else None) for i, run in enumerate(runs)}
+
+
+def test_middleware_chain_runs_in_one_thread_under_asgi():
+    """One hand-off into the request's thread; no middleware runs async (an async MiddlewareMixin
+    moves each of its hooks into that thread and back)."""
+    from django.core.handlers.asgi import ASGIHandler
+
+    node = ASGIHandler()._middleware_chain
+    assert isinstance(node, SyncToAsync)
+    node, middlewares = node.func, []
+    while not isinstance(node, AsyncToSync):  # down to the view's handler
+        node = getattr(node, "__wrapped__", None) or node.get_response  # convert_exception_to_response's wrapper
+        if not isinstance(node, AsyncToSync):
+            middlewares.append(node)
+            node = node.get_response
+    names = [type(m).__name__ for m in middlewares]
+    assert "SessionMiddleware" in names and "WhiteNoiseMiddleware" in names
+    assert not [type(m).__name__ for m in middlewares if iscoroutinefunction(m)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_events_from_a_thread_without_a_loop_share_one_lasting_publisher(alice, alice_api):
+    """A Celery worker sends from threads with no event loop; each event used to make a new loop and
+    a new Redis connection (and its delay included connecting)."""
+    from rest_framework.authtoken.models import Token
+
+    from webapp.asgi import application
+
+    run = make_run(alice, status=RunStatus.RUNNING)
+    headers = [(b"origin", b"http://localhost"),
+               (b"authorization", f"Token {Token.objects.get(user=alice).key}".encode())]
+    loops = []
+
+    def worker_thread_sends(step: int) -> None:
+        events.send_run_event(run.id, {"type": "run.heartbeat", "step": step, "tokens_seen": step * 10})
+        loops.append(events._loop)
+
+    async def go():
+        comm = WebsocketCommunicator(application, f"/ws/runs/{run.id}/", headers=headers)
+        assert (await comm.connect(timeout=5))[0]
+        await comm.receive_json_from(timeout=5)  # hello
+        for step in (1, 2, 3):
+            thread = threading.Thread(target=worker_thread_sends, args=(step,))
+            thread.start()
+            thread.join()
+        received = [await comm.receive_json_from(timeout=5) for _ in range(3)]
+        await comm.disconnect()
+        return received
+
+    received = async_to_sync(go)()
+    assert [(m["type"], m["step"]) for m in received] == [("heartbeat", 1), ("heartbeat", 2), ("heartbeat", 3)]
+    assert loops[0] is loops[1] is loops[2] and loops[0].is_running()
+
+
+def test_a_forked_child_publishes_on_a_loop_of_its_own():
+    parent_loop = events._publisher_loop()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its loop is new and running (the parent's thread did not survive the fork)
+        child_loop = events._publisher_loop()
+        os.write(write, b"ok" if child_loop is not parent_loop and child_loop.is_running() else b"no")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 2) == b"ok"
+
+
+@pytest.mark.parametrize("setting, expected", [("7", 7), ("0", 0)])
+def test_a_worker_lowers_its_cpu_priority_when_it_starts(setting, expected):
+    """The worker_init signal (what `celery worker` sends as it starts) sets the nice value to
+    WORKER_NICENESS; the pool children it forks, and their torch threads, inherit it."""
+    code = ("import os, django; django.setup(); from celery.signals import worker_init; import webapp.celery; "
+            "worker_init.send(sender=None); print(os.getpriority(os.PRIO_PROCESS, 0))")
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="webapp.settings", WORKER_NICENESS=setting)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout.split()[-1]) == max(expected, os.getpriority(os.PRIO_PROCESS, 0))
+
+
+def test_request_thread_limit_runs_at_most_the_setting_at_once(settings):
+    from webapp.api.sync_chain import RequestThreadLimit
+
+    settings.WEB_REQUEST_THREADS = 2
+    lock, running, most, release = threading.Lock(), [0], [0], threading.Event()
+
+    def view(request):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        release.wait(5)
+        with lock:
+            running[0] -= 1
+        return request
+
+    limit = RequestThreadLimit(view)
+    threads = [threading.Thread(target=limit, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 5
+    while most[0] < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)  # the other four are waiting on the lock by now
+    assert running[0] == 2
+    release.set()
+    for t in threads:
+        t.join(5)
+    assert most[0] == 2 and running[0] == 0
+    assert "webapp.api.sync_chain.RequestThreadLimit" == settings.MIDDLEWARE[0]
+
+
+def test_the_asgi_application_loads_every_view_before_its_first_request():
+    """Importing the views (and torch, through the launch registry) holds the GIL for seconds; on the
+    first request it held up every websocket of the process."""
+    code = "import sys, webapp.asgi; print('webapp.runs.api' in sys.modules, 'webapp.explorer.api' in sys.modules)"
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="webapp.settings")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True"]
