@@ -129,12 +129,14 @@ class TaskStep(Step):
 
     task: "Task"
     class_weights: torch.Tensor | None = None  # (C,) on the device: the loss's weight per class (techniques)
+    sink: Any = None  # the run's MetricsSink (set by the engine): generative tasks log sample outputs to it
 
     def __init__(self, config: Any, model: Any, device: str, *, task: "Task", labels: Sequence[str]):
         super().__init__(config, model, device)
         self.task, self.labels = task, list(labels)
         self.predictions: list[Any] = []
         self.references: list[Any] = []
+        self.scores: list[float | None] = []  # the model's confidence per prediction, where the step gives one
 
     @property
     def loss_weights(self) -> dict[str, float]:
@@ -149,7 +151,7 @@ class TaskStep(Step):
         return StepOutput(out.loss, {"task_loss": out.loss.detach().float()}, {"task_loss": float(batch.size)})
 
     def start_validation(self) -> None:
-        self.predictions, self.references = [], []
+        self.predictions, self.references, self.scores = [], [], []
 
     def finish_validation(self) -> dict[str, float]:
         if not self.references:
@@ -159,11 +161,31 @@ class TaskStep(Step):
     def gather(self, logits: torch.Tensor, batch: Any) -> None:
         raise NotImplementedError
 
+    # What the test split leaves behind (trainer.finetune.report); a task may override either.
+    def prediction_records(self, examples: Sequence[dict]) -> list[dict]:
+        """One row per example just scored: input, gold, predicted, score, correct; errors first."""
+        from trainer.finetune import report
+
+        return report.prediction_records(examples, self.predictions, self.references, self.scores)
+
+    def test_report(self) -> dict | None:
+        """The confusion matrix and per-class table of the examples just scored (None: the task has none)."""
+        from trainer.finetune import report
+
+        return report.test_report(self.task.metrics, self.predictions, self.references, self.labels)
+
 
 class SequenceStep(TaskStep):
     def gather(self, logits: torch.Tensor, batch: SequenceBatch) -> None:
         predicted = self.model.predict(logits).cpu()
         labels = batch.labels.cpu()
+        if self.task.problem == "multi_label_classification":  # the mean confidence of the label decisions
+            p = torch.sigmoid(logits.float()).cpu()
+            self.scores += torch.maximum(p, 1 - p).mean(-1).tolist()
+        elif self.task.problem != "regression":  # the predicted class's probability
+            self.scores += torch.softmax(logits.float(), -1).max(-1).values.cpu().tolist()
+        else:
+            self.scores += [None] * labels.shape[0]
         if self.task.problem == "regression":
             self.predictions += predicted.float().view(-1).tolist()
             self.references += labels.float().view(-1).tolist()
@@ -178,8 +200,11 @@ class SequenceStep(TaskStep):
 class TokenStep(TaskStep):
     def gather(self, logits: torch.Tensor, batch: TokenBatch) -> None:
         predicted, labels = logits.argmax(-1).cpu(), batch.labels.cpu()
+        confidence = torch.softmax(logits.float(), -1).max(-1).values.cpu()
         for row in range(labels.shape[0]):
             scored = labels[row] != IGNORE_INDEX  # one position per word that survived truncation
+            # the mean probability of the predicted tags over the sentence's words
+            self.scores.append(float(confidence[row][scored].mean()) if bool(scored.any()) else None)
             self.predictions.append([self.labels[i] for i in predicted[row][scored].tolist()])
             self.references.append([self.labels[i] for i in labels[row][scored].tolist()])
 
@@ -197,6 +222,16 @@ class Task:
     step: type[TaskStep]
     metrics: str         # trainer.finetune.metrics.METRICS key
     smoothing: bool = False  # label smoothing applies (softmax over classes)
+    families: tuple[str, ...] = ()  # the model families it fine-tunes; () = the encoders, through a task head
+
+    def build_model(self, base: Any, labels: Sequence[str], config: Any = None) -> Any:
+        """The model to train from the loaded checkpoint `base`: its encoder with a fresh head
+        (models_lib.families.downstream.from_pretraining). Generative tasks train `base` itself.
+        TypeError or ValueError when `base` cannot take the head."""
+        from models_lib.families.downstream import from_pretraining
+
+        return from_pretraining(base, self.head, self.num_labels(labels), labels=labels if self.has_classes else None,
+                                problem_type=self.problem)
 
     def build_collator(self, tokenizer: Any, labels: Sequence[str], max_length: int, config: Any = None) -> Any:
         """`config` (the FinetuneConfig) is for tasks with settings of their own (QA's doc_stride)."""

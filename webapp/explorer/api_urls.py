@@ -1,6 +1,6 @@
 from django.urls import path
 
-from webapp.explorer import api
+from webapp.explorer import api, incontext
 
 urlpatterns = [
     path("explore/fill-mask/", api.FillMaskView.as_view(), name="api-explore-fill-mask"),
@@ -12,8 +12,15 @@ urlpatterns = [
     path("explore/word-similarity/", api.WordSimilarityView.as_view(), name="api-explore-word-similarity"),
     path("explore/next-sentence/", api.NextSentenceView.as_view(), name="api-explore-next-sentence"),
     path("explore/sentence-order/", api.SentenceOrderView.as_view(), name="api-explore-sentence-order"),
+    path("explore/classify/", api.ClassifyView.as_view(), name="api-explore-classify"),
+    path("explore/tag/", api.TagView.as_view(), name="api-explore-tag"),
+    path("explore/answer/", api.AnswerView.as_view(), name="api-explore-answer"),
+    path("explore/embed/", api.EmbedView.as_view(), name="api-explore-embed"),
     path("explore/compare/", api.CompareView.as_view(), name="api-explore-compare"),
     path("explore/inspect/", api.InspectView.as_view(), name="api-explore-inspect"),
+    path("explore/prompt-builder/", incontext.PromptBuilderView.as_view(), name="api-explore-prompt-builder"),
+    path("explore/incontext-accuracy/", incontext.IncontextAccuracyView.as_view(),
+         name="api-explore-incontext-accuracy"),
     path("explore/imports/", api.ImportListView.as_view(), name="api-explore-imports"),
     path("explore/imports/<uuid:pk>/", api.ImportDetailView.as_view(), name="api-explore-import"),
 ]
