@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "webapp.runs",
     "webapp.explorer",
     "webapp.datasets",
+    "webapp.sweeps",
     "webapp.api",
 ]
 

@@ -7,4 +7,5 @@ urlpatterns = [
     path("", include("webapp.runs.api_urls")),
     path("", include("webapp.explorer.api_urls")),
     path("", include("webapp.datasets.api_urls")),
+    path("", include("webapp.sweeps.api_urls")),
 ]
