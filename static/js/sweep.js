@@ -33,7 +33,7 @@
       row.append(value);
       const run = el("td");
       if (t.run_url) {
-        const a = el("a", "", t.run_status);
+        const a = el("a", "", t.run_status.charAt(0).toUpperCase() + t.run_status.slice(1));
         a.href = t.run_url;
         run.append(a, el("span", "muted small", ` step ${t.step} / ${t.max_steps}`));
       } else run.append(el("span", "muted", "deleted"));
@@ -74,12 +74,11 @@
     document.getElementById("charts-empty").hidden = done.length > 0;
     if (!done.length) return;
     const metric = done.map((t) => t.value);
-    const colorscale = sweep.direction === "minimize" ? "Viridis" : "Viridis";
     const dims = sweep.space.map((e) => dimension(e, done.map((t) => t.params[e.name])));
     dims.push({ label: sweep.metric, values: metric });
     Plotly.react("sweep-parcoords", [{
       type: "parcoords", dimensions: dims,
-      line: { color: metric, colorscale, reversescale: sweep.direction === "minimize", showscale: true },
+      line: { color: metric, colorscale: "Viridis", reversescale: sweep.direction === "minimize", showscale: true },
     }], { margin: { l: 60, r: 60, t: 40, b: 20 }, height: 320 }, { displaylogo: false, responsive: true });
 
     const n = sweep.space.length;
