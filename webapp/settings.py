@@ -208,6 +208,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": RUN_REAP_EVERY_S,
         "options": {"expires": RUN_REAP_EVERY_S},  # one not taken by then is dropped, not piled up
     },
+    "advance-sweeps": {  # a safety net: sweeps advance when a trial's run ends (webapp.sweeps.tasks)
+        "task": "webapp.sweeps.tasks.advance_sweeps",
+        "schedule": RUN_REAP_EVERY_S,
+        "options": {"expires": RUN_REAP_EVERY_S},
+    },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(STORAGE_ROOT / "celerybeat-schedule")
 

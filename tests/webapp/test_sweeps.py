@@ -196,3 +196,18 @@ def test_the_pages_create_show_and_guard_a_sweep(alice, alice_client, bob_client
     assert r.status_code == 200 and "not yours" in r.content.decode()
     assert Trial.objects.filter(sweep__owner__username="bob").count() == 0
     assert TrialState.RUNNING in sweep.trials.values_list("state", flat=True)
+
+
+def test_the_periodic_pass_fails_a_trial_whose_run_was_deleted_and_launches_the_next(
+        alice, enqueued, django_capture_on_commit_callbacks):
+    from webapp.sweeps.tasks import advance_sweeps
+
+    corpus, tokenizer = make_data(alice, real=True)
+    sweep = _sweep(alice, make_run(alice, corpus=corpus, tokenizer=tokenizer), django_capture_on_commit_callbacks,
+                   n_trials=3)
+    sweep.trials.get(number=0).run.delete()  # no run_ended for this one
+    with django_capture_on_commit_callbacks(execute=True):
+        assert advance_sweeps() == 1
+    states = dict(sweep.trials.values_list("number", "state"))
+    assert states == {0: "fail", 1: "running", 2: "running"}
+    assert sweep.trials.get(number=0).note == "Its run was deleted."
