@@ -14,6 +14,11 @@ T5 trains on span-corruption-shaped batches (inputs of --seq-len tokens, targets
 encoder and decoder tokens. GPT trains causal LM on full rows. Both compare with
 T5ForConditionalGeneration / GPT2LMHeadModel loaded from our exported weights.
 
+XLNet trains the permutation LM on its shapes (T // 6 targets per row in a random factorisation
+order, both streams, no memory) against XLNetLMHeadModel. Transformer-XL (transfo-xl-*) has no
+transformers counterpart any more: ours alone is timed, each step reading the previous step's
+memory.
+
 A new family is one more `Entry` in ARCHITECTURES. ELECTRA has no joint
 model in transformers; its counterpart is ElectraForMaskedLM + ElectraForPreTraining wired
 together here the way ELECTRA trains (shared embeddings, sampled replacements, loss
@@ -219,6 +224,72 @@ def clm_ours_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
     return model(b["input_ids"], b["attention_mask"], labels=b["labels"]).loss
 
 
+# --- XLNet (permutation LM, both streams) and Transformer-XL (segments with memory) ----------------
+
+def xlnet_ours(preset: str, vocab: int, **overrides) -> torch.nn.Module:
+    from models_lib.families.xlnet import XLNetConfig, XLNetLMHeadModel
+
+    return XLNetLMHeadModel(XLNetConfig.from_preset(preset, vocab_size=vocab, **overrides))
+
+
+def plm_batch(B: int, T: int, vocab: int, g: torch.Generator) -> Batch:
+    """XLNet's training shapes: T // 6 targets per row (partial prediction, K = 6) last in a random
+    factorisation order, every other token first; segments A | B and <cls> as type 2."""
+    P = max(1, T // 6)
+    ids = torch.randint(5, vocab, (B, T), generator=g)
+    types = torch.zeros(B, T, dtype=torch.long)
+    types[:, T // 2:] = 1
+    types[:, -1] = 2
+    perm = torch.zeros(B, T, T)
+    mapping = torch.zeros(B, P, T)
+    for b in range(B):
+        targets = torch.randperm(T - 1, generator=g)[:P]  # in their factorisation order
+        rank = torch.full((T,), -1)
+        rank[targets] = torch.arange(P)
+        is_target = rank >= 0
+        perm[b] = (is_target[None, :] & (rank[None, :] >= rank[:, None])).float()
+        mapping[b, torch.arange(P), targets] = 1.0
+    labels = torch.einsum("bpt,bt->bp", mapping, ids.float()).long()
+    return dict(input_ids=ids, token_type_ids=types, perm_mask=perm, target_mapping=mapping, labels=labels,
+                target_positions=mapping.argmax(-1))
+
+
+def xlnet_ours_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
+    """As training calls it: the targets as positions (the query stream for the targets only)."""
+    return model(b["input_ids"], token_type_ids=b["token_type_ids"], perm_mask=b["perm_mask"],
+                 target_positions=b["target_positions"], labels=b["labels"]).loss
+
+
+def xlnet_theirs_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
+    """The same targets as one-hot target_mapping rows, no memory."""
+    return model(input_ids=b["input_ids"], token_type_ids=b["token_type_ids"], perm_mask=b["perm_mask"],
+                 target_mapping=b["target_mapping"], labels=b["labels"], use_mems=False).loss
+
+
+def transfo_xl_ours(preset: str, vocab: int, **overrides) -> torch.nn.Module:
+    from models_lib.families.transfo_xl import TransfoXLConfig, TransfoXLLMHeadModel
+
+    return TransfoXLLMHeadModel(TransfoXLConfig.from_preset(preset, vocab_size=vocab, **overrides))
+
+
+def no_counterpart(ours: torch.nn.Module) -> None:
+    """transformers no longer ships Transformer-XL: ours alone is timed."""
+    return None
+
+
+def segment_batch(B: int, T: int, vocab: int, g: torch.Generator) -> Batch:
+    stream = torch.randint(5, vocab, (B, T + 1), generator=g)
+    return dict(input_ids=stream[:, :-1], labels=stream[:, 1:])
+
+
+def transfo_xl_loss(model: torch.nn.Module, b: Batch) -> torch.Tensor:
+    """Each step reads the previous step's memory (mem_len states per layer), as training does."""
+    mems = getattr(model, "bench_mems", None)
+    out = model(b["input_ids"], labels=b["labels"], mems=mems, use_mems=True)
+    model.bench_mems = out.mems
+    return out.loss
+
+
 def _lazy_presets(module: str, table: str) -> dict:
     import importlib
 
@@ -241,6 +312,11 @@ ARCHITECTURES: dict[str, Entry] = {
                 seq2seq_theirs_loss, tokens_per_row=lambda T: T + t5_target_len(T)),
     "gpt": Entry(_lazy_presets("models_lib.families.gpt", "GPT_PRESETS"), gpt_ours, lambda m: theirs_from(m, "GPT2LMHeadModel"),
                  clm_batch, clm_ours_loss, seq2seq_theirs_loss),
+    "xlnet": Entry(_lazy_presets("models_lib.families.xlnet", "XLNET_PRESETS"), xlnet_ours,
+                   lambda m: theirs_from(m, "XLNetLMHeadModel"), plm_batch, xlnet_ours_loss,
+                   xlnet_theirs_loss),
+    "transfo_xl": Entry(_lazy_presets("models_lib.families.transfo_xl", "TRANSFO_XL_PRESETS"), transfo_xl_ours,
+                        no_counterpart, segment_batch, transfo_xl_loss, transfo_xl_loss),
 }
 
 

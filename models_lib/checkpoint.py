@@ -31,7 +31,9 @@ from models_lib.families.gpt import GPTConfig, GPTLMHeadModel
 from models_lib.families.roberta import RobertaForPreTraining
 from models_lib.families.spanbert import SpanBertForPreTraining
 from models_lib.families.t5 import T5Config, T5ForConditionalGeneration
+from models_lib.families.transfo_xl import TransfoXLConfig, TransfoXLLMHeadModel
 from models_lib.families.unilm import UniLMForPreTraining
+from models_lib.families.xlnet import XLNetConfig, XLNetLMHeadModel
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "model_config.json"
@@ -62,6 +64,8 @@ register_family("unilm", EncoderConfig, UniLMForPreTraining, TransformerEncoder,
 register_family("elmo", ElmoConfig, ElmoLanguageModel)
 register_family("t5", T5Config, T5ForConditionalGeneration)
 register_family("gpt", GPTConfig, GPTLMHeadModel)
+register_family("xlnet", XLNetConfig, XLNetLMHeadModel)
+register_family("transfo_xl", TransfoXLConfig, TransfoXLLMHeadModel)
 
 
 def model_class(model: nn.Module) -> type:

@@ -93,6 +93,7 @@ class ObjectiveArgs:
     distill_soft_weight: float
     distill_mlm_weight: float
     distill_cos_weight: float
+    plm_k: int
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,10 @@ class RunConfig(FlatRecord):
     """DistilBERT: weight of the student's own masked-LM loss on the true tokens."""
     distill_cos_weight: float = 1.0
     """DistilBERT: weight of the cosine loss between the student's and the teacher's final hidden states (real tokens)."""
+
+    # --- XLNet
+    plm_k: int = 6
+    """XLNet: partial prediction, about 1/K of the tokens (the last 1/K of each factorisation order) are predicted, in spans of 1 to 5 tokens. The paper uses K = 6 (base) and 7 (large)."""
 
     # --- length and batches
     max_steps: int = 1000

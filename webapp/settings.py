@@ -222,7 +222,13 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # JSON bodies must be objects (a body of null was a 500); forms and uploads as usual.
+    "DEFAULT_PARSER_CLASSES": [
+        "webapp.api.parsers.JSONObjectParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    "DEFAULT_SCHEMA_CLASS": "webapp.api.schema.AutoSchema",  # the schema states the real constraints
     "EXCEPTION_HANDLER": "webapp.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
@@ -231,6 +237,10 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": ("Upload corpora, train tokenizers, launch and follow pretraining runs, explore checkpoints; "
                     "upload and map labelled datasets for fine-tuning."),
     "VERSION": "0.1.0",
+    # The JSON endpoints are documented as JSON: a form encoding cannot carry their nested objects,
+    # lists and types (they still read forms). Uploads name multipart/form-data themselves.
+    "PARSER_WHITELIST": ["webapp.api.parsers.JSONObjectParser"],
+    "SERVE_INCLUDE_SCHEMA": False,  # /api/schema/ itself is not an operation of the API
 }
 
 LOGGING = {

@@ -188,10 +188,12 @@ class SelfAttention(Attention):
 
 @contextlib.contextmanager
 def recording_attention(model: nn.Module) -> Iterator[list[tuple[str, Attention]]]:
-    """Within the block, every Attention module of `model` keeps its softmax weights; yields
+    """Within the block, every Attention module of `model` (and every module that says
+    `records_attention`, models_lib.core.relative's) keeps its softmax weights; yields
     [(module name, module)] in definition order, so after a forward pass
     `[m.weights for _, m in layers]` are the (B, N, T, S) maps. Restores the fast path after."""
-    found = [(name, m) for name, m in model.named_modules() if isinstance(m, Attention)]
+    found = [(name, m) for name, m in model.named_modules()
+             if isinstance(m, Attention) or getattr(m, "records_attention", False)]  # + relative attention
     for _, m in found:
         m.record_weights, m.weights = True, None
     try:

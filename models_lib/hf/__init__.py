@@ -7,7 +7,7 @@
 
 A folder holds config.json and weights (model.safetensors, or the older pytorch_model.bin,
 possibly sharded with an *.index.json). config.json's model_type picks the format (hf/bert.py,
-roberta.py, albert.py, electra.py, distilbert.py, t5.py, gpt2.py), which maps the tensor names.
+roberta.py, albert.py, electra.py, distilbert.py, t5.py, gpt2.py, xlnet.py), which maps the tensor names.
 
 What each folder reads into, and what each model writes:
   bert        BertForPreTraining        <-> BertForPreTraining (BertModel for a bare backbone)
@@ -18,6 +18,7 @@ What each folder reads into, and what each model writes:
               ElectraGenerator          <-> ElectraForMaskedLM
               ElectraForPreTraining      -> either, by part= ("discriminator", the default, or "generator")
   distilbert  DistilBertForPreTraining  <-> DistilBertForMaskedLM (DistilBertModel)
+  xlnet       XLNetLMHeadModel          <-> XLNetLMHeadModel (XLNetModel: the output bias stays zero)
 A folder with fewer heads (e.g. RobertaModel) still loads: the missing heads keep their fresh
 initialisation and are listed in `model.missing_keys`; tensors we have no place for are listed
 in `model.unexpected_keys`.
@@ -56,8 +57,8 @@ FORMATS: dict[str, HFFormat] = {f.model_type: f for f in
 # Model kinds that are not encoders have a module of their own with from_pretrained(folder,
 # map_location) and to_pretrained(model, folder): by config.json's model_type on import, by our
 # config's family on export.
-OTHER_FORMATS = {"t5": "models_lib.hf.t5", "gpt2": "models_lib.hf.gpt2"}
-OTHER_FAMILIES = {"t5": "models_lib.hf.t5", "gpt": "models_lib.hf.gpt2"}
+OTHER_FORMATS = {"t5": "models_lib.hf.t5", "gpt2": "models_lib.hf.gpt2", "xlnet": "models_lib.hf.xlnet"}
+OTHER_FAMILIES = {"t5": "models_lib.hf.t5", "gpt": "models_lib.hf.gpt2", "xlnet": "models_lib.hf.xlnet"}
 SUPPORTED_MODEL_TYPES = (*FORMATS, *OTHER_FORMATS)
 # Our family -> the transformers model type it is written as.
 FAMILY_FORMATS = {"bert": "bert", "spanbert": "bert", "unilm": "bert", "roberta": "roberta", "albert": "albert",

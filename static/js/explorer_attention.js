@@ -9,11 +9,12 @@
   const select = document.getElementById("id_checkpoint");
   const $ = (id) => document.getElementById(id);
   const layerSelect = $("id_attention_layer"), headSelect = $("id_attention_head");
-  const stackSelect = $("id_attention_stack");
+  const stackSelect = $("id_attention_stack"), streamSelect = $("id_attention_stream");
   const chart = $("attention-chart"), result = $("attention-result"), caption = $("attention-caption");
   const error = form.querySelector('[data-error="attention"]');
   const STACKS = { encoder: "encoder self-attention", decoder: "decoder self-attention (causal)",
-                   cross: "decoder cross-attention (rows: decoder tokens, columns: encoder tokens)" };
+                   cross: "decoder cross-attention (rows: decoder tokens, columns: encoder tokens)",
+                   content: "XLNet content stream", query: "XLNet query stream (each position as a target)" };
 
   // What was asked (the request without the layer) and the layers already fetched for it.
   let question = null, shape = null;
@@ -27,6 +28,7 @@
       const target = $("id_attention_target").value.trim();
       if (target && body.stack !== "encoder") body.target = target;
     }
+    if (kind === "xlnet") body.stack = streamSelect.value;
     return body;
   }
 
@@ -106,7 +108,7 @@
   layerSelect.addEventListener("change", () => { if (question) show(Number(layerSelect.value), Number(headSelect.value)); });
   headSelect.addEventListener("change", () => { if (question) show(Number(layerSelect.value), Number(headSelect.value)); });
   // A new checkpoint or stack is a new question: the old heatmap would mislead.
-  for (const node of [select, stackSelect]) if (node) node.addEventListener("change", () => {
+  for (const node of [select, stackSelect, streamSelect]) if (node) node.addEventListener("change", () => {
     question = null; shape = null; layers.clear(); result.hidden = true;
     options(layerSelect, 0, "layer"); options(headSelect, 0, "head");
   });

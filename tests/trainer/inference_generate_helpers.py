@@ -78,6 +78,21 @@ def tiny_model(family: str, tokenizer_dir: Path, *, seed: int = 0):
         cfg = BertConfig.from_preset("bert-tiny", vocab_size=V, hidden_size=32, num_heads=2, intermediate_size=64,
                                      num_layers=2, max_position_embeddings=64)
         model = BertForPreTraining(cfg)
+    elif family == "transfo_xl":
+        from models_lib.families.transfo_xl import TransfoXLConfig, TransfoXLLMHeadModel
+
+        cfg = TransfoXLConfig.from_preset("transfo-xl-tiny", vocab_size=V, hidden_size=32, num_heads=2, head_size=16,
+                                          intermediate_size=64, num_layers=2, mem_len=8, dropout=0.0,
+                                          pad_token_id=tok.pad_id, eos_token_id=tok.sep_id)
+        model = TransfoXLLMHeadModel(cfg)
+    elif family == "xlnet":
+        from models_lib.families.xlnet import XLNetConfig, XLNetLMHeadModel
+
+        cfg = XLNetConfig.from_preset("xlnet-tiny", vocab_size=V, hidden_size=32, num_heads=2, intermediate_size=64,
+                                      num_layers=2, mem_len=8, dropout=0.0, attention_dropout=0.0,
+                                      pad_token_id=tok.pad_id, eos_token_id=tok.sep_id)
+        model = XLNetLMHeadModel(cfg)
+        _randomise(model, seed, std=0.2)  # varied predictions from an untrained model
     else:
         raise ValueError(family)
     return model.eval()

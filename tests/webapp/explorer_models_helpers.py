@@ -18,7 +18,8 @@ _lock = threading.Lock()
 
 
 def family_folder(family: str, *, extra_ids: int = 8) -> Path:
-    """A checkpoint folder of a tiny random `family` model ("t5", "gpt", "elmo", "bert"), made once."""
+    """A checkpoint folder of a tiny random `family` model ("t5", "gpt", "elmo", "bert", "transfo_xl",
+    "xlnet"), made once."""
     tok_dir = make_tokenizer(cache_dir() / f"explore-tokenizer-{extra_ids}", extra_ids=extra_ids)
     folder = cache_dir() / f"explore-{family}-{extra_ids}"
     with _lock:

@@ -30,6 +30,8 @@ REGISTRY: dict[str, str] = {
     "t5": "trainer.families.t5:FAMILY",
     "gpt": "trainer.families.gpt:FAMILY",
     "elmo": "trainer.families.elmo:FAMILY",
+    "transfo_xl": "trainer.families.transfo_xl:FAMILY",
+    "xlnet": "trainer.families.xlnet:FAMILY",
 }
 
 _loaded: dict[str, Family] = {}  # import string -> its Family

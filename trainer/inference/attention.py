@@ -24,7 +24,9 @@ ATTENTION_MAX_WEIGHTS = 2_000_000  # all layers at once beyond this: ask for one
 ATTENTION_DECIMALS = 4
 ATTENTION_TARGET_TOKENS = 32  # T5 without a target: the greedy output, at most this long
 STACK_LABELS = {"encoder": "Encoder self-attention", "decoder": "Decoder self-attention (causal)",
-                "cross": "Decoder cross-attention (decoder tokens attend to the encoder's)"}
+                "cross": "Decoder cross-attention (decoder tokens attend to the encoder's)",
+                "content": "Content stream (each token sees every token, itself included)",
+                "query": "Query stream (each position sees every token but its own)"}
 
 
 def attention_maps(checkpoint_dir: str | Path, text: str, *, target: str | None = None, stack: str | None = None,
@@ -103,6 +105,9 @@ def _record_attention(loaded: Loaded, ids: list[int], decoder_ids: list[int]) ->
 
     def hook(module: nn.Module, args: Any, out: Any, name: str) -> None:
         calls.append((family.attention_stack(name, module), module.weights[0].float()))
+        second = getattr(module, "query_weights", None)  # XLNet's query stream, from the same call
+        if second is not None:
+            calls.append(("query", second[0].float()))
 
     with loaded.lock, torch.inference_mode(), recording_attention(model) as modules:
         hooks = [m.register_forward_hook(lambda mod, args, out, name=name: hook(mod, args, out, name))

@@ -375,12 +375,27 @@ def _load_tokenizer(src: Path, hf_config: dict | None = None) -> Any:
     from trainer.prep.tokenization import load_tokenizer
 
     model_type = (hf_config or {}).get("model_type")
+    if _lacks_roles(model_type) and _has_family_roles(src, model_type, hf_config or {}):
+        # The family knows its tokens (XLNet: <sep> and <cls>, where the generic guess takes <s> and </s>).
+        return _decoder_tokenizer(src, model_type, hf_config or {})
     try:
         return load_tokenizer(src)
     except TokenizerError as e:
         if not _lacks_roles(model_type):
             raise ModelImportError(f"The model's tokenizer cannot be used: {e}") from None
     return _decoder_tokenizer(src, model_type, hf_config or {})
+
+
+def _has_family_roles(src: Path, model_type: str, hf_config: dict) -> bool:
+    """Whether tokenizer.json has a spelling of every role the model type's family names."""
+    from tokenizers import Tokenizer
+
+    try:
+        tok = Tokenizer.from_file(str(src / "tokenizer.json"))
+    except Exception:  # unreadable: the usual path says why
+        return False
+    roles = _family_of(model_type).hf_roles(hf_config, tok) or {}
+    return bool(roles) and all(any(tok.token_to_id(t) is not None for t in spellings) for spellings in roles.values())
 
 
 def _decoder_tokenizer(src: Path, model_type: str, hf_config: dict) -> Any:

@@ -137,6 +137,10 @@ _LM_NOTES = {
     "clm": "Causal language modelling: every token is predicted from the tokens before it; nothing is hidden.",
     "bilm": "ELMo: the forward LM predicts every token from the tokens before it, the backward LM from the "
             "tokens after it; nothing is hidden.",
+    "xl_lm": "Transformer-XL: every token is predicted from the tokens before it and the memory of the row's "
+             "previous segment (this row continues the same row of the previous batch).",
+    "plm": "XLNet: the targets (numbered in their factorisation order) are predicted last, each from the other "
+           "tokens and the targets numbered before it; no token is replaced.",
 }
 
 
@@ -159,14 +163,21 @@ def _sequence_examples(batch: Any, bundle: Any, special: Any, config: Any) -> li
 
     out = []
     lengths = batch.attention_mask.sum(dim=1).tolist()
+    mapping = getattr(batch, "target_mapping", None)  # XLNet: (B, P, T) the targets, in their order
+    types = getattr(batch, "token_type_ids", None)
     for i, n in enumerate(lengths):
         ids = [int(x) for x in batch.input_ids[i, : int(n)].tolist()]
+        order: dict[int, int] = {}
+        if mapping is not None:
+            used = (batch.labels[i] != -100).tolist()
+            order = {int(pos): rank for rank, pos in enumerate(mapping[i].argmax(-1).tolist()) if used[rank]}
         tokens, counts = [], {}
-        for inp in ids:
-            r = role(inp, False)
+        for t, inp in enumerate(ids):
+            r = "target" if t in order else role(inp, False)
             counts[r] = counts.get(r, 0) + 1
             tokens.append({"token": to_token(inp), "id": inp, "original": to_token(inp), "original_id": inp,
-                           "role": r, "segment": 0, "span": None})
+                           "role": r, "segment": min(int(types[i, t]), 1) if types is not None else 0,
+                           "span": order.get(t)})
         target = None
         if seq2seq:
             wanted = [int(x) for x in batch.labels[i].tolist() if int(x) != -100]

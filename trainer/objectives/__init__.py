@@ -39,6 +39,8 @@ REGISTRY: dict[str, str] = {
     "sentence_permutation": "trainer.objectives.denoising:SENTENCE_PERMUTATION",
     "clm": "trainer.objectives.lm:CLM",
     "bilm": "trainer.objectives.lm:BILM",
+    "xl_lm": "trainer.objectives.memory:XL_LM",
+    "plm": "trainer.objectives.memory:PLM",
 }
 
 

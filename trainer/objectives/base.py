@@ -155,6 +155,7 @@ class Objective:
     needs_sentinels: bool = False        # reads T5's sentinel tokens (<extra_id_0>, ...) from the tokenizer
     settings: dict[str, tuple[float, float]] = field(default_factory=dict)  # the RunConfig fields it reads
                                          # (beyond the common ones) -> their inclusive bounds
+    collator_settings: tuple[str, ...] = ()  # RunConfig fields (of `settings`) its collator takes by name
     collator_label: str = ""             # how error messages name its batches ("MLM + NSP (BERT)")
     prepare: Callable[..., Any] | None = None  # (config, model, *, vocab_size, data_dir, device) -> the
                                                # Step's extra keyword arguments (a teacher)

@@ -406,15 +406,21 @@ class TextLayout:
     boundaries; `doc_sep` follows every document (EOS for causal LMs) or, None, documents are
     simply concatenated (T5's pretraining stream).
     kind "sentences": whole consecutive sentences of one document packed up to `length`
-    tokens (DOC-SENTENCES), with their sentence starts (sentence permutation)."""
+    tokens (DOC-SENTENCES), with their sentence starts (sentence permutation).
+    kind "streams": the stream of "chunks" split into one contiguous part per batch row, read in
+    order (never shuffled): batch k holds segment k of every part, so a model with a memory
+    (Transformer-XL, XLNet) reads each part's segments one after another, as the papers'
+    batched streams. Each segment carries `overlap` more tokens (the next segment's first:
+    the targets of a causal LM), and all have exactly `length` + overlap tokens."""
 
     kind: str
     length: int
     doc_sep: int | None = None
+    overlap: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("chunks", "sentences"):
-            raise ValueError(f"TextLayout kind must be 'chunks' or 'sentences', not {self.kind!r}")
+        if self.kind not in ("chunks", "sentences", "streams"):
+            raise ValueError(f"TextLayout kind must be 'chunks', 'sentences' or 'streams', not {self.kind!r}")
         if self.length < 1:
             raise ConfigError(f"The sequence length leaves {self.length} tokens of text per example; "
                               "use a longer seq_len.")
@@ -429,6 +435,21 @@ def build_chunk_instances(index: ShardIndex, *, length: int, doc_sep: bool = Fal
     ends = np.minimum(starts + length, total)
     keep = ends - starts >= min_tokens
     return np.stack([starts[keep], ends[keep]], axis=1).reshape(-1, 2)
+
+
+def build_stream_instances(index: ShardIndex, *, length: int, streams: int, doc_sep: bool = False,
+                           overlap: int = 0) -> np.ndarray:
+    """TextLayout "streams": the corpus stream cut into `streams` contiguous parts of n segments
+    of `length` tokens each (the tail that does not fill a segment in every part is dropped),
+    laid out batch-major: row k * streams + b is segment k of part b, [start, start + length +
+    overlap). Returns an int64 table (n * streams, 2) of stream offsets, to be read in order."""
+    total = index.stream_length(doc_sep)
+    n = max(0, (total - overlap) // (streams * length)) if streams > 0 else 0
+    if n == 0:
+        return np.zeros((0, 2), dtype=np.int64)
+    part = np.arange(streams, dtype=np.int64) * n * length          # (S,) where each part starts
+    starts = (np.arange(n, dtype=np.int64)[:, None] * length + part[None, :]).reshape(-1)
+    return np.stack([starts, starts + length + overlap], axis=1)
 
 
 def build_packed_instances(index: ShardIndex, *, max_tokens: int, cross_documents: bool = True) -> np.ndarray:

@@ -38,6 +38,7 @@ from trainer.objectives.base import Batch, Collator
 from trainer.objectives.examples import (
     _ORDER, _PAIRS, _VALID, A_END, A_START, B_END, B_START, PACKINGS, RANDOM_NEXT, Example, ShardIndex, SpecialIds,
     TextLayout, build_chunk_instances, build_packed_instances, build_pair_instances, build_sop_instances,
+    build_stream_instances,
 )
 from trainer.objectives.masking import phrase_break_table
 from trainer.prep.segmenter import TokenWordStarts, vocab_strings
@@ -76,7 +77,7 @@ class ExampleSource:
                  nsp: bool = False, pairs: str | None = None, packing: str = "full-sentences",
                  word_starts: bool = False,
                  refine: Callable[[np.ndarray, np.ndarray | None], np.ndarray] | None = None,
-                 layout: TextLayout | None = None):
+                 layout: TextLayout | None = None, streams: int = 0):
         if pairs is None and nsp:
             pairs = "nsp"
         if pairs is not None and pairs not in PAIR_KINDS:
@@ -89,9 +90,17 @@ class ExampleSource:
         self.index, self.special, self.seq_len = index, special, seq_len
         self.pairs, self.packing, self.static, self.seed = pairs, packing, static, seed
         self.word_starts, self.refine, self.layout = word_starts, refine, layout
+        self.streams = streams  # parallel streams of a "streams" layout: the batch size
+        if layout is not None and layout.kind == "streams" and streams < 1:
+            raise ValueError("a streams layout needs the number of streams (the batch size)")
         if layout is not None and (pairs is not None or word_starts):
             raise ValueError("a text layout takes neither pairs nor word starts")
         self._cache: tuple[int, np.ndarray] | None = None
+
+    @property
+    def ordered(self) -> bool:
+        """Its examples are read in table order (the streams layout), not shuffled."""
+        return self.layout is not None and self.layout.kind == "streams"
 
     @property
     def nsp(self) -> bool:
@@ -112,6 +121,10 @@ class ExampleSource:
             if self.layout.kind == "chunks":
                 table = build_chunk_instances(self.index, length=self.layout.length,
                                               doc_sep=self.layout.doc_sep is not None)
+            elif self.layout.kind == "streams":
+                table = build_stream_instances(self.index, length=self.layout.length, streams=self.streams,
+                                               doc_sep=self.layout.doc_sep is not None,
+                                               overlap=self.layout.overlap)
             else:
                 table = build_packed_instances(self.index, max_tokens=self.layout.length, cross_documents=False)
         elif self.pairs is not None:
@@ -141,7 +154,7 @@ class ExampleSource:
             return ex
         start, end = int(row[0]), int(row[1])
         if self.layout is not None:
-            if self.layout.kind == "chunks":
+            if self.layout.kind in ("chunks", "streams"):
                 return Example(uid=uid, variant=mask_variant, a=self.index.stream(start, end, self.layout.doc_sep))
             return Example(uid=uid, variant=mask_variant, a=self.index.span(start, end),
                            sentence_starts=self.index.sentence_starts_in(start, end))
@@ -187,7 +200,10 @@ class TrainStream:
     def _load_epoch(self) -> None:
         e = self._pos.epoch
         self._epoch_table = self.source.instances(self.source.variant(e))
-        self._order = np.random.default_rng([_ORDER, self.seed, e]).permutation(len(self._epoch_table))
+        if self.source.ordered:  # batched streams: segment k of every stream, then k + 1
+            self._order = np.arange(len(self._epoch_table))
+        else:
+            self._order = np.random.default_rng([_ORDER, self.seed, e]).permutation(len(self._epoch_table))
 
     def next_batch(self) -> Batch:
         for _ in range(self.rank * self.batch_size):  # the batches of the ranks before this one
@@ -264,7 +280,10 @@ def fixed_batches(source: ExampleSource, collator: Collator, *, batch_size: int,
         table = source.instances(0, pair_seed=[_VALID, seed])
     except ConfigError:  # e.g. too few documents for NSP pairs: train without validation
         return []
-    order = np.random.default_rng([_VALID, seed, 1]).permutation(len(table))[: batch_size * n_batches]
+    if source.ordered:  # the first n_batches segments of each stream, in order
+        order = np.arange(len(table))[: batch_size * n_batches]
+    else:
+        order = np.random.default_rng([_VALID, seed, 1]).permutation(len(table))[: batch_size * n_batches]
     examples = [source.example(table, int(uid), VALID_VARIANT) for uid in order]
     return [collator(examples[i:i + batch_size]) for i in range(0, len(examples), batch_size)]
 
@@ -278,8 +297,10 @@ def make_collator(config: RunConfig, special: SpecialIds, tokenizer: Any = None)
     breaks = None
     if unit == "phrase" and tokenizer is not None:
         breaks = phrase_break_table(vocab_strings(tokenizer))
+    lead = objectives.resolve(config.objectives)
+    options = {name: getattr(config, name) for name in lead.collator_settings}  # e.g. XLNet's plm_k
     return objectives.build_collator(config.objectives, special=special, seq_len=config.seq_len, masking_unit=unit,
-                                     mask_prob=config.mask_prob, seed=config.seed, phrase_breaks=breaks)
+                                     mask_prob=config.mask_prob, seed=config.seed, phrase_breaks=breaks, **options)
 
 
 def make_source(config: RunConfig, index: ShardIndex, special: SpecialIds, collator: Collator, *,
@@ -289,7 +310,7 @@ def make_source(config: RunConfig, index: ShardIndex, special: SpecialIds, colla
     layout = getattr(collator, "layout", None)
     if layout is not None:
         return ExampleSource(index, special=special, seq_len=config.seq_len, static=static, seed=config.seed,
-                             layout=layout)
+                             layout=layout, streams=config.batch_size if layout.kind == "streams" else 0)
     refine = None
     if collator.needs_word_starts and tokenizer is not None and index.meta.get("word_segmenter") != "jieba":
         words = TokenWordStarts.from_tokenizer(tokenizer)

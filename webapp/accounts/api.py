@@ -10,9 +10,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from webapp.accounts.services import api_token_ensure
+from webapp.api.serializers import RequestSerializer
 
 
-class TokenRequestSerializer(serializers.Serializer):
+class TokenRequestSerializer(RequestSerializer):
     username = serializers.CharField()
     password = serializers.CharField(style={"input_type": "password"}, trim_whitespace=False)
 

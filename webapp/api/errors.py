@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import logging
 
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
 from django.shortcuts import render
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_default_handler
 
 log = logging.getLogger(__name__)
+
+NOT_FOUND = "Not found. It does not exist, or it is not yours."
 
 
 def _flatten(detail) -> str:
@@ -40,14 +43,54 @@ def exception_handler(exc, context):
     if isinstance(exc, exceptions.NotAuthenticated):
         message = "Log in, or send 'Authorization: Token <key>' (POST /api/auth/token/ returns your key)."
     elif isinstance(exc, (exceptions.NotFound, Http404)):
-        message = "Not found. It does not exist, or it is not yours."
+        message = NOT_FOUND
     else:
         message = _flatten(response.data)
     body = {"error": message}
-    if isinstance(response.data, dict) and not isinstance(exc, (exceptions.NotFound, Http404, exceptions.NotAuthenticated)):
-        body["fields"] = response.data
+    if isinstance(exc, exceptions.ValidationError) and isinstance(response.data, dict):
+        body["fields"] = field_messages(response.data)
     response.data = body
     return response
+
+
+def field_messages(detail, prefix: str = "") -> dict[str, list[str]]:
+    """DRF's error detail of a refused request as {field: [messages]}: one level, whatever the
+    nesting, with dotted names for nested fields and list items ("split.train", "checkpoints.1"),
+    so that every error body has the one shape the OpenAPI schema states (webapp.api.schema)."""
+    out: dict[str, list[str]] = {}
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            name = f"{prefix}.{key}" if prefix else str(key)
+            for field, messages in field_messages(value, name).items():
+                out.setdefault(field, []).extend(messages)
+    elif isinstance(detail, (list, tuple)):
+        for index, item in enumerate(detail):
+            if isinstance(item, (dict, list, tuple)):  # a list's items: one entry per item that was refused
+                for field, messages in field_messages(item, f"{prefix}.{index}" if prefix else str(index)).items():
+                    out.setdefault(field, []).extend(messages)
+            elif str(item):
+                out.setdefault(prefix or "non_field_errors", []).append(str(item))
+    elif str(detail):
+        out.setdefault(prefix or "non_field_errors", []).append(str(detail))
+    return out
+
+
+@csrf_exempt  # no state changes here; a POST to no endpoint gets the 404, not a CSRF page
+def api_not_found(request: HttpRequest, path: str = "") -> HttpResponse:
+    """The last route under /api/: an address no endpoint has answers the API's JSON 404 (with DEBUG
+    on too, where Django would show its HTML page); a GET that only lacks its trailing slash is
+    sent to the address with it, as Django's APPEND_SLASH did before this route existed."""
+    from django.urls import Resolver404, resolve
+
+    if not request.path.endswith("/") and request.method in ("GET", "HEAD"):
+        try:
+            match = resolve(request.path + "/")
+        except Resolver404:
+            match = None
+        if match is not None and match.func is not api_not_found:
+            query = request.META.get("QUERY_STRING", "")
+            return HttpResponsePermanentRedirect(request.path + "/" + (f"?{query}" if query else ""))
+    return JsonResponse({"error": NOT_FOUND}, status=404)
 
 
 def _wants_json(request: HttpRequest) -> bool:

@@ -1,5 +1,7 @@
-"""The JSON API: each app contributes its own api_urls."""
-from django.urls import include, path
+"""The JSON API: each app contributes its own api_urls; any other address under /api/ is a JSON 404."""
+from django.urls import include, path, re_path
+
+from webapp.api.errors import api_not_found
 
 urlpatterns = [
     path("", include("webapp.accounts.api_urls")),
@@ -8,4 +10,5 @@ urlpatterns = [
     path("", include("webapp.explorer.api_urls")),
     path("", include("webapp.datasets.api_urls")),
     path("", include("webapp.sweeps.api_urls")),
+    re_path(r"^(?P<path>.*)$", api_not_found),  # last: what no endpoint above matched
 ]

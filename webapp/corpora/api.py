@@ -5,11 +5,12 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from django.http import Http404
 from rest_framework.exceptions import APIException, NotFound, ValidationError
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from webapp.api.parsers import JSONObjectParser
 from webapp.corpora.models import JobStatus
 from webapp.corpora import selectors
 from webapp.corpora.selectors import corpora_for, tokenizers_for
@@ -57,7 +58,7 @@ ERROR = OpenApiResponse(description='{"error": "<a sentence>"}')
 
 
 class CorpusListApi(APIView):
-    parser_classes = [MultiPartParser, FormParser, JSONParser]
+    parser_classes = [MultiPartParser, FormParser, JSONObjectParser]
 
     @extend_schema(responses={200: CorpusSerializer(many=True)}, tags=["corpora"])
     def get(self, request: Request) -> Response:
@@ -75,11 +76,9 @@ class CorpusListApi(APIView):
         Processing runs in the background: poll `GET /api/corpora/<id>/` until `status` is `ready` or `failed`.
         """
         if "demo" in request.data:
-            demo = CorpusDemoSerializer(data={"demo": request.data.get("demo")})
-            demo.is_valid(raise_exception=True)
-            if demo.validated_data["demo"]:
-                corpus = corpus_create_demo(owner=request.user)
-                return Response(CorpusSerializer(corpus).data, status=status.HTTP_201_CREATED)
+            CorpusDemoSerializer(data=request.data).is_valid(raise_exception=True)
+            corpus = corpus_create_demo(owner=request.user)
+            return Response(CorpusSerializer(corpus).data, status=status.HTTP_201_CREATED)
         upload = CorpusUploadSerializer(data=request.data)
         upload.is_valid(raise_exception=True)
         data = dict(upload.validated_data)

@@ -5,6 +5,7 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from webapp.api.serializers import RequestSerializer
 from webapp.corpora.forms import (
     EXTRA_IDS_HELP, EXTRA_IDS_LABEL, VOCAB_DEFAULT, algorithm_choices, cleaning_rules, extra_ids_max, vocab_bounds,
 )
@@ -59,14 +60,23 @@ def _upload_serializer_class() -> type[serializers.Serializer]:
     }
     for rule in cleaning_rules():
         attrs[rule.field] = serializers.BooleanField(required=False, default=False, help_text=rule.label)
-    return type("CorpusUploadSerializer", (serializers.Serializer,), attrs)
+    return type("CorpusUploadSerializer", (RequestSerializer,), attrs)
 
 
 CorpusUploadSerializer = _upload_serializer_class()
 
 
-class CorpusDemoSerializer(serializers.Serializer):
-    demo = serializers.BooleanField(help_text="true: build the demo corpus from Python's docstrings.")
+@extend_schema_field({"type": "boolean", "enum": [True]})
+class _TrueField(serializers.BooleanField):
+    def to_internal_value(self, data):
+        value = super().to_internal_value(data)
+        if value is not True:
+            raise serializers.ValidationError('Send {"demo": true} for the demo corpus, or upload a file.')
+        return value
+
+
+class CorpusDemoSerializer(RequestSerializer):
+    demo = _TrueField(help_text="true: build the demo corpus from Python's docstrings.")
 
 
 class TokenizerSerializer(serializers.ModelSerializer):
@@ -80,7 +90,7 @@ class TokenizerSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class TokenizerCreateSerializer(serializers.Serializer):
+class TokenizerCreateSerializer(RequestSerializer):
     corpus = serializers.UUIDField(help_text="The id of one of your ready corpora.")
     algorithm = serializers.ChoiceField(choices=algorithm_choices(), default="wordpiece")
     vocab_size = serializers.IntegerField(
@@ -91,7 +101,7 @@ class TokenizerCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
 
-class TokenizeRequestSerializer(serializers.Serializer):
+class TokenizeRequestSerializer(RequestSerializer):
     text = serializers.CharField(max_length=10_000, allow_blank=True, trim_whitespace=False)
 
 

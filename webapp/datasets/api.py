@@ -10,11 +10,12 @@ from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import NotFound
-from rest_framework.parsers import FormParser, JSONParser, MultiPartParser
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from webapp.api.parsers import JSONObjectParser
 from webapp.corpora import selectors as corpora_selectors
 from webapp.corpora.api import Conflict
 from webapp.corpora.models import JobStatus
@@ -105,7 +106,7 @@ class DatasetDetailApi(APIView):
 
 
 class DatasetMappingApi(APIView):
-    parser_classes = [JSONParser, FormParser, MultiPartParser]
+    parser_classes = [JSONObjectParser, FormParser, MultiPartParser]
 
     def _confirm(self, request: Request, pk, *, partial: bool) -> Response:
         dataset = dataset_get(request.user, pk)
@@ -161,7 +162,7 @@ class DatasetStatsApi(APIView):
 
 
 class DatasetDemoApi(APIView):
-    parser_classes = [JSONParser, FormParser]
+    parser_classes = [JSONObjectParser, FormParser]
 
     @extend_schema(responses={200: DemoSerializer(many=True)}, tags=TAGS, summary="The demo datasets")
     def get(self, request: Request) -> Response:

@@ -5,6 +5,8 @@ from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from webapp.api.schema import ErrorSerializer  # noqa: F401 (the API's error body; imported from here too)
+from webapp.api.serializers import QuerySerializer, RequestSerializer
 from webapp.datasets.forms import MAX_LENGTH_BOUNDS, MAX_LENGTH_DEFAULT, SEED_MAX, task_choices
 from webapp.datasets.models import Dataset, DatasetStatus
 from webapp.datasets.uploads import FILE_HELP, check_dataset_upload
@@ -20,14 +22,6 @@ def _roles() -> list[str]:
     from trainer.prep.labelled import ROLES
 
     return list(ROLES)
-
-
-class ErrorSerializer(serializers.Serializer):
-    """Every failure: one sentence, and for a form the messages per field."""
-
-    error = serializers.CharField(help_text="A sentence saying what went wrong; for bad data it names the row.")
-    fields = serializers.DictField(child=serializers.ListField(child=serializers.CharField()), required=False,
-                                   help_text="The messages per field, when the request's fields were refused.")
 
 
 @extend_schema_field(
@@ -94,7 +88,7 @@ class DatasetSerializer(serializers.ModelSerializer):
         }
 
 
-class DatasetUploadSerializer(serializers.Serializer):
+class DatasetUploadSerializer(RequestSerializer):
     """Upload a labelled dataset; its first rows are read at once."""
 
     file = serializers.FileField(allow_empty_file=True, help_text=FILE_HELP)
@@ -109,14 +103,14 @@ class DatasetUploadSerializer(serializers.Serializer):
         return uploaded
 
 
-class SplitSerializer(serializers.Serializer):
+class SplitSerializer(RequestSerializer):
     strategy = SplitStrategyField(default="random")
     train = serializers.FloatField(min_value=0, max_value=1, default=0.8)
     validation = serializers.FloatField(min_value=0, max_value=1, default=0.1)
     test = serializers.FloatField(min_value=0, max_value=1, default=0.1)
 
 
-class MappingSerializer(serializers.Serializer):
+class MappingSerializer(RequestSerializer):
     """Confirm what the upload holds; the ingest starts in the background."""
 
     task = TaskField(help_text="The task type the dataset is for.")
@@ -138,11 +132,11 @@ class DemoSerializer(serializers.Serializer):
     description = serializers.CharField(help_text="How it is made from the standard library's docstrings.")
 
 
-class DemoCreateSerializer(serializers.Serializer):
+class DemoCreateSerializer(RequestSerializer):
     name = serializers.ChoiceField(choices=_demo_names(), help_text="The demo to write and ingest.")
 
 
-class StatsQuerySerializer(serializers.Serializer):
+class StatsQuerySerializer(QuerySerializer):
     tokenizer = serializers.UUIDField(required=False, help_text="One of your ready tokenizers: adds `lengths`.")
     max_length = serializers.IntegerField(min_value=MAX_LENGTH_BOUNDS[0], max_value=MAX_LENGTH_BOUNDS[1],
                                           default=MAX_LENGTH_DEFAULT,

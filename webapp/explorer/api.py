@@ -19,8 +19,8 @@ from webapp.explorer.serializers import (
     GenerateSeq2SeqResponseSerializer, WordSimilarityRequestSerializer, WordSimilarityResponseSerializer,
     decoding_of,
     InspectRequestSerializer, InspectResponseSerializer, ModelImportCreateSerializer, ModelImportSerializer,
-    NextSentenceRequestSerializer, NextSentenceResponseSerializer, SentenceOrderRequestSerializer,
-    SentenceOrderResponseSerializer,
+    NextSentenceRequestSerializer, NextSentenceResponseSerializer, PermutationRequestSerializer,
+    PermutationResponseSerializer, SentenceOrderRequestSerializer, SentenceOrderResponseSerializer,
 )
 from webapp.runs import selectors
 from webapp.runs.models import Checkpoint
@@ -119,6 +119,23 @@ class AttentionView(CheckpointQuestionView):
     def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
         return services.attention(checkpoint=checkpoint, text=data["text"], target=data.get("target"),
                                   stack=data.get("stack"), layer=data.get("layer"))
+
+
+@extend_schema(request=PermutationRequestSerializer,
+               responses={200: PermutationResponseSerializer, 400: ERROR, 404: ERROR},
+               summary="XLNet: fill in chosen positions by permutation, in the order given",
+               description="The chosen positions are the last of a factorisation order (every other token "
+                           "first); each step's query stream sees the context and the positions before it "
+                           "(filled with the model's choice), and reports its top tokens. Without `order`, the "
+                           "text's tokens only.")
+class PermutationView(CheckpointQuestionView):
+    request_serializer = PermutationRequestSerializer
+
+    def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
+        if not data.get("order"):
+            return services.permutation_tokens(checkpoint=checkpoint, text=data["text"])
+        return services.permutation_fill(checkpoint=checkpoint, text=data["text"], order=data["order"],
+                                         top_k=data["top_k"])
 
 
 @extend_schema(request=WordSimilarityRequestSerializer,

@@ -7,6 +7,7 @@ urlpatterns = [
     path("explore/generate-seq2seq/", api.GenerateSeq2SeqView.as_view(), name="api-explore-generate-seq2seq"),
     path("explore/generate/", api.GenerateView.as_view(), name="api-explore-generate"),
     path("explore/fill-spans/", api.FillSpansView.as_view(), name="api-explore-fill-spans"),
+    path("explore/permutation/", api.PermutationView.as_view(), name="api-explore-permutation"),
     path("explore/attention/", api.AttentionView.as_view(), name="api-explore-attention"),
     path("explore/word-similarity/", api.WordSimilarityView.as_view(), name="api-explore-word-similarity"),
     path("explore/next-sentence/", api.NextSentenceView.as_view(), name="api-explore-next-sentence"),

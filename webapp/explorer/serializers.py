@@ -5,6 +5,7 @@ from django.urls import reverse
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_field
 from rest_framework import serializers
 
+from webapp.api.serializers import GreaterThan, RequestSerializer
 from webapp.explorer.models import ModelImport
 from webapp.explorer.services import (
     ATTENTION_MAX_TOKENS, MAX_BEAMS, MAX_GENERATE_TOKENS, MAX_NEW_TOKENS, MAX_TEXT_CHARS, MAX_TOP_K, STACKS,
@@ -12,12 +13,15 @@ from webapp.explorer.services import (
 )
 
 CHECKPOINT_HELP = "A checkpoint of yours: a step of one of your runs, or a model you imported."
+# The services' own sentence for a text over MAX_TEXT_CHARS (the serializers check it first).
+TOP_P_RANGE = "Must be greater than 0 and at most 1."
+TOO_LONG = {"max_length": f"Too long: the explorer takes at most {MAX_TEXT_CHARS:,} characters."}
 
 
 # ---------------------------------------------------------------------------- single checkpoint
-class FillMaskRequestSerializer(serializers.Serializer):
+class FillMaskRequestSerializer(RequestSerializer):
     checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP)
-    text = serializers.CharField(
+    text = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
         help_text=f"Text with one or more [MASK] tokens (at most {MAX_TEXT_CHARS:,} characters).")
     top_k = serializers.IntegerField(min_value=1, max_value=MAX_TOP_K, default=5)
 
@@ -43,9 +47,9 @@ class FillMaskResponseSerializer(FillMaskResultSerializer):
     checkpoint = serializers.UUIDField()
 
 
-class GenerateSeq2SeqRequestSerializer(serializers.Serializer):
+class GenerateSeq2SeqRequestSerializer(RequestSerializer):
     checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " Only UniLM checkpoints generate.")
-    source = serializers.CharField(
+    source = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
         help_text=f"The source, e.g. a title (at most {MAX_TEXT_CHARS:,} characters); the model writes the target.")
     max_new_tokens = serializers.IntegerField(min_value=1, max_value=MAX_NEW_TOKENS, default=32)
 
@@ -58,10 +62,12 @@ class GenerateSeq2SeqResponseSerializer(serializers.Serializer):
         help_text="end: the model wrote [SEP]; length: max_new_tokens or the model's positions ran out.")
 
 
-class PairRequestSerializer(serializers.Serializer):
+class PairRequestSerializer(RequestSerializer):
     checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP)
-    text_a = serializers.CharField(help_text="The first sentence (A).")
-    text_b = serializers.CharField(help_text="The sentence that may follow it (B).")
+    text_a = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
+                                   help_text="The first sentence (A).")
+    text_b = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
+                                   help_text="The sentence that may follow it (B).")
 
 
 class NextSentenceRequestSerializer(PairRequestSerializer):
@@ -95,7 +101,7 @@ class SentenceOrderResponseSerializer(SentenceOrderResultSerializer):
 
 
 # ---------------------------------------------------------------------------- generation
-class DecodingSerializer(serializers.Serializer):
+class DecodingSerializer(RequestSerializer):
     """How to pick each next token. Fields a strategy does not read are ignored."""
 
     strategy = serializers.ChoiceField(
@@ -105,22 +111,15 @@ class DecodingSerializer(serializers.Serializer):
     max_new_tokens = serializers.IntegerField(min_value=1, max_value=MAX_GENERATE_TOKENS, default=32,
                                               help_text="The most tokens to write (fewer when the model ends).")
     num_beams = serializers.IntegerField(min_value=1, max_value=MAX_BEAMS, default=4, help_text="beam only.")
-    temperature = serializers.FloatField(default=1.0, help_text="sample only: > 0; below 1 is more conservative.")
+    temperature = serializers.FloatField(default=1.0, validators=[GreaterThan(0)],
+                                         help_text="sample only: > 0; below 1 is more conservative.")
     top_k = serializers.IntegerField(min_value=0, default=0,
                                      help_text="sample only: keep the k most likely tokens (0 = all).")
-    top_p = serializers.FloatField(default=1.0, help_text="sample only: nucleus sampling, 0 < top_p <= 1 (1 = off).")
+    top_p = serializers.FloatField(default=1.0, max_value=1.0, validators=[GreaterThan(0, TOP_P_RANGE)],
+                                   error_messages={"max_value": TOP_P_RANGE},
+                                   help_text="sample only: nucleus sampling, 0 < top_p <= 1 (1 = off).")
     seed = serializers.IntegerField(min_value=0, max_value=2**63 - 1, required=False, allow_null=True,
                                     help_text="sample only: the same seed draws the same text (random when absent).")
-
-    def validate_temperature(self, value: float) -> float:
-        if not value > 0:
-            raise serializers.ValidationError("Must be greater than 0.")
-        return value
-
-    def validate_top_p(self, value: float) -> float:
-        if not 0 < value <= 1:
-            raise serializers.ValidationError("Must be greater than 0 and at most 1.")
-        return value
 
 
 def decoding_of(data: dict) -> dict:
@@ -130,7 +129,7 @@ def decoding_of(data: dict) -> dict:
 
 class GenerateRequestSerializer(DecodingSerializer):
     checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " T5, GPT or UniLM.")
-    prompt = serializers.CharField(
+    prompt = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
         help_text=f"T5: the input with its task prefix (e.g. 'summarize: ...'); GPT: the text to continue; "
                   f"UniLM: the source. At most {MAX_TEXT_CHARS:,} characters.")
 
@@ -161,7 +160,8 @@ class GenerateResponseSerializer(serializers.Serializer):
 
 class FillSpansRequestSerializer(DecodingSerializer):
     checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " A T5 checkpoint whose tokenizer has sentinels.")
-    text = serializers.CharField(help_text="A text with <extra_id_0>, <extra_id_1>, ... where spans are missing.")
+    text = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
+                                 help_text="A text with <extra_id_0>, <extra_id_1>, ... where spans are missing.")
 
 
 class SpanSerializer(serializers.Serializer):
@@ -181,14 +181,42 @@ class FillSpansResponseSerializer(serializers.Serializer):
     decoding = DecodingUsedSerializer()
 
 
-class AttentionRequestSerializer(serializers.Serializer):
+class PermutationRequestSerializer(RequestSerializer):
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " An XLNet checkpoint.")
+    text = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
+                                 help_text=f"The text (at most {MAX_TEXT_CHARS:,} characters).")
+    order = serializers.ListField(child=serializers.IntegerField(min_value=0), required=False, allow_empty=True,
+                                  help_text="Token positions to predict, in the order to predict them; absent: "
+                                            "only the text's tokens are returned, to pick from.")
+    top_k = serializers.IntegerField(min_value=1, max_value=20, default=5)
+
+
+class PermutationStepSerializer(serializers.Serializer):
+    step = serializers.IntegerField()
+    position = serializers.IntegerField()
+    original = serializers.CharField(allow_blank=True)
+    predictions = PredictionSerializer(many=True)
+    chosen = serializers.CharField(allow_blank=True)
+
+
+class PermutationResponseSerializer(serializers.Serializer):
+    tokens = serializers.ListField(child=serializers.CharField(allow_blank=True))
+    order = serializers.ListField(child=serializers.IntegerField(), required=False)
+    steps = PermutationStepSerializer(many=True, required=False)
+    filled = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False)
+    text = serializers.CharField(allow_blank=True, required=False)
+
+
+class AttentionRequestSerializer(RequestSerializer):
     checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " Any family but ELMo (which has no attention).")
-    text = serializers.CharField(help_text=f"The input (at most {ATTENTION_MAX_TOKENS} tokens).")
-    target = serializers.CharField(required=False, allow_blank=True,
+    text = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
+                                 help_text=f"The input (at most {ATTENTION_MAX_TOKENS} tokens).")
+    target = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG, required=False, allow_blank=True,
                                    help_text="T5's decoder side: the target text (default: the model's greedy output).")
     stack = serializers.ChoiceField(choices=list(STACKS), required=False,
-                                    help_text="encoder (encoders, T5), decoder (GPT; T5's causal self-attention) or "
-                                              "cross (T5's decoder attending to the encoder). Default: the first.")
+                                    help_text="encoder (encoders, T5), decoder (GPT, Transformer-XL; T5's causal "
+                                              "self-attention), cross (T5's decoder attending to the encoder), "
+                                              "content or query (XLNet's two streams). Default: the first.")
     layer = serializers.IntegerField(min_value=0, required=False, allow_null=True,
                                      help_text="One layer (0-based); all layers when absent.")
 
@@ -210,11 +238,12 @@ class AttentionResponseSerializer(serializers.Serializer):
     target = serializers.CharField(allow_null=True, help_text="T5's decoder side: the target that was read.")
 
 
-class WordSimilarityRequestSerializer(serializers.Serializer):
+class WordSimilarityRequestSerializer(RequestSerializer):
     checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " An ELMo checkpoint.")
-    sentence_a = serializers.CharField(help_text="e.g. 我今天吃了一个苹果")
-    sentence_b = serializers.CharField(help_text="e.g. 我买了一部苹果手机")
-    word = serializers.CharField(help_text="A word in both sentences, e.g. 苹果")
+    sentence_a = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG, help_text="e.g. 我今天吃了一个苹果")
+    sentence_b = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG, help_text="e.g. 我买了一部苹果手机")
+    word = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
+                                 help_text="A word in both sentences, e.g. 苹果")
 
 
 class LayerCosineSerializer(serializers.Serializer):
@@ -234,17 +263,18 @@ class WordSimilarityResponseSerializer(serializers.Serializer):
 
 
 # ---------------------------------------------------------------------------- comparison
-class CompareInputsSerializer(serializers.Serializer):
-    text = serializers.CharField(required=False, allow_blank=True, help_text="fill-mask: text with [MASK].")
+class CompareInputsSerializer(RequestSerializer):
+    text = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG, required=False, allow_blank=True,
+                                 help_text="fill-mask: text with [MASK].")
     top_k = serializers.IntegerField(required=False, min_value=1, max_value=MAX_TOP_K, default=5,
                                      help_text="fill-mask: tokens per mask.")
-    text_a = serializers.CharField(required=False, allow_blank=True,
+    text_a = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG, required=False, allow_blank=True,
                                    help_text="next-sentence / sentence-order: sentence A.")
-    text_b = serializers.CharField(required=False, allow_blank=True,
+    text_b = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG, required=False, allow_blank=True,
                                    help_text="next-sentence / sentence-order: sentence B.")
 
 
-class CompareRequestSerializer(serializers.Serializer):
+class CompareRequestSerializer(RequestSerializer):
     checkpoints = serializers.ListField(child=serializers.UUIDField(), min_length=2, max_length=4,
                                         help_text="Two (up to four) checkpoints of yours, in column order.")
     task = serializers.ChoiceField(choices=list(TASKS))
@@ -282,7 +312,7 @@ class CompareResponseSerializer(serializers.Serializer):
 
 
 # ---------------------------------------------------------------------------- masking inspector
-class InspectRequestSerializer(serializers.Serializer):
+class InspectRequestSerializer(RequestSerializer):
     run = serializers.UUIDField(help_text="One of your runs.")
     seed = serializers.IntegerField(min_value=0, max_value=2**31 - 2, default=0,
                                     help_text="Picks the epoch whose first batch is shown; same seed, same batch.")
@@ -352,6 +382,6 @@ class ModelImportSerializer(serializers.ModelSerializer):
         return f"{reverse('explorer:index')}?checkpoint={obj.checkpoint_id}"
 
 
-class ModelImportCreateSerializer(serializers.Serializer):
+class ModelImportCreateSerializer(RequestSerializer):
     file = serializers.FileField(help_text="A .zip or .tar.gz (.tgz) of a Hugging Face model folder.")
     name = serializers.CharField(required=False, allow_blank=True, max_length=200)

@@ -23,7 +23,7 @@ MAX_GENERATE_TOKENS = 256   # /generate/, /fill-spans/ and the streaming socket 
 MAX_BEAMS = 8
 ATTENTION_MAX_TOKENS = 128  # trainer.inference.attention.ATTENTION_MAX_TOKENS, said on the page
 STRATEGIES = ("greedy", "beam", "sample")
-STACKS = ("encoder", "decoder", "cross")
+STACKS = ("encoder", "decoder", "cross", "content", "query")  # content, query: XLNet's two streams
 
 # T5's text-to-text task prefixes (Raffel et al. 2020, appendix D): value, label.
 TASK_PREFIXES = (
@@ -149,6 +149,21 @@ def attention(*, checkpoint: Checkpoint, text: str, target: str | None = None, s
         target = _text(target, "The target")
     return viewer.attention_maps(_folder(checkpoint), text, target=target or None, stack=stack or None,
                                  layer=layer)
+
+
+def permutation_fill(*, checkpoint: Checkpoint, text: str, order: list[int], top_k: int = 5) -> dict[str, Any]:
+    """XLNet: predict the chosen token positions in the given order, step by step
+    (trainer.inference.permutation.fill_by_permutation)."""
+    from trainer.inference import permutation  # imports torch
+
+    return permutation.fill_by_permutation(_folder(checkpoint), _text(text), list(order), top_k=int(top_k))
+
+
+def permutation_tokens(*, checkpoint: Checkpoint, text: str) -> dict[str, Any]:
+    """XLNet: the text's tokens, to pick the positions to predict among."""
+    from trainer.inference import permutation  # imports torch
+
+    return permutation.text_tokens(_folder(checkpoint), _text(text))
 
 
 def word_similarity(*, checkpoint: Checkpoint, sentence_a: str, sentence_b: str, word: str) -> dict[str, Any]:

@@ -21,6 +21,15 @@ from webapp.runs.serializers import (
 ERROR = OpenApiResponse(description='{"error": "<a sentence>"}')
 
 
+# The body is a YAML document: one mapping, the run's config (RunConfig's fields, or a fine-tuning
+# run's FinetuneConfig fields), with comments. A YAML-reading client gets an object.
+CONFIG_YAML = OpenApiResponse(
+    response={"type": "object", "additionalProperties": True,
+              "description": "The run's config as a YAML mapping: RunConfig's fields (family, preset, objectives, "
+                             "max_steps, ...) or, for a fine-tuning run, FinetuneConfig's."},
+    description="A YAML document (re-importable by the launch form, POST /api/runs/ config_yaml and the CLI).")
+
+
 class Conflict(exceptions.APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "The run is not in a state that allows this."
@@ -166,7 +175,7 @@ class RunCloneView(APIView):
 
 
 class RunConfigYamlView(APIView):
-    @extend_schema(responses={(200, "application/yaml"): OpenApiTypes.STR, 404: ERROR},
+    @extend_schema(responses={(200, "application/yaml"): CONFIG_YAML, 404: ERROR},
                    summary="The run's config as YAML (re-importable)")
     def get(self, request: Request, run_id) -> HttpResponse:
         return config_yaml_response(owned_run(request, run_id))

@@ -28,7 +28,7 @@ OPTIMIZER_FIELDS = ("optimizer", "betas", "eps")
 # RunConfig fields of one family (ELECTRA, DistilBERT), shown only for it; the teacher is chosen
 # as one of the user's checkpoints (a checkpoint id, resolved to its folder by services).
 FAMILY_FIELDS = ("rtd_weight", "distill_temperature", "distill_soft_weight", "distill_mlm_weight",
-                 "distill_cos_weight")
+                 "distill_cos_weight", "plm_k")
 TEACHER_FIELD = "teacher_checkpoint"
 # Every RunConfig field the form and the API take by name (besides family, preset,
 # objectives, model_overrides and the teacher).
@@ -45,7 +45,7 @@ LABELS = {
     "masking_unit": "Masking unit", "packing": "Packing", "rtd_weight": "RTD loss weight",
     "distill_temperature": "Temperature", "distill_soft_weight": "Soft-target loss weight",
     "distill_mlm_weight": "MLM loss weight", "distill_cos_weight": "Cosine loss weight",
-    "teacher_checkpoint": "Teacher checkpoint",
+    "teacher_checkpoint": "Teacher checkpoint", "plm_k": "Partial prediction K (1/K predicted)",
     "optimizer": "Optimizer", "betas": "AdamW betas", "eps": "AdamW epsilon",
 }
 CHOICE_LABELS = {

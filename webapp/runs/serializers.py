@@ -5,6 +5,7 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from webapp.api.serializers import GreaterThan, QuerySerializer, RequestSerializer
 from webapp.runs import launch
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run
 
@@ -70,7 +71,7 @@ class MetricsSerializer(serializers.Serializer):
     points = MetricPointSerializer(many=True)
 
 
-class MetricsQuerySerializer(serializers.Serializer):
+class MetricsQuerySerializer(QuerySerializer):
     since = serializers.IntegerField(required=False, min_value=-1,
                                      help_text="Return only points with a step greater than this.")
 
@@ -83,7 +84,7 @@ class LogLineSerializer(serializers.ModelSerializer):
         fields = ["id", "text", "time"]
 
 
-class LogQuerySerializer(serializers.Serializer):
+class LogQuerySerializer(QuerySerializer):
     after = serializers.IntegerField(required=False, min_value=0, default=0,
                                      help_text="Return only lines with an id greater than this.")
 
@@ -105,7 +106,7 @@ def _training_field(name: str) -> serializers.Field:
     return serializers.FloatField(**kwargs, **bounds)
 
 
-class _RunCreateBase(serializers.Serializer):
+class _RunCreateBase(RequestSerializer):
 
     name = serializers.CharField(required=False, allow_blank=True, max_length=200)
     corpus = serializers.UUIDField(required=False, allow_null=True,
@@ -149,26 +150,43 @@ RunCreateSerializer = type(
 )
 
 
-class RunCloneSerializer(serializers.Serializer):
+class RunCloneSerializer(RequestSerializer):
     name = serializers.CharField(required=False, allow_blank=True, max_length=200)
 
 
-class FinetuneCreateSerializer(serializers.Serializer):
+def _finetune_bounds(name: str) -> dict:
+    """FinetuneConfig's own bounds of a field (trainer.finetune.config), as the schema states them."""
+    from trainer.finetune.config import BOUNDS, TECHNIQUE_LIMITS
+
+    low, high = BOUNDS[name] if name in BOUNDS else (0, TECHNIQUE_LIMITS[name])
+    return {"min_value": low, "max_value": high}
+
+
+def _finetune_int(name: str) -> serializers.IntegerField:
+    return serializers.IntegerField(required=False, **{k: int(v) for k, v in _finetune_bounds(name).items()})
+
+
+def _finetune_float(name: str) -> serializers.FloatField:
+    return serializers.FloatField(required=False, **_finetune_bounds(name))
+
+
+class FinetuneCreateSerializer(RequestSerializer):
     """POST /api/finetune/: one of your checkpoints (an encoder's) and one of your ready datasets by
     id, and the FinetuneConfig settings the form offers (each optional: the config's default)."""
 
     name = serializers.CharField(required=False, allow_blank=True, max_length=200)
     checkpoint = serializers.UUIDField(help_text="One of your checkpoints (of an encoder family: BERT, RoBERTa, ...).")
     dataset = serializers.UUIDField(help_text="One of your ready labelled datasets; its task is what is trained.")
-    max_length = serializers.IntegerField(required=False)
-    max_steps = serializers.IntegerField(required=False)
-    batch_size = serializers.IntegerField(required=False)
-    lr = serializers.FloatField(required=False)
-    warmup_ratio = serializers.FloatField(required=False)
-    eval_every = serializers.IntegerField(required=False)
-    llrd = serializers.FloatField(required=False)
+    max_length = _finetune_int("max_length")
+    max_steps = _finetune_int("max_steps")
+    batch_size = _finetune_int("batch_size")
+    lr = _finetune_float("lr")
+    warmup_ratio = _finetune_float("warmup_ratio")
+    eval_every = _finetune_int("eval_every")
+    llrd = serializers.FloatField(required=False, max_value=1.0, validators=[GreaterThan(0)],
+                                  help_text="Above 0 and at most 1 (1: off).")
     freeze_embeddings = serializers.BooleanField(required=False, default=None, allow_null=True)
-    freeze_layers = serializers.IntegerField(required=False)
-    gradual_unfreeze_every = serializers.IntegerField(required=False)
-    early_stopping_patience = serializers.IntegerField(required=False)
+    freeze_layers = _finetune_int("freeze_layers")
+    gradual_unfreeze_every = _finetune_int("gradual_unfreeze_every")
+    early_stopping_patience = _finetune_int("early_stopping_patience")
     class_weights = serializers.ChoiceField(choices=["none", "balanced"], required=False)

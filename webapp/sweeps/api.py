@@ -4,13 +4,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import Http404
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import exceptions, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from trainer.errors import ConfigError
+from webapp.api.schema import error
 from webapp.runs import launch
 from webapp.runs.models import Run
 from webapp.runs.serializers import FinetuneCreateSerializer, RunCreateSerializer
@@ -19,7 +20,7 @@ from webapp.sweeps import space as spaces
 from webapp.sweeps.models import Sweep, SweepKind
 from webapp.sweeps.serializers import SweepCreateSerializer, SweepListSerializer, SweepSerializer
 
-ERROR = OpenApiResponse(description='{"error": "<a sentence>"}')
+ERROR = error('{"error": "<a sentence>"}')
 
 
 def owned_sweep(request: Request, sweep_id) -> Sweep:
@@ -65,7 +66,10 @@ class SweepListCreateView(APIView):
     def get(self, request: Request) -> Response:
         return Response(SweepListSerializer(selectors.sweeps_for(request.user), many=True).data)
 
-    @extend_schema(request=SweepCreateSerializer, responses={201: SweepSerializer, 400: ERROR},
+    @extend_schema(request=SweepCreateSerializer, responses={
+                       201: SweepSerializer,
+                       400: error('{"error": "<a sentence>"}: a setting the space cannot vary, a bad range, a base run or '
+                                  'tokenizer that is not yours, a grid smaller than the trials, ...')},
                    summary="Start a hyperparameter sweep (its first trials are queued at once)")
     def post(self, request: Request) -> Response:
         ser = SweepCreateSerializer(data=request.data)
@@ -89,7 +93,9 @@ class SweepDetailView(APIView):
 
 
 class SweepCancelView(APIView):
-    @extend_schema(request=None, responses={200: SweepSerializer, 400: ERROR, 404: ERROR},
+    @extend_schema(request=None, responses={200: SweepSerializer,
+                                            400: error('{"error": "<a sentence>"}: the sweep has already ended.'),
+                                            404: ERROR},
                    summary="Cancel a sweep: no new trial starts, running ones stop")
     def post(self, request: Request, sweep_id) -> Response:
         sweep = services.sweep_cancel(sweep=owned_sweep(request, sweep_id))

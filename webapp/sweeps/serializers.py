@@ -5,6 +5,7 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from webapp.api.serializers import RequestSerializer
 from webapp.sweeps.models import Direction, Pruner, Sampler, Sweep, Trial
 
 
@@ -106,15 +107,7 @@ class SweepListSerializer(serializers.ModelSerializer):
         return reverse("sweeps:detail", args=[obj.id])
 
 
-class SpaceEntrySerializer(serializers.Serializer):
-    name = serializers.CharField()
-    values = serializers.ListField(required=False, help_text="A list of values (grid, or a categorical choice).")
-    low = serializers.FloatField(required=False)
-    high = serializers.FloatField(required=False)
-    log = serializers.BooleanField(required=False, default=False, help_text="Sample the range on a log scale.")
-
-
-class SweepCreateSerializer(serializers.Serializer):
+class SweepCreateSerializer(RequestSerializer):
     """POST /api/sweeps/: what every trial starts from (one of your runs, or the fields of
     POST /api/runs/ or POST /api/finetune/ as `base`), the space, the metric and the search."""
 
@@ -126,7 +119,7 @@ class SweepCreateSerializer(serializers.Serializer):
     space = serializers.JSONField(help_text=(
         'A list of settings: {"name": "lr", "low": 1e-4, "high": 1e-2, "log": true} or {"name": "batch_size", '
         '"values": [8, 16]}; or the form\'s text ("lr = 1e-4 .. 1e-2 log", one setting a line).'))
-    metric = serializers.CharField(required=False, default="loss", help_text="A validation metric of the runs.")
+    metric = serializers.CharField(required=False, default="loss", max_length=60, help_text="A validation metric of the runs.")
     direction = serializers.ChoiceField(choices=Direction.values, required=False, default=Direction.MINIMIZE)
     sampler = serializers.ChoiceField(choices=Sampler.values, required=False, default=Sampler.TPE)
     pruner = serializers.ChoiceField(choices=Pruner.values, required=False, default=Pruner.NONE)
