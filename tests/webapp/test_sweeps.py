@@ -211,3 +211,52 @@ def test_the_periodic_pass_fails_a_trial_whose_run_was_deleted_and_launches_the_
     states = dict(sweep.trials.values_list("number", "state"))
     assert states == {0: "fail", 1: "running", 2: "running"}
     assert sweep.trials.get(number=0).note == "Its run was deleted."
+
+
+def test_a_real_trial_is_pruned_by_its_own_validation_and_stops_within_a_step(alice, enqueued, monkeypatch,
+                                                                            django_capture_on_commit_callbacks):
+    """The engine, the sink, the pruner and StopCheck together: earlier trials reached a loss of 0.01
+    at step 5, so this trial's first validation (step 5) is far worse, and the run stops at once."""
+    from tests.webapp.runs_helpers import TINY_TRAINING
+    from webapp.runs import sink as sink_module
+
+    monkeypatch.setattr(sink_module, "STOP_CHECK_EVERY_S", 0.0)
+    corpus, tokenizer = make_data(alice, real=True)
+    sweep = Sweep.objects.create(owner=alice, name="prune", kind="pretrain", base={}, metric="loss",
+                                 space=[{"name": "lr", "values": [1e-3, 2e-3, 3e-3]}], sampler="grid",
+                                 pruner="median", prune_after_trials=2, n_trials=3, parallelism=1)
+    for number in (0, 1):
+        Trial.objects.create(sweep=sweep, number=number, params={"lr": 1e-3 * (number + 1)}, state="complete",
+                             value=0.01, intermediate={"5": 0.01, "10": 0.01})
+    run = make_run(alice, corpus=corpus, tokenizer=tokenizer, config={**make_run(alice).config,
+                                                                      **TINY_TRAINING, "eval_every": 5})
+    trial = Trial.objects.create(sweep=sweep, number=2, run=run, params={"lr": 3e-3})
+    with django_capture_on_commit_callbacks(execute=True):
+        run_services.run_execute(run_id=run.id)
+    run.refresh_from_db()
+    trial.refresh_from_db()
+    sweep.refresh_from_db()
+    assert trial.state == "pruned" and list(trial.intermediate) == ["5"], trial.note
+    assert run.status == RunStatus.CANCELLED and 5 <= run.current_step <= 6, (run.status, run.current_step)
+    assert sweep.status == SweepStatus.FINISHED and sweep.best_trial.number == 0
+
+
+def test_a_fine_tuning_sweep_launches_fine_tuning_trials(alice, eager, enqueued, django_capture_on_commit_callbacks):
+    from tests.webapp.test_runs_finetune import FAST, ready_demo, tiny_checkpoint
+    from webapp.runs.models import RunKind
+
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks)
+    checkpoint = tiny_checkpoint(alice)
+    with django_capture_on_commit_callbacks(execute=True):
+        base_run = run_services.finetune_create(owner=alice, checkpoint=checkpoint, dataset=dataset, training=FAST)
+    kind, base = services.base_from_run(owner=alice, run=base_run)
+    assert kind == "finetune" and base["training"]["max_steps"] == 6
+    with pytest.raises(Exception, match="not a setting"):
+        services.sweep_create(owner=alice, kind=kind, base=base, space=[{"name": "warmup_steps", "values": [1, 2]}])
+    with django_capture_on_commit_callbacks(execute=True):
+        sweep = services.sweep_create(owner=alice, kind=kind, base=base, metric="accuracy", direction="maximize",
+                                      space=[{"name": "llrd", "values": [0.8, 1.0]}], sampler="grid", n_trials=2)
+    runs = [t.run for t in sweep.trials.order_by("number")]
+    assert [r.kind for r in runs] == [RunKind.FINETUNE] * 2
+    assert sorted(r.config["llrd"] for r in runs) == [0.8, 1.0]
+    assert all(r.dataset_id == dataset.id and r.base_checkpoint_id == checkpoint.id for r in runs)
