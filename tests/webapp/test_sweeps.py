@@ -190,6 +190,9 @@ def test_the_pages_create_show_and_guard_a_sweep(alice, alice_client, bob_client
     page = alice_client.get(f"/sweeps/{sweep.id}/").content.decode()
     assert 'id="trials-table"' in page and "sweep-parcoords" in page and page.count('data-trial="') == 2
     assert "my sweep" in alice_client.get("/sweeps/").content.decode()
+    trial_run = sweep.trials.get(number=0).run
+    assert f'href="/sweeps/{sweep.id}/">trial 0 of a sweep' in alice_client.get(f"/runs/{trial_run.id}/").content.decode()
+    assert 'id="run-sweep"' not in alice_client.get(f"/runs/{base_run.id}/").content.decode()
     assert bob_client.get(f"/sweeps/{sweep.id}/").status_code == 404
     assert bob_client.post(f"/sweeps/{sweep.id}/cancel/").status_code == 404
     r = bob_client.post("/sweeps/new/", {**form, "space": "lr = 1e-3, 2e-3"})
