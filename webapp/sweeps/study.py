@@ -73,7 +73,6 @@ def ask(sweep: Sweep, trials: list[Trial]) -> tuple[dict[str, Any], dict[str, An
     study = build(sweep, trials, number=len(trials))
     trial = study.ask(fixed_distributions=spaces.distributions(sweep.space, kind=sweep.kind))
     asked = study.get_trials(deepcopy=False)[-1]
-    assert asked.number == trial.number
     return dict(trial.params), {k: v for k, v in asked.system_attrs.items() if _json_safe(v)}
 
 
