@@ -1,13 +1,18 @@
 """Training throughput: our models against transformers' on the same configuration and batches.
 
     .venv/bin/python bench/train_throughput.py --model bert-mini --steps 20
-    .venv/bin/python bench/train_throughput.py --model bert-base --device cuda --bf16
+    .venv/bin/python bench/train_throughput.py --model bert-base --device cuda --precision bf16
+    .venv/bin/python bench/train_throughput.py --model gpt-mini --compile --only ours   # eager vs torch.compile
 
 Both models start from the same weights (ours exported and loaded into transformers), see
 the same random batches (15% of positions labelled for MLM, random NSP labels), and train
-with AdamW. Steps alternate between the two models so that machine noise hits both alike.
-Prints tokens/s for each and the ratio ours/theirs; on CUDA also MFU
-(6 * parameters * tokens/s / peak FLOP/s).
+with AdamW. Steps alternate between the models so that machine noise hits all alike.
+Prints tokens/s for each and the ratio ours/theirs, and MFU beside each: the family's FLOPs per
+token (trainer/training/flops.py, the formula the trainer's dashboard uses) x tokens/s over the
+device's peak (the GPU's datasheet figure, or a measured matmul peak on the CPU).
+With --compile, a third model, ours under torch.compile (a copy with the same weights), trains
+on the same batches too, and the compiled/eager ratio is printed; the warm-up steps (at least
+one per distinct batch) include the compilation.
 
 T5 trains on span-corruption-shaped batches (inputs of --seq-len tokens, targets of
 114/512 of that, T5's own ratio at noise density 0.15 and mean span 3); its tokens/s count
@@ -27,7 +32,9 @@ mlm + 50 * rtd).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
+import logging
 import sys
 import tempfile
 import time
@@ -45,6 +52,7 @@ from models_lib.families.albert import AlbertForPreTraining  # noqa: E402
 from models_lib.families.bert import BERT_PRESETS, BertConfig, BertForPreTraining  # noqa: E402
 from models_lib.families.electra import ElectraForPreTraining  # noqa: E402
 from models_lib.families.roberta import RobertaForPreTraining  # noqa: E402
+from trainer.training import flops  # noqa: E402  (torch only: no Django needed)
 
 Batch = dict[str, torch.Tensor]
 
@@ -58,6 +66,7 @@ class Entry:
     ours_loss: Callable[[torch.nn.Module, Batch], torch.Tensor]
     theirs_loss: Callable[[torch.nn.Module, Batch], torch.Tensor]
     tokens_per_row: Callable[[int], int] = lambda T: T  # tokens one row of length T counts for tokens/s
+    objectives: tuple[str, ...] = ("mlm", "nsp")      # the heads that train (for the FLOPs formula)
 
 
 # --- BERT --------------------------------------------------------------------------------------
@@ -302,16 +311,16 @@ def _lazy_presets(module: str, table: str) -> dict:
 ARCHITECTURES: dict[str, Entry] = {
     "bert": Entry(BERT_PRESETS, bert_ours, bert_theirs, mlm_nsp_batch, bert_ours_loss, bert_theirs_loss),
     "roberta": Entry(presets.ROBERTA_PRESETS, roberta_ours, lambda m: theirs_from(m, "RobertaForMaskedLM"),
-                     mlm_batch, roberta_ours_loss, roberta_theirs_loss),
+                     mlm_batch, roberta_ours_loss, roberta_theirs_loss, objectives=("mlm",)),
     "albert": Entry(presets.ALBERT_PRESETS, albert_ours, lambda m: theirs_from(m, "AlbertForPreTraining"),
-                    mlm_nsp_batch, albert_ours_loss, albert_theirs_loss),
+                    mlm_nsp_batch, albert_ours_loss, albert_theirs_loss, objectives=("mlm", "sop")),
     "electra": Entry(presets.ELECTRA_PRESETS, electra_ours, electra_theirs, mlm_nsp_batch, electra_ours_loss,
-                     electra_theirs_loss),
+                     electra_theirs_loss, objectives=("mlm", "rtd")),
     "t5": Entry(_lazy_presets("models_lib.families.t5", "T5_PRESETS"), t5_ours,
                 lambda m: theirs_from(m, "T5ForConditionalGeneration"), t5_batch, seq2seq_ours_loss,
-                seq2seq_theirs_loss, tokens_per_row=lambda T: T + t5_target_len(T)),
+                seq2seq_theirs_loss, tokens_per_row=lambda T: T + t5_target_len(T), objectives=("span_corruption",)),
     "gpt": Entry(_lazy_presets("models_lib.families.gpt", "GPT_PRESETS"), gpt_ours, lambda m: theirs_from(m, "GPT2LMHeadModel"),
-                 clm_batch, clm_ours_loss, seq2seq_theirs_loss),
+                 clm_batch, clm_ours_loss, seq2seq_theirs_loss, objectives=("clm",)),
     "xlnet": Entry(_lazy_presets("models_lib.families.xlnet", "XLNET_PRESETS"), xlnet_ours,
                    lambda m: theirs_from(m, "XLNetLMHeadModel"), plm_batch, xlnet_ours_loss,
                    xlnet_theirs_loss),
@@ -331,15 +340,26 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=20, help="timed steps per model")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per model first")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast")
-    p.add_argument("--peak-flops", type=float, default=989e12, help="device peak FLOP/s for MFU (H100 bf16 dense)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                   help="bf16: autocast (CUDA); fp32 runs with TF32 matmuls on CUDA, as the trainer does")
+    p.add_argument("--bf16", action="store_true", help="the same as --precision bf16")
+    p.add_argument("--compile", action="store_true",
+                   help="also train a torch.compile'd copy of ours on the same batches; print compiled/eager")
+    p.add_argument("--compile-backend", default="inductor", help="torch.compile backend (default inductor)")
+    p.add_argument("--peak-flops", type=float, default=None,
+                   help="device peak FLOP/s for MFU (default: the GPU's datasheet figure, or measured on the CPU)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = leave as is)")
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--only", choices=["ours", "theirs"], help="time one implementation only")
+    p.add_argument("--only", choices=["ours", "theirs"], help="time one implementation only (with --compile, "
+                   "--only ours compares eager and compiled without transformers)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a model config field, e.g. --set version=1.1 (integers and true/false parse; the rest is text)")
-    return p.parse_args()
+    args = p.parse_args()
+    if args.bf16:
+        args.precision = "bf16"
+    args.bf16 = args.precision == "bf16"
+    return args
 
 
 def config_overrides(pairs: list[str]) -> dict:
@@ -371,7 +391,9 @@ class Runner:
 
     def __init__(self, name: str, model: torch.nn.Module, loss_fn, args: argparse.Namespace):
         self.name, self.model, self.loss_fn, self.args = name, model.to(args.device).train(), loss_fn, args
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+        # fused AdamW on CUDA, as the trainer's (trainer/training/optim.py)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01,
+                                           fused=True if args.device == "cuda" else None)
         self.params = sum(p.numel() for p in model.parameters())  # shared/tied tensors counted once
         self.seconds = 0.0
         self.losses: list[float] = []
@@ -403,19 +425,38 @@ def main() -> None:
     torch.manual_seed(args.seed)
     ours = entry.build_ours(args.model, args.vocab, **config_overrides(args.set))
     theirs = entry.build_theirs(ours) if args.only != "ours" else None  # built on the CPU, same weights
+    compiled = None
+    if args.compile:
+        logging.getLogger("torch._dynamo").setLevel(logging.ERROR)  # graph-break notes, not results
+        compiled = copy.deepcopy(ours)  # the same weights, compiled in place (its own optimizer)
+        compiled.compile(backend=args.compile_backend)
+        args.warmup = max(args.warmup, 5)  # compiling (and recompiling for each batch shape) is not timed
     runners = []
     if args.only != "theirs":
         runners.append(Runner("ours", ours, entry.ours_loss, args))
+    if compiled is not None:
+        runners.append(Runner("ours compiled", compiled, entry.ours_loss, args))
     if theirs is not None:
         runners.append(Runner("transformers", theirs, entry.theirs_loss, args))
+    flops_per_token = flops.training_flops_per_token(ours.config, flops.Workload(
+        seq_len=args.seq_len, target_len=t5_target_len(args.seq_len) if entry is ARCHITECTURES["t5"] else 0,
+        predicted=0.15 * (args.seq_len - 1) / args.seq_len, objectives=entry.objectives))
+    peak = (flops.Peak(args.peak_flops, "--peak-flops") if args.peak_flops
+            else flops.peak_for(args.device, args.precision))
 
     g = torch.Generator().manual_seed(args.seed + 1)
     batches = [{k: v.to(args.device) for k, v in entry.make_batch(args.batch_size, args.seq_len, args.vocab, g).items()}
                for _ in range(4)]
     print(f"{args.model}: {runners[0].params / 1e6:.1f}M parameters, batch {args.batch_size} x {args.seq_len}"
           f"{f' (+ {t5_target_len(args.seq_len)} target tokens)' if entry is ARCHITECTURES['t5'] else ''}, "
-          f"vocab {args.vocab}, device {args.device}{' bf16' if args.bf16 else ''}, "
+          f"vocab {args.vocab}, device {args.device}"
+          f"{' (' + torch.cuda.get_device_name() + ')' if args.device == 'cuda' else ''} {args.precision}, "
           f"threads {torch.get_num_threads()}, {args.warmup} warmup + {args.steps} timed steps each")
+    if flops_per_token:
+        print(f"MFU: {flops_per_token / 1e6:,.1f} MFLOP per token (trainer/training/flops.py) over a peak of "
+              f"{peak.flops / 1e12:,.2f} TFLOP/s ({peak.source})")
+    else:
+        print(f"MFU: trainer/training/flops.py has no FLOPs formula for {ours.config.family}")
 
     for i in range(args.warmup + args.steps):
         batch = batches[i % len(batches)]
@@ -428,13 +469,13 @@ def main() -> None:
     rates = {}
     for r in runners:
         rates[r.name] = tokens / r.seconds
-        line = (f"{r.name:>12}: {rates[r.name]:10.0f} tokens/s  ({r.seconds / args.steps * 1000:.0f} ms/step; "
-                f"loss first {r.losses[0]:.3f} last {r.losses[-1]:.3f})")
-        if args.device == "cuda":
-            line += f"  MFU {6 * r.params * rates[r.name] / args.peak_flops:.1%}"
-        print(line)
-    if len(rates) == 2:
+        mfu = flops.mfu(flops_per_token, rates[r.name], peak)
+        print(f"{r.name:>13}: {rates[r.name]:10.0f} tokens/s  MFU {'n/a' if mfu is None else f'{mfu:.1%}':>6}  ({r.seconds / args.steps * 1000:.0f} ms/step; "
+              f"loss first {r.losses[0]:.3f} last {r.losses[-1]:.3f})")
+    if "ours" in rates and "transformers" in rates:
         print(f"ratio ours/transformers: {rates['ours'] / rates['transformers']:.2f}x")
+    if "ours" in rates and "ours compiled" in rates:
+        print(f"ratio compiled/eager (ours): {rates['ours compiled'] / rates['ours']:.2f}x")
 
 
 if __name__ == "__main__":

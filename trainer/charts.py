@@ -8,7 +8,7 @@ steps, "valid" points at each validation.
 
 Tables:
   CHARTS             chart id -> ChartSpec (title, axis scale, legend style, order on the page)
-  COMMON_METRICS     the series every run has (loss, learning rate, gradient norm, throughput, memory)
+  COMMON_METRICS     the series every run has (loss, learning rate, gradient norm, throughput, MFU, memory)
   LM_METRICS         the series of the language-model objectives (T5's, GPT's)
   COMMON_STATS, LM_STATS  the numbers above the charts, the same way
 Each objective lists the series and numbers it adds (`Objective.charts`, `Objective.stats`, and
@@ -140,6 +140,8 @@ CHARTS: dict[str, ChartSpec] = {c.id: c for c in (
     ChartSpec("lr", "Learning rate", order=150, scale="scientific", legend="metric"),
     ChartSpec("grad_norm", "Gradient norm", order=160, legend="metric"),
     ChartSpec("tokens_per_s", "Tokens per second", unit="tokens/s", order=170, legend="metric"),
+    ChartSpec("mfu", "Model FLOPs utilisation (share of the device's peak)", order=175, scale="percent",
+              legend="metric"),
     ChartSpec("memory_mb", "Memory (MB)", unit="MB", order=180, legend="metric"),
 )}
 
@@ -149,6 +151,7 @@ COMMON_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("lr", "learning rate", chart="lr", splits=TRAIN),
     MetricSpec("grad_norm", "gradient norm", chart="grad_norm", splits=TRAIN),
     MetricSpec("tokens_per_s", "tokens / s", unit="tokens/s", chart="tokens_per_s", splits=TRAIN),
+    MetricSpec("mfu", "MFU", chart="mfu", splits=TRAIN),  # trainer.training.flops
     MetricSpec("memory_mb", "MB", unit="MB", chart="memory_mb", splits=TRAIN),
 )
 
@@ -167,6 +170,7 @@ COMMON_STATS: tuple[StatSpec, ...] = (
     StatSpec("valid_loss", "validation loss", metric="loss", splits=VALID, order=20),
     StatSpec("perplexity", "validation perplexity", metric="perplexity", digits=1, order=30),
     StatSpec("tokens_per_s", "tokens / s", metric="tokens_per_s", splits=TRAIN, format="integer", order=90),
+    StatSpec("mfu", "MFU", metric="mfu", splits=TRAIN, format="percent", digits=1, order=95),
 )
 
 LM_STATS: tuple[StatSpec, ...] = (

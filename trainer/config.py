@@ -140,6 +140,8 @@ class RuntimeArgs:
     num_threads: int
     devices: int | str
     strategy: str
+    compile: bool
+    activation_checkpointing: bool
 
 
 # group name (the RunConfig property) -> its class, in the order YAML exports them
@@ -285,6 +287,10 @@ class RunConfig(FlatRecord):
     """Processes that train the run together, one per GPU (torchrun): a number, or "all" (every GPU of the machine; one process on a CPU-only machine). On the CPU, 2 or more run that many processes over gloo. The effective batch is batch_size x grad_accum x devices."""
     strategy: str = "auto"
     """How several devices share the work: "ddp" (each holds the whole model and averages gradients), "fsdp" (FSDP2: weights, gradients and optimizer state sharded across them, for models that do not fit on one), or "auto" (FSDP2 when the weights and optimizer state would not fit in one device's free memory, else DDP)."""
+    compile: bool = False
+    """Compile the model with torch.compile before training: faster steps, after a first step that spends a minute or more compiling. Needs a C++ compiler on the CPU (Triton on a GPU); a run that cannot compile stops with the reason."""
+    activation_checkpointing: bool = False
+    """Recompute each transformer block's activations in the backward pass instead of keeping them: about a third more compute for far less memory, so a larger preset, batch or seq_len fits (the encoder families, T5 and GPT; not ELMo)."""
 
     def __post_init__(self) -> None:
         self._coerce_types()

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from models_lib.core.layers import FeedForward, KVCache, SelfAttention, build_attention_mask
+from models_lib.core.recompute import RecomputedStack
 
 if TYPE_CHECKING:
     from models_lib.core.config import EncoderConfig
@@ -109,8 +110,9 @@ class Block(nn.Module):
         return self.ffn_norm(x + self.dropout(self.ffn(x)))  # (B, T, H)
 
 
-class Encoder(nn.Module):
-    """The stack of blocks; with pre-LN, a final LayerNorm (the residual stream is un-normalised)."""
+class Encoder(RecomputedStack):
+    """The stack of blocks; with pre-LN, a final LayerNorm (the residual stream is un-normalised).
+    Its blocks may recompute their activations in the backward pass (models_lib.core.recompute)."""
 
     def __init__(self, config: EncoderConfig):
         super().__init__()
@@ -140,7 +142,10 @@ class Encoder(nn.Module):
         `caches` (one KVCache per applied layer) serve decoder-only models (GPT)."""
         states = [x]
         for n, i in enumerate(self.order):
-            x = self.layers[i](x, mask, causal=causal, cache=caches[n] if caches is not None else None)  # (B, T, H)
+            if caches is None:
+                x = self.run_block(self.layers[i], x, mask, causal=causal)  # (B, T, H)
+            else:
+                x = self.layers[i](x, mask, causal=causal, cache=caches[n])
             states.append(x)
         if self.final_norm is not None:
             x = states[-1] = self.final_norm(x)

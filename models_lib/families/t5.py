@@ -35,6 +35,7 @@ from torch import nn
 from models_lib.core.config import PresetConfig, positive_int
 from models_lib.core.generation import generate as _generate
 from models_lib.core.layers import ACTIVATIONS, Attention, FeedForward, KVCache, RMSNorm, build_attention_mask, new_caches
+from models_lib.core.recompute import RecomputedStack
 
 __all__ = ["T5_PRESETS", "T5Config", "T5ForConditionalGeneration", "T5GenerationState", "Seq2SeqLMOutput",
            "relative_position_bucket", "shift_right"]
@@ -275,9 +276,10 @@ class T5Block(nn.Module):
         return x + self.dropout(self.ffn(self.ffn_norm(x)))  # (B, T, H)
 
 
-class T5Stack(nn.Module):
+class T5Stack(RecomputedStack):
     """The encoder (bidirectional) or the decoder (causal, with cross-attention): embeddings in,
-    final normalised states out. One relative-position table for the whole stack."""
+    final normalised states out. One relative-position table for the whole stack. Its blocks may
+    recompute their activations in the backward pass (models_lib.core.recompute)."""
 
     def __init__(self, config: T5Config, *, decoder: bool):
         super().__init__()
@@ -310,9 +312,13 @@ class T5Stack(nn.Module):
         bias = self.position_bias(T, past + T, past)  # once for every layer of the stack
         x = self.dropout(x)
         for i, layer in enumerate(self.layers):
-            x = layer(x, mask, bias, causal=self.is_decoder, context=context, context_mask=context_mask,
-                      cache=caches[i] if caches is not None else None,
-                      cross_cache=cross_caches[i] if cross_caches is not None else None)
+            if caches is None and cross_caches is None:
+                x = self.run_block(layer, x, mask, bias, causal=self.is_decoder, context=context,
+                                   context_mask=context_mask)
+            else:
+                x = layer(x, mask, bias, causal=self.is_decoder, context=context, context_mask=context_mask,
+                          cache=caches[i] if caches is not None else None,
+                          cross_cache=cross_caches[i] if cross_caches is not None else None)
         return self.dropout(self.final_norm(x))
 
 

@@ -24,7 +24,7 @@ def test_bert_is_in_the_table_with_models_lib_presets():
 
 
 @pytest.mark.parametrize("changes, message", [
-    ({"family": "xlnet"}, "Unknown family 'xlnet'; choose one of 'bert', 'roberta'"),
+    ({"family": "bart"}, "Unknown family 'bart'; choose one of 'bert', 'roberta'"),
     ({"preset": "bert-huge"}, "Unknown BERT preset 'bert-huge'; choose one of bert-tiny"),
     ({"objectives": ["nsp"]}, "BERT needs the Masked language modelling (MLM) objective"),
     ({"objectives": ["mlm", "sop"]}, "BERT cannot be trained with Sentence order prediction (SOP)."),

@@ -452,7 +452,7 @@ def test_dashboard_shows_state_checkpoints_and_serves_plotly_locally(alice, alic
     assert "Validation at step 10" in html and "js/run_dashboard.js" in html
     assert reverse("runs:plotly-js") in html
     assert not re.search(r'<script[^>]*\bsrc="(?:https?:)?//', html)  # no script from another host (a CDN)
-    for chart in ("loss", "mlm_acc", "nsp_acc", "lr", "grad_norm", "tokens_per_s", "memory_mb"):
+    for chart in ("loss", "mlm_acc", "nsp_acc", "lr", "grad_norm", "tokens_per_s", "mfu", "memory_mb"):
         assert f'id="chart-{chart}"' in html
     js = alice_client.get(reverse("runs:plotly-js"))
     assert js.status_code == 200 and js["Content-Type"].startswith("text/javascript")

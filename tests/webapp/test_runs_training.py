@@ -59,7 +59,7 @@ def test_a_real_run_fills_the_database_and_streams_to_the_websocket(alice, alice
     valid = list(MetricPoint.objects.filter(run=run, split="valid").values_list("step", flat=True))
     assert valid == [10, 20]
     first = MetricPoint.objects.get(run=run, split="train", step=1).values
-    for key in ("loss", "mlm_loss", "nsp_loss", "mlm_acc", "nsp_acc", "lr", "grad_norm", "tokens_per_s",
+    for key in ("loss", "mlm_loss", "nsp_loss", "mlm_acc", "nsp_acc", "lr", "grad_norm", "tokens_per_s", "mfu",
                 "memory_mb", "progress", "eta_s"):
         assert key in first, key
     assert "perplexity" in MetricPoint.objects.get(run=run, split="valid", step=20).values

@@ -138,6 +138,9 @@ def _check_family_fields(family: Family, config: "RunConfig") -> None:
         for name in with_objectives(other).config_fields:
             if name not in family.config_fields and getattr(config, name) != defaults[name]:
                 raise ConfigError(f"{name} applies to {other.label} only; leave it out for {family.label}.")
+    if getattr(config, "activation_checkpointing", False) and not family.recomputes_blocks:
+        raise ConfigError(f"activation_checkpointing recomputes transformer blocks (the encoder families, T5 and "
+                          f"GPT), and {family.label}'s model does not offer it; turn it off for {family.label}.")
     family.check_run(config)
 
 

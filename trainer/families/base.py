@@ -107,6 +107,7 @@ class Family:
     config_fields: tuple[str, ...] = ()       # RunConfig fields only this family uses
     hidden_fields: tuple[str, ...] = ()       # RunConfig fields that do nothing for it (the form hides them)
     teacher_families: tuple[str, ...] = ()    # families whose checkpoints it distils (DistilBERT: BERT)
+    recomputes_blocks: bool = True            # its model's stacks take activation_checkpointing (models_lib.core.recompute)
 
     # ---- Hugging Face formats
     hf_model_types: tuple[str, ...] = ()      # config.json model_types that import as this family

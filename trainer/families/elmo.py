@@ -47,6 +47,7 @@ FAMILY = ElmoFamily(
     optimizer_defaults={"optimizer": "adamw", "lr": 1e-3, "betas": [0.9, 0.999], "eps": 1e-8,
                         "weight_decay": 0.0, "schedule": "constant"},
     default_preset="elmo-tiny",
+    recomputes_blocks=False,  # LSTMs: no transformer blocks to recompute
     hidden_fields=("masking", "mask_prob", "masking_unit", "packing"),
     model_fields=(
         ModelField("char_cnn", "Character CNN",

@@ -19,6 +19,7 @@ class TransfoXLFamily(GPTFamily):
 
 FAMILY = TransfoXLFamily(
     name="transfo_xl",
+    recomputes_blocks=False,  # its relative-attention stack has no activation checkpointing yet
     label="Transformer-XL",
     about="Causal LM over consecutive segments: each layer also attends to the previous segment's hidden states "
           "(memory, no gradient), with relative positional encodings.",

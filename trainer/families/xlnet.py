@@ -40,6 +40,7 @@ class XLNetFamily(Family):
 
 FAMILY = XLNetFamily(
     name="xlnet",
+    recomputes_blocks=False,  # its relative-attention stack has no activation checkpointing yet
     label="XLNet",
     about="Permutation LM: predicts about 1/K of the tokens in a random factorisation order through a query "
           "stream that knows the position but not the content; Transformer-XL memory and relative positions.",

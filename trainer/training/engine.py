@@ -29,7 +29,7 @@ from torch import nn
 
 from trainer.training import checkpoints, distributed
 from trainer import objectives
-from trainer.training import steps
+from trainer.training import flops, speedups, steps
 from trainer.catalog import validation
 from trainer.objectives.base import Batch, Step, StepOutput
 from trainer.objectives.examples import SpecialIds
@@ -83,6 +83,8 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
         resume_from = find_resume_point(out_dir, resume, reporter)
         model, forward = steps.build(config, vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
                                         device=device, data_dir=data_dir, tokenizer=tokenizer)
+        # activation checkpointing, torch.compile: in place, on the model itself (before any wrapper)
+        speedups.apply(model, config.runtime, reporter)
         ctx = ctx.with_strategy(distributed.choose_strategy(ctx, config.strategy, model, config.optimizer, device))
         model = distributed.wrap(ctx, model, forward, device=device, precision=precision)
         optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)
@@ -240,6 +242,13 @@ class Loop:
         self.lr = 0.0
         self.autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if precision == "bf16"
                          else contextlib.nullcontext())
+        # MFU: the run's FLOPs per counted token (trainer.training.flops) over the device's peak
+        model_config = getattr(distributed.unwrap(model), "config", None)
+        self.flops_per_token = (flops.training_flops_per_token(model_config, flops.run_workload(config, model, forward,
+                                                                                                stream))
+                                if model_config is not None else None)
+        self.peak = flops.peak_for(device, precision) if self.flops_per_token else None
+        self.interval = _Interval()  # after the peak's measurement
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
 
@@ -262,8 +271,11 @@ class Loop:
         except torch.cuda.OutOfMemoryError:
             raise ConfigError(
                 f"The GPU ran out of memory at step {self.state.step + 1}. Lower batch_size or seq_len "
-                f"(raise grad_accum to keep the effective batch), or pick a smaller preset."
+                f"(raise grad_accum to keep the effective batch), turn on activation_checkpointing, or pick a "
+                f"smaller preset."
             ) from None
+        except speedups.compile_errors() as e:
+            raise speedups.compile_failed(e) from None
         finally:
             if self.prefetch is not None:
                 self.prefetch.close()
@@ -326,6 +338,10 @@ class Loop:
                       tokens_per_s=summed["tokens"] / max(1e-9, now - iv.started),
                       memory_mb=memory_mb(self.device), progress=step / self.config.max_steps,
                       eta_s=per_step * (self.config.max_steps - step))
+        # tokens/s is every process's; MFU is per device (each process has one, of the same kind)
+        mfu = flops.mfu(self.flops_per_token, values["tokens_per_s"] / self.dist.world_size, self.peak)
+        if mfu is not None:
+            values["mfu"] = mfu
         self.state.train_metrics = values
         self.sink.metrics(step, "train", values)
         self.interval = _Interval()
@@ -456,6 +472,9 @@ class Loop:
             f"tokens{targets}; {self.stream.epoch_size:,} training sequences per epoch, "
             f"{len(self.valid)} validation batches."
         )
+        if self.peak is not None and self.flops_per_token:
+            self.sink.log(f"MFU counts {self.flops_per_token / 1e6:,.1f} MFLOP per token (forward and backward) "
+                          f"against a peak of {self.peak.flops / 1e12:,.2f} TFLOP/s ({self.peak.source}).")
 
 
     def where(self) -> str:

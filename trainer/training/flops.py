@@ -1,0 +1,258 @@
+"""Model FLOPs utilisation (MFU): the FLOPs a training step needs, per token, over the device's peak.
+
+    mfu = flops_per_token x tokens_per_s / peak FLOP/s          (0..1; PaLM, Chowdhery et al. 2022, app. B)
+
+FLOPs per token, by family (what `training_flops_per_token` computes). Only matrix products are
+counted (norms, activations, softmax and the loss are a few percent at most). A weight matrix of
+n_in x n_out costs 2 n_in n_out FLOPs per token forward, and twice that backward (the gradient of
+the input and of the weight): 6 x the weights a token passes through, the "6N" of Kaplan et al.
+Attention adds, per token and layer, the scores QK^T and their weighted sum of the values, 2 x 2
+T d forward (T keys, d = heads x head size), 12 T d in all: PaLM's 12 L d T. Causal stacks count
+the whole square, as PaLM does. Embedding lookups are not products and are left out; an output
+layer over the vocabulary is counted, tied to the embeddings or not.
+
+  encoder families (BERT, RoBERTa, ALBERT, SpanBERT, UniLM, DistilBERT), per input token:
+      6 [E H + L (4 H^2 + 2 H F)] + 12 L H T                      E -> H projection when E is set;
+    + 6 p (H E' + E' V)              the MLM head, at the share p = mask_prob of predicted tokens
+    + 6 p (3 H^2 + H E' + E' V)      SpanBERT's SBO head, at the same tokens
+    + 6 (H^2 + 2 H) / T              BERT's NSP / ALBERT's SOP: pooler and classifier, once a row
+      (E' = E or H; ALBERT counts every application of its shared block: L is the depth)
+    DistilBERT adds its frozen teacher's forward pass: 1/3 of the same sum for the teacher.
+    Fine-tuning: the backbone's terms alone (a task head is one small matrix).
+  ELECTRA: the generator (its own narrower config) with its MLM head as above, plus the
+      discriminator's backbone and its RTD head on every token, 6 (H^2 + H).
+  GPT: 6 [L (4 H^2 + 2 H F) + H V] + 12 L H T                     (the output layer on every token)
+  T5 (inner = heads x d_kv; FFN 2 d F, gated (v1.1) 3 d F; S input and Lt target tokens a row):
+      encoder token   Le [2 (4 d inner + FFN) + 4 S inner]                          (forward)
+      decoder token   Ld [2 (6 d inner + FFN) + 4 Lt inner + 4 S inner] + 2 d V     (self, cross, output)
+      cross keys/vals Ld 2 (2 d inner) for every encoder token
+      x 3 for training, divided by S + Lt: tokens/s counts the encoder's and the decoder's tokens.
+  ELMo (P projection, H cells, L layers): per token, both directions' LSTMs,
+      6 x 2 L [4 H P + 4 H P' + H P] (P' = P when projected, else H, and no H P), plus the shared
+      softmax in both directions, 6 x 2 (T-1)/T P V. The character CNN runs once per distinct
+      token of a batch, a number no formula knows, so it is left out: with char_cnn, MFU is low.
+
+T is seq_len (padding included: a padded batch is credited less than it computes).
+
+Peaks: `GPU_PEAKS`, the datasheet dense (no sparsity) tensor-core figure of the GPU, matched on
+torch.cuda.get_device_name(): bf16 for bf16 runs, TF32 for fp32 runs (TF32 is on for them;
+GPUs without TF32 or bf16 tensor cores list their plain fp32 peak). Any other device, the CPU
+included, gets a measured peak: the best FLOP/s of a few large matrix products in the run's
+dtype, measured once per process (`measured_peak`).
+"""
+from __future__ import annotations
+
+import functools
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+PAIR_OBJECTIVES = ("nsp", "sop")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What a training row computes besides the model's shape."""
+
+    seq_len: int                       # input tokens a row (T5: the encoder's)
+    target_len: int = 0                # T5: decoder tokens a row
+    predicted: float = 1.0             # share of the positions an MLM head predicts (mask_prob)
+    objectives: tuple[str, ...] = ()   # which pre-training heads run ("nsp", "sop", "sbo", ...)
+    pretraining: bool = True           # False: fine-tuning, the backbone alone
+    teacher: Any = None                # DistilBERT: the teacher's models_lib config (forward only)
+
+
+def _mm(n_in: int, n_out: int) -> float:
+    """Forward FLOPs of one token through an n_in x n_out weight matrix."""
+    return 2.0 * n_in * n_out
+
+
+# ------------------------------------------------------------------------------ the families
+def _stack_forward(c: Any, T: int) -> float:
+    """An encoder stack (models_lib.core.encoder.Encoder: the encoder families and GPT), forward,
+    per token: the E -> H projection, L blocks (fused QKV, output, FFN) and attention."""
+    H, F, L = c.hidden_size, c.intermediate_size, c.num_layers
+    E = getattr(c, "embedding_size", None)
+    block = _mm(H, 3 * H) + _mm(H, H) + _mm(H, F) + _mm(F, H) + 4.0 * T * H
+    return (_mm(E, H) if E else 0.0) + L * block
+
+
+def _encoder_forward(c: Any, w: Workload) -> float:
+    """An encoder family's model with its pre-training heads, forward, per input token."""
+    flops = _stack_forward(c, w.seq_len)
+    if not w.pretraining:
+        return flops
+    H, V = c.hidden_size, c.vocab_size
+    E = c.embedding_size or H
+    flops += w.predicted * (_mm(H, E) + _mm(E, V))  # MLM head at the predicted positions
+    if "sbo" in w.objectives:
+        flops += w.predicted * (_mm(3 * H, H) + _mm(H, E) + _mm(E, V))
+    if c.use_pooler and any(o in w.objectives for o in PAIR_OBJECTIVES):
+        flops += (_mm(H, H) + _mm(H, 2)) / w.seq_len  # once a row
+    return flops
+
+
+def encoder_flops(c: Any, w: Workload) -> float:
+    flops = 3.0 * _encoder_forward(c, w)
+    if w.teacher is not None:  # DistilBERT's teacher: forward only, no pair head
+        flops += _encoder_forward(w.teacher, Workload(w.seq_len, predicted=w.predicted))
+    return flops
+
+
+def electra_flops(c: Any, w: Workload) -> float:
+    H = c.hidden_size
+    generator = _encoder_forward(c.generator_config(), w)
+    discriminator = _stack_forward(c, w.seq_len) + _mm(H, H) + _mm(H, 1)
+    return 3.0 * (generator + discriminator)
+
+
+def gpt_flops(c: Any, w: Workload) -> float:
+    return 3.0 * (_stack_forward(c, w.seq_len) + _mm(c.hidden_size, c.vocab_size))
+
+
+def t5_flops(c: Any, w: Workload) -> float:
+    d, inner, F = c.d_model, c.num_heads * c.d_kv, c.d_ff
+    S, Lt = w.seq_len, max(1, w.target_len)
+    ffn = (3 if c.is_gated else 2) * _mm(d, F)
+    encoder_token = c.num_layers * (_mm(d, 3 * inner) + _mm(inner, d) + ffn + 4.0 * S * inner)
+    decoder_token = c.num_decoder_layers * (
+        _mm(d, 3 * inner) + _mm(inner, d)            # self-attention projections
+        + _mm(d, inner) + _mm(inner, d)              # cross-attention query and output
+        + ffn + 4.0 * Lt * inner + 4.0 * S * inner) + _mm(d, c.vocab_size)
+    cross_keys_values = c.num_decoder_layers * _mm(d, 2 * inner)  # per encoder token
+    row = S * (encoder_token + cross_keys_values) + Lt * decoder_token
+    return 3.0 * row / (S + Lt)
+
+
+def elmo_flops(c: Any, w: Workload) -> float:
+    P, H, V, T = c.embedding_dim, c.hidden_size, c.vocab_size, w.seq_len
+    projected = P < H
+    lstm = _mm(P, 4 * H) + _mm(P if projected else H, 4 * H) + (_mm(H, P) if projected else 0.0)
+    softmax = 2 * (T - 1) / T * _mm(P, V)
+    return 3.0 * (2 * c.num_layers * lstm + softmax)
+
+
+# models_lib family -> its formula (models_lib config, Workload) -> training FLOPs per counted token
+FORMULAS: dict[str, Callable[[Any, Workload], float]] = {
+    **{f: encoder_flops for f in ("bert", "roberta", "albert", "spanbert", "distilbert", "unilm")},
+    "electra": electra_flops,
+    "gpt": gpt_flops,
+    "t5": t5_flops,
+    "elmo": elmo_flops,
+}
+
+
+def training_flops_per_token(model_config: Any, workload: Workload) -> float | None:
+    """FLOPs of a training step (forward and backward) per token that tokens/s counts; None for
+    a family without a formula."""
+    formula = FORMULAS.get(getattr(model_config, "family", ""))
+    return formula(model_config, workload) if formula is not None else None
+
+
+def run_workload(config: Any, model: Any, step: Any = None, stream: Any = None) -> Workload:
+    """The Workload of a run: a pre-training RunConfig (seq_len, mask_prob, objectives; the
+    teacher and T5's target length from its step and data stream) or a fine-tuning config
+    (max_length, the backbone alone)."""
+    from trainer.config import RunConfig
+
+    if not isinstance(config, RunConfig):  # fine-tuning (trainer.finetune.config.FinetuneConfig)
+        return Workload(seq_len=config.seq_len, pretraining=False)
+    teacher = getattr(step, "teacher", None)
+    collator = getattr(stream, "collator", None)
+    return Workload(seq_len=config.seq_len, target_len=int(getattr(collator, "target_len", 0) or 0),
+                    predicted=config.mask_prob, objectives=tuple(config.objectives),
+                    teacher=getattr(teacher, "config", None))
+
+
+# ------------------------------------------------------------------------------ peaks
+@dataclass(frozen=True)
+class GpuPeak:
+    pattern: str          # a regular expression on torch.cuda.get_device_name()
+    label: str
+    bf16: float | None    # dense bf16 tensor-core FLOP/s (None: no bf16 tensor cores)
+    fp32: float           # dense TF32 tensor-core FLOP/s, or plain fp32 where the GPU has no TF32
+
+
+TERA = 1e12
+# NVIDIA datasheets, dense figures (the sparsity figures halved). First match wins.
+GPU_PEAKS: tuple[GpuPeak, ...] = (
+    GpuPeak(r"H100.*PCI", "NVIDIA H100 PCIe", 756 * TERA, 378 * TERA),
+    GpuPeak(r"H100(?!.*NVL)", "NVIDIA H100 SXM", 989.4 * TERA, 494.7 * TERA),
+    GpuPeak(r"H200(?!.*NVL)", "NVIDIA H200 SXM", 989.4 * TERA, 494.7 * TERA),
+    GpuPeak(r"A100", "NVIDIA A100", 312 * TERA, 156 * TERA),
+    GpuPeak(r"\bL4\b", "NVIDIA L4", 121 * TERA, 60 * TERA),
+    GpuPeak(r"\bA10\b", "NVIDIA A10", 125 * TERA, 62.5 * TERA),
+    GpuPeak(r"RTX 4090(?!.*Laptop)", "NVIDIA GeForce RTX 4090", 165.2 * TERA, 82.6 * TERA),  # bf16 with fp32 accumulate
+    GpuPeak(r"V100S", "NVIDIA V100S PCIe", None, 16.4 * TERA),
+    GpuPeak(r"V100.*SXM", "NVIDIA V100 SXM2", None, 15.7 * TERA),
+    GpuPeak(r"V100", "NVIDIA V100 PCIe", None, 14 * TERA),
+    GpuPeak(r"\bT4\b", "NVIDIA T4", None, 8.1 * TERA),
+)
+
+
+@dataclass(frozen=True)
+class Peak:
+    flops: float   # FLOP/s
+    source: str    # where the figure comes from, for the log
+
+
+def gpu_peak(name: str, precision: str) -> Peak | None:
+    """The datasheet peak of a GPU named `name` for a precision ("bf16" or "fp32"), or None."""
+    for row in GPU_PEAKS:
+        if re.search(row.pattern, name, flags=re.IGNORECASE):
+            if precision == "bf16" and row.bf16 is not None:
+                return Peak(row.bf16, f"{row.label} datasheet, bf16 dense")
+            if precision == "bf16":
+                return Peak(row.fp32, f"{row.label} datasheet, fp32 (it has no bf16 tensor cores)")
+            tf32 = "TF32" if row.bf16 is not None else "fp32"
+            return Peak(row.fp32, f"{row.label} datasheet, {tf32} dense")
+    return None
+
+
+def peak_for(device: str, precision: str) -> Peak:
+    """The peak FLOP/s MFU divides by on this device: a known GPU's datasheet figure, else measured."""
+    if device == "cuda":
+        name = torch.cuda.get_device_name()
+        known = gpu_peak(name, precision)
+        if known is not None:
+            return known
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+        return Peak(measured_peak("cuda", dtype), f"measured {precision} matmul on {name}")
+    threads = torch.get_num_threads()
+    return Peak(measured_peak(device, torch.float32),
+                f"measured fp32 matmul on the CPU, {threads} thread{'s' if threads != 1 else ''}")
+
+
+@functools.lru_cache(maxsize=None)
+def _measured(device: str, dtype: torch.dtype, threads: int, size: int, seconds: float) -> float:
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    torch.mm(a, b)  # warm-up (kernel choice, allocation)
+    sync()
+    best, spent = 0.0, 0.0
+    while spent < seconds:
+        start = time.perf_counter()
+        torch.mm(a, b)
+        sync()
+        took = time.perf_counter() - start
+        spent += took
+        best = max(best, 2.0 * size ** 3 / took)
+    return best
+
+
+def measured_peak(device: str, dtype: torch.dtype = torch.float32, *, seconds: float = 0.3) -> float:
+    """The best FLOP/s of square matrix products (1024 on a CPU, 8192 on a GPU) over about
+    `seconds`; measured once per process, device, dtype and CPU thread count."""
+    size = 8192 if device == "cuda" else 1024
+    return _measured(device, dtype, torch.get_num_threads(), size, seconds)
+
+
+def mfu(flops_per_token: float | None, tokens_per_s: float, peak: Peak | None) -> float | None:
+    """Model FLOPs utilisation, 0..1 (None without a formula or a peak)."""
+    if not flops_per_token or peak is None or peak.flops <= 0:
+        return None
+    return flops_per_token * tokens_per_s / peak.flops
