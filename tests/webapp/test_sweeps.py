@@ -263,3 +263,24 @@ def test_a_fine_tuning_sweep_launches_fine_tuning_trials(alice, eager, enqueued,
     assert [r.kind for r in runs] == [RunKind.FINETUNE] * 2
     assert sorted(r.config["llrd"] for r in runs) == [0.8, 1.0]
     assert all(r.dataset_id == dataset.id and r.base_checkpoint_id == checkpoint.id for r in runs)
+
+
+def test_a_crashed_trial_fails_and_runs_again_when_its_run_is_resumed(alice, enqueued,
+                                                                      django_capture_on_commit_callbacks):
+    corpus, tokenizer = make_data(alice, real=True)
+    sweep = _sweep(alice, make_run(alice, corpus=corpus, tokenizer=tokenizer), django_capture_on_commit_callbacks,
+                   n_trials=2)
+    first = sweep.trials.get(number=0)
+    Run.objects.filter(pk=first.run_id).update(error="The worker stopped sending heartbeats.")
+    with django_capture_on_commit_callbacks(execute=True):
+        _end(first.run, RunStatus.CRASHED)
+    first.refresh_from_db()
+    assert first.state == "fail" and "crashed: The worker stopped" in first.note
+    Run.objects.filter(pk=first.run_id).update(status=RunStatus.QUEUED)  # what run_resume does
+    services.sweep_advance(sweep_id=sweep.pk)
+    first.refresh_from_db()
+    assert first.state == "running" and first.note == ""
+    with django_capture_on_commit_callbacks(execute=True):
+        _end(first.run, RunStatus.SUCCEEDED, 1.0)
+    first.refresh_from_db()
+    assert first.state == "complete" and first.value == 1.0

@@ -224,10 +224,16 @@ def final_value(run: Run, metric: str) -> tuple[float | None, str]:
 
 
 def _sync(sweep: Sweep, trial: Trial) -> None:
-    """Record how a running (or pruned) trial's run ended."""
+    """Record how a running (or pruned) trial's run ended; a failed trial whose run was resumed
+    (a crashed run, from its page) runs again while the sweep does."""
+    run = trial.run
+    if (trial.state == TrialState.FAIL and run is not None and not run.is_finished
+            and sweep.status == SweepStatus.RUNNING):
+        trial.state, trial.note = TrialState.RUNNING, ""
+        trial.save(update_fields=["state", "note"])
+        return
     if trial.state in (TrialState.COMPLETE, TrialState.FAIL):
         return
-    run = trial.run
     if run is None:
         trial.state, trial.note = TrialState.FAIL, "Its run was deleted."
     elif not run.is_finished:
