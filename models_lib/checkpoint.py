@@ -7,7 +7,9 @@ family registry below maps it back to the config and model classes, so other fam
 
 A fine-tuned model (models_lib.families.downstream) adds "task": its TaskConfig (task,
 num_labels, labels, problem_type, classifier_dropout, threshold), and "config" is its encoder's.
-Its classes are registered with every encoder family; files without "task" load as before.
+Its classes are registered with every encoder family (and GPT-1's classifier with GPT,
+models_lib.families.gpt_tasks; ELMo's feature-based task model with ELMo,
+models_lib.families.elmo_tasks); files without "task" load as before.
 """
 from __future__ import annotations
 
@@ -26,8 +28,10 @@ from models_lib.families.distilbert import DistilBertForPreTraining
 from models_lib.families.downstream import DOWNSTREAM_CLASSES, EncoderForDownstream, TaskConfig
 from models_lib.families.electra import ElectraDiscriminator, ElectraForPreTraining, ElectraGenerator
 from models_lib.families.elmo import ElmoConfig, ElmoLanguageModel
+from models_lib.families.elmo_tasks import ElmoForTask
 from models_lib.core.encoder import TransformerEncoder
 from models_lib.families.gpt import GPTConfig, GPTLMHeadModel
+from models_lib.families.gpt_tasks import GPTForSequenceClassification
 from models_lib.families.roberta import RobertaForPreTraining
 from models_lib.families.spanbert import SpanBertForPreTraining
 from models_lib.families.t5 import T5Config, T5ForConditionalGeneration
@@ -61,11 +65,13 @@ register_family("electra", ElectraConfig, ElectraForPreTraining, ElectraDiscrimi
 register_family("distilbert", EncoderConfig, DistilBertForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
 register_family("spanbert", SpanBertConfig, SpanBertForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
 register_family("unilm", EncoderConfig, UniLMForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
-register_family("elmo", ElmoConfig, ElmoLanguageModel)
+register_family("elmo", ElmoConfig, ElmoLanguageModel, ElmoForTask)
 register_family("t5", T5Config, T5ForConditionalGeneration)
-register_family("gpt", GPTConfig, GPTLMHeadModel)
+register_family("gpt", GPTConfig, GPTLMHeadModel, GPTForSequenceClassification)
 register_family("xlnet", XLNetConfig, XLNetLMHeadModel)
 register_family("transfo_xl", TransfoXLConfig, TransfoXLLMHeadModel)
+# Model classes built from (config, TaskConfig): their model_config.json records the task.
+TASK_CLASSES = (EncoderForDownstream, GPTForSequenceClassification, ElmoForTask)
 
 
 def model_class(model: nn.Module) -> type:
@@ -97,7 +103,7 @@ def save_model(model: nn.Module, folder: str | Path, *, state_dict: dict[str, to
     folder.mkdir(parents=True, exist_ok=True)
     family = _family_of(model)
     meta = {"family": family.name, "class": model_class(model).__name__, "config": model.config.to_dict()}
-    if isinstance(model, EncoderForDownstream):
+    if isinstance(model, TASK_CLASSES):
         meta["task"] = model.task_config.to_dict()
     if state_dict is None:
         # save_model (not save_file) de-duplicates parameters that several modules share (ALBERT).
@@ -157,7 +163,7 @@ def load_model(folder: str | Path, map_location: str | torch.device = "cpu") -> 
                          f"does not have ({', '.join(classes)}).")
     # Checkpoints written before there were families have no "family" in their config: BERT.
     config = family.config_cls.from_dict({"family": family.name, **meta["config"]})
-    if issubclass(classes[name], EncoderForDownstream):
+    if issubclass(classes[name], TASK_CLASSES):
         if not isinstance(meta.get("task"), dict):
             raise ValueError(f"{folder / CONFIG_NAME} names the fine-tuned class {name} but records no task.")
         model = classes[name](config, TaskConfig.from_dict(meta["task"]))

@@ -280,6 +280,19 @@ class GPTLMHeadModel(nn.Module):
             loss = total / targets.ne(IGNORE_INDEX).sum().clamp(min=1)
         return CausalLMOutput(loss, logits, states if output_hidden_states else None)
 
+    def layer_groups(self) -> list[list[nn.Parameter]]:
+        """The parameters from the bottom up, each once: [embeddings, layer 0, ..., layer L-1, head]
+        (fine-tuning's layer-wise lr decay, freezing and gradual unfreezing). The head holds the
+        final LayerNorm (GPT-2) and an untied output layer; a tied one is the embedding table,
+        which stays in the embeddings group."""
+        groups: list[list[nn.Parameter]] = []
+        seen: set[int] = set()
+        for params in (list(self.embeddings.parameters()), *(list(layer.parameters()) for layer in self.encoder.layers)):
+            groups.append([p for p in params if id(p) not in seen])
+            seen.update(id(p) for p in params)
+        groups.append([p for p in self.parameters() if id(p) not in seen])
+        return groups
+
     # --- generation (driven by models_lib.core.generation.generate) -----------------------------
 
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,

@@ -414,6 +414,24 @@ class T5ForConditionalGeneration(nn.Module):
             loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
         return Seq2SeqLMOutput(loss=loss, logits=logits, encoder_hidden_states=encoder_hidden_states)
 
+    def layer_groups(self) -> list[list[nn.Parameter]]:
+        """The parameters from the bottom up, each once, for fine-tuning's layer-wise lr decay,
+        freezing and gradual unfreezing: [embeddings, encoder layer 0, ..., encoder layer L-1,
+        decoder layer 0, ..., decoder layer L_dec-1, head]. The decoder reads the encoder's top,
+        so it counts as above it. The embeddings group holds the shared table (the tied output
+        layer too) and both stacks' relative position tables; the head holds the two final
+        RMSNorms and an untied lm_head."""
+        bottom = [self.shared.weight, self.encoder.relative_attention_bias.weight,
+                  self.decoder.relative_attention_bias.weight]
+        groups: list[list[nn.Parameter]] = []
+        seen: set[int] = set()
+        layers = (*self.encoder.layers, *self.decoder.layers)
+        for params in (bottom, *(list(layer.parameters()) for layer in layers)):
+            groups.append([p for p in params if id(p) not in seen])
+            seen.update(id(p) for p in params)
+        groups.append([p for p in self.parameters() if id(p) not in seen])
+        return groups
+
     # --- generation (driven by models_lib.core.generation.generate) -------------------------------
     def start_generation(self, input_ids: torch.Tensor,
                          attention_mask: torch.Tensor | None = None) -> tuple[T5GenerationState, torch.Tensor]:

@@ -85,7 +85,9 @@ def test_every_task_trains_and_is_scored_by_its_metrics(base_checkpoint, dataset
 def test_mistakes_are_sentences(base_checkpoint, datasets, tmp_path):
     with pytest.raises(ConfigError, match="The dataset is a regression dataset; it cannot train classification"):
         _tune(base_checkpoint, datasets["regression"], tmp_path / "a", task="classification")
-    with pytest.raises(ConfigError, match="Fine-tuning does not offer the task 'sft' yet"):
+    with pytest.raises(ConfigError, match="Fine-tuning does not offer the task 'ranking' yet"):
+        _tune(base_checkpoint, datasets["regression"], tmp_path / "b", task="ranking")
+    with pytest.raises(ConfigError, match="The dataset is a regression dataset; it cannot train sft"):
         _tune(base_checkpoint, datasets["regression"], tmp_path / "b", task="sft")
     with pytest.raises(ConfigError, match="cannot be loaded"):
         _tune(tmp_path, datasets["regression"], tmp_path / "c")

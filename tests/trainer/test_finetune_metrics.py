@@ -315,6 +315,24 @@ def test_generation_references_must_be_strings():
     assert no_warnings(m.translation_metrics, ["", ""], ["a b c", "d"]) == {"bleu": 0.0}
 
 
+def test_text_to_text_scores_equal_rouge_score_and_sacrebleu():
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
+    refs = [[r] if isinstance(r, str) else r for r in SUMMARY_REFS]
+    best = {key: sum(max(scorer.score(r, p)[key].fmeasure for r in rs) for p, rs in zip(SUMMARIES, refs)) / 3
+            for key in ("rouge1", "rouge2", "rougeL")}
+    streams = [[rs[k] if k < len(rs) else None for rs in refs] for k in range(2)]
+    got = m.text_to_text_metrics(SUMMARIES, SUMMARY_REFS)
+    assert got == {"rouge1": pytest.approx(best["rouge1"]), "rouge2": pytest.approx(best["rouge2"]),
+                   "rouge_l": pytest.approx(best["rougeL"]),
+                   "bleu": pytest.approx(sacrebleu.corpus_bleu(SUMMARIES, streams).score),
+                   "exact_match": 0.0}
+    # exact match after SQuAD's normalisation, against any reference; BLEU lowercased on request
+    assert m.text_to_text_metrics(["The cat sat on the mat."], [["a dog", "cat sat on mat"]])["exact_match"] == 1.0
+    upper = m.text_to_text_metrics(["the cat sat on the mat"], ["The Cat sat on the mat"], lowercase=True)["bleu"]
+    cased = m.text_to_text_metrics(["the cat sat on the mat"], ["The Cat sat on the mat"])["bleu"]
+    assert upper == pytest.approx(100.0) and cased < 100.0
+
+
 # --------------------------------------------------------------------------------------- SFT
 def test_perplexity_is_exp_of_the_mean_token_nll():
     assert m.sft_metrics([2.0, 4.0], [1, 3]) == {"perplexity": pytest.approx(math.exp(1.5))}   # 6 nats / 4 tokens
@@ -348,6 +366,7 @@ FIXTURES = {
     "summarization": (["a cat sat on the mat"], ["dogs bark"], ["a cat sat on the mat"]),
     "translation": (TRANSLATIONS, ["nothing alike here"] * 3, TRANSLATIONS),
     "sft": ([0.5, 0.5], [3.0, 3.0], [1, 1]),   # NLL sums and token counts
+    "text_to_text": (SUMMARIES, ["dogs bark"] * 3, SUMMARY_REFS),
 }
 
 

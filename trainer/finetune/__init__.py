@@ -24,6 +24,19 @@ REGISTRY: dict[str, str] = {
     "multilabel": "trainer.finetune.tasks:MULTILABEL",
     "token_classification": "trainer.finetune.tasks:TOKEN_CLASSIFICATION",
     "extractive_qa": "trainer.finetune.qa:EXTRACTIVE_QA",
+    "text_to_text": "trainer.finetune.text2text:TEXT_TO_TEXT",
+    "sft": "trainer.finetune.sft:SFT",
+}
+
+
+# (dataset task, model family) -> "module:ATTRIBUTE" of the Task that trains that family on that
+# task when the registry's own (an encoder's head) does not: GPT-1's classifier on GPT, ELMo's
+# features (a frozen biLM, a scalar mix, a small task model) on ELMo.
+VARIANTS: dict[tuple[str, str], str] = {
+    ("classification", "gpt"): "trainer.finetune.gpt1:GPT_CLASSIFICATION",
+    ("regression", "gpt"): "trainer.finetune.gpt1:GPT_REGRESSION",
+    ("classification", "elmo"): "trainer.finetune.elmo_features:ELMO_CLASSIFICATION",
+    ("token_classification", "elmo"): "trainer.finetune.elmo_features:ELMO_TOKEN_CLASSIFICATION",
 }
 
 
@@ -37,6 +50,16 @@ def get(name: str) -> "Task":
     except KeyError:
         raise ConfigError(f"Fine-tuning does not offer the task {name!r} yet; choose one of "
                           f"{', '.join(REGISTRY)}.") from None
+    return getattr(importlib.import_module(module), attr)
+
+
+def for_family(name: str, family: str) -> "Task":
+    """The Task that trains a `family` model on task `name`: its variant for that family, else the
+    registry's own."""
+    where = VARIANTS.get((name, family))
+    if where is None:
+        return get(name)
+    module, _, attr = where.partition(":")
     return getattr(importlib.import_module(module), attr)
 
 
@@ -71,8 +94,8 @@ def stats_for(name: str, *, unanswerable: bool = False) -> list[dict]:
 
 
 def check_checkpoint(folder, name: str) -> str:
-    """The family of the checkpoint in `folder` when task `name` has a head for it; else a
-    ConfigError with a sentence (T5, GPT and ELMo have no encoder head to fine-tune here)."""
+    """The family of the checkpoint in `folder` when task `name` fine-tunes it (an encoder with a
+    task head, or the families a generative task names); else a ConfigError with a sentence."""
     from models_lib.checkpoint import read_model_config
     from models_lib.families.downstream import BACKBONE_NAMES
     from trainer import families
@@ -82,6 +105,15 @@ def check_checkpoint(folder, name: str) -> str:
         family = str(read_model_config(folder).get("family", ""))
     except ValueError:
         raise ConfigError("That checkpoint's files cannot be read, so it cannot be fine-tuned.") from None
+    if (name, family) in VARIANTS:
+        return family
+    if task.families:
+        if family not in task.families:
+            label = families.get(family).label if family in families.names() else family or "unknown"
+            fits = " or ".join(families.get(f).label if f in families.names() else f for f in task.families)
+            raise ConfigError(f"A {label} checkpoint cannot be fine-tuned for {task.label.split(' (')[0].lower()}: "
+                              f"that task trains a {fits} model. Choose a checkpoint of one of those.")
+        return family
     if family not in BACKBONE_NAMES:
         label = families.get(family).label if family in families.names() else family
         encoders = ", ".join(families.get(f).label if f in families.names() else f for f in BACKBONE_NAMES)

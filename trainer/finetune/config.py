@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from trainer.config import CHOICES, FlatRecord, OptimArgs
 from trainer.errors import ConfigError
+from trainer.finetune.chat import DEFAULT_CHAT_TEMPLATE, check_chat_template
 
 BOUNDS: dict[str, tuple[float, float]] = {
     "max_length": (8, 8192),
@@ -34,6 +35,15 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "log_every": (1, 100_000),
     "seed": (0, 2**31 - 1),
     "num_threads": (0, 1024),
+    # Generative tasks (trainer.finetune.text2text, trainer.finetune.sft).
+    "max_target_length": (1, 8192),
+    "target_mask_prob": (0.01, 1.0),
+    "num_beams": (1, 16),
+    "samples_shown": (0, 50),
+    "aux_lm_weight": (0.0, 10.0),
+    "lora_r": (0, 1024),
+    "lora_alpha": (0.0, 100_000.0),
+    "lora_dropout": (0.0, 0.9),
 }
 
 
@@ -87,6 +97,31 @@ class FinetuneConfig(FlatRecord):
     gradual_unfreeze_every: int = 0  # steps; ULMFiT: the head first, one layer group more each time; 0 = off
     early_stopping_patience: int = 0  # evaluations without a better primary metric; 0 = off
     class_weights: str = "none"  # "balanced": n_samples / (n_classes * count) from the train split
+    # Generative tasks: text to text (T5, UniLM; trainer/finetune/text2text.py) and SFT (GPT;
+    # trainer/finetune/sft.py). The other tasks ignore these; check_generation checks them.
+    source_prefix: str = ""
+    """Text to text: put before every input (T5's task prefix, e.g. "summarize: ")."""
+    max_target_length: int = 64
+    """Text to text: target tokens kept for training and generated at evaluation; SFT: tokens generated for the samples."""
+    target_mask_prob: float = 0.7
+    """UniLM: the share of target tokens masked and predicted in each training example (0.7 in Dong et al. 2019)."""
+    num_beams: int = 1
+    """Beams when generating for evaluation (1: greedy)."""
+    samples_shown: int = 3
+    """Validation examples whose generated text each evaluation writes to the log."""
+    chat_template: str = DEFAULT_CHAT_TEMPLATE
+    """SFT: how one chat turn is written; {role} is the speaker (system, user, assistant), {content} the text. The model learns an assistant's content and the end-of-text token after it."""
+    aux_lm_weight: float = 0.5
+    """GPT-1's classifier (trainer/finetune/gpt1.py): the weight of the auxiliary language-model loss (0.5 in the paper; 0: off)."""
+    # LoRA (trainer/finetune/lora.py): 0 = off; otherwise only the adapters and the head train.
+    lora_r: int = 0
+    """LoRA's rank r (Hu et al. 2021: 1 to 64); 0 turns LoRA off."""
+    lora_alpha: float = 16.0
+    """LoRA's alpha: the update is scaled by alpha / r."""
+    lora_dropout: float = 0.05
+    """Dropout on the adapters' input."""
+    lora_targets: str = "query,value"
+    """The projections LoRA adapts, comma-separated: query, key, value, output, ffn_up, ffn_down."""
 
     def __post_init__(self) -> None:
         self.betas = tuple(float(b) for b in self.betas)  # type: ignore[assignment]
@@ -111,6 +146,7 @@ class FinetuneConfig(FlatRecord):
         if not self.dataset:
             raise ConfigError("Name the labelled dataset to fine-tune on (dataset: its folder).")
         check_techniques(self)
+        check_generation(self)
 
     # -- what the training loop reads like a RunConfig's
     @property
@@ -153,3 +189,39 @@ def check_techniques(config: FinetuneConfig) -> None:
             raise ConfigError(f"{name} must be a whole number from 0 (off) to {hi:,}, not {value!r}.")
     if config.class_weights not in CLASS_WEIGHTS:
         raise ConfigError(f"class_weights must be one of {', '.join(CLASS_WEIGHTS)}, not {config.class_weights!r}.")
+
+
+MAX_PREFIX = 500
+
+
+def check_generation(config: FinetuneConfig) -> None:
+    """ConfigError with a sentence for a generative task's setting that cannot work (the numbers'
+    bounds are BOUNDS'; what depends on the model is checked once it is loaded)."""
+    if not isinstance(config.source_prefix, str) or len(config.source_prefix) > MAX_PREFIX:
+        raise ConfigError(f"source_prefix must be a text of at most {MAX_PREFIX} characters, such as "
+                          f"\"summarize: \".")
+    check_chat_template(config.chat_template)
+    check_lora(config)
+
+
+# The projections LoRA can adapt (models_lib.core.lora.TARGETS; kept here so that reading a config
+# imports no torch).
+LORA_TARGETS = ("query", "key", "value", "output", "ffn_up", "ffn_down")
+
+
+def check_lora(config: FinetuneConfig) -> None:
+    if isinstance(config.lora_r, bool) or not isinstance(config.lora_r, int):
+        raise ConfigError(f"lora_r must be a whole number (0: LoRA off), not {config.lora_r!r}.")
+    if not isinstance(config.lora_targets, str):
+        raise ConfigError(f"lora_targets must be names joined by commas, such as \"query,value\"; "
+                          f"not {config.lora_targets!r}.")
+    targets = [t.strip() for t in config.lora_targets.split(",") if t.strip()]
+    unknown = [t for t in targets if t not in LORA_TARGETS]
+    if unknown or not targets:
+        raise ConfigError(f"lora_targets must name some of {', '.join(LORA_TARGETS)}, joined by commas; "
+                          f"{', '.join(unknown) or 'it names none'} {'is' if len(unknown) == 1 else 'are'} not one.")
+    if config.lora_r and config.lora_alpha <= 0:
+        raise ConfigError("lora_alpha must be above 0 (the update is scaled by alpha / r).")
+    if config.lora_r and config.gradual_unfreeze_every:
+        raise ConfigError("LoRA trains only its adapters and the head, and gradual unfreezing would unfreeze whole "
+                          "layers: set lora_r or gradual_unfreeze_every to 0.")

@@ -17,7 +17,7 @@ import torch
 
 from trainer import finetune as tasks
 from trainer.errors import ConfigError
-from trainer.finetune import techniques
+from trainer.finetune import lora, techniques
 from trainer.finetune.config import FinetuneConfig
 from trainer.finetune.metrics import METRICS
 from trainer.training.data import DataPosition
@@ -58,7 +58,6 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
              should_stop: Callable[[], bool] = lambda: False) -> TrainResult:
     """Train per `config`, writing checkpoints to out_dir/checkpoints/; calls sink.close()."""
     from models_lib.checkpoint import load_model
-    from models_lib.families.downstream import from_pretraining
     from trainer.prep.labelled import iter_examples, read_meta
     from trainer.prep.tokenization import load_tokenizer
 
@@ -77,17 +76,18 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             base = load_model(checkpoint, map_location="cpu")
         except (OSError, ValueError) as e:
             raise ConfigError(f"The checkpoint {checkpoint.name} cannot be loaded: {e}") from None
+        task = tasks.for_family(task.name, str(getattr(getattr(base, "config", None), "family", "")))
         try:
-            model = from_pretraining(base, task.head, task.num_labels(labels),
-                                     labels=labels if task.has_classes else None,
-                                     problem_type=task.problem)
+            model = task.build_model(base, labels, config)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"The checkpoint {checkpoint.name} cannot be fine-tuned for {task.label}: {e}") from None
         config = config.replace(task=task.name, family=model.config.family, preset=checkpoint.name)
         tokenizer = load_tokenizer(checkpoint)
         collator = task.build_collator(tokenizer, labels, config.max_length, config)
+        adapters = lora.apply(model, config, sink)  # before the optimizer: it freezes what LoRA replaces
         model = model.to(device).train()
         forward = task.step(config, model, device, task=task, labels=labels)
+        forward.sink = sink
         weights = techniques.class_weights_for(config, task, meta, labels)
         if weights is not None:
             forward.class_weights = torch.tensor(weights, dtype=torch.float32, device=device)
@@ -108,6 +108,8 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             (out_dir / "test_metrics.json").write_text(json.dumps(values, indent=2) + "\n", encoding="utf-8")
             key = METRICS[task.metrics].primary
             sink.log(f"Test split: {key} {values.get(key, float('nan')):.4f} over {sum(b.size for b in test)} examples.")
+        if adapters and result.status == "succeeded":
+            lora.export(model, out_dir / "peft", sink)
         return result
     finally:
         sink.close()

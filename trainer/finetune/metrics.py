@@ -10,6 +10,8 @@
     summarization_metrics(predictions, references, *, use_stemmer=True)   rouge_l
     translation_metrics(predictions, references, *, tokenize="13a")       bleu
     sft_metrics(nll_sums, token_counts=None)                perplexity
+    text_to_text_metrics(predictions, references, *, lowercase=False)
+                                                            rouge1, rouge2, rouge_l, bleu, exact_match
     confusion_matrix(predictions, references, labels)       rows: reference label, columns: predicted
     per_class_table(predictions, references, labels=None)   [{label, precision, recall, f1, support}, ...]
     METRICS                                                 task type -> TaskMetrics (compute, primary, charts)
@@ -392,6 +394,33 @@ def sft_metrics(nll_sums: Sequence[float], token_counts: Sequence[int] | None = 
     return {"perplexity": math.exp(min(sum(nlls) / total, PERPLEXITY_CAP))}
 
 
+def text_to_text_metrics(predictions: Sequence[str], references: Sequence[str | Sequence[str]],
+                         *, lowercase: bool = False) -> dict[str, float]:
+    """Generated text against reference text (T5's and UniLM's text to text): ROUGE-1, ROUGE-2
+    and ROUGE-L F-measures by rouge-score (Porter stemming on, each example's best over its
+    references, the mean over examples), corpus BLEU by sacrebleu (0..100, 13a tokenizer;
+    `lowercase` for a model whose tokenizer lowercases, which could never write a capital), and
+    exact match: the share of examples equal to one of their references after SQuAD's
+    normalisation (lower case, no punctuation, articles or extra spaces)."""
+    _check_pairs(predictions, references, "text to text")
+    _check_strings(predictions, "text to text")
+    refs = _reference_lists(references, "text to text")
+    from rouge_score import rouge_scorer
+
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
+    totals = Counter()
+    for prediction, targets in zip(predictions, refs):
+        scores = scorer.score_multi(targets, prediction)
+        for key in ("rouge1", "rouge2", "rougeL"):
+            totals[key] += scores[key].fmeasure
+    n = len(refs)
+    exact = sum(max(answer_exact_match(p, r) for r in targets) for p, targets in zip(predictions, refs))
+    return {"rouge1": float(totals["rouge1"] / n), "rouge2": float(totals["rouge2"] / n),
+            "rouge_l": float(totals["rougeL"] / n),
+            "bleu": translation_metrics(predictions, refs, lowercase=lowercase)["bleu"],
+            "exact_match": float(exact / n)}
+
+
 # ---------------------------------------------------------------------------- dashboard and table
 # Charts of their own for the fine-tuning metrics; SFT's perplexity goes on CHARTS["perplexity"].
 # Validation only: the metrics need whole predictions, which the engine makes when it validates.
@@ -406,6 +435,8 @@ FINETUNE_CHARTS: tuple[ChartSpec, ...] = (
               legend="metric", legend_below=True),
     ChartSpec("ft_rouge", "ROUGE-L (F)", order=18, scale="percent"),
     ChartSpec("ft_bleu", "BLEU", unit="BLEU", order=19),
+    ChartSpec("ft_text", "ROUGE-1, ROUGE-2, ROUGE-L (F) and exact match", order=20, scale="percent",
+              legend="metric"),
 )
 
 
@@ -481,4 +512,10 @@ METRICS: dict[str, TaskMetrics] = {t.task: t for t in (
     TaskMetrics("translation", translation_metrics, "bleu", True, (_valid("bleu", "BLEU", "ft_bleu"),),
                 _headline("bleu", "validation BLEU", format="fixed", digits=2)),
     TaskMetrics("sft", sft_metrics, "perplexity", False, (_valid("perplexity", "perplexity", "perplexity"),)),
+    # ROUGE-L: the summarisation headline (T5, UniLM); BLEU and exact match beside it.
+    TaskMetrics("text_to_text", text_to_text_metrics, "rouge_l", True,
+                (_valid("rouge1", "ROUGE-1", "ft_text", BLUE), _valid("rouge2", "ROUGE-2", "ft_text", ORANGE),
+                 _valid("rouge_l", "ROUGE-L", "ft_text", GREEN),
+                 _valid("exact_match", "exact match", "ft_text", PURPLE), _valid("bleu", "BLEU", "ft_bleu")),
+                _headline("rouge_l", "validation ROUGE-L")),
 )}

@@ -129,6 +129,7 @@ class TaskStep(Step):
 
     task: "Task"
     class_weights: torch.Tensor | None = None  # (C,) on the device: the loss's weight per class (techniques)
+    sink: Any = None  # the run's MetricsSink (set by the engine): generative tasks log sample outputs to it
 
     def __init__(self, config: Any, model: Any, device: str, *, task: "Task", labels: Sequence[str]):
         super().__init__(config, model, device)
@@ -197,6 +198,16 @@ class Task:
     step: type[TaskStep]
     metrics: str         # trainer.finetune.metrics.METRICS key
     smoothing: bool = False  # label smoothing applies (softmax over classes)
+    families: tuple[str, ...] = ()  # the model families it fine-tunes; () = the encoders, through a task head
+
+    def build_model(self, base: Any, labels: Sequence[str], config: Any = None) -> Any:
+        """The model to train from the loaded checkpoint `base`: its encoder with a fresh head
+        (models_lib.families.downstream.from_pretraining). Generative tasks train `base` itself.
+        TypeError or ValueError when `base` cannot take the head."""
+        from models_lib.families.downstream import from_pretraining
+
+        return from_pretraining(base, self.head, self.num_labels(labels), labels=labels if self.has_classes else None,
+                                problem_type=self.problem)
 
     def build_collator(self, tokenizer: Any, labels: Sequence[str], max_length: int, config: Any = None) -> Any:
         """`config` (the FinetuneConfig) is for tasks with settings of their own (QA's doc_stride)."""

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from trainer.errors import ConfigError
+from trainer.finetune import lora
 from trainer.finetune.config import FinetuneConfig
 from trainer.finetune.metrics import METRICS, TaskMetrics
 from trainer.training.engine import Loop
@@ -252,6 +253,13 @@ class FinetuneLoop(Loop):
                             f"{early.waited} evaluations in a row (early_stopping_patience {early.patience}).")
             self.sink.log(self.stopped)
 
+    def save_checkpoint(self) -> Path:
+        """A checkpoint of a LoRA run holds the merged weights: a plain model of its class."""
+        from models_lib.core import lora as adapters
+
+        with adapters.merged(self.model):
+            return super().save_checkpoint()
+
     def keep_best(self) -> None:
         """Save the weights of a new best evaluation as a checkpoint (unless this step has one) and
         name it in out_dir/best.json."""
@@ -260,6 +268,8 @@ class FinetuneLoop(Loop):
         folder = self.last_checkpoint if self.last_checkpoint_step == step else self.save_checkpoint()
         assert folder is not None
         early.best_checkpoint = folder
+        if lora.is_adapted(self.model):
+            lora.save_adapters(self.model, folder)  # to restore the unmerged adapters exactly
         best = {"step": step, "metric": early.key, "value": early.best,
                 "higher_is_better": early.metrics.higher_is_better, "checkpoint": folder.name}
         path = Path(self.out_dir) / BEST_FILE
@@ -281,8 +291,11 @@ class FinetuneLoop(Loop):
             self.sink.log(f"No evaluation gave a finite {early.key}; the test split is scored with the last weights.")
             return False
         device = str(next(self.model.parameters()).device)
-        safetensors.torch.load_model(self.model, str(early.best_checkpoint / "model.safetensors"), strict=True,
-                                     device=device)
+        if lora.is_adapted(self.model):
+            lora.restore(self.model, early.best_checkpoint)
+        else:
+            safetensors.torch.load_model(self.model, str(early.best_checkpoint / "model.safetensors"), strict=True,
+                                         device=device)
         self.sink.log(f"Scoring the test split with the best checkpoint, {early.best_checkpoint.name} "
                       f"({early.key} {early.best:.4f} at step {early.best_step}).")
         return True

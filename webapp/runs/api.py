@@ -89,7 +89,8 @@ class FinetuneCreateView(APIView):
             201: RunSerializer,
             400: OpenApiResponse(description='{"error": "<a sentence>"}: a field out of its bounds, a checkpoint or '
                                              'dataset id that is not one of yours, a dataset not ready, a '
-                                             'checkpoint of a family the task has no head for (T5, GPT, ELMo)'),
+                                             'checkpoint of a family the task does not train (a T5 or GPT checkpoint for '
+                                             'a task head, an encoder for text to text or SFT)'),
             429: OpenApiResponse(description='{"error": "<a sentence>"}: you have the most runs queued or running '
                                              'one user may have'),
             507: OpenApiResponse(description='{"error": "<a sentence>"}: the server\'s storage is nearly full'),

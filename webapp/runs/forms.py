@@ -377,6 +377,21 @@ FINETUNE_HELP = {
                                "checkpoint is restored before the test split (0: off).",
     "class_weights": "Balanced: weigh each class's loss by how rare it is in the train split (classification and "
                      "token classification).",
+    "source_prefix": "Text to text: put before every input, as T5's task prefixes (“summarize: ”, “sst2 sentence: ”).",
+    "max_target_length": "Text to text: target tokens kept for training and generated when scoring; SFT: tokens "
+                         "of the sample replies.",
+    "target_mask_prob": "UniLM: the share of target tokens masked and predicted per example (0.7 in the paper).",
+    "num_beams": "Beam search width when generating for the scores (1: greedy).",
+    "samples_shown": "Validation examples whose generated text each evaluation writes to the log.",
+    "aux_lm_weight": "GPT classification and regression (GPT-1): the weight of the language-model loss kept "
+                     "beside the task's (0.5 in the paper; 0: off).",
+    "lora_r": "LoRA's rank r: the adapters' size (1 to 64 is usual); only they and the head train. 0: off.",
+    "lora_alpha": "LoRA's alpha: the update is scaled by alpha / r.",
+    "lora_dropout": "Dropout on the LoRA adapters' input.",
+    "lora_targets": "The projections LoRA adapts, comma-separated: query, key, value, output, ffn_up, ffn_down. An "
+                    "encoder's run also writes the adapter in peft's format.",
+    "chat_template": "SFT: how each chat turn is written. {role} is system, user or assistant; {content} the "
+                     "message. The model learns the assistant's content and an end-of-text token after it.",
 }
 
 
@@ -398,10 +413,12 @@ class FinetuneForm(forms.Form):
 
     name = forms.CharField(max_length=200, required=False, help_text="Empty: “<checkpoint> on <dataset>”.")
     checkpoint = _CheckpointChoice(queryset=Checkpoint.objects.none(),
-                                   help_text="The pre-trained (or fine-tuned) model; the task head needs an "
-                                             "encoder (BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT, SpanBERT, UniLM).")
+                                   help_text="The pre-trained (or fine-tuned) model: an encoder (BERT, RoBERTa, "
+                                             "ALBERT, ELECTRA, DistilBERT, SpanBERT, UniLM) for the task heads, T5 "
+                                             "or UniLM for text to text, GPT for SFT and GPT-1's classifier, ELMo "
+                                             "for its features (classification, tags).")
     dataset = _DatasetChoice(queryset=Dataset.objects.none(), help_text="A ready labelled dataset; its task "
-                             "(classification, regression, tags, QA) is what the model learns.")
+                             "(classification, regression, tags, QA, text to text, SFT) is what the model learns.")
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
@@ -414,16 +431,34 @@ class FinetuneForm(forms.Form):
         defaults = {f: getattr(FinetuneConfig, f) for f in services.FINETUNE_FIELDS}
         for name in services.FINETUNE_FIELDS:
             default, help_text = defaults[name], FINETUNE_HELP[name]
+            # The generative tasks' settings may be left out (their defaults), so that a form
+            # posted without them, for a classifier, still validates.
+            required = name not in services.OPTIONAL_FIELDS
             if isinstance(default, bool):
                 field = forms.BooleanField(required=False, initial=default, help_text=help_text)
             elif name == "class_weights":
                 field = forms.ChoiceField(choices=[("none", "none"), ("balanced", "balanced")], initial=default,
                                           help_text=help_text)
+            elif isinstance(default, str):
+                # strip=False: a prefix's or a template's spaces and line breaks are part of it
+                widget = forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}) if name == "chat_template" else None
+                field = forms.CharField(required=False, strip=False, initial=default, help_text=help_text,
+                                        widget=widget, max_length=1000)
             elif isinstance(default, int):
-                field = forms.IntegerField(initial=default, help_text=help_text)
+                field = forms.IntegerField(initial=default, help_text=help_text, required=required)
             else:
-                field = forms.FloatField(initial=default, help_text=help_text)
+                field = forms.FloatField(initial=default, help_text=help_text, required=required)
             self.fields[name] = field
 
+    KEEP_IF_EMPTY = ("chat_template", "lora_targets")  # an empty field keeps the default it showed
+
     def training_settings(self) -> dict[str, Any]:
-        return {name: self.cleaned_data[name] for name in services.FINETUNE_FIELDS}
+        """The settings given; an optional setting left empty keeps its default (an empty chat
+        template or LoRA target list too: the default is shown in the field)."""
+        out = {}
+        for name in services.FINETUNE_FIELDS:
+            value = self.cleaned_data.get(name)
+            if name in services.OPTIONAL_FIELDS and (value is None or (value == "" and name in self.KEEP_IF_EMPTY)):
+                continue
+            out[name] = value
+        return out

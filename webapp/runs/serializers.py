@@ -171,11 +171,13 @@ def _finetune_float(name: str) -> serializers.FloatField:
 
 
 class FinetuneCreateSerializer(RequestSerializer):
-    """POST /api/finetune/: one of your checkpoints (an encoder's) and one of your ready datasets by
-    id, and the FinetuneConfig settings the form offers (each optional: the config's default)."""
+    """POST /api/finetune/: one of your checkpoints and one of your ready datasets by id, and the
+    FinetuneConfig settings the form offers (each optional: the config's default)."""
 
     name = serializers.CharField(required=False, allow_blank=True, max_length=200)
-    checkpoint = serializers.UUIDField(help_text="One of your checkpoints (of an encoder family: BERT, RoBERTa, ...).")
+    checkpoint = serializers.UUIDField(help_text="One of your checkpoints: an encoder's for the task heads, T5's or "
+                                                 "UniLM's for text to text, GPT's for SFT and GPT-1's classifier, "
+                                                 "ELMo's for its features.")
     dataset = serializers.UUIDField(help_text="One of your ready labelled datasets; its task is what is trained.")
     max_length = _finetune_int("max_length")
     max_steps = _finetune_int("max_steps")
@@ -190,3 +192,17 @@ class FinetuneCreateSerializer(RequestSerializer):
     gradual_unfreeze_every = _finetune_int("gradual_unfreeze_every")
     early_stopping_patience = _finetune_int("early_stopping_patience")
     class_weights = serializers.ChoiceField(choices=["none", "balanced"], required=False)
+    source_prefix = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, max_length=1000,
+                                          help_text="Text to text: put before every input (T5's task prefix).")
+    max_target_length = _finetune_int("max_target_length")
+    target_mask_prob = _finetune_float("target_mask_prob")
+    num_beams = _finetune_int("num_beams")
+    samples_shown = _finetune_int("samples_shown")
+    aux_lm_weight = _finetune_float("aux_lm_weight")
+    lora_r = _finetune_int("lora_r")  # 0 (the default) turns LoRA off
+    lora_alpha = _finetune_float("lora_alpha")
+    lora_dropout = _finetune_float("lora_dropout")
+    lora_targets = serializers.CharField(required=False, max_length=200,
+                                         help_text="Comma-separated: query, key, value, output, ffn_up, ffn_down.")
+    chat_template = serializers.CharField(required=False, trim_whitespace=False, max_length=1000,
+                                          help_text="SFT: one chat turn, with {role} and {content}.")

@@ -372,6 +372,14 @@ def run_clone(*, run: Run, owner, name: str | None = None) -> Run:
 FINETUNE_FIELDS = ("max_length", "max_steps", "batch_size", "lr", "warmup_ratio", "eval_every", "llrd",
                    "freeze_embeddings", "freeze_layers", "gradual_unfreeze_every", "early_stopping_patience",
                    "class_weights")
+# The settings of the tasks on T5, UniLM and GPT (text to text, SFT, GPT-1's classifier); every
+# task takes them and the others ignore them; a form may leave them out (their defaults).
+GENERATION_FIELDS = ("source_prefix", "max_target_length", "target_mask_prob", "num_beams", "samples_shown",
+                     "chat_template", "aux_lm_weight")
+# LoRA (trainer/finetune/lora.py), a technique for every family; optional as well.
+LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")
+OPTIONAL_FIELDS = GENERATION_FIELDS + LORA_FIELDS
+FINETUNE_FIELDS += OPTIONAL_FIELDS
 
 
 def check_finetune_sources(*, owner, checkpoint: Checkpoint | None, dataset) -> str:

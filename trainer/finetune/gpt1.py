@@ -1,0 +1,143 @@
+"""GPT-1's fine-tuning (Radford et al. 2018, section 3.3) for classification and regression
+datasets on a GPT checkpoint: the input transformations, a linear head on the extract token's
+state (models_lib.families.gpt_tasks.GPTForSequenceClassification) and the auxiliary LM loss.
+
+Input transformations (start, delimiter and extract are new learned tokens):
+- one text:                         start text extract
+- a pair, classification (entailment): start premise delimiter hypothesis extract
+- a pair, regression (similarity):  both orders, start a delimiter b extract and start b delimiter a
+                                    extract, whose extract states are summed before the head
+Each row is cut to max_length (the longer text of a pair loses tokens first).
+
+Loss: the task's (cross-entropy, label smoothing and class weights as for the encoders; MSE for
+regression) + aux_lm_weight (0.5 in the paper) x the next-token loss on the text tokens of the
+same rows. Validation reports both parts and the task's metrics (trainer.finetune.metrics), as
+for an encoder's classifier.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from trainer.errors import ConfigError
+from trainer.finetune.tasks import SequenceCollator, SequenceStep, Task
+from trainer.objectives.base import Batch, StepOutput
+
+FAMILIES = ("gpt",)
+
+
+@dataclass
+class GPT1Batch(Batch):
+    """(B, T) rows, or (B, 2, T) for a pair read in both orders; right-padded."""
+
+    labels: torch.Tensor
+
+    def model_inputs(self) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "labels": self.labels}
+
+    @property
+    def size(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+class GPT1Collator(SequenceCollator):
+    """Examples {"text"} or {"sentence1", "sentence2"} with a label -> a GPT1Batch."""
+
+    def __init__(self, tokenizer: Any, labels: Sequence[str], max_length: int, problem: str, vocab_size: int):
+        super().__init__(tokenizer, labels, max_length, problem)
+        self.tok.no_truncation()
+        self.start, self.delimiter, self.extract = vocab_size, vocab_size + 1, vocab_size + 2
+        if max_length < 5:
+            raise ConfigError("max_length must leave room for the start, delimiter and extract tokens and some text.")
+
+    def ids(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.tok.encode_batch(list(texts), add_special_tokens=False)]
+
+    def pair(self, a: list[int], b: list[int]) -> list[int]:
+        a, b = list(a), list(b)
+        while len(a) + len(b) > self.seq_len - 3:  # the longer one loses its last token
+            (a if len(a) >= len(b) else b).pop()
+        return [self.start, *a, self.delimiter, *b, self.extract]
+
+    def __call__(self, examples: Sequence[dict]) -> GPT1Batch:
+        if "text" in examples[0]:
+            rows = [[[self.start, *ids[: self.seq_len - 2], self.extract]] for ids in self.ids(
+                [ex["text"] for ex in examples])]
+        else:
+            first, second = self.ids([ex["sentence1"] for ex in examples]), self.ids([ex["sentence2"] for ex in examples])
+            if self.problem == "regression":  # similarity: no order between the two
+                rows = [[self.pair(a, b), self.pair(b, a)] for a, b in zip(first, second)]
+            else:
+                rows = [[self.pair(a, b)] for a, b in zip(first, second)]
+        K, T = len(rows[0]), max(len(r) for row in rows for r in row)
+        ids = torch.zeros((len(rows), K, T), dtype=torch.long)  # padding: any real id, hidden by the mask
+        mask = torch.zeros((len(rows), K, T), dtype=torch.long)
+        for i, row in enumerate(rows):
+            for k, r in enumerate(row):
+                ids[i, k, :len(r)] = torch.tensor(r, dtype=torch.long)
+                mask[i, k, :len(r)] = 1
+        if K == 1:
+            ids, mask = ids[:, 0], mask[:, 0]
+        return GPT1Batch(ids, mask, self.labels_of(examples))
+
+    def labels_of(self, examples: Sequence[dict]) -> torch.Tensor:
+        if self.problem == "regression":
+            return torch.tensor([float(ex["label"]) for ex in examples], dtype=torch.float)
+        return torch.tensor([self.label_id(ex["label"]) for ex in examples], dtype=torch.long)
+
+
+class GPT1Step(SequenceStep):
+    """The task loss plus aux_lm_weight x the LM loss; validation gathers the task's predictions."""
+
+    @property
+    def loss_weights(self) -> dict[str, float]:
+        return {"task_loss": 1.0, "lm_loss": float(self.config.aux_lm_weight)}
+
+    def __call__(self, batch: GPT1Batch, *, train: bool) -> StepOutput:
+        weighted = {} if self.class_weights is None else {"class_weights": self.class_weights}
+        smoothing = self.config.label_smoothing if self.task.smoothing else 0.0
+        out = self.model(**batch.model_inputs(), lm_weight=float(self.config.aux_lm_weight),
+                         label_smoothing=smoothing, **weighted)
+        if not train:
+            self.gather(out.logits.detach(), batch)
+        losses = {"task_loss": out.task_loss.detach().float()}
+        weights: dict[str, Any] = {"task_loss": float(batch.size)}
+        if out.lm_loss is not None:
+            losses["lm_loss"] = out.lm_loss.detach().float()
+            weights["lm_loss"] = float(batch.size)
+        return StepOutput(out.loss, losses, weights)
+
+
+@dataclass(frozen=True)
+class GPT1Task(Task):
+    """Classification or regression on a GPT checkpoint (see the module docstring)."""
+
+    def build_model(self, base: Any, labels: Sequence[str], config: Any = None) -> Any:
+        from models_lib.families.downstream import TaskConfig
+        from models_lib.families.gpt import GPTLMHeadModel
+        from models_lib.families.gpt_tasks import GPTForSequenceClassification
+
+        if not isinstance(base, GPTLMHeadModel):
+            raise ValueError(f"GPT-1's task head sits on a GPT model, not a {type(base).__name__}")
+        if config is not None and config.max_length > base.max_positions:
+            raise ConfigError(f"max_length {config.max_length} is more than this GPT model's {base.max_positions} "
+                              f"positions; lower it.")
+        spec = TaskConfig("sequence_classification", self.num_labels(labels),
+                          list(labels) if self.has_classes else None, self.problem)
+        return GPTForSequenceClassification.from_lm(base, spec)
+
+    def build_collator(self, tokenizer: Any, labels: Sequence[str], max_length: int, config: Any = None) -> Any:
+        from models_lib.checkpoint import read_model_config
+
+        vocab_size = int(read_model_config(config.checkpoint)["config"]["vocab_size"])
+        return GPT1Collator(tokenizer, labels, max_length, self.problem or "single_label_classification", vocab_size)
+
+
+GPT_CLASSIFICATION = GPT1Task("classification", "Sequence classification (GPT-1: start/delimiter/extract tokens, "
+                              "the auxiliary LM loss)", "sequence_classification", "single_label_classification",
+                              GPT1Collator, GPT1Step, "classification", smoothing=True, families=FAMILIES)
+GPT_REGRESSION = GPT1Task("regression", "Regression (GPT-1: a pair read in both orders, the auxiliary LM loss)",
+                          "sequence_classification", "regression", GPT1Collator, GPT1Step, "regression",
+                          families=FAMILIES)

@@ -1,0 +1,168 @@
+"""Supervised fine-tuning (SFT) of a causal language model (GPT) on prompt/response pairs or chats.
+
+Each example is a conversation (a prompt and its response are a user turn and an assistant
+turn) written with the run's chat template (trainer.finetune.chat: `chat_template`, shown and
+editable on the launch form). Each piece of the rendered text is tokenised on its own, without
+special tokens, and the end-of-text token follows every assistant reply. The loss is the
+model's next-token cross-entropy on the assistant replies and their end-of-text tokens only
+(the labels are -100 everywhere else); the row is cut to max_length tokens.
+
+Evaluation: the response perplexity, exp of the mean NLL per response token over the whole
+split (trainer.finetune.metrics.sft_metrics), and for the first `samples_shown` examples the
+reply the model writes greedily (up to max_target_length tokens, until end-of-text) from the
+prompt: the turns before the last reply and that turn's opening, written to the log.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from trainer.errors import ConfigError
+from trainer.finetune import chat
+from trainer.finetune import metrics as metric_fns
+from trainer.finetune.tasks import IGNORE_INDEX, Task
+from trainer.finetune.text2text import GenerativeStep
+from trainer.objectives.base import Batch, StepOutput
+
+FAMILIES = ("gpt",)
+
+
+@dataclass
+class SFTBatch(Batch):
+    labels: torch.Tensor         # (B, T) the token where it is learnt (a reply, its end-of-text), else -100
+    prompts: list[list[int]]     # per row: the ids that ask for its last reply (for the samples)
+    prompt_texts: list[str]      # the last user turn's text (for the log)
+    responses: list[str]         # the last reply's text
+
+    def model_inputs(self) -> dict[str, torch.Tensor]:
+        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "labels": self.labels}
+
+
+class SFTCollator:
+    """Examples {"prompt", "response"} or {"messages"} -> an SFTBatch, right-padded."""
+
+    def __init__(self, tokenizer: Any, max_length: int, config: Any, eos_id: int):
+        self.tok = tokenizer.tok.__class__.from_str(tokenizer.tok.to_str())
+        self.tok.no_padding()
+        self.tok.no_truncation()
+        self.pad_id, self.eos_id, self.seq_len = int(tokenizer.pad_id), int(eos_id), max_length
+        self.template = chat.check_chat_template(getattr(config, "chat_template", chat.DEFAULT_CHAT_TEMPLATE))
+
+    @property
+    def needs_word_starts(self) -> bool:
+        return False
+
+    def encode(self, pieces: Sequence[chat.Piece]) -> tuple[list[int], list[int]]:
+        """(ids, labels) of rendered pieces, uncut."""
+        texts = [p.text for p in pieces]
+        encoded = self.tok.encode_batch(texts, add_special_tokens=False) if texts else []
+        ids: list[int] = []
+        labels: list[int] = []
+        for piece, enc in zip(pieces, encoded):
+            ids += enc.ids
+            labels += list(enc.ids) if piece.trained else [IGNORE_INDEX] * len(enc.ids)
+            if piece.eos_after:
+                ids.append(self.eos_id)
+                labels.append(self.eos_id)
+        return ids, labels
+
+    def prompt_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        return self.encode(chat.prompt_pieces(messages, self.template))[0]
+
+    def __call__(self, examples: Sequence[dict]) -> SFTBatch:
+        rows, prompts, asks, replies = [], [], [], []
+        for ex in examples:
+            messages = chat.messages_of(ex)
+            ids, labels = self.encode(chat.render(messages, self.template))
+            rows.append((ids[: self.seq_len], labels[: self.seq_len]))
+            prompts.append(self.prompt_ids(messages))
+            last = chat.last_reply(messages)
+            asked = [m["content"] for m in messages[:last] if m["role"] == "user"]
+            asks.append(asked[-1] if asked else "")
+            replies.append(messages[last]["content"])
+        T = max(len(ids) for ids, _ in rows)
+        input_ids = torch.full((len(rows), T), self.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros((len(rows), T), dtype=torch.long)
+        labels = torch.full((len(rows), T), IGNORE_INDEX, dtype=torch.long)
+        for i, (ids, row_labels) in enumerate(rows):
+            input_ids[i, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+            attention_mask[i, :len(ids)] = 1
+            labels[i, :len(ids)] = torch.tensor(row_labels, dtype=torch.long)
+        return SFTBatch(input_ids, attention_mask, labels, prompts, asks, replies)
+
+
+class SFTStep(GenerativeStep):
+    """The model's own next-token loss on the reply tokens; the perplexity over them at validation."""
+
+    def __init__(self, config: Any, model: Any, device: str, *, task: Task, labels: Sequence[str]):
+        super().__init__(config, model, device, task=task, labels=labels)
+        if config.label_smoothing:
+            raise ConfigError("label_smoothing is for classification and text to text; SFT learns the plain "
+                              "next-token loss (set label_smoothing to 0).")
+        self.nll_sums: list[float] = []
+        self.counts: list[int] = []
+
+    def start_validation(self) -> None:
+        super().start_validation()
+        self.nll_sums, self.counts = [], []
+
+    def __call__(self, batch: SFTBatch, *, train: bool) -> StepOutput:
+        out = self.model(**batch.model_inputs())
+        n = int((batch.labels[:, 1:] != IGNORE_INDEX).sum())  # the model predicts labels[t + 1] at t
+        if not train:
+            self.nll_sums.append(float(out.loss) * n)
+            self.counts.append(n)
+            self.sample(batch)
+        return StepOutput(out.loss, {"task_loss": out.loss.detach().float()}, {"task_loss": float(n)})
+
+    def sample(self, batch: SFTBatch) -> None:
+        """Greedy replies to the first samples_shown prompts of the split."""
+        config = self.model.config
+        for i in range(batch.size):
+            if len(self.samples) >= self.samples_shown:
+                return
+            prompt = batch.prompts[i][-(self.model.max_positions - 1):]  # keep room for one token at least
+            ids = torch.tensor([prompt], dtype=torch.long, device=batch.input_ids.device)
+            out = self.model.generate(ids, max_new_tokens=self.max_new_tokens, num_beams=self.num_beams,
+                                      eos_token_id=config.eos_token_id, pad_token_id=config.pad_token_id)
+            self.samples.append((batch.prompt_texts[i], self.decode(out[:, len(prompt):])[0], batch.responses[i]))
+
+    def finish_validation(self) -> dict[str, float]:
+        if not self.counts:
+            return {}
+        self.log_samples("prompt")
+        return metric_fns.sft_metrics(self.nll_sums, self.counts)
+
+
+@dataclass(frozen=True)
+class SFTTask(Task):
+    """Trains the checkpoint's own causal LM (GPT)."""
+
+    def build_model(self, base: Any, labels: Sequence[str], config: Any = None) -> Any:
+        from models_lib.families.gpt import GPTLMHeadModel
+
+        if not isinstance(base, GPTLMHeadModel):
+            raise ValueError(f"SFT trains a GPT model (a causal language model), not a {type(base).__name__}")
+        if config is not None and config.max_length > base.max_positions:
+            raise ConfigError(f"max_length {config.max_length} is more than this GPT model's {base.max_positions} "
+                              f"positions; lower it.")
+        return base.float()
+
+    def build_collator(self, tokenizer: Any, labels: Sequence[str], max_length: int, config: Any = None) -> Any:
+        from models_lib.checkpoint import read_model_config
+
+        eos = read_model_config(config.checkpoint).get("config", {}).get("eos_token_id") if config else None
+        return SFTCollator(tokenizer, max_length, config, tokenizer.sep_id if eos is None else int(eos))
+
+    def num_labels(self, labels: Sequence[str]) -> int:
+        return 0
+
+    @property
+    def has_classes(self) -> bool:
+        return False
+
+
+SFT = SFTTask("sft", "Supervised fine-tuning (GPT: prompt/response or chats, the loss on the replies only)", "",
+              None, SFTCollator, SFTStep, "sft", families=FAMILIES)
