@@ -231,7 +231,19 @@
       c.created_at ? new Date(c.created_at).toLocaleTimeString() : ""];
     for (const text of cells) { const td = document.createElement("td"); td.textContent = text; row.appendChild(td); }
     const td = document.createElement("td"), a = document.createElement("a");
-    a.href = c.explore_url; a.textContent = "Explore"; td.appendChild(a); row.appendChild(td);
+    a.href = c.explore_url; a.textContent = "Explore"; td.appendChild(a);
+    if (c.finetune_url) {  // the same links as the rows the page was rendered with
+      const tune = document.createElement("a");
+      tune.href = c.finetune_url; tune.textContent = "Fine-tune";
+      td.append(" · ", tune);
+    }
+    if (c.export_url) {
+      const hf = document.createElement("a");
+      hf.href = c.export_url; hf.textContent = "Export HF";
+      hf.title = "Download it in the Hugging Face transformers format (zip)";
+      td.append(" · ", hf);
+    }
+    row.appendChild(td);
     const after = Array.from(body.children).find((r) => Number(r.dataset.step) > c.step);
     body.insertBefore(row, after || null);
     document.getElementById("checkpoints-empty").hidden = true;

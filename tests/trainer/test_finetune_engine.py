@@ -119,3 +119,35 @@ def test_the_task_registry_loads_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "False"
+
+
+def test_a_stopped_run_resumes_where_it_stopped_and_ends_as_one_that_never_stopped(base_checkpoint, datasets,
+                                                                                     tmp_path):
+    import safetensors.torch
+
+    settings = dict(max_steps=20, checkpoint_every=10, eval_every=10, early_stopping_patience=3, lr=2e-3,
+                    warmup_ratio=0.0)
+    whole, whole_sink = _tune(base_checkpoint, datasets["classification"], tmp_path / "whole", **settings)
+    asked = {"n": 0}
+
+    def stop_after_ten():  # asked once per step: stop at step 10
+        asked["n"] += 1
+        return asked["n"] > 10
+
+    config = FinetuneConfig(checkpoint=str(base_checkpoint), dataset=str(datasets["classification"]),
+                            batch_size=16, max_length=64, log_every=10, device="cpu", **settings)
+    first = finetune(config, out_dir=tmp_path / "parts", sink=ListSink(), should_stop=stop_after_ten)
+    assert first.status == "cancelled" and first.final_step == 10
+    with pytest.raises(ConfigError, match="already holds checkpoints"):
+        finetune(config, out_dir=tmp_path / "parts", sink=ListSink())
+    sink = ListSink()
+    second = finetune(config, out_dir=tmp_path / "parts", sink=sink, resume=True)
+    assert second.status == "succeeded" and second.final_step == 20
+    assert any("Resuming from" in line for line in sink.lines)
+    a = safetensors.torch.load_file(str(whole.last_checkpoint / "model.safetensors"))
+    b = safetensors.torch.load_file(str(second.last_checkpoint / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
+    test = lambda events: [v for _, s, v in events if s == "test"][-1]  # noqa: E731
+    assert test(sink.events)["accuracy"] == pytest.approx(test(whole_sink.events)["accuracy"])
+    best = json.loads((tmp_path / "parts" / "best.json").read_text())
+    assert best == json.loads((tmp_path / "whole" / "best.json").read_text())

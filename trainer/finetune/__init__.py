@@ -93,6 +93,23 @@ def stats_for(name: str, *, unanswerable: bool = False) -> list[dict]:
     return charts.stats_for(own)
 
 
+def has_unanswerable(dataset) -> bool:
+    """Whether a stored dataset (trainer.prep.labelled) has a question without an answer in any
+    split: its extractive QA run is scored, and charted, as SQuAD 2.0. No torch."""
+    from pathlib import Path
+
+    from trainer.errors import DatasetError
+    from trainer.prep.labelled import read_meta
+
+    if not dataset:
+        return False
+    try:
+        counts = read_meta(Path(dataset)).get("unanswerable") or {}
+    except DatasetError:
+        return False
+    return any(int(n) > 0 for n in counts.values())
+
+
 def check_checkpoint(folder, name: str) -> str:
     """The family of the checkpoint in `folder` when task `name` fine-tunes it (an encoder with a
     task head, or the families a generative task names); else a ConfigError with a sentence."""

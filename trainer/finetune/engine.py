@@ -20,8 +20,9 @@ from trainer.errors import ConfigError
 from trainer.finetune import lora, techniques
 from trainer.finetune.config import FinetuneConfig
 from trainer.finetune.metrics import METRICS
+from trainer.training import checkpoints
 from trainer.training.data import DataPosition
-from trainer.training.engine import TrainResult, TrainState, setup_runtime
+from trainer.training.engine import TrainResult, TrainState, find_resume_point, restore, setup_runtime
 from trainer.training.sinks import MetricsSink
 
 
@@ -29,12 +30,14 @@ class ExampleStream:
     """The training examples in a new seeded order every epoch, `batch_size` at a time, as the
     loop reads a pre-training TrainStream (next_batch, position, epoch_size, collator)."""
 
-    def __init__(self, examples: Sequence[dict], collator: Any, *, batch_size: int, seed: int):
+    def __init__(self, examples: Sequence[dict], collator: Any, *, batch_size: int, seed: int,
+                 position: DataPosition | None = None):
+        """position: where a resumed run stopped (its epoch's order is the same seeded permutation)."""
         if not examples:
             raise ConfigError("The dataset's train split is empty.")
         self.examples, self.collator, self.batch_size, self.seed = list(examples), collator, batch_size, seed
-        self.position = DataPosition()
-        self._order = self._permutation(0)
+        self.position = position or DataPosition()
+        self._order = self._permutation(self.position.epoch)
 
     @property
     def epoch_size(self) -> int:
@@ -55,8 +58,12 @@ class ExampleStream:
 
 
 def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
-             should_stop: Callable[[], bool] = lambda: False) -> TrainResult:
-    """Train per `config`, writing checkpoints to out_dir/checkpoints/; calls sink.close()."""
+             should_stop: Callable[[], bool] = lambda: False, resume: bool = False) -> TrainResult:
+    """Train per `config`, writing checkpoints to out_dir/checkpoints/; calls sink.close().
+
+    resume: continue from the newest checkpoint in out_dir (weights, optimizer, schedule, RNG,
+    the place in the training data, and early stopping's best so far from best.json); without it
+    an out_dir that already holds checkpoints is refused."""
     from models_lib.checkpoint import load_model
     from trainer.prep.labelled import iter_examples, read_meta
     from trainer.prep.tokenization import load_tokenizer
@@ -92,15 +99,22 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
         if weights is not None:
             forward.class_weights = torch.tensor(weights, dtype=torch.float32, device=device)
         tuning = techniques.prepare(model, config, sink, checkpoint.name)  # freezing, LLRD, the schedule
+        resume_from = find_resume_point(out_dir, resume, sink)
+        state = TrainState()
+        if resume_from is not None:
+            state = restore(resume_from, config, checkpoint, model, tuning.optimizer, tuning.scheduler, forward)
         stream = ExampleStream(list(iter_examples(dataset, "train")), collator, batch_size=config.batch_size,
-                               seed=config.seed)
+                               seed=config.seed, position=state.position)
         valid = _batches(list(iter_examples(dataset, "validation")), collator, config.batch_size)
         loop = techniques.FinetuneLoop(config, tuning=tuning, metrics=task.metrics, model=model,
-                                       forward=forward, stream=stream, valid=valid, state=TrainState(), sink=sink,
+                                       forward=forward, stream=stream, valid=valid, state=state, sink=sink,
                                        data_dir=checkpoint, out_dir=out_dir, device=device, precision=precision,
-                                       resumed_from=None)
+                                       resumed_from=resume_from)
+        if resume_from is not None:
+            _restore_best(loop, out_dir)
         result = loop.run(should_stop)
-        test = _batches(list(iter_examples(dataset, "test")), collator, config.batch_size)
+        test_examples = list(iter_examples(dataset, "test"))
+        test = _batches(test_examples, collator, config.batch_size)
         if test and result.status == "succeeded":
             loop.restore_best()  # early stopping: the best weights, not the last
             values = loop.evaluate(test)
@@ -108,11 +122,42 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             (out_dir / "test_metrics.json").write_text(json.dumps(values, indent=2) + "\n", encoding="utf-8")
             key = METRICS[task.metrics].primary
             sink.log(f"Test split: {key} {values.get(key, float('nan')):.4f} over {sum(b.size for b in test)} examples.")
+            _write_test_outputs(out_dir, forward, test_examples, sink)
         if adapters and result.status == "succeeded":
             lora.export(model, out_dir / "peft", sink)
         return result
     finally:
         sink.close()
+
+
+def _restore_best(loop: Any, out_dir: Path) -> None:
+    """Early stopping's best so far, from out_dir/best.json (a resumed run keeps comparing with it)."""
+    early = loop.early
+    path = out_dir / techniques.BEST_FILE
+    if early is None or not path.is_file():
+        return
+    try:
+        best = json.loads(path.read_text(encoding="utf-8"))
+        folder = checkpoints.checkpoints_dir(out_dir) / str(best["checkpoint"])
+        early.best, early.best_step = float(best["value"]), int(best["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return
+    early.best_checkpoint = folder if folder.is_dir() else None
+
+
+def _write_test_outputs(out_dir: Path, forward: Any, examples: list[dict], sink: MetricsSink) -> None:
+    """The test split's predictions and per-class report (trainer.finetune.report); a failure to
+    write them is logged, and the run that trained still succeeds."""
+    from trainer.finetune import report
+
+    try:
+        rows = report.write_test_outputs(out_dir, forward, examples)
+    except (OSError, ValueError) as e:
+        sink.log(f"The test split's predictions could not be written: {e}")
+        return
+    wrong = sum(1 for row in rows if not row["correct"])
+    sink.log(f"Test predictions written ({report.PREDICTIONS_JSONL}, {report.PREDICTIONS_CSV}): "
+             f"{len(rows)} examples, {wrong} wrong, the errors first.")
 
 
 def _batches(examples: list[dict], collator: Any, batch_size: int) -> list[Any]:

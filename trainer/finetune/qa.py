@@ -39,7 +39,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from trainer.errors import ConfigError, DatasetError
+from trainer.errors import ConfigError
 from trainer.finetune import metrics as metric_fns
 from trainer.finetune.tasks import Task, TaskStep
 from trainer.objectives.base import Batch, StepOutput
@@ -274,6 +274,7 @@ class QAStep(TaskStep):
                                     null_score_threshold=self.null_score_threshold, version_2=self.version_2)
             self.predictions.append(answer.text)
             self.references.append(list(batch.answers[example]))
+            self.scores.append(answer.score if math.isfinite(answer.score) else None)  # start + end logit
 
     def finish_validation(self) -> dict[str, float]:
         if not self.references:
@@ -285,15 +286,9 @@ class QAStep(TaskStep):
 
 def has_unanswerable(dataset: str | Path) -> bool:
     """Whether a stored dataset (trainer.prep.labelled) has a question without an answer in any split."""
-    if not dataset:
-        return False
-    from trainer.prep.labelled import read_meta
+    from trainer import finetune
 
-    try:
-        counts = read_meta(Path(dataset)).get("unanswerable") or {}
-    except DatasetError:
-        return False
-    return any(int(n) > 0 for n in counts.values())
+    return finetune.has_unanswerable(dataset)
 
 
 @dataclass(frozen=True)

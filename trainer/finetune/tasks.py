@@ -136,6 +136,7 @@ class TaskStep(Step):
         self.task, self.labels = task, list(labels)
         self.predictions: list[Any] = []
         self.references: list[Any] = []
+        self.scores: list[float | None] = []  # the model's confidence per prediction, where the step gives one
 
     @property
     def loss_weights(self) -> dict[str, float]:
@@ -150,7 +151,7 @@ class TaskStep(Step):
         return StepOutput(out.loss, {"task_loss": out.loss.detach().float()}, {"task_loss": float(batch.size)})
 
     def start_validation(self) -> None:
-        self.predictions, self.references = [], []
+        self.predictions, self.references, self.scores = [], [], []
 
     def finish_validation(self) -> dict[str, float]:
         if not self.references:
@@ -160,11 +161,31 @@ class TaskStep(Step):
     def gather(self, logits: torch.Tensor, batch: Any) -> None:
         raise NotImplementedError
 
+    # What the test split leaves behind (trainer.finetune.report); a task may override either.
+    def prediction_records(self, examples: Sequence[dict]) -> list[dict]:
+        """One row per example just scored: input, gold, predicted, score, correct; errors first."""
+        from trainer.finetune import report
+
+        return report.prediction_records(examples, self.predictions, self.references, self.scores)
+
+    def test_report(self) -> dict | None:
+        """The confusion matrix and per-class table of the examples just scored (None: the task has none)."""
+        from trainer.finetune import report
+
+        return report.test_report(self.task.metrics, self.predictions, self.references, self.labels)
+
 
 class SequenceStep(TaskStep):
     def gather(self, logits: torch.Tensor, batch: SequenceBatch) -> None:
         predicted = self.model.predict(logits).cpu()
         labels = batch.labels.cpu()
+        if self.task.problem == "multi_label_classification":  # the mean confidence of the label decisions
+            p = torch.sigmoid(logits.float()).cpu()
+            self.scores += torch.maximum(p, 1 - p).mean(-1).tolist()
+        elif self.task.problem != "regression":  # the predicted class's probability
+            self.scores += torch.softmax(logits.float(), -1).max(-1).values.cpu().tolist()
+        else:
+            self.scores += [None] * labels.shape[0]
         if self.task.problem == "regression":
             self.predictions += predicted.float().view(-1).tolist()
             self.references += labels.float().view(-1).tolist()
@@ -179,8 +200,11 @@ class SequenceStep(TaskStep):
 class TokenStep(TaskStep):
     def gather(self, logits: torch.Tensor, batch: TokenBatch) -> None:
         predicted, labels = logits.argmax(-1).cpu(), batch.labels.cpu()
+        confidence = torch.softmax(logits.float(), -1).max(-1).values.cpu()
         for row in range(labels.shape[0]):
             scored = labels[row] != IGNORE_INDEX  # one position per word that survived truncation
+            # the mean probability of the predicted tags over the sentence's words
+            self.scores.append(float(confidence[row][scored].mean()) if bool(scored.any()) else None)
             self.predictions.append([self.labels[i] for i in predicted[row][scored].tolist()])
             self.references.append([self.labels[i] for i in labels[row][scored].tolist()])
 

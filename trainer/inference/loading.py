@@ -146,7 +146,8 @@ def _read(folder: Path) -> Loaded:
         raise InferenceError(f"The checkpoint {folder.name} holds a model of a family LM Workbench does not know "
                              f"({name!r}).")
     family = families.get(name)
-    if family.masked_lm and not hasattr(family.fill_mask_model(model)[0], "mlm_head"):
+    fine_tuned = getattr(model, "task_config", None) is not None  # a task head (trainer.inference.downstream)
+    if family.masked_lm and not fine_tuned and not hasattr(family.fill_mask_model(model)[0], "mlm_head"):
         raise InferenceError(f"The checkpoint {folder.name} holds a model without a language-model head.")
     try:
         tokenizer = load_tokenizer(folder)

@@ -7,6 +7,8 @@ what the dataset's state does not allow now, 413 for an upload over UPLOAD_MAX_B
 from __future__ import annotations
 
 from django.http import Http404
+from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import NotFound
@@ -31,6 +33,7 @@ from webapp.datasets.serializers import (
     StatsQuerySerializer,
     StatsSerializer,
 )
+from webapp.runs import results
 
 TAGS = ["datasets"]
 
@@ -159,6 +162,20 @@ class DatasetStatsApi(APIView):
             raise Conflict(f"The tokenizer “{tokenizer.name}” is not ready; try again when its training has finished.")
         stats = selectors.dataset_stats(dataset, tokenizer=tokenizer, max_length=query.validated_data["max_length"])
         return Response(StatsSerializer(stats).data)
+
+
+class DatasetLeaderboardApi(APIView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, 404: NOT_FOUND}, tags=TAGS,
+                   summary="Every fine-tuning run of yours on a dataset, best first")
+    def get(self, request: Request, pk) -> Response:
+        """The task's primary metric (and whether higher is better), the settings in which the runs differ, and
+        per run: its base checkpoint, status, those settings, the best validation value of the primary metric
+        (and its step) and its test metrics. Sorted by the test metric, then the best validation value."""
+        board = results.leaderboard(request.user, dataset_get(request.user, pk))
+        rows = [{k: v for k, v in row.items() if k != "run"} for row in board["rows"]]
+        for row in rows:
+            row["dashboard_url"] = reverse("runs:detail", args=[row["id"]])
+        return Response({**board, "rows": rows})
 
 
 class DatasetDemoApi(APIView):

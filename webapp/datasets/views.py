@@ -14,6 +14,7 @@ from webapp.datasets import display, selectors, services
 from webapp.datasets.forms import MAX_LENGTH_DEFAULT, DatasetUploadForm, DemoForm, LengthsForm, MappingForm
 from webapp.datasets.models import Dataset, DatasetStatus
 from webapp.datasets.uploads import ACCEPT_ATTRIBUTE, ACCEPTED_SUFFIXES, WRONG_TYPE
+from webapp.runs import results
 
 
 @login_required
@@ -117,6 +118,7 @@ def _dataset_page(request: HttpRequest, dataset: Dataset, mapping_form: MappingF
         "lengths": lengths,
         "lengths_error": lengths_error,
         "has_tokenizers": selectors.ready_tokenizers_for(request.user).exists(),
+        "leaderboard": results.leaderboard(request.user, dataset),
     }, status=status)
 
 

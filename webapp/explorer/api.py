@@ -13,6 +13,8 @@ from rest_framework.views import APIView
 
 from webapp.explorer import imports, services
 from webapp.explorer.serializers import (
+    AnswerRequestSerializer, AnswerResponseSerializer, ClassifyRequestSerializer, ClassifyResponseSerializer,
+    EmbedRequestSerializer, EmbedResponseSerializer, TagRequestSerializer, TagResponseSerializer,
     AttentionRequestSerializer, AttentionResponseSerializer, CompareRequestSerializer, CompareResponseSerializer,
     FillMaskRequestSerializer, FillMaskResponseSerializer, FillSpansRequestSerializer, FillSpansResponseSerializer,
     GenerateRequestSerializer, GenerateResponseSerializer, GenerateSeq2SeqRequestSerializer,
@@ -149,6 +151,43 @@ class WordSimilarityView(CheckpointQuestionView):
     def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
         return services.word_similarity(checkpoint=checkpoint, sentence_a=data["sentence_a"],
                                         sentence_b=data["sentence_b"], word=data["word"])
+
+
+@extend_schema(request=ClassifyRequestSerializer, responses={200: ClassifyResponseSerializer, 400: ERROR, 404: ERROR},
+               summary="A fine-tuned sequence classifier's label probabilities (or value) for a text or a pair")
+class ClassifyView(CheckpointQuestionView):
+    request_serializer = ClassifyRequestSerializer
+
+    def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
+        return services.classify(checkpoint=checkpoint, text=data["text"], text_b=data.get("text_b", ""))
+
+
+@extend_schema(request=TagRequestSerializer, responses={200: TagResponseSerializer, 400: ERROR, 404: ERROR},
+               summary="A fine-tuned token classifier's tag per word and the entities in the text")
+class TagView(CheckpointQuestionView):
+    request_serializer = TagRequestSerializer
+
+    def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
+        return services.tag(checkpoint=checkpoint, text=data["text"])
+
+
+@extend_schema(request=AnswerRequestSerializer, responses={200: AnswerResponseSerializer, 400: ERROR, 404: ERROR},
+               summary="A fine-tuned extractive QA model's answer span in the context, with the n best")
+class AnswerView(CheckpointQuestionView):
+    request_serializer = AnswerRequestSerializer
+
+    def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
+        return services.answer(checkpoint=checkpoint, question=data["question"], context=data["context"],
+                               n_best=data["n_best"])
+
+
+@extend_schema(request=EmbedRequestSerializer, responses={200: EmbedResponseSerializer, 400: ERROR, 404: ERROR},
+               summary="Sentence embeddings of any encoder checkpoint and their cosine similarities")
+class EmbedView(CheckpointQuestionView):
+    request_serializer = EmbedRequestSerializer
+
+    def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
+        return services.embed(checkpoint=checkpoint, sentences=data["sentences"], pooling=data["pooling"])
 
 
 @extend_schema(request=NextSentenceRequestSerializer,

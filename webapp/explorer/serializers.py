@@ -8,8 +8,8 @@ from rest_framework import serializers
 from webapp.api.serializers import GreaterThan, RequestSerializer
 from webapp.explorer.models import ModelImport
 from webapp.explorer.services import (
-    ATTENTION_MAX_TOKENS, MAX_BEAMS, MAX_GENERATE_TOKENS, MAX_NEW_TOKENS, MAX_TEXT_CHARS, MAX_TOP_K, STACKS,
-    STRATEGIES, TASKS,
+    ATTENTION_MAX_TOKENS, MAX_BEAMS, MAX_GENERATE_TOKENS, MAX_N_BEST, MAX_NEW_TOKENS, MAX_SENTENCES, MAX_TEXT_CHARS,
+    MAX_TOP_K, POOLINGS, STACKS, STRATEGIES, TASKS,
 )
 
 CHECKPOINT_HELP = "A checkpoint of yours: a step of one of your runs, or a model you imported."
@@ -262,16 +262,120 @@ class WordSimilarityResponseSerializer(serializers.Serializer):
     positions_b = serializers.ListField(child=serializers.IntegerField(), help_text="The word's tokens in B.")
 
 
+# ---------------------------------------------------------------------------- fine-tuned checkpoints
+class ClassifyRequestSerializer(RequestSerializer):
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " A checkpoint of a sequence-classification, "
+                                                                   "regression or multi-label fine-tuning run.")
+    text = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
+                                 help_text=f"The text (sentence A of a pair), at most {MAX_TEXT_CHARS:,} characters.")
+    text_b = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG, required=False,
+                                   allow_blank=True, default="",
+                                   help_text="Sentence B, for a model fine-tuned on pairs.")
+
+
+class LabelProbabilitySerializer(serializers.Serializer):
+    label = serializers.CharField()
+    probability = serializers.FloatField()
+
+
+class ClassifyResultSerializer(serializers.Serializer):
+    problem_type = serializers.CharField(help_text="single_label_classification, multi_label_classification or "
+                                                   "regression.")
+    labels = LabelProbabilitySerializer(many=True, help_text="Most likely first (softmax; a sigmoid each for "
+                                                             "multi-label; empty for regression).")
+    predicted = serializers.ListField(child=serializers.CharField(), help_text="The predicted label(s).")
+    value = serializers.FloatField(allow_null=True, help_text="Regression: the predicted value.")
+    threshold = serializers.FloatField(allow_null=True, help_text="Multi-label: a label is predicted above it.")
+    truncated = serializers.BooleanField(help_text="The input was cut to max_length tokens.")
+    max_length = serializers.IntegerField()
+
+
+class ClassifyResponseSerializer(ClassifyResultSerializer):
+    checkpoint = serializers.UUIDField()
+
+
+class TagRequestSerializer(RequestSerializer):
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " A token-classification (NER) checkpoint.")
+    text = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
+                                 help_text="A sentence; it is split into words and punctuation marks.")
+
+
+class TaggedWordSerializer(serializers.Serializer):
+    text = serializers.CharField()
+    start = serializers.IntegerField()
+    end = serializers.IntegerField()
+    tag = serializers.CharField()
+    probability = serializers.FloatField()
+
+
+class EntitySerializer(serializers.Serializer):
+    type = serializers.CharField()
+    start = serializers.IntegerField(help_text="Character offset into the text.")
+    end = serializers.IntegerField()
+    text = serializers.CharField()
+    score = serializers.FloatField(help_text="The mean probability of its words' tags.")
+
+
+class TagResponseSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField()
+    words = TaggedWordSerializer(many=True)
+    entities = EntitySerializer(many=True)
+    truncated = serializers.BooleanField(help_text="Words past max_length got no tag.")
+
+
+class AnswerRequestSerializer(RequestSerializer):
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " An extractive question-answering checkpoint.")
+    question = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG)
+    context = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
+                                    help_text=f"At most {MAX_TEXT_CHARS:,} characters.")
+    n_best = serializers.IntegerField(min_value=1, max_value=MAX_N_BEST, default=5)
+
+
+class AnswerSpanSerializer(serializers.Serializer):
+    text = serializers.CharField(allow_blank=True, help_text='"" when the model answers that there is no answer.')
+    start = serializers.IntegerField(help_text="Character offset into the context (-1: no answer).")
+    end = serializers.IntegerField()
+    score = serializers.FloatField(allow_null=True, help_text="Start + end logit.")
+
+
+class AnswerResponseSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField()
+    answer = AnswerSpanSerializer()
+    n_best = AnswerSpanSerializer(many=True)
+    null_score = serializers.FloatField(help_text="The [CLS] start + end logit (no answer).")
+    threshold = serializers.FloatField(help_text="No answer when null_score beats the best span by more.")
+    windows = serializers.IntegerField(help_text="Windows the context was cut into (doc_stride).")
+
+
+class EmbedRequestSerializer(RequestSerializer):
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " Any encoder (pre-trained, fine-tuned or "
+                                                                   "imported).")
+    sentences = serializers.ListField(child=serializers.CharField(allow_blank=True, max_length=MAX_TEXT_CHARS,
+                                                                  error_messages=TOO_LONG), min_length=2,
+                                      max_length=MAX_SENTENCES, help_text=f"2 to {MAX_SENTENCES} sentences.")
+    pooling = serializers.ChoiceField(choices=list(POOLINGS), default="mean")
+
+
+class EmbedResponseSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField()
+    pooling = serializers.CharField()
+    sentences = serializers.ListField(child=serializers.CharField())
+    similarity = serializers.ListField(child=serializers.ListField(child=serializers.FloatField()),
+                                       help_text="Cosine similarity of every pair (row i, column j).")
+    dimensions = serializers.IntegerField()
+    truncated = serializers.ListField(child=serializers.BooleanField())
+
+
 # ---------------------------------------------------------------------------- comparison
 class CompareInputsSerializer(RequestSerializer):
     text = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG, required=False, allow_blank=True,
-                                 help_text="fill-mask: text with [MASK].")
+                                 help_text="fill-mask: text with [MASK]; classify: the text (sentence A).")
     top_k = serializers.IntegerField(required=False, min_value=1, max_value=MAX_TOP_K, default=5,
                                      help_text="fill-mask: tokens per mask.")
     text_a = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG, required=False, allow_blank=True,
                                    help_text="next-sentence / sentence-order: sentence A.")
     text_b = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG, required=False, allow_blank=True,
-                                   help_text="next-sentence / sentence-order: sentence B.")
+                                   help_text="next-sentence / sentence-order: sentence B; classify: an optional sentence B.")
 
 
 class CompareRequestSerializer(RequestSerializer):
@@ -282,7 +386,7 @@ class CompareRequestSerializer(RequestSerializer):
 
     def validate(self, data):
         inputs, task = data["inputs"], data["task"]
-        needed = ["text"] if task == "fill-mask" else ["text_a", "text_b"]
+        needed = ["text"] if task in ("fill-mask", "classify") else ["text_a", "text_b"]
         missing = [n for n in needed if not (inputs.get(n) or "").strip()]
         if missing:
             raise serializers.ValidationError(
@@ -292,7 +396,8 @@ class CompareRequestSerializer(RequestSerializer):
 
 @extend_schema_field(PolymorphicProxySerializer(
     component_name="CompareResult",
-    serializers=[FillMaskResultSerializer, NextSentenceResultSerializer, SentenceOrderResultSerializer],
+    serializers=[FillMaskResultSerializer, NextSentenceResultSerializer, SentenceOrderResultSerializer,
+                 ClassifyResultSerializer],
     resource_type_field_name=None,
 ))
 class CompareResultField(serializers.JSONField):

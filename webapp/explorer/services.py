@@ -175,6 +175,63 @@ def word_similarity(*, checkpoint: Checkpoint, sentence_a: str, sentence_b: str,
     return similarity.word_similarity(_folder(checkpoint), a, b, word)
 
 
+# ---------------------------------------------------------------------------- fine-tuned checkpoints
+MAX_SENTENCES = 8  # trainer.inference.downstream.MAX_SENTENCES
+MAX_N_BEST = 20
+POOLINGS = ("mean", "cls")
+# The downstream tool each fine-tuning task's checkpoints answer (trainer.finetune's task names).
+TASK_TOOLS = {"classification": "classify", "regression": "classify", "multilabel": "classify",
+              "token_classification": "tag", "extractive_qa": "answer"}
+
+
+def classify(*, checkpoint: Checkpoint, text: str, text_b: str = "") -> dict[str, Any]:
+    """A sequence classifier's label probabilities (or value) for a text or a pair."""
+    from trainer.inference import downstream  # imports torch
+
+    text = _text(text)
+    text_b = _text(text_b, "Sentence B") if (text_b or "").strip() else ""
+    return downstream.classify(_folder(checkpoint), text, text_b or None)
+
+
+def tag(*, checkpoint: Checkpoint, text: str) -> dict[str, Any]:
+    """A token classifier's tag per word and its entities (character offsets into the text)."""
+    from trainer.inference import downstream  # imports torch
+
+    return downstream.tag(_folder(checkpoint), _text(text))
+
+
+def answer(*, checkpoint: Checkpoint, question: str, context: str, n_best: int = 5) -> dict[str, Any]:
+    """An extractive QA model's answer span in the context, with the n best candidates."""
+    from trainer.inference import downstream  # imports torch
+
+    question, context = _text(question, "The question"), _text(context, "The context")
+    if not 1 <= int(n_best) <= MAX_N_BEST:
+        raise InferenceError(f"n_best must be between 1 and {MAX_N_BEST}.")
+    return downstream.answer(_folder(checkpoint), question, context, n_best=int(n_best))
+
+
+def embed(*, checkpoint: Checkpoint, sentences: list[str], pooling: str = "mean") -> dict[str, Any]:
+    """Cosine similarities of the sentence embeddings of any encoder checkpoint."""
+    from trainer.inference import downstream  # imports torch
+
+    texts = [_text(s, f"Sentence {i + 1}") for i, s in enumerate(sentences) if (s or "").strip()]
+    if not 2 <= len(texts) <= MAX_SENTENCES:
+        raise InferenceError(f"Give from 2 to {MAX_SENTENCES} sentences (one per line) to compare; "
+                             f"there {'is' if len(texts) == 1 else 'are'} {len(texts)}.")
+    if pooling not in POOLINGS:
+        raise InferenceError(f"pooling must be one of {', '.join(POOLINGS)}, not {pooling!r}.")
+    return downstream.embed(_folder(checkpoint), texts, pooling=pooling)
+
+
+def checkpoint_task(checkpoint: Checkpoint) -> str:
+    """The fine-tuning task of a fine-tuning run's checkpoint ("classification", "token_classification",
+    ...), or "" for a pre-training run's or an imported model's."""
+    run = checkpoint.run if checkpoint.run_id is not None else None
+    if run is None or not run.is_finetune:
+        return ""
+    return str((run.objectives or [""])[0])
+
+
 # ---------------------------------------------------------------------------- what a checkpoint is
 def checkpoint_family(checkpoint: Checkpoint) -> str:
     """models_lib's family of the checkpoint's model ("bert", "t5", "gpt", "elmo", ...): what the
@@ -203,7 +260,7 @@ def family_kind(family: str) -> str:
 
 
 # ---------------------------------------------------------------------------- comparison
-TASKS = ("fill-mask", "next-sentence", "sentence-order")
+TASKS = ("fill-mask", "next-sentence", "sentence-order", "classify")
 
 
 def compare(*, checkpoints: list[Checkpoint], task: str, inputs: dict[str, Any]) -> list[dict[str, Any]]:
@@ -218,6 +275,11 @@ def compare(*, checkpoints: list[Checkpoint], task: str, inputs: dict[str, Any])
 
         def ask(c: Checkpoint) -> dict[str, Any]:
             return {"masks": fill_mask(checkpoint=c, text=text, top_k=top_k)}
+    elif task == "classify":  # two fine-tuned classifiers (or steps of one run) side by side
+        text, text_b = _text(inputs.get("text", "")), inputs.get("text_b") or ""
+
+        def ask(c: Checkpoint) -> dict[str, Any]:
+            return classify(checkpoint=c, text=text, text_b=text_b)
     else:
         a, b = _text(inputs.get("text_a", ""), "Sentence A"), _text(inputs.get("text_b", ""), "Sentence B")
         score = next_sentence if task == "next-sentence" else sentence_order

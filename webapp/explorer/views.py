@@ -31,6 +31,16 @@ from webapp.runs.selectors import checkpoint_get, checkpoints_for, latest_checkp
 
 EXAMPLE_TEXT = "The capital of France is [MASK]."
 INSPECT_EXAMPLES = 4
+# What the fine-tuned panels start with: like the demo datasets' examples (stdlib docstrings).
+DOWNSTREAM_EXAMPLES = {
+    "classify": "Return a new dictionary initialized from an optional positional argument.",
+    "tag": "Use os.path.join to build the path, and catch FileNotFoundError when it is missing.",
+    "question": "What does getcwd return?",
+    "context": "getcwd() returns a string representing the current working directory. It raises OSError "
+               "when the directory has been removed.",
+    "sentences": "Return the absolute path of a file.\nGive back the full path of the file.\nOpen a network "
+                 "socket to the server.",
+}
 
 
 @login_required
@@ -66,6 +76,9 @@ def index(request: HttpRequest) -> HttpResponse:
     kind = services.family_kind(services.checkpoint_family(selected)) if selected else ""
     return render(request, "explorer/index.html", {
         "kind": kind,
+        "task": services.checkpoint_task(selected) if selected else "",
+        "tools": {"classify": ("classification", "regression", "multilabel")},
+        "examples": DOWNSTREAM_EXAMPLES,
         "attention_max_tokens": services.ATTENTION_MAX_TOKENS,
         "decoding_fields": [form[name] for name in ExploreForm.DECODING_FIELDS],
         "form": form,
@@ -133,6 +146,7 @@ def _grouped(checkpoints) -> list[dict[str, Any]]:
             "checkpoint": ckpt,
             "pair": services.pair_head(objectives),
             "mlm": "mlm" in objectives,
+            "task": services.checkpoint_task(ckpt),
             "origin_name": ckpt.run.name if ckpt.run_id else ckpt.label,
             "origin_url": _origin_url(ckpt),
         })

@@ -1,17 +1,18 @@
 """JSON API for runs: launch, list, follow (metrics, checkpoints), cancel, resume, clone, export."""
 from __future__ import annotations
 
-from django.http import Http404, HttpResponse
+from django.http import FileResponse, Http404, HttpResponse
+from django.urls import reverse
 from django.utils.text import slugify
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from webapp.corpora.models import Corpus, Tokenizer
-from webapp.runs import launch, selectors, services
+from webapp.runs import launch, results, selectors, services
 from webapp.runs.models import Checkpoint, Run
 from webapp.runs.serializers import (
     CheckpointSerializer, FinetuneCreateSerializer, LogLineSerializer, LogQuerySerializer, MetricPointSerializer, MetricsQuerySerializer,
@@ -33,6 +34,13 @@ CONFIG_YAML = OpenApiResponse(
 class Conflict(exceptions.APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "The run is not in a state that allows this."
+
+
+class Missing(exceptions.APIException):
+    """A 404 whose sentence says what is missing (NotFound's is replaced by the generic one)."""
+
+    status_code = status.HTTP_404_NOT_FOUND
+    default_detail = "Not found."
 
 
 def owned_run(request: Request, run_id) -> Run:
@@ -182,6 +190,70 @@ class RunConfigYamlView(APIView):
         return config_yaml_response(owned_run(request, run_id))
 
 
+class RunCompareView(APIView):
+    @extend_schema(parameters=[OpenApiParameter("run", OpenApiTypes.UUID, many=True, required=True,
+                                                description="2 to 6 run ids, the parameter repeated")],
+                   responses={200: OpenApiTypes.OBJECT, 400: ERROR, 404: ERROR},
+                   summary="Two to six of your runs side by side: settings (the differing ones first) and the "
+                           "curves of every metric they share")
+    def get(self, request: Request) -> Response:
+        runs = [owned_run(request, run_id) for run_id in dict.fromkeys(request.query_params.getlist("run"))]
+        try:
+            return Response(results.compare(runs))
+        except results.CompareError as e:
+            raise exceptions.ValidationError(str(e)) from None
+
+
+class RunPredictionsView(APIView):
+    @extend_schema(responses={(200, "text/csv"): OpenApiTypes.STR, (200, "application/x-ndjson"): OpenApiTypes.STR,
+                              404: ERROR},
+                   operation_id="runs_predictions_retrieve",
+                   parameters=[OpenApiParameter("fmt", str, OpenApiParameter.PATH, enum=["csv", "jsonl"])],
+                   summary="A fine-tuning run's test predictions (.csv or .jsonl): input, gold, predicted, score, "
+                           "correct; the errors first")
+    def get(self, request: Request, run_id, fmt: str) -> HttpResponse:
+        run = owned_run(request, run_id)
+        if fmt not in selectors.PREDICTION_FILES:
+            raise Missing(f"Predictions come as .csv or .jsonl, not .{fmt}.")
+        response = predictions_response(run, fmt)
+        if response is None:
+            raise Missing(NO_PREDICTIONS)
+        return response
+
+
+class RunTestReportView(APIView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT, 404: ERROR},
+                   summary="A fine-tuning run's test split: its metrics, confusion matrix and per-class table "
+                           "(classification per label, NER per entity type)")
+    def get(self, request: Request, run_id) -> Response:
+        run = owned_run(request, run_id)
+        metrics = dict(selectors.test_metrics(run))
+        if not metrics:
+            raise Missing("This run has not scored a test split: a fine-tuning run does so after its "
+                                      "last step.")
+        report = selectors.test_report(run) or {}
+        return Response({"metrics": metrics, "confusion": report.get("confusion"),
+                         "per_class": report.get("per_class"), "level": report.get("level"),
+                         "predictions": {fmt: reverse("api-run-predictions", args=[run.id, fmt])
+                                         for fmt in selectors.PREDICTION_FILES
+                                         if selectors.predictions_file(run, fmt) is not None}})
+
+
+class CheckpointExportView(APIView):
+    @extend_schema(responses={(200, "application/zip"): OpenApiTypes.BINARY, 400: ERROR, 404: ERROR},
+                   summary="A checkpoint of yours in the Hugging Face transformers format, zipped",
+                   description="config.json, model.safetensors, tokenizer.json, tokenizer_config.json and a README: "
+                               "a fine-tuned checkpoint as ...ForSequenceClassification / ForTokenClassification / "
+                               "ForQuestionAnswering with id2label, a pre-training one as its pre-training class. "
+                               "Made on the first request and kept while the weights are unchanged.")
+    def get(self, request: Request, checkpoint_id) -> HttpResponse:
+        try:
+            checkpoint = selectors.checkpoint_get(request.user, checkpoint_id)
+        except Http404:
+            raise exceptions.NotFound() from None
+        return export_response(checkpoint, services.export_hf(checkpoint=checkpoint))
+
+
 class RegistryView(APIView):
     @extend_schema(responses={200: OpenApiTypes.OBJECT},
                    summary="What can be trained: families, presets, objectives, field defaults and bounds")
@@ -207,3 +279,24 @@ def config_yaml_response(run: Run) -> HttpResponse:
     filename = f"{slugify(run.name) or 'run'}.yaml"
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
+
+
+NO_PREDICTIONS = ("This run has no test predictions: a fine-tuning run writes them when it scores its test split, "
+                  "after its last step (a pre-training run has none).")
+
+
+def predictions_response(run: Run, fmt: str) -> FileResponse | None:
+    """The run's test predictions as a download, errors first (None when it has none)."""
+    path = selectors.predictions_file(run, fmt)
+    if path is None:
+        return None
+    content_type = "text/csv; charset=utf-8" if fmt == "csv" else "application/x-ndjson; charset=utf-8"
+    name = f"{slugify(run.name) or 'run'}-test-predictions.{fmt}"
+    return FileResponse(path.open("rb"), content_type=content_type, as_attachment=True, filename=name)
+
+
+
+
+def export_response(checkpoint: Checkpoint, archive) -> FileResponse:
+    name = f"{slugify(checkpoint.label) or 'checkpoint'}-hf.zip"
+    return FileResponse(archive.open("rb"), content_type="application/zip", as_attachment=True, filename=name)

@@ -392,7 +392,10 @@ FINETUNE_HELP = {
                     "encoder's run also writes the adapter in peft's format.",
     "chat_template": "SFT: how each chat turn is written. {role} is system, user or assistant; {content} the "
                      "message. The model learns the assistant's content and an end-of-text token after it.",
+    "device": "CUDA GPU runs on the gpu queue (a worker with a GPU), CPU on the cpu queue; Auto on the default "
+              "queue, on a GPU when its worker has one.",
 }
+DEVICE_CHOICES = [("auto", "Auto"), ("cpu", "CPU"), ("cuda", "CUDA GPU")]
 
 
 class _CheckpointChoice(forms.ModelChoiceField):
@@ -439,6 +442,9 @@ class FinetuneForm(forms.Form):
             elif name == "class_weights":
                 field = forms.ChoiceField(choices=[("none", "none"), ("balanced", "balanced")], initial=default,
                                           help_text=help_text)
+            elif name == "device":
+                field = forms.ChoiceField(choices=DEVICE_CHOICES, initial=default, help_text=help_text,
+                                          required=False)  # not sent (an older form, a script): auto
             elif isinstance(default, str):
                 # strip=False: a prefix's or a template's spaces and line breaks are part of it
                 widget = forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}) if name == "chat_template" else None
@@ -450,7 +456,7 @@ class FinetuneForm(forms.Form):
                 field = forms.FloatField(initial=default, help_text=help_text, required=required)
             self.fields[name] = field
 
-    KEEP_IF_EMPTY = ("chat_template", "lora_targets")  # an empty field keeps the default it showed
+    KEEP_IF_EMPTY = ("chat_template", "lora_targets", "device")  # an empty field keeps the default it showed
 
     def training_settings(self) -> dict[str, Any]:
         """The settings given; an optional setting left empty keeps its default (an empty chat

@@ -4,15 +4,17 @@ Reads never write: a run whose worker died is marked crashed by the periodic rea
 (webapp.runs.tasks.reap_stale_runs) or when it is resumed, not by looking at it."""
 from __future__ import annotations
 
+import json
 import uuid
+from pathlib import Path
 
 from django.db.models import F, Prefetch, QuerySet
 from django.http import Http404
 
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run
 
-__all__ = ["runs_for", "run_get", "with_last_checkpoint", "metrics_since", "log_tail", "log_after", "checkpoint_get", "checkpoints_for",
-           "latest_checkpoint"]
+__all__ = ["runs_for", "run_get", "with_last_checkpoint", "metrics_since", "log_tail", "log_after", "checkpoint_get",
+           "checkpoints_for", "latest_checkpoint", "test_metrics", "test_report", "predictions_file"]
 
 
 def _as_uuid(value) -> uuid.UUID:
@@ -102,3 +104,30 @@ def test_metrics(run: Run) -> list[tuple[str, float | None]]:
     if point is None or not isinstance(point.values, dict):
         return []
     return sorted(point.values.items())
+
+
+# The files a fine-tuning run writes about its test split (trainer.finetune.report); the web app
+# only reads them. The names are the trainer's, repeated here so that pages load no trainer code.
+PREDICTION_FILES = {"jsonl": "predictions.jsonl", "csv": "predictions.csv"}
+REPORT_FILE = "test_report.json"
+
+
+def test_report(run: Run) -> dict | None:
+    """A fine-tuning run's confusion matrix and per-class table (test_report.json), or None when
+    the run has not written one (not finished, a task without classes, or a pre-training run)."""
+    if not run.is_finetune:
+        return None
+    try:
+        report = json.loads((Path(run.folder) / REPORT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return report if isinstance(report, dict) else None
+
+
+def predictions_file(run: Run, fmt: str) -> Path | None:
+    """The path of the run's test predictions in `fmt` ("jsonl" or "csv"), None when there is none."""
+    name = PREDICTION_FILES.get(fmt)
+    if name is None or not run.is_finetune:
+        return None
+    path = Path(run.folder) / name
+    return path if path.is_file() else None

@@ -14,16 +14,25 @@ class CheckpointSerializer(serializers.ModelSerializer):
     run = serializers.UUIDField(source="run_id", read_only=True)
     files_present = serializers.SerializerMethodField()
     explore_url = serializers.SerializerMethodField()
+    finetune_url = serializers.SerializerMethodField()
+    export_url = serializers.SerializerMethodField()
 
     class Meta:
         model = Checkpoint
-        fields = ["id", "run", "step", "metrics", "created_at", "files_present", "explore_url"]
+        fields = ["id", "run", "step", "metrics", "created_at", "files_present", "explore_url", "finetune_url",
+                  "export_url"]
 
     def get_files_present(self, obj: Checkpoint) -> bool:
         return obj.folder.is_dir()
 
     def get_explore_url(self, obj: Checkpoint) -> str:
         return f"{reverse('explorer:index')}?checkpoint={obj.id}"
+
+    def get_finetune_url(self, obj: Checkpoint) -> str:
+        return f"{reverse('runs:finetune')}?checkpoint={obj.id}"
+
+    def get_export_url(self, obj: Checkpoint) -> str:
+        return reverse("runs:checkpoint-export", args=[obj.id])
 
 
 class RunSerializer(serializers.ModelSerializer):
@@ -206,3 +215,5 @@ class FinetuneCreateSerializer(RequestSerializer):
                                          help_text="Comma-separated: query, key, value, output, ffn_up, ffn_down.")
     chat_template = serializers.CharField(required=False, trim_whitespace=False, max_length=1000,
                                           help_text="SFT: one chat turn, with {role} and {content}.")
+    device = serializers.ChoiceField(choices=["auto", "cpu", "cuda"], required=False,
+                                     help_text="cuda: the gpu queue; cpu: the cpu queue; auto: the default queue.")

@@ -198,7 +198,9 @@ def check_run_limit(*, owner) -> None:
                             f"({limit}). Wait for one to finish, or cancel one, then launch again.")
 
 
-def queue_for(config: RunConfig) -> str:
+def queue_for(config) -> str:
+    """The Celery queue of a run (a RunConfig's or a FinetuneConfig's device): "gpu" for cuda,
+    "cpu" for cpu, RUN_DEFAULT_QUEUE for auto."""
     if config.device == "cuda":
         return "gpu"
     if config.device == "cpu":
@@ -326,9 +328,9 @@ def _requeue(*, run: Run) -> Run:
             f"Only a cancelled, crashed or failed run can be resumed; this one is {run.get_status_display().lower()}."
         )
     check_run_limit(owner=run.owner)
-    if run.kind == RunKind.FINETUNE:
-        raise RunStateError("A fine-tuning run cannot be resumed; launch it again from its checkpoint's "
-                            "“Fine-tune” link.")
+    if run.kind == RunKind.FINETUNE and (run.base_checkpoint_id is None or run.dataset_id is None):
+        raise RunStateError("The checkpoint or the dataset of this fine-tuning run was deleted, so it cannot be "
+                            "resumed.")
     check_free_space(what="resuming this run (its checkpoints need room)")
     if not run.checkpoints.exists():
         raise RunStateError("This run has no checkpoint to resume from. Clone it to start again from step 0.")
@@ -378,7 +380,7 @@ GENERATION_FIELDS = ("source_prefix", "max_target_length", "target_mask_prob", "
                      "chat_template", "aux_lm_weight")
 # LoRA (trainer/finetune/lora.py), a technique for every family; optional as well.
 LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")
-OPTIONAL_FIELDS = GENERATION_FIELDS + LORA_FIELDS
+OPTIONAL_FIELDS = GENERATION_FIELDS + LORA_FIELDS + ("device",)  # device: auto when not sent
 FINETUNE_FIELDS += OPTIONAL_FIELDS
 
 
@@ -423,7 +425,7 @@ def finetune_create(*, owner, checkpoint: Checkpoint | None, dataset, training: 
     run = Run.objects.create(
         owner=owner, name=name[:200], kind=RunKind.FINETUNE, dataset=dataset, base_checkpoint=checkpoint,
         family=family, preset=checkpoint.label[:40], objectives=[dataset.task], config=config.to_dict(),
-        queue=getattr(settings, "RUN_DEFAULT_QUEUE", "cpu") or "cpu", max_steps=config.max_steps,
+        queue=queue_for(config), max_steps=config.max_steps,
     )
     _enqueue(run)
     return run
@@ -509,19 +511,27 @@ def _train(run: Run, sink: DatabaseChannelsSink, me: str) -> tuple[str, int]:
 
 
 def _finetune(run: Run, sink: DatabaseChannelsSink, me: str) -> tuple[str, int]:
-    """Fine-tune from the start (the engine has no resume) with the same sink, cancel check and
-    heartbeat as pre-training; its checkpoints are registered by the sink like any run's."""
+    """Fine-tune (from the run's last checkpoint when it has one: a resume) with the same sink,
+    cancel check and heartbeat as pre-training; its checkpoints are registered by the sink like
+    any run's."""
     from trainer.finetune.config import FinetuneConfig
     from trainer.finetune.engine import finetune  # imports torch: only workers pay for it
+    from trainer.training.checkpoints import list_checkpoints
 
     if run.base_checkpoint_id is None or run.dataset_id is None:
         raise ConfigError("The checkpoint or the dataset of this fine-tuning run was deleted.")
     config = FinetuneConfig.from_dict(run.config)
-    MetricPoint.objects.filter(run=run).delete()  # a fresh start: no stale history
-    sink.log(f"Started on {me} ({run.queue} queue): {run.lineage}.")
-    send_run_event(run.id, {**status_event(run), "resumed_from": None})
+    resume = bool(list_checkpoints(run.folder))
+    resume_from = resume_point(run.folder) if resume else None
+    _prepare_history(run, resume_from)
+    if resume_from:
+        sink.log(f"Resuming on {me} from the checkpoint at step {resume_from[0]}: {run.lineage}.")
+    else:
+        sink.log(f"Started on {me} ({run.queue} queue): {run.lineage}.")
+    send_run_event(run.id, {**status_event(run), "resumed_from": resume_from[0] if resume_from else None})
     run.folder.mkdir(parents=True, exist_ok=True)
-    result = finetune(config, out_dir=run.folder, sink=sink, should_stop=StopCheck(run.id, claimed_by=me))
+    result = finetune(config, out_dir=run.folder, sink=sink, should_stop=StopCheck(run.id, claimed_by=me),
+                      resume=resume)
     return (RunStatus.CANCELLED if result.status == "cancelled" else RunStatus.SUCCEEDED), result.final_step
 
 
@@ -670,3 +680,41 @@ def mark_stale_runs(*, now=None, run_id=None) -> int:
             send_run_event(run.id, status_event(run))
             _ended(run.id, run.status)
     return count
+
+
+# -- export to the Hugging Face format ---------------------------------------------------------
+
+def export_folder(checkpoint: Checkpoint) -> Path:
+    """Where a checkpoint's Hugging Face export is kept (outside the run's folder)."""
+    return Path(settings.STORAGE_ROOT) / "exports" / str(checkpoint.id)
+
+
+def export_hf(*, checkpoint: Checkpoint) -> Path:
+    """A zip of the checkpoint in the transformers format (trainer.export), made once and reused
+    while the checkpoint's weights are unchanged. UserError with a sentence when it cannot be."""
+    import zipfile
+
+    from trainer.export import export_checkpoint
+
+    source = checkpoint.folder
+    weights = source / "model.safetensors"
+    if not weights.is_file():
+        raise UserError("This checkpoint's files are no longer on disk, so it cannot be exported.")
+    root = export_folder(checkpoint)
+    archive = root / "hf.zip"
+    if archive.is_file() and archive.stat().st_mtime_ns >= weights.stat().st_mtime_ns:
+        return archive
+    check_free_space(what="exporting this checkpoint")
+    result = export_checkpoint(source, root / "hf", name=checkpoint.label)
+    tmp = archive.with_name(archive.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name in result.files:
+            zf.write(result.folder / name, arcname=f"{_export_name(checkpoint)}/{name}")
+    os.replace(tmp, archive)
+    return archive
+
+
+def _export_name(checkpoint: Checkpoint) -> str:
+    from django.utils.text import slugify
+
+    return slugify(checkpoint.label) or "checkpoint"

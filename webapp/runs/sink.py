@@ -161,6 +161,8 @@ def checkpoint_event(ckpt: Checkpoint) -> dict:
         "metrics": ckpt.metrics,
         "created_at": ckpt.created_at.isoformat() if ckpt.created_at else None,
         "explore_url": f"{reverse('explorer:index')}?checkpoint={ckpt.id}",
+        "finetune_url": f"{reverse('runs:finetune')}?checkpoint={ckpt.id}",
+        "export_url": reverse("runs:checkpoint-export", args=[ckpt.id]),
     }
 
 

@@ -16,8 +16,8 @@ from trainer.objectives import charts_for, stats_for
 from trainer.config import RunConfig
 from trainer.errors import UserError
 from webapp.corpora.models import JobStatus, Tokenizer
-from webapp.runs import launch, selectors, services
-from webapp.runs.api import config_text, config_yaml_response
+from webapp.runs import launch, results, selectors, services
+from webapp.runs.api import NO_PREDICTIONS, config_text, config_yaml_response, export_response, predictions_response
 from webapp.runs.forms import FinetuneForm, RunForm, YamlImportForm
 from webapp.runs.models import RunStatus
 
@@ -154,7 +154,9 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     log_lines = selectors.log_tail(run)
     if run.is_finetune:  # the task's metrics (trainer.finetune), else the objectives'
         task = (run.objectives or [""])[0]
-        charts, stats = finetune.charts_for(task), finetune.stats_for(task)
+        unanswerable = task == "extractive_qa" and finetune.has_unanswerable(run.config.get("dataset", ""))
+        charts = finetune.charts_for(task, unanswerable=unanswerable)  # SQuAD 2.0: answerable / unanswerable too
+        stats = finetune.stats_for(task, unanswerable=unanswerable)
     else:
         charts, stats = charts_for(run.objectives), stats_for(run.objectives)
     return render(request, "runs/detail.html", {
@@ -164,9 +166,11 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
         "checkpoints": checkpoints,
         "log_lines": log_lines,
         "test_metrics": selectors.test_metrics(run),
+        "test_report": selectors.test_report(run),
+        "has_predictions": selectors.predictions_file(run, "jsonl") is not None,
         "config_yaml": config_text(run),
         "batch": batch_summary(run.config),
-        "can_resume": run.status in services.RESUMABLE_STATES and bool(checkpoints) and not run.is_finetune,
+        "can_resume": run.status in services.RESUMABLE_STATES and bool(checkpoints),
         "dashboard": {
             "run_id": str(run.id), "status": run.status, "status_label": run.get_status_display(),
             "step": run.current_step, "max_steps": run.max_steps, "error": run.error,
@@ -222,6 +226,41 @@ def run_clone(request: HttpRequest, run_id) -> HttpResponse:
 @require_GET
 def run_config_yaml(request: HttpRequest, run_id) -> HttpResponse:
     return config_yaml_response(selectors.run_get(request.user, run_id))
+
+
+@login_required
+@require_GET
+def run_compare(request: HttpRequest) -> HttpResponse:
+    """Two to six of the user's runs (?run=ID&run=ID...): settings side by side, curves overlaid."""
+    ids = list(dict.fromkeys(request.GET.getlist("run")))
+    runs = [selectors.run_get(request.user, run_id) for run_id in ids]  # another user's id: a 404
+    try:
+        comparison = results.compare(runs)
+    except results.CompareError as e:
+        return render(request, "runs/compare.html", {"error": str(e), "runs": runs}, status=400)
+    return render(request, "runs/compare.html", {"comparison": comparison, "runs": runs})
+
+
+@login_required
+@require_GET
+def checkpoint_export(request: HttpRequest, checkpoint_id) -> HttpResponse:
+    """The checkpoint in the Hugging Face transformers format, as a zip (made on first request)."""
+    checkpoint = selectors.checkpoint_get(request.user, checkpoint_id)  # another user's: a 404
+    try:
+        archive = services.export_hf(checkpoint=checkpoint)
+    except UserError as e:
+        return render(request, "error.html", {"code": 400, "title": "Export failed", "message": str(e)}, status=400)
+    return export_response(checkpoint, archive)
+
+
+@login_required
+@require_GET
+def run_predictions(request: HttpRequest, run_id, fmt: str) -> HttpResponse:
+    response = predictions_response(selectors.run_get(request.user, run_id), fmt)
+    if response is None:
+        return render(request, "error.html", {"code": 404, "title": "No predictions", "message": NO_PREDICTIONS},
+                      status=404)
+    return response
 
 
 @require_GET

@@ -47,3 +47,9 @@ def ago(value) -> str:
     if (timezone.now() - value).total_seconds() < 60:
         return "just now"
     return f"{timesince(value)} ago"
+
+
+@register.filter
+def get_item(mapping, key):
+    """mapping[key] in a template (None when absent or not a mapping)."""
+    return mapping.get(key) if isinstance(mapping, dict) else None

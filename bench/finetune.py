@@ -1,0 +1,244 @@
+"""Fine-tuning against the reference: our trainer.finetune and transformers' Trainer on the same
+starting weights, data, seed and settings, metric for metric, with the time each took.
+
+    .venv/bin/python bench/finetune.py                               # classification, seeds 0 1 2
+    .venv/bin/python bench/finetune.py --task token_classification --seeds 0
+    .venv/bin/python bench/finetune.py --checkpoint PATH/TO/CHECKPOINT --steps 300
+
+The starting point is a pre-training checkpoint: --checkpoint, or (by default) a tiny BERT
+(hidden 128, 2 layers, WordPiece 4000 on the demo corpus) pre-trained here for --pretrain-steps
+MLM + NSP steps. Per seed, our engine builds its model (the checkpoint's encoder and a fresh head,
+initialised under the seed) and that very model is exported (models_lib.hf) to start transformers'
+Auto*ForSequenceClassification / ForTokenClassification from equal weights. Both then train
+--steps AdamW updates of --batch-size examples (lr with linear warm-up over 10% and linear decay,
+weight decay 0.01 off biases and norms, clip 1.0, dropout on) in their own shuffled order, with
+dynamic padding, and score the test split with our metric functions (trainer.finetune.metrics).
+
+Printed: every metric of both and the difference, then training examples/s of each (training
+only: neither side's evaluation is timed) and the ratio ours/theirs, per seed and the mean.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere in the repo
+
+from trainer.finetune.config import FinetuneConfig  # noqa: E402
+from trainer.finetune.metrics import METRICS  # noqa: E402
+from trainer.training.sinks import ListSink  # noqa: E402
+
+TASKS = {"classification": ("classification", "AutoModelForSequenceClassification"),
+         "token_classification": ("token_classification", "AutoModelForTokenClassification")}
+
+
+# ----------------------------------------------------------------------------- the starting point
+def pretrain(root: Path, steps: int, threads: int) -> Path:
+    """A tiny BERT pre-trained for `steps` MLM + NSP steps on the demo corpus; its last checkpoint."""
+    from trainer.config import RunConfig
+    from trainer.prep.corpus import CleaningOptions, ingest, write_demo_corpus
+    from trainer.prep.shards import encode_corpus
+    from trainer.prep.tokenization import train_tokenizer
+    from trainer.training.engine import train
+
+    raw = write_demo_corpus(root / "demo.txt")
+    corpus, tok = root / "corpus", root / "tokenizer"
+    ingest(raw, corpus, original_filename="demo.txt", options=CleaningOptions(), valid_fraction=0.05, seed=0)
+    train_tokenizer(corpus, tok, algorithm="wordpiece", vocab_size=4000, lowercase=True)
+    encode_corpus(corpus, tok)
+    config = RunConfig(preset="bert-tiny", model_overrides={"hidden_size": 128, "num_heads": 2, "num_layers": 2},
+                       objectives=["mlm", "nsp"], max_steps=steps, batch_size=32, seq_len=128, lr=1e-3,
+                       warmup_steps=max(1, steps // 20), eval_every=steps, eval_batches=4, checkpoint_every=steps,
+                       log_every=max(1, steps // 5), seed=0, device="cpu", num_threads=threads)
+    result = train(config, data_dir=tok, out_dir=root / "pretrain", sink=ListSink())
+    return Path(result.last_checkpoint)
+
+
+def make_dataset(root: Path, task: str) -> Path:
+    from trainer.prep.labelled import DEMOS, ingest, sniff, write_demo_dataset
+
+    source = write_demo_dataset(task, root / DEMOS[task].filename)
+    preview = sniff(source, source.name)
+    ingest(source, root / f"data-{task}", original_filename=source.name, task=preview.task, mapping=preview.mapping)
+    return root / f"data-{task}"
+
+
+# ----------------------------------------------------------------------------- ours
+def run_ours(config: FinetuneConfig, out: Path) -> tuple[dict, float]:
+    """(test metrics, training seconds) of our engine. The training seconds are the training loop's
+    wall time (FinetuneLoop.run, as transformers' Trainer.train) less its validation passes and
+    checkpoint writes; model loading and the test split are outside it, as they are for Trainer."""
+    from trainer.finetune import engine
+
+    loop_class = engine.techniques.FinetuneLoop
+    spent = {"run": 0.0, "aside": 0.0, "inside": False}
+    originals = {name: getattr(loop_class, name) for name in ("run", "evaluate", "save_checkpoint")}
+
+    def timed(name):
+        def call(self, *a, **kw):
+            started, outer = time.perf_counter(), name == "run"
+            if outer:
+                spent["inside"] = True
+            try:
+                return originals[name](self, *a, **kw)
+            finally:
+                took = time.perf_counter() - started
+                if outer:
+                    spent["run"] += took
+                    spent["inside"] = False
+                elif spent["inside"]:  # a validation pass or a checkpoint during training
+                    spent["aside"] += took
+        return call
+
+    for name in originals:
+        setattr(loop_class, name, timed(name))
+    sink = ListSink()
+    try:
+        result = engine.finetune(config, out_dir=out, sink=sink)
+    finally:
+        for name, fn in originals.items():
+            setattr(loop_class, name, fn)
+    assert result.status == "succeeded", result
+    test = [v for _, split, v in sink.events if split == "test"][-1]
+    return test, spent["run"] - spent["aside"]
+
+
+def initial_model(config: FinetuneConfig):
+    """The model our engine starts from for this config (the same seed, the same calls in order)."""
+    from models_lib.checkpoint import load_model
+    from models_lib.families.downstream import from_pretraining
+    from trainer import finetune as tasks
+    from trainer.prep.labelled import read_meta
+    from trainer.training.engine import setup_runtime
+
+    meta = read_meta(Path(config.dataset))
+    task = tasks.get(meta["task"])
+    labels = [str(x) for x in meta.get("labels") or []]
+    setup_runtime(config)
+    base = load_model(Path(config.checkpoint), map_location="cpu")
+    return from_pretraining(base, task.head, task.num_labels(labels), labels=labels if task.has_classes else None,
+                            problem_type=task.problem), labels
+
+
+# ----------------------------------------------------------------------------- the reference
+def run_theirs(config: FinetuneConfig, task: str, folder: Path, labels: list[str]) -> tuple[dict, float]:
+    import transformers
+    from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer, TrainingArguments
+
+    from trainer.prep.labelled import iter_examples
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
+    model = getattr(transformers, TASKS[task][1]).from_pretrained(folder)
+    index = {label: i for i, label in enumerate(labels)}
+
+    def encode(example: dict) -> dict:
+        if task == "classification":
+            if "text" in example:
+                enc = tokenizer(example["text"], truncation=True, max_length=config.max_length)
+            else:
+                enc = tokenizer(example["sentence1"], example["sentence2"], truncation=True,
+                                max_length=config.max_length)
+            enc["labels"] = index[str(example["label"])]
+            return dict(enc)
+        enc = tokenizer(list(example["tokens"]), is_split_into_words=True, truncation=True,
+                        max_length=config.max_length)
+        tags, seen = [], set()
+        for w in enc.word_ids():
+            tags.append(index[example["tags"][w]] if w is not None and w not in seen else -100)
+            if w is not None:
+                seen.add(w)
+        enc["labels"] = tags
+        return dict(enc)
+
+    train = [encode(ex) for ex in iter_examples(Path(config.dataset), "train")]
+    test_examples = list(iter_examples(Path(config.dataset), "test"))
+    test = [encode(ex) for ex in test_examples]
+    collator = (DataCollatorWithPadding(tokenizer) if task == "classification"
+                else DataCollatorForTokenClassification(tokenizer))
+    with tempfile.TemporaryDirectory() as out:
+        args = TrainingArguments(
+            output_dir=out, max_steps=config.max_steps, per_device_train_batch_size=config.batch_size,
+            per_device_eval_batch_size=config.batch_size, learning_rate=config.lr, weight_decay=config.weight_decay,
+            adam_beta1=config.betas[0], adam_beta2=config.betas[1], adam_epsilon=config.eps,
+            warmup_steps=config.warmup_steps, lr_scheduler_type="linear", max_grad_norm=config.clip_grad,
+            seed=config.seed, data_seed=config.seed, use_cpu=True, report_to="none", save_strategy="no",
+            eval_strategy="no", logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0)
+        trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=collator)
+        started = time.perf_counter()
+        trainer.train()
+        seconds = time.perf_counter() - started
+        logits = trainer.predict(test).predictions
+    logits = logits[0] if isinstance(logits, tuple) else logits
+    if task == "classification":
+        predictions = [labels[i] for i in logits.argmax(-1).tolist()]
+        references = [str(ex["label"]) for ex in test_examples]
+    else:
+        predictions, references = [], []
+        for row, enc in zip(logits.argmax(-1), test):
+            gold = [i for i in enc["labels"] if i != -100]
+            picked = [int(p) for p, g in zip(row, enc["labels"]) if g != -100]
+            predictions.append([labels[i] for i in picked])
+            references.append([labels[i] for i in gold])
+    return METRICS[TASKS[task][0]].compute(predictions, references), seconds
+
+
+# ----------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", choices=list(TASKS), default="classification")
+    parser.add_argument("--checkpoint", type=Path, help="a pre-training checkpoint folder (default: pre-train one)")
+    parser.add_argument("--pretrain-steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    from models_lib import hf
+    from trainer.export import write_tokenizer_files
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        checkpoint = args.checkpoint or pretrain(root, args.pretrain_steps, args.threads)
+        dataset = make_dataset(root, args.task)
+        rows = []
+        for seed in args.seeds:
+            config = FinetuneConfig(checkpoint=str(checkpoint), dataset=str(dataset), max_steps=args.steps,
+                                    batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
+                                    warmup_ratio=0.1, eval_every=args.steps, checkpoint_every=args.steps,
+                                    log_every=max(1, args.steps // 5), seed=seed, device="cpu",
+                                    num_threads=args.threads)
+            model, labels = initial_model(config)
+            start = root / f"start-{seed}"
+            hf.to_pretrained(model, start)  # the very weights our engine starts from
+            write_tokenizer_files(Path(checkpoint), start, max_positions=model.config.max_positions, with_token_types=True)
+            ours, ours_s = run_ours(config, root / f"ours-{seed}")
+            theirs, theirs_s = run_theirs(config, args.task, start, labels)
+            rows.append((seed, ours, theirs, ours_s, theirs_s))
+            print(f"seed {seed}:")
+            for key in sorted(theirs):
+                print(f"  {key:18s} ours {ours.get(key, float('nan')):.4f}  transformers {theirs[key]:.4f}  "
+                      f"diff {ours.get(key, float('nan')) - theirs[key]:+.4f}")
+            examples = args.steps * args.batch_size
+            print(f"  training: ours {examples / ours_s:.1f} examples/s ({ours_s:.1f} s), transformers "
+                  f"{examples / theirs_s:.1f} examples/s ({theirs_s:.1f} s), ratio {theirs_s / ours_s:.2f}x")
+        primary = METRICS[TASKS[args.task][0]].primary
+        ours_mean = statistics.mean(r[1][primary] for r in rows)
+        theirs_mean = statistics.mean(r[2][primary] for r in rows)
+        ratio = statistics.mean(r[4] / r[3] for r in rows)
+        print(f"\n{args.task}, {len(rows)} seed(s), {args.steps} steps x {args.batch_size}: test {primary} ours "
+              f"{ours_mean:.4f}, transformers {theirs_mean:.4f} (diff {100 * (ours_mean - theirs_mean):+.2f} points); "
+              f"training speed ours / transformers {ratio:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Export to the Hugging Face format (trainer/export.py): a fine-tuned checkpoint of each task loads
+in transformers as its task class, with id2label / label2id, its tokenizer gives our ids, and
+its logits are ours within 1e-4; a pre-training checkpoint exports as BertForPreTraining."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from trainer.export import ExportError, export_checkpoint
+from trainer.finetune.config import FinetuneConfig
+from trainer.finetune.engine import finetune
+from trainer.training.sinks import ListSink
+
+TEXTS = ["Return the absolute path of a file.", "Raise ValueError when the os.path module cannot read it."]
+
+
+@pytest.fixture(scope="module")
+def tuned(trained_run, tmp_path_factory):
+    from trainer.prep.labelled import DEMOS, ingest, sniff, write_demo_dataset
+
+    root, out = tmp_path_factory.mktemp("export"), {}
+
+    def make(name):
+        if name not in out:
+            source = write_demo_dataset(name, root / DEMOS[name].filename)
+            preview = sniff(source, source.name)
+            ingest(source, root / name, original_filename=source.name, task=preview.task, mapping=preview.mapping)
+            config = FinetuneConfig(checkpoint=str(trained_run[0].last_checkpoint), dataset=str(root / name),
+                                    max_steps=10, batch_size=8, max_length=64, lr=2e-3, eval_every=10,
+                                    checkpoint_every=10, device="cpu")
+            result = finetune(config, out_dir=root / f"run-{name}", sink=ListSink())
+            assert result.status == "succeeded"
+            out[name] = result.last_checkpoint
+        return out[name]
+    return make
+
+
+@pytest.mark.parametrize("name, auto, architecture", [
+    ("classification", "AutoModelForSequenceClassification", "BertForSequenceClassification"),
+    ("multilabel", "AutoModelForSequenceClassification", "BertForSequenceClassification"),
+    ("token_classification", "AutoModelForTokenClassification", "BertForTokenClassification"),
+    ("extractive_qa", "AutoModelForQuestionAnswering", "BertForQuestionAnswering"),
+])
+def test_a_fine_tuned_checkpoint_loads_in_transformers_with_equal_logits(tuned, tmp_path, name, auto, architecture):
+    import transformers
+
+    from models_lib.checkpoint import load_model
+
+    folder = tuned(name)
+    result = export_checkpoint(folder, tmp_path / "hf", name="my model")
+    assert result.architecture == architecture
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "README.md"} <= set(
+        result.files)
+    ours = load_model(folder).eval()
+    theirs = getattr(transformers, auto).from_pretrained(result.folder).eval()
+    assert type(theirs).__name__ == architecture
+    if ours.task_config.labels:
+        assert theirs.config.id2label == dict(enumerate(ours.task_config.labels))
+        assert theirs.config.label2id == {label: i for i, label in enumerate(ours.task_config.labels)}
+    tokenizer = transformers.AutoTokenizer.from_pretrained(result.folder)
+    from trainer.prep.tokenization import load_tokenizer
+
+    mine = load_tokenizer(folder)
+    batch = tokenizer(TEXTS, padding=True, return_tensors="pt")
+    for i, text in enumerate(TEXTS):
+        ids = mine.tok.encode(text).ids
+        assert batch["input_ids"][i][: len(ids)].tolist() == ids
+    with torch.no_grad():
+        mine_out = ours(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"])
+        hf_out = theirs(**batch)
+    if name == "extractive_qa":
+        pairs = [(mine_out.start_logits, hf_out.start_logits), (mine_out.end_logits, hf_out.end_logits)]
+    else:
+        pairs = [(mine_out.logits, hf_out.logits)]
+    for a, b in pairs:
+        mask = batch["attention_mask"].bool() if a.dim() >= 2 and a.shape[:2] == batch["input_ids"].shape else None
+        if mask is not None:
+            a, b = a[mask], b[mask]
+        assert torch.allclose(a, b, atol=1e-4), float((a - b).abs().max())
+    if name == "multilabel":
+        assert theirs.config.problem_type == "multi_label_classification"
+    assert architecture in (result.folder / "README.md").read_text()
+
+
+def test_a_pre_training_checkpoint_exports_its_pre_training_class(trained_run, tmp_path):
+    result = export_checkpoint(trained_run[0].last_checkpoint, tmp_path / "pre")
+    assert result.architecture == "BertForPreTraining"
+    assert json.loads((result.folder / "tokenizer_config.json").read_text())["mask_token"] == "[MASK]"
+
+
+def test_what_cannot_be_exported_is_a_sentence(tmp_path):
+    (tmp_path / "broken").mkdir()
+    with pytest.raises(ExportError, match="cannot be loaded, so it cannot be exported"):
+        export_checkpoint(tmp_path / "broken", tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,121 @@
+"""Comparing runs (issue 9, section 5): a labelled dataset's leaderboard of fine-tuning runs (its
+page and the API, sortable, best first) and the compare view of two to six runs of any kind
+(settings diff, curves overlaid), each only over the user's own runs."""
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from tests.webapp.runs_helpers import make_checkpoint, make_run
+from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.runs.models import MetricPoint, Run, RunKind, RunStatus
+
+pytestmark = pytest.mark.django_db(transaction=False)
+
+
+def finetune_run(owner, dataset, base, name, *, lr, valid, test=None) -> Run:
+    """A finished fine-tuning run row with validation accuracies `valid` (one per 10 steps) and test metrics."""
+    config = {"checkpoint": "/x", "dataset": "/y", "task": "classification", "lr": lr, "max_steps": 30,
+              "batch_size": 16, "llrd": 1.0}
+    run = Run.objects.create(owner=owner, name=name, kind=RunKind.FINETUNE, dataset=dataset, base_checkpoint=base,
+                             family="bert", preset="tiny", objectives=["classification"], config=config,
+                             status=RunStatus.SUCCEEDED, max_steps=30, current_step=30)
+    for i, accuracy in enumerate(valid, start=1):
+        MetricPoint.objects.create(run=run, step=10 * i, split="valid", values={"loss": 1.0 / i, "accuracy": accuracy})
+        MetricPoint.objects.create(run=run, step=10 * i, split="train", values={"loss": 1.2 / i, "lr": lr})
+    if test is not None:
+        MetricPoint.objects.create(run=run, step=30, split="test", values=test)
+    return run
+
+
+@pytest.fixture
+def board(alice, bob):
+    dataset = Dataset.objects.create(owner=alice, name="reviews", status=DatasetStatus.READY, task="classification",
+                                     labels=["neg", "pos"])
+    base = make_checkpoint(make_run(alice, status=RunStatus.SUCCEEDED, name="tiny bert"), step=20)
+    runs = {
+        "low": finetune_run(alice, dataset, base, "low", lr=1e-4, valid=[0.5, 0.6], test={"accuracy": 0.55, "mcc": 0.1}),
+        "high": finetune_run(alice, dataset, base, "high", lr=1e-3, valid=[0.7, 0.9, 0.8],
+                             test={"accuracy": 0.85, "mcc": 0.7}),
+        "running": finetune_run(alice, dataset, base, "running", lr=5e-4, valid=[0.65]),
+    }
+    other = Dataset.objects.create(owner=alice, name="other", status=DatasetStatus.READY, task="classification")
+    finetune_run(alice, other, base, "elsewhere", lr=1e-3, valid=[0.99], test={"accuracy": 0.99})
+    return dataset, runs
+
+
+def test_the_leaderboard_ranks_the_dataset_runs_and_names_what_differs(alice_client, alice_api, board):
+    dataset, runs = board
+    body = alice_api.get(reverse("api-dataset-leaderboard", args=[dataset.id])).json()
+    assert body["primary"] == "accuracy" and body["higher_is_better"] is True
+    assert [r["name"] for r in body["rows"]] == ["high", "low", "running"]  # by test accuracy; none last
+    high = body["rows"][0]
+    assert high["best_valid"] == 0.9 and high["best_valid_step"] == 20 and high["test"]["mcc"] == 0.7
+    assert high["checkpoint"] == "tiny bert @ step 20" and high["dashboard_url"] == reverse("runs:detail",
+                                                                                            args=[runs["high"].id])
+    assert body["settings"] == ["lr"] and high["settings"] == {"lr": 1e-3}  # max_steps etc. are the same
+    assert body["test_metrics"] == ["accuracy", "mcc"]
+
+    html = alice_client.get(reverse("datasets:detail", args=[dataset.id])).content.decode()
+    assert 'id="leaderboard-table"' in html and "js/sortable.js" in html and "elsewhere" not in html
+    order = [html.index(f'data-run="{runs[n].id}"') for n in ("high", "low", "running")]
+    assert order == sorted(order)
+    assert 'data-test="accuracy"' in html and f'action="{reverse("runs:compare")}"' in html
+
+
+def test_the_leaderboard_is_the_owners_only(alice, bob, bob_api, bob_client, board):
+    dataset, runs = board
+    assert bob_api.get(reverse("api-dataset-leaderboard", args=[dataset.id])).status_code == 404
+    assert bob_client.get(reverse("datasets:detail", args=[dataset.id])).status_code == 404
+    # bob's own dataset lists none of alice's runs, even one pointing at it
+    his = Dataset.objects.create(owner=bob, name="his", status=DatasetStatus.READY, task="classification")
+    runs["low"].dataset = his
+    runs["low"].save()
+    assert bob_api.get(reverse("api-dataset-leaderboard", args=[his.id])).json()["rows"] == []
+
+
+def test_compare_overlays_the_shared_metrics_and_diffs_the_settings(alice, alice_client, alice_api, board):
+    _, runs = board
+    pretrain = make_run(alice, status=RunStatus.SUCCEEDED, name="pre")
+    MetricPoint.objects.create(run=pretrain, step=10, split="train", values={"loss": 7.0, "lr": 1e-4})
+    url = reverse("api-runs-compare") + f"?run={runs['high'].id}&run={runs['low'].id}"
+    body = alice_api.get(url).json()
+    assert [r["name"] for r in body["runs"]] == ["high", "low"]
+    lr = next(row for row in body["settings"] if row["name"] == "lr")
+    assert lr == {"name": "lr", "values": [1e-3, 1e-4], "differs": True} and body["settings"][0]["differs"]
+    assert not next(row for row in body["settings"] if row["name"] == "max_steps")["differs"]
+    assert all(row["name"] not in ("checkpoint", "dataset") for row in body["settings"])
+    accuracy = next(m for m in body["metrics"] if m["metric"] == "accuracy" and m["split"] == "valid")
+    assert [c["values"] for c in accuracy["curves"]] == [[0.7, 0.9, 0.8], [0.5, 0.6]]
+    assert accuracy["curves"][0]["steps"] == [10, 20, 30]
+
+    # any kind: a pre-training run shares only the training loss and lr with them
+    mixed = alice_api.get(reverse("api-runs-compare") + f"?run={runs['high'].id}&run={pretrain.id}").json()
+    assert {(m["split"], m["metric"]) for m in mixed["metrics"]} == {("train", "loss"), ("train", "lr")}
+
+    page = alice_client.get(reverse("runs:compare") + f"?run={runs['high'].id}&run={runs['low'].id}")
+    html = page.content.decode()
+    assert page.status_code == 200 and 'id="compare-chart"' in html and "js/run_compare.js" in html
+    assert '<tr data-setting="lr" class="differs">' in html and '<tr data-setting="max_steps">' in html
+    listing = alice_client.get(reverse("runs:list")).content.decode()
+    assert f'name="run" value="{pretrain.id}"' in listing and 'id="compare-button"' in listing
+
+
+def test_compare_refuses_with_sentences_and_only_over_your_runs(alice, bob, alice_client, alice_api, bob_api, board):
+    _, runs = board
+    one = alice_api.get(reverse("api-runs-compare") + f"?run={runs['high'].id}")
+    assert one.status_code == 400 and "Choose from 2 to 6 runs to compare, not 1." in one.json()["error"]
+    page = alice_client.get(reverse("runs:compare"))
+    assert page.status_code == 400 and "Choose from 2 to 6 runs to compare, not 0." in page.content.decode()
+    many = "&".join(f"run={make_run(alice, name=f'r{i}').id}" for i in range(7))
+    assert "not 7" in alice_api.get(reverse("api-runs-compare") + "?" + many).json()["error"]
+    url = reverse("api-runs-compare") + f"?run={runs['high'].id}&run={runs['low'].id}"
+    assert bob_api.get(url).status_code == 404
+    mine = make_run(bob, name="bob's")
+    mixed = reverse("runs:compare") + f"?run={runs['high'].id}&run={mine.id}"
+    from django.test import Client
+
+    bob_client = Client()
+    bob_client.force_login(bob)
+    assert bob_client.get(mixed).status_code == 404
+    assert alice_client.get(reverse("runs:compare") + "?run=not-a-uuid&run=x").status_code == 404

@@ -1,0 +1,119 @@
+"""Export a checkpoint to the Hugging Face `transformers` format (a folder `from_pretrained` loads).
+
+    export_checkpoint(checkpoint_dir, out_dir) -> ExportResult(folder, architecture, files)
+
+The weights and config.json come from models_lib.hf.to_pretrained: a fine-tuned checkpoint of an
+encoder family is written as transformers' {Bert,Roberta,Albert,Electra,DistilBert}For{Sequence,
+Token}Classification / ForQuestionAnswering with id2label / label2id and problem_type; a
+pre-training checkpoint as its pre-training class (BertForPreTraining, ...), T5 and GPT-2 as their
+LM-head models. Beside them: the checkpoint's own tokenizer.json and the tokenizer_config.json /
+special_tokens_map.json that let transformers' AutoTokenizer read it as a PreTrainedTokenizerFast
+with the same special tokens, and a README.md saying how to load it. No transformers import here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainer.errors import UserError
+
+README = """# {name}
+
+Exported by LM Workbench from the checkpoint `{checkpoint}` as transformers' `{architecture}`.
+
+```python
+from transformers import AutoModel{auto}, AutoTokenizer
+
+tokenizer = AutoTokenizer.from_pretrained("PATH/TO/THIS/FOLDER")
+model = {auto_class}.from_pretrained("PATH/TO/THIS/FOLDER")
+inputs = tokenizer("a sentence", return_tensors="pt")
+outputs = model(**inputs)
+```
+{labels}"""
+
+AUTO_CLASSES = {"ForSequenceClassification": "AutoModelForSequenceClassification",
+                "ForTokenClassification": "AutoModelForTokenClassification",
+                "ForQuestionAnswering": "AutoModelForQuestionAnswering",
+                "ForConditionalGeneration": "AutoModelForSeq2SeqLM", "LMHeadModel": "AutoModelForCausalLM",
+                "ForMaskedLM": "AutoModelForMaskedLM", "ForPreTraining": "AutoModelForPreTraining"}
+
+
+class ExportError(UserError):
+    """The checkpoint cannot be exported; the message says why."""
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    folder: Path
+    architecture: str
+    files: list[str]
+
+
+def _auto_class(architecture: str) -> str:
+    for suffix, auto in AUTO_CLASSES.items():
+        if architecture.endswith(suffix):
+            return auto
+    return "AutoModel"
+
+
+def write_tokenizer_files(checkpoint: Path, out: Path, *, max_positions: int, with_token_types: bool) -> None:
+    """tokenizer.json as it is, and the configs that name its special tokens for transformers."""
+    meta = json.loads((checkpoint / "tokenizer_meta.json").read_text(encoding="utf-8"))
+    shutil.copyfile(checkpoint / "tokenizer.json", out / "tokenizer.json")
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
+    special = {f"{role}_token": tok.id_to_token(int(i)) for role, i in (meta.get("special_tokens") or {}).items()
+               if role in ("pad", "unk", "cls", "sep", "mask") and tok.id_to_token(int(i)) is not None}
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": int(max_positions),
+              "model_input_names": ["input_ids", *(["token_type_ids"] if with_token_types else []), "attention_mask"],
+              "clean_up_tokenization_spaces": False, **special}
+    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n", encoding="utf-8")
+
+
+def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, *, name: str = "") -> ExportResult:
+    """Write the checkpoint in `checkpoint_dir` as a transformers folder at `out_dir` (replaced
+    whole, so a failed export leaves no half-written folder)."""
+    from models_lib import hf
+    from models_lib.checkpoint import load_model
+
+    checkpoint, out = Path(checkpoint_dir), Path(out_dir)
+    try:
+        model = load_model(checkpoint, map_location="cpu").eval()
+    except (OSError, ValueError) as e:
+        raise ExportError(f"The checkpoint {checkpoint.name} cannot be loaded, so it cannot be exported: {e}") from None
+    family = str(getattr(model.config, "family", ""))
+    if family == "elmo":
+        raise ExportError("ELMo has no transformers class, so it cannot be exported to the Hugging Face format.")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        try:
+            hf.to_pretrained(model, staging)
+        except (TypeError, ValueError) as e:
+            raise ExportError(f"This {family} model cannot be written in the Hugging Face format: {e}") from None
+        hf_config = json.loads((staging / "config.json").read_text(encoding="utf-8"))
+        architecture = (hf_config.get("architectures") or [type(model).__name__])[0]
+        with_types = bool(getattr(model.config, "type_vocab_size", 0)) and hf_config.get("model_type") not in (
+            "distilbert", "roberta", "gpt2", "t5")
+        write_tokenizer_files(checkpoint, staging, max_positions=int(getattr(model.config, "max_positions", 512)),
+                         with_token_types=with_types)
+        auto = _auto_class(architecture)
+        labels = hf_config.get("id2label")
+        (staging / "README.md").write_text(README.format(
+            name=name or checkpoint.name, checkpoint=checkpoint.name, architecture=architecture,
+            auto=f", {auto}" if auto != "AutoModel" else "", auto_class=auto,
+            labels=f"\nLabels (id2label): {json.dumps(labels, ensure_ascii=False)}\n" if labels else ""),
+            encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(staging, out)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return ExportResult(out, architecture, sorted(p.name for p in out.iterdir()))

@@ -1,0 +1,160 @@
+"""What a fine-tuning run leaves behind about its test split, beside test_metrics.json:
+
+    predictions.jsonl / predictions.csv   one row per test example: input, gold, predicted, score,
+                                          correct; the errors first (then the dataset's order)
+    test_report.json                      {"task", "labels", "confusion": {"labels", "matrix"} | None,
+                                           "per_class": [{label, precision, recall, f1, support}] | None,
+                                           "level": "class" | "entity"}
+
+The engine calls `write_test_outputs` right after scoring the test split, with the Step that scored
+it (trainer.finetune.tasks.TaskStep: its `predictions`, `references` and `scores`, one per example
+in the split's order). A task changes what is written by overriding the step's `prediction_records`
+or `test_report` (both have generic defaults here); the web app only reads and serves the files.
+No torch here.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from trainer.finetune import metrics as metric_fns
+
+PREDICTIONS_JSONL = "predictions.jsonl"
+PREDICTIONS_CSV = "predictions.csv"
+REPORT_FILE = "test_report.json"
+CSV_FIELDS = ("input", "gold", "predicted", "score", "correct")
+
+
+def input_text(example: dict) -> str:
+    """The example's input as one line a person reads: the text, a pair joined by " ||| ", the
+    words of a tagged sentence, "question ||| context", or the first text-like field there is."""
+    if "text" in example:
+        return str(example["text"])
+    if "sentence1" in example:
+        return f"{example['sentence1']} ||| {example.get('sentence2', '')}"
+    if "tokens" in example:
+        return " ".join(str(t) for t in example["tokens"])
+    if "question" in example:
+        return f"{example['question']} ||| {example.get('context', '')}"
+    for key in ("input", "prompt", "source"):
+        if key in example:
+            return str(example[key])
+    return json.dumps(example, ensure_ascii=False, default=str)[:2000]
+
+
+def _plain(value: Any) -> Any:
+    """Sets become sorted lists (multi-label); everything else as it is."""
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=str)
+    return value
+
+
+def is_correct(predicted: Any, gold: Any) -> bool:
+    """Whether a prediction is right: equal, or for extractive QA (gold: the list of answer
+    texts) an exact match with one of them by SQuAD's normalisation ("" for no answer)."""
+    if isinstance(gold, list) and isinstance(predicted, str):
+        if not gold:
+            return predicted == ""
+        return any(metric_fns.answer_exact_match(predicted, g) == 1.0 for g in gold)
+    if isinstance(predicted, float) or isinstance(gold, float):
+        return False  # a regression score is never "right"; the rows sort by error instead
+    return _plain(predicted) == _plain(gold)
+
+
+def prediction_records(examples: Sequence[dict], predictions: Sequence[Any], references: Sequence[Any],
+                       scores: Sequence[float | None]) -> list[dict]:
+    """One row per example (the lists pair up in order), the errors first: wrong before right,
+    and for regression the largest absolute error first."""
+    if not (len(examples) == len(predictions) == len(references)):
+        raise ValueError(f"{len(examples)} test examples, {len(predictions)} predictions and {len(references)} "
+                         "references: they must pair up one to one.")
+    rows = []
+    for i, (example, predicted, gold) in enumerate(zip(examples, predictions, references)):
+        score = scores[i] if i < len(scores) else None
+        row = {"input": input_text(example), "gold": _plain(gold), "predicted": _plain(predicted),
+               "score": None if score is None else round(float(score), 6), "correct": is_correct(predicted, gold)}
+        rows.append(row)
+    if rows and isinstance(rows[0]["predicted"], float):
+        order = sorted(range(len(rows)), key=lambda i: -abs(float(rows[i]["predicted"]) - float(rows[i]["gold"])))
+    else:
+        order = sorted(range(len(rows)), key=lambda i: rows[i]["correct"])  # stable: the split's order within
+    return [rows[i] for i in order]
+
+
+# ---------------------------------------------------------------------------------- per-class tables
+def entity_table(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> list[dict]:
+    """Entity-level precision, recall, F1 and support per entity type (seqeval's classification
+    report, conlleval's mode as the run's entity_f1), the types sorted."""
+    from seqeval.metrics import classification_report
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = classification_report([list(r) for r in references], [list(p) for p in predictions],
+                                       output_dict=True, zero_division=0)
+    return [{"label": name, "precision": float(v["precision"]), "recall": float(v["recall"]),
+             "f1": float(v["f1-score"]), "support": int(v["support"])}
+            for name, v in sorted(report.items()) if not name.endswith(" avg")]
+
+
+def test_report(metrics_key: str, predictions: Sequence[Any], references: Sequence[Any],
+                labels: Sequence[str]) -> dict | None:
+    """The confusion matrix and per-class table of a test split, by the task's metrics key:
+    classification over its labels; token classification per tag (the matrix: one cell per word)
+    and per entity type (the table, entity-level); None for the other tasks."""
+    if not references:
+        return None
+    labels = [str(x) for x in labels]
+    if metrics_key == "classification":
+        known = [*labels, *sorted({str(x) for x in (*predictions, *references)} - set(labels))]
+        return {"task": metrics_key, "level": "class",
+                "confusion": {"labels": known, "matrix": metric_fns.confusion_matrix(predictions, references, known)},
+                "per_class": metric_fns.per_class_table(predictions, references, known)}
+    if metrics_key == "token_classification":
+        flat_pred = [tag for row in predictions for tag in row]
+        flat_ref = [tag for row in references for tag in row]
+        known = [*labels, *sorted(set(flat_pred + flat_ref) - set(labels))]
+        return {"task": metrics_key, "level": "entity",
+                "confusion": {"labels": known, "matrix": metric_fns.confusion_matrix(flat_pred, flat_ref, known)}
+                if flat_ref else None,
+                "per_class": entity_table(predictions, references)}
+    return None
+
+
+# ---------------------------------------------------------------------------------- writing
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def write_test_outputs(out_dir: Path, step: Any, examples: Sequence[dict]) -> list[dict]:
+    """Write predictions.jsonl, predictions.csv and test_report.json for the test split the step
+    has just scored; returns the prediction rows."""
+    out_dir = Path(out_dir)
+    rows = step.prediction_records(examples)
+    _atomic_write(out_dir / PREDICTIONS_JSONL,
+                  "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(CSV_FIELDS)
+    for row in rows:
+        writer.writerow([_cell(row[k]) for k in CSV_FIELDS])
+    _atomic_write(out_dir / PREDICTIONS_CSV, buffer.getvalue())
+    report = step.test_report()
+    if report is not None:
+        _atomic_write(out_dir / REPORT_FILE, json.dumps(report, indent=1) + "\n")
+    return rows
