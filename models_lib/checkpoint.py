@@ -23,7 +23,7 @@ from torch import nn
 
 from models_lib.families.albert import AlbertForPreTraining
 from models_lib.families.bert import BertForPreTraining, BertModel
-from models_lib.core.config import ElectraConfig, EncoderConfig, SpanBertConfig
+from models_lib.core.config import ElectraConfig, EncoderConfig, SpanBertConfig, TinyBertConfig
 from models_lib.families.distilbert import DistilBertForPreTraining
 from models_lib.families.downstream import DOWNSTREAM_CLASSES, EncoderForDownstream, TaskConfig
 from models_lib.families.electra import ElectraDiscriminator, ElectraForPreTraining, ElectraGenerator
@@ -35,6 +35,7 @@ from models_lib.families.gpt_tasks import GPTForSequenceClassification
 from models_lib.families.roberta import RobertaForPreTraining
 from models_lib.families.spanbert import SpanBertForPreTraining
 from models_lib.families.t5 import T5Config, T5ForConditionalGeneration
+from models_lib.families.tinybert import TinyBertForPreTraining
 from models_lib.families.transfo_xl import TransfoXLConfig, TransfoXLLMHeadModel
 from models_lib.families.unilm import UniLMForPreTraining
 from models_lib.families.xlnet import XLNetConfig, XLNetLMHeadModel
@@ -64,6 +65,7 @@ register_family("electra", ElectraConfig, ElectraForPreTraining, ElectraDiscrimi
                 TransformerEncoder, *DOWNSTREAM_CLASSES)
 register_family("distilbert", EncoderConfig, DistilBertForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
 register_family("spanbert", SpanBertConfig, SpanBertForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
+register_family("tinybert", TinyBertConfig, TinyBertForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
 register_family("unilm", EncoderConfig, UniLMForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
 register_family("elmo", ElmoConfig, ElmoLanguageModel, ElmoForTask)
 register_family("t5", T5Config, T5ForConditionalGeneration)

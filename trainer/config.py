@@ -94,6 +94,8 @@ class ObjectiveArgs:
     distill_mlm_weight: float
     distill_cos_weight: float
     plm_k: int
+    tinybert_temperature: float
+    tinybert_prediction_share: float
 
 
 @dataclass(frozen=True)
@@ -235,6 +237,12 @@ class RunConfig(FlatRecord):
     # --- XLNet
     plm_k: int = 6
     """XLNet: partial prediction, about 1/K of the tokens (the last 1/K of each factorisation order) are predicted, in spans of 1 to 5 tokens. The paper uses K = 6 (base) and 7 (large)."""
+
+    # --- TinyBERT (the teacher is teacher_checkpoint; the student's shape is its preset)
+    tinybert_temperature: float = 1.0
+    """TinyBERT: temperature of the prediction-layer distillation (soft cross-entropy of the student's MLM logits against the teacher's). The paper uses 1."""
+    tinybert_prediction_share: float = 0.5
+    """TinyBERT: share of max_steps, at the end of the run, spent on prediction-layer distillation; the steps before it distil the embedding, attention and hidden-state layers (0 = layers only, 1 = predictions only)."""
 
     # --- length and batches
     max_steps: int = 1000

@@ -16,7 +16,8 @@ from models_lib.core.layers import ACTIVATIONS
 
 # family -> label used in messages
 FAMILY_LABELS = {"bert": "BERT", "roberta": "RoBERTa", "albert": "ALBERT", "electra": "ELECTRA",
-                 "distilbert": "DistilBERT", "spanbert": "SpanBERT", "unilm": "UniLM"}
+                 "distilbert": "DistilBERT", "spanbert": "SpanBERT", "unilm": "UniLM",
+                 "tinybert": "TinyBERT"}
 # Families whose pre-training model classifies the pooled [CLS] with a two-way head (BERT's NSP,
 # ALBERT's SOP), when the config has a pooler: what count_params adds for that head.
 PAIR_HEAD_FAMILIES = ("bert", "albert")
@@ -308,5 +309,30 @@ class SpanBertConfig(EncoderConfig):
         return super()._head_params() + sbo
 
 
+@dataclass
+class TinyBertConfig(EncoderConfig):
+    """TinyBERT's student (Jiao et al. 2020): a BERT encoder plus, when its teacher is wider,
+    the learned projections W_e and W_h (hidden_size -> teacher_hidden_size) of the embedding-
+    and hidden-state losses. teacher_hidden_size None or equal to hidden_size: no projection."""
+
+    family: str = "tinybert"
+    use_pooler: bool = False
+    teacher_hidden_size: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.teacher_hidden_size is not None and self.teacher_hidden_size < 1:
+            raise ValueError(f"teacher_hidden_size must be a positive width, got {self.teacher_hidden_size}.")
+
+    @property
+    def projects(self) -> bool:
+        return self.teacher_hidden_size is not None and self.teacher_hidden_size != self.hidden_size
+
+    def _head_params(self) -> int:
+        """The MLM head, plus W_e and W_h (with biases) when the teacher is wider."""
+        fit = 2 * (self.hidden_size * self.teacher_hidden_size + self.teacher_hidden_size) if self.projects else 0
+        return super()._head_params() + fit
+
+
 def config_class(family: str) -> type[EncoderConfig]:
-    return {"electra": ElectraConfig, "spanbert": SpanBertConfig}.get(family, EncoderConfig)
+    return {"electra": ElectraConfig, "spanbert": SpanBertConfig, "tinybert": TinyBertConfig}.get(family, EncoderConfig)

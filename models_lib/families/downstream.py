@@ -34,7 +34,7 @@ from models_lib.heads.tasks import (
 # The backbone's attribute (and state-dict prefix): transformers' base_model_prefix of the
 # format each family is written as (SpanBERT and UniLM are BERT there).
 BACKBONE_NAMES = {"bert": "bert", "roberta": "roberta", "albert": "albert", "electra": "electra",
-                  "distilbert": "distilbert", "spanbert": "bert", "unilm": "bert"}
+                  "distilbert": "distilbert", "spanbert": "bert", "unilm": "bert", "tinybert": "bert"}
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ SENTENCE_HEADS = {
     "albert": SentenceHead(pooled=True),  # AlbertForSequenceClassification
     "spanbert": SentenceHead(pooled=True),  # written as BERT; the pooler starts fresh (no NSP)
     "unilm": SentenceHead(pooled=True),
+    "tinybert": SentenceHead(pooled=True),  # a BERT student; the pooler starts fresh (no NSP)
     "roberta": SentenceHead(pooled=False, activation="tanh"),  # RobertaClassificationHead
     "electra": SentenceHead(pooled=False, activation="gelu"),  # ElectraClassificationHead (exact GELU)
     "distilbert": SentenceHead(pooled=False, activation="relu", dropout_first=False),  # pre_classifier

@@ -70,9 +70,20 @@ SPANBERT_PRESETS = _family("spanbert", {k: _SIZES[k] for k in ("tiny", "mini", "
 UNILM_PRESETS = _family("unilm", {k: _SIZES[k] for k in ("tiny", "mini", "small", "base", "large")},
                         use_pooler=False)
 
+# TinyBERT (Jiao et al. 2020): a narrow BERT student. TinyBERT-4 is the paper's (L4, H312,
+# 12 heads, FFN 1200); TinyBERT-6 has BERT-base's width; the tiny and mini shapes are
+# scaled-down students of bert-tiny / bert-mini teachers (same heads, half the width).
+TINYBERT_PRESETS = _family("tinybert", {
+    "tiny": dict(num_layers=1, hidden_size=64, num_heads=2, intermediate_size=256),
+    "mini": dict(num_layers=2, hidden_size=128, num_heads=4, intermediate_size=512),
+    "4": dict(num_layers=4, hidden_size=312, num_heads=12, intermediate_size=1200),
+    "6": dict(num_layers=6, hidden_size=768, num_heads=12, intermediate_size=3072),
+}, use_pooler=False)
+
 PRESETS_BY_FAMILY: dict[str, dict[str, dict[str, Any]]] = {
     "bert": BERT_PRESETS, "roberta": ROBERTA_PRESETS, "albert": ALBERT_PRESETS, "electra": ELECTRA_PRESETS,
     "distilbert": DISTILBERT_PRESETS, "spanbert": SPANBERT_PRESETS, "unilm": UNILM_PRESETS,
+    "tinybert": TINYBERT_PRESETS,
 }
 PRESETS: dict[str, dict[str, Any]] = {name: fields for table in PRESETS_BY_FAMILY.values()
                                       for name, fields in table.items()}

@@ -35,6 +35,7 @@ class PreTrainingOutput:
     sbo_logits: torch.Tensor | None = None  # (N, V), one row per sbo pair
     sbo_targets: torch.Tensor | None = None  # (N,)
     hidden_states: tuple[torch.Tensor, ...] | None = None  # L + 1 tensors (B, T, H) when asked for
+    projected_states: tuple[torch.Tensor, ...] | None = None  # TinyBERT: hidden_states at the teacher's width
 
     def add_loss(self, loss: torch.Tensor | None) -> None:
         if loss is not None:

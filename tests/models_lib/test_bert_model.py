@@ -226,7 +226,7 @@ def test_load_model_explains_a_missing_or_broken_checkpoint(tmp_path):
     with pytest.raises(ValueError, match="model_config.json and model.safetensors missing"):
         load_model(tmp_path)
     save_model(model(), tmp_path)
-    (tmp_path / "model_config.json").write_text('{"family": "xlnet", "config": {}}')
+    (tmp_path / "model_config.json").write_text('{"family": "bart", "config": {}}')
     with pytest.raises(ValueError, match="known model family"):
         load_model(tmp_path)
     (tmp_path / "model_config.json").write_text(json.dumps({"family": "bert", "config": tiny(num_layers=3).to_dict()}))

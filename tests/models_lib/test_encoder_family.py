@@ -33,10 +33,11 @@ def test_every_family_has_presets_and_each_builds_its_config_class():
     from models_lib.families.elmo import ElmoConfig
     from models_lib.families.gpt import GPTConfig
     from models_lib.families.t5 import T5Config
+    from models_lib.core.config import TinyBertConfig
 
     expected = {"bert": EncoderConfig, "roberta": EncoderConfig, "albert": EncoderConfig, "electra": ElectraConfig,
                 "distilbert": EncoderConfig, "spanbert": SpanBertConfig, "unilm": EncoderConfig,
-                "t5": T5Config, "gpt": GPTConfig, "elmo": ElmoConfig}
+                "t5": T5Config, "gpt": GPTConfig, "elmo": ElmoConfig, "tinybert": TinyBertConfig}
     for family, cls in expected.items():
         names = presets.list_presets(family)
         assert names and all(n.split("-")[0] in (family, "gpt2") for n in names)  # gpt2-small is GPT's

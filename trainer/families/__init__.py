@@ -32,6 +32,7 @@ REGISTRY: dict[str, str] = {
     "elmo": "trainer.families.elmo:FAMILY",
     "transfo_xl": "trainer.families.transfo_xl:FAMILY",
     "xlnet": "trainer.families.xlnet:FAMILY",
+    "tinybert": "trainer.families.tinybert:FAMILY",
 }
 
 _loaded: dict[str, Family] = {}  # import string -> its Family

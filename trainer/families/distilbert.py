@@ -30,26 +30,10 @@ class DistilBertFamily(Family):
         """The teacher's model_config.json ({"family", "config", ...}), after checking that the
         folder exists and holds a checkpoint of a teacher family that the student's preset fits.
         ConfigError otherwise. The engine, the CLI and the web app call this before training."""
-        from trainer import families
-
-        if not config.teacher_checkpoint:
-            raise ConfigError(f"{self.label} has no teacher to check: teacher_checkpoint is empty.")
+        meta = self.read_teacher(config)
         model_cfg = self.preset_config(config.preset, vocab_size=1024, **config.model_overrides)
         folder = Path(config.teacher_checkpoint)
-        meta_path = folder / "model_config.json"
-        if not meta_path.is_file() or not (folder / "model.safetensors").is_file():
-            raise ConfigError(f"The teacher checkpoint {folder} does not exist or is incomplete "
-                              f"(model_config.json and model.safetensors are needed).")
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-            teacher = dict(meta["config"])
-            family = meta.get("family", "bert")
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
-            raise ConfigError(f"The teacher checkpoint {folder.name} has an unreadable model_config.json.") from None
-        if family not in self.teacher_families:
-            label = families.get(family).label if family in families.names() else family
-            raise ConfigError(f"The teacher checkpoint {folder.name} holds a model of another family ({label}); "
-                              f"DistilBERT's teacher must be a BERT checkpoint.")
+        teacher = dict(meta["config"])
         if (teacher.get("share_layers", "none") != "none" or teacher.get("norm_placement", "post") != "post"
                 or teacher.get("embedding_size") is not None):
             raise ConfigError(f"The teacher checkpoint {folder.name} is a BERT with shared layers, pre-LN blocks or "
@@ -63,6 +47,30 @@ class DistilBertFamily(Family):
             raise ConfigError(f"The student must have half the teacher's layers and its width: the teacher is "
                               f"{shape}, but the {config.preset} preset with these model_overrides gives "
                               f"{differ}. Set model_overrides to {json.dumps(wanted)}.")
+        return meta
+
+    def read_teacher(self, config: "RunConfig") -> dict[str, Any]:
+        """The teacher's model_config.json ({"family", "config", ...}) after checking that the
+        folder holds a complete checkpoint of one of the teacher families; ConfigError otherwise."""
+        from trainer import families
+
+        if not config.teacher_checkpoint:
+            raise ConfigError(f"{self.label} has no teacher to check: teacher_checkpoint is empty.")
+        folder = Path(config.teacher_checkpoint)
+        meta_path = folder / "model_config.json"
+        if not meta_path.is_file() or not (folder / "model.safetensors").is_file():
+            raise ConfigError(f"The teacher checkpoint {folder} does not exist or is incomplete "
+                              f"(model_config.json and model.safetensors are needed).")
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            meta["config"] = dict(meta["config"])
+            family = meta.get("family", "bert")
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError, AttributeError):
+            raise ConfigError(f"The teacher checkpoint {folder.name} has an unreadable model_config.json.") from None
+        if family not in self.teacher_families:
+            label = families.get(family).label if family in families.names() else family
+            raise ConfigError(f"The teacher checkpoint {folder.name} holds a model of another family ({label}); "
+                              f"{self.label}'s teacher must be a BERT checkpoint.")
         return meta
 
     def student_overrides(self, teacher_config: dict[str, Any]) -> dict[str, Any]:

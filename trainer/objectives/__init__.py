@@ -29,6 +29,7 @@ REGISTRY: dict[str, str] = {
     "sbo": "trainer.objectives.encoder:SBO",
     "rtd": "trainer.objectives.electra:RTD",
     "distill": "trainer.objectives.distill:DISTILL",
+    "tinybert": "trainer.objectives.tinybert:TINYBERT",
     "unilm": "trainer.objectives.encoder:UNILM",
     "span_corruption": "trainer.objectives.denoising:SPAN_CORRUPTION",
     "prefix_lm": "trainer.objectives.denoising:PREFIX_LM",

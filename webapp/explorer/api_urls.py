@@ -1,6 +1,6 @@
 from django.urls import path
 
-from webapp.explorer import api
+from webapp.explorer import api, incontext
 
 urlpatterns = [
     path("explore/fill-mask/", api.FillMaskView.as_view(), name="api-explore-fill-mask"),
@@ -18,6 +18,9 @@ urlpatterns = [
     path("explore/embed/", api.EmbedView.as_view(), name="api-explore-embed"),
     path("explore/compare/", api.CompareView.as_view(), name="api-explore-compare"),
     path("explore/inspect/", api.InspectView.as_view(), name="api-explore-inspect"),
+    path("explore/prompt-builder/", incontext.PromptBuilderView.as_view(), name="api-explore-prompt-builder"),
+    path("explore/incontext-accuracy/", incontext.IncontextAccuracyView.as_view(),
+         name="api-explore-incontext-accuracy"),
     path("explore/imports/", api.ImportListView.as_view(), name="api-explore-imports"),
     path("explore/imports/<uuid:pk>/", api.ImportDetailView.as_view(), name="api-explore-import"),
 ]

@@ -89,6 +89,7 @@ def index(request: HttpRequest) -> HttpResponse:
         "result": result,
         "action": request.POST.get("action", ""),
         "error": error,
+        "icl_datasets": _classification_datasets(request.user),  # the prompt builder's (GPT checkpoints)
     })
 
 
@@ -245,3 +246,11 @@ def import_delete(request: HttpRequest, pk) -> HttpResponse:
     else:
         messages.success(request, f"“{job.name}” was deleted.")
     return redirect("explorer:import")
+
+
+def _classification_datasets(user):
+    """The user's ready classification datasets, newest first: what the prompt builder reads."""
+    from webapp.datasets.models import DatasetStatus
+    from webapp.datasets.selectors import datasets_for
+
+    return list(datasets_for(user).filter(status=DatasetStatus.READY, task="classification"))

@@ -115,7 +115,8 @@ class RunForm(forms.Form):
         queryset=Checkpoint.objects.none(), required=False, widget=TeacherSelect, label="Teacher checkpoint",
         empty_label="Choose one of your BERT checkpoints…",
         help_text="DistilBERT: a trained BERT checkpoint of yours, trained with the same tokenizer. The student gets "
-                  "half its layers (every other one) and its width.")
+                  "half its layers (every other one) and its width. TinyBERT: the student keeps its preset's shape "
+                  "(the teacher's number of heads, at most its layers) and learns projections to its width.")
     # Config fields a YAML import set that the form does not show (JSON), e.g. model_overrides.
     extra_settings = forms.CharField(required=False, widget=forms.HiddenInput)
 

@@ -29,7 +29,7 @@ OPTIMIZER_FIELDS = ("optimizer", "betas", "eps")
 # RunConfig fields of one family (ELECTRA, DistilBERT), shown only for it; the teacher is chosen
 # as one of the user's checkpoints (a checkpoint id, resolved to its folder by services).
 FAMILY_FIELDS = ("rtd_weight", "distill_temperature", "distill_soft_weight", "distill_mlm_weight",
-                 "distill_cos_weight", "plm_k")
+                 "distill_cos_weight", "plm_k", "tinybert_temperature", "tinybert_prediction_share")
 TEACHER_FIELD = "teacher_checkpoint"
 # Every RunConfig field the form and the API take by name (besides family, preset,
 # objectives, model_overrides and the teacher).
@@ -48,6 +48,8 @@ LABELS = {
     "distill_temperature": "Temperature", "distill_soft_weight": "Soft-target loss weight",
     "distill_mlm_weight": "MLM loss weight", "distill_cos_weight": "Cosine loss weight",
     "teacher_checkpoint": "Teacher checkpoint", "plm_k": "Partial prediction K (1/K predicted)",
+    "tinybert_temperature": "Prediction-layer temperature",
+    "tinybert_prediction_share": "Share of steps on prediction-layer distillation",
     "optimizer": "Optimizer", "betas": "AdamW betas", "eps": "AdamW epsilon",
 }
 CHOICE_LABELS = {

@@ -1,0 +1,100 @@
+"""GPT-3's in-context learning in the explorer: the prompt builder (one held-out example of one of
+your classification datasets, k seeded demonstrations, an editable template; the exact prompt the
+model reads and each label's score) and accuracy against k. The checkpoint and the dataset must
+both be yours (404 otherwise); trainer.inference.incontext does the work."""
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from trainer.errors import InferenceError
+from webapp.datasets import selectors as dataset_selectors
+from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.explorer import services
+from webapp.explorer.api import _owned, owned_checkpoint
+
+# trainer.inference.incontext's bounds and defaults (kept here so this module imports no torch).
+MAX_SHOTS = 32
+MAX_QUERIES = 200  # a web request; the trainer function takes up to 1,000
+MAX_TEMPLATE_CHARS = 500
+DEFAULT_TEMPLATE = "Text: {text}\nLabel: {label}"
+DEFAULT_SEPARATOR = "\n\n"
+ERROR = OpenApiResponse(description='{"error": "<a sentence>"}')
+
+
+class PromptRequestSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField(help_text="A GPT checkpoint of yours (a run's step or an imported GPT-2).")
+    dataset = serializers.UUIDField(help_text="A ready classification dataset of yours.")
+    template = serializers.CharField(default=DEFAULT_TEMPLATE, max_length=MAX_TEMPLATE_CHARS, trim_whitespace=False,
+                                     help_text="Placeholders: {text} (or {sentence1}, {sentence2}) and {label}, "
+                                               "which must come once, after the text.")
+    separator = serializers.CharField(default=DEFAULT_SEPARATOR, max_length=20, trim_whitespace=False,
+                                      allow_blank=True, help_text="Between demonstrations.")
+    seed = serializers.IntegerField(default=0, min_value=0, max_value=2**31 - 1,
+                                    help_text="Draws the demonstrations from the training split.")
+    normalise = serializers.BooleanField(default=True, help_text="Score = log-likelihood / number of label tokens.")
+    k = serializers.IntegerField(default=2, min_value=0, max_value=MAX_SHOTS, help_text="Demonstrations.")
+    index = serializers.IntegerField(default=0, min_value=0, help_text="Which held-out example is the query.")
+
+
+class AccuracyRequestSerializer(PromptRequestSerializer):
+    k = None
+    index = None
+    k_max = serializers.IntegerField(default=4, min_value=0, max_value=MAX_SHOTS)
+    n_queries = serializers.IntegerField(default=50, min_value=1, max_value=MAX_QUERIES)
+
+
+def owned_dataset(request: Request, dataset_id) -> Dataset:
+    dataset = _owned(dataset_selectors.dataset_get, request.user, dataset_id)
+    if dataset.status != DatasetStatus.READY:
+        raise InferenceError(f"The dataset {dataset.name} is not ready yet ({dataset.get_status_display().lower()}).")
+    if dataset.task != "classification":
+        raise InferenceError(f"The dataset {dataset.name} is not a classification dataset; in-context evaluation "
+                             f"scores one label per text.")
+    return dataset
+
+
+def _settings(data: dict[str, Any]) -> dict[str, Any]:
+    return {"template": data["template"], "separator": data["separator"], "seed": data["seed"],
+            "normalise": data["normalise"]}
+
+
+class PromptBuilderView(APIView):
+    @extend_schema(request=PromptRequestSerializer, responses={200: OpenApiResponse(description=(
+        '{"checkpoint", "dataset", "prompt": the exact text the model reads before the label, "gap": the '
+        'whitespace each label is prefixed with, "scores": [{"label", "tokens", "logprob", "score"}], '
+        '"predicted", "gold", "k", "index"}')), 400: ERROR, 404: ERROR},
+        summary="The prompt builder: one k-shot prompt and each label's score")
+    def post(self, request: Request) -> Response:
+        from trainer.inference import incontext  # imports torch
+
+        ser = PromptRequestSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        data = ser.validated_data
+        ckpt = owned_checkpoint(request, data["checkpoint"])
+        dataset = owned_dataset(request, data["dataset"])
+        out = incontext.score_prompt(services._folder(ckpt), dataset.data_dir, k=data["k"], index=data["index"],
+                                     **_settings(data))
+        return Response({"checkpoint": str(ckpt.id), "dataset": str(dataset.id), **out})
+
+
+class IncontextAccuracyView(APIView):
+    @extend_schema(request=AccuracyRequestSerializer, responses={200: OpenApiResponse(description=(
+        '{"checkpoint", "dataset", "k": [0, ...], "accuracy": [...], "n_queries", "labels", "first_prompt", ...}')),
+        400: ERROR, 404: ERROR}, summary="Zero-, one- and few-shot accuracy against k")
+    def post(self, request: Request) -> Response:
+        from trainer.inference import incontext  # imports torch
+
+        ser = AccuracyRequestSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        data = ser.validated_data
+        ckpt = owned_checkpoint(request, data["checkpoint"])
+        dataset = owned_dataset(request, data["dataset"])
+        out = incontext.evaluate(services._folder(ckpt), dataset.data_dir, k_max=data["k_max"],
+                                 n_queries=data["n_queries"], **_settings(data))
+        return Response({"checkpoint": str(ckpt.id), "dataset": str(dataset.id), **out})
