@@ -273,6 +273,11 @@ def cmd_finetune(config_path: Path) -> int:
     output_dir = _resolve(base, str(raw_output))
     data["checkpoint"] = str(_latest_checkpoint(_resolve(base, str(data.get("checkpoint") or ""))))
     data["dataset"] = str(_labelled_dataset(data.get("dataset"), base, output_dir))
+    extras = data.get("extra_datasets")
+    if isinstance(extras, list):  # multi-task mixing: each entry's dataset is resolved like `dataset`
+        data["extra_datasets"] = [
+            {**spec, "dataset": str(_labelled_dataset(spec.get("dataset"), base, output_dir, f"dataset-{i}"))}
+            if isinstance(spec, dict) else spec for i, spec in enumerate(extras, 1)]
     config = FinetuneConfig.from_dict(data)
     from trainer.finetune.engine import finetune  # imports torch: after the cheap checks
     from trainer.training.sinks import ConsoleSink
@@ -304,14 +309,16 @@ def _latest_checkpoint(path: Path) -> Path:
     return found[-1][1]
 
 
-def _labelled_dataset(spec: Any, base: Path, output_dir: Path) -> Path:
+def _labelled_dataset(spec: Any, base: Path, output_dir: Path, folder: str = "dataset") -> Path:
+    """`folder`: where under output_dir a demo or a file is ingested (each extra dataset has its own)."""
     from trainer.prep import labelled
 
     if isinstance(spec, str) and spec:
         return _resolve(base, spec)
     if not isinstance(spec, dict) or not ({"demo", "file"} & set(spec)):
-        raise ConfigError("Set dataset: an ingested dataset's folder, {demo: NAME} or {file: PATH}.")
-    target = output_dir / "dataset"
+        raise ConfigError(f"Set {'dataset' if folder == 'dataset' else 'each extra dataset'}: an ingested "
+                          "dataset's folder, {demo: NAME} or {file: PATH}.")
+    target = output_dir / folder
     if (target / labelled.META_FILE).is_file():
         return target  # ingested by an earlier run of this file
     if "demo" in spec:

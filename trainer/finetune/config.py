@@ -44,6 +44,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "lora_r": (0, 1024),
     "lora_alpha": (0.0, 100_000.0),
     "lora_dropout": (0.0, 0.9),
+    "mixing_limit": (0, 2**40),
+    "mixing_temperature": (0.01, 1000.0),
 }
 
 
@@ -113,6 +115,17 @@ class FinetuneConfig(FlatRecord):
     """SFT: how one chat turn is written; {role} is the speaker (system, user, assistant), {content} the text. The model learns an assistant's content and the end-of-text token after it."""
     aux_lm_weight: float = 0.5
     """GPT-1's classifier (trainer/finetune/gpt1.py): the weight of the auxiliary language-model loss (0.5 in the paper; 0: off)."""
+    # T5 multi-task mixing (trainer/finetune/mixing.py): text to text over several datasets at once.
+    extra_datasets: list = field(default_factory=list)
+    """Text to text: more datasets trained in the same run, each {dataset: folder, prefix: "classify: ", name: optional}; classification datasets become text with the label as the target word."""
+    task_name: str = ""
+    """Multi-task: the main dataset's task name in the metric keys (empty: from source_prefix)."""
+    mixing: str = "proportional"
+    """Multi-task: how often each task's examples are drawn: proportional (to its size, capped at mixing_limit), temperature (those rates to the power 1/mixing_temperature, renormalised) or equal."""
+    mixing_limit: int = 0
+    """Multi-task: the artificial limit K on a task's size in proportional and temperature mixing (0: none)."""
+    mixing_temperature: float = 2.0
+    """Multi-task: T of temperature mixing (1: proportional; large: nearly equal; 2 in the T5 study)."""
     # LoRA (trainer/finetune/lora.py): 0 = off; otherwise only the adapters and the head train.
     lora_r: int = 0
     """LoRA's rank r (Hu et al. 2021: 1 to 64); 0 turns LoRA off."""
@@ -162,6 +175,11 @@ class FinetuneConfig(FlatRecord):
         return int(round(self.warmup_ratio * self.max_steps))
 
     @property
+    def multi_task(self) -> bool:
+        """Whether the run mixes several datasets (trainer.finetune.mixing)."""
+        return bool(self.extra_datasets)
+
+    @property
     def optim(self) -> OptimArgs:
         return OptimArgs(optimizer=self.optimizer, lr=self.lr, betas=tuple(self.betas), eps=self.eps,
                          weight_decay=self.weight_decay, warmup_steps=self.warmup_steps, schedule=self.schedule,
@@ -202,6 +220,41 @@ def check_generation(config: FinetuneConfig) -> None:
                           f"\"summarize: \".")
     check_chat_template(config.chat_template)
     check_lora(config)
+    check_mixing(config)
+
+
+MAX_EXTRA_DATASETS = 16
+
+
+def check_mixing(config: FinetuneConfig) -> None:
+    """The multi-task settings (trainer.finetune.mixing): a list of {dataset, prefix, name}."""
+    from trainer.finetune.mixing import STRATEGIES
+
+    if config.mixing not in STRATEGIES:
+        raise ConfigError(f"mixing must be one of {', '.join(STRATEGIES)}, not {config.mixing!r}.")
+    if isinstance(config.mixing_limit, bool) or not isinstance(config.mixing_limit, int):
+        raise ConfigError(f"mixing_limit must be a whole number of examples (0: no limit), not {config.mixing_limit!r}.")
+    if not isinstance(config.task_name, str) or len(config.task_name) > 40:
+        raise ConfigError("task_name must be a text of at most 40 characters.")
+    extras = config.extra_datasets
+    if not isinstance(extras, (list, tuple)) or len(extras) > MAX_EXTRA_DATASETS:
+        raise ConfigError(f"extra_datasets must be a list of at most {MAX_EXTRA_DATASETS} datasets, each "
+                          "{dataset: folder, prefix: \"classify: \"}.")
+    for i, spec in enumerate(extras, 1):
+        if not isinstance(spec, dict) or not isinstance(spec.get("dataset"), str) or not spec["dataset"]:
+            raise ConfigError(f"extra_datasets entry {i} must be {{dataset: folder, prefix: \"classify: \"}}, "
+                              f"not {spec!r}.")
+        unknown = sorted(set(spec) - {"dataset", "prefix", "name"})
+        if unknown:
+            raise ConfigError(f"extra_datasets entry {i} has unknown field(s) {', '.join(unknown)}; "
+                              "it takes dataset, prefix and name.")
+        for key in ("prefix", "name"):
+            value = spec.get(key, "")
+            if not isinstance(value, str) or len(value) > (MAX_PREFIX if key == "prefix" else 40):
+                raise ConfigError(f"extra_datasets entry {i}: {key} must be a short text, not {value!r}.")
+    if extras and config.task and config.task != "text_to_text":
+        raise ConfigError("Multi-task mixing (extra_datasets) trains text to text; set task to text_to_text "
+                          "or leave it empty.")
 
 
 # The projections LoRA can adapt (models_lib.core.lora.TARGETS; kept here so that reading a config

@@ -72,6 +72,12 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
     try:
         checkpoint, dataset = Path(config.checkpoint), Path(config.dataset)
         meta = read_meta(dataset)
+        mix = None
+        if config.multi_task:  # T5 multi-task mixing: every dataset written as text to text
+            from trainer.finetune import mixing
+
+            mix = mixing.load_tasks(config)
+            meta = {**meta, "task": "text_to_text", "labels": []}
         task = tasks.get(config.task or meta["task"])
         if task.name != meta["task"]:
             raise ConfigError(f"The dataset is a {meta['task']} dataset; it cannot train {task.name}.")
@@ -103,9 +109,15 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
         state = TrainState()
         if resume_from is not None:
             state = restore(resume_from, config, checkpoint, model, tuning.optimizer, tuning.scheduler, forward)
-        stream = ExampleStream(list(iter_examples(dataset, "train")), collator, batch_size=config.batch_size,
-                               seed=config.seed, position=state.position)
-        valid = _batches(list(iter_examples(dataset, "validation")), collator, config.batch_size)
+        if mix is not None:
+            rates = mixing.rates_for(config, mix)
+            sink.log(mixing.describe(mix, rates, config.mixing))
+            stream: Any = mixing.MixedStream([t.splits["train"] for t in mix], rates, collator,
+                                             batch_size=config.batch_size, seed=config.seed, position=state.position)
+        else:
+            stream = ExampleStream(list(iter_examples(dataset, "train")), collator, batch_size=config.batch_size,
+                                   seed=config.seed, position=state.position)
+        valid = _batches(_split(mix, dataset, "validation"), collator, config.batch_size)
         loop = techniques.FinetuneLoop(config, tuning=tuning, metrics=task.metrics, model=model,
                                        forward=forward, stream=stream, valid=valid, state=state, sink=sink,
                                        data_dir=checkpoint, out_dir=out_dir, device=device, precision=precision,
@@ -113,7 +125,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
         if resume_from is not None:
             _restore_best(loop, out_dir)
         result = loop.run(should_stop)
-        test_examples = list(iter_examples(dataset, "test"))
+        test_examples = _split(mix, dataset, "test")
         test = _batches(test_examples, collator, config.batch_size)
         if test and result.status == "succeeded":
             loop.restore_best()  # early stopping: the best weights, not the last
@@ -128,6 +140,15 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
         return result
     finally:
         sink.close()
+
+
+def _split(mix: Any, dataset: Path, split: str) -> list[dict]:
+    """A split's examples: the dataset's, or every task's of a multi-task run, one task after another."""
+    from trainer.prep.labelled import iter_examples
+
+    if mix is None:
+        return list(iter_examples(dataset, split))
+    return [ex for t in mix for ex in t.splits[split]]
 
 
 def _restore_best(loop: Any, out_dir: Path) -> None:

@@ -48,6 +48,7 @@ class T5Batch(Batch):
     labels: torch.Tensor   # (B, L) "target </s>" ids, -100 on padding
     sources: list[str]     # the input texts (as the dataset has them), for the log's samples
     targets: list[str]     # the reference texts
+    tasks: list[str]       # each example's task in a multi-task run (trainer.finetune.mixing); "" otherwise
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
         return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "labels": self.labels}
@@ -68,6 +69,7 @@ class UniLMSeq2SeqBatch(Batch):
     source_mask: torch.Tensor     # (B, S) 1/0
     sources: list[str]
     targets: list[str]
+    tasks: list[str]
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
         from models_lib.core import masks
@@ -108,7 +110,8 @@ class _TextCollator:
         return [e.ids for e in self.tok.encode_batch(list(texts), add_special_tokens=False)]
 
     def source_texts(self, examples: Sequence[dict]) -> list[str]:
-        return [self.prefix + ex["input"] for ex in examples]
+        """Each input behind its task prefix: the example's own in a multi-task run, else source_prefix."""
+        return [ex.get("prefix", self.prefix) + ex["input"] for ex in examples]
 
 
 class T5Collator(_TextCollator):
@@ -126,7 +129,7 @@ class T5Collator(_TextCollator):
         input_ids, attention_mask = _pad(sources, self.pad_id)
         labels, _ = _pad(targets, IGNORE_INDEX)
         return T5Batch(input_ids, attention_mask, labels, [ex["input"] for ex in examples],
-                       [ex["target"] for ex in examples])
+                       [ex["target"] for ex in examples], [ex.get("task", "") for ex in examples])
 
 
 class UniLMSeq2SeqCollator(_TextCollator):
@@ -166,7 +169,8 @@ class UniLMSeq2SeqCollator(_TextCollator):
         types = (torch.arange(input_ids.shape[1])[None, :] >= lengths[:, None]).long() * attention_mask
         source_ids, source_mask = _pad(sources, self.pad_id)
         return UniLMSeq2SeqBatch(input_ids, attention_mask, types, mlm_labels, lengths, source_ids, source_mask,
-                                 [ex["input"] for ex in examples], [ex["target"] for ex in examples])
+                                 [ex["input"] for ex in examples], [ex["target"] for ex in examples],
+                                 [ex.get("task", "") for ex in examples])
 
 
 # ---------------------------------------------------------------------------- steps
@@ -212,10 +216,16 @@ class Text2TextStep(GenerativeStep):
     def __init__(self, config: Any, model: Any, device: str, *, task: Task, labels: Sequence[str]):
         super().__init__(config, model, device, task=task, labels=labels)
         self.lowercase = lowercases(self.tokenizer)
+        self.tasks: list[str] = []  # each validation example's task (multi-task runs)
+
+    def start_validation(self) -> None:
+        super().start_validation()
+        self.tasks: list[str] = []
 
     def gather(self, generated: list[str], batch: Any) -> None:
         self.predictions += generated
         self.references += list(batch.targets)
+        self.tasks += list(batch.tasks)
         room = self.samples_shown - len(self.samples)
         self.samples += list(zip(batch.sources, generated, batch.targets))[:max(room, 0)]
 
@@ -223,7 +233,12 @@ class Text2TextStep(GenerativeStep):
         if not self.references:
             return {}
         self.log_samples()
-        return metric_fns.text_to_text_metrics(self.predictions, self.references, lowercase=self.lowercase)
+        values = metric_fns.text_to_text_metrics(self.predictions, self.references, lowercase=self.lowercase)
+        if any(self.tasks):  # a multi-task run: each task's scores and their mean
+            from trainer.finetune.mixing import per_task_metrics
+
+            values.update(per_task_metrics(self.tasks, self.predictions, self.references, lowercase=self.lowercase))
+        return values
 
 
 class T5Step(Text2TextStep):

@@ -1,0 +1,195 @@
+"""T5 multi-task training: several labelled datasets in one text-to-text run, mixed by the
+strategies of the T5 study (Raffel et al. 2020, section 3.5.2).
+
+Each dataset is one task with its own prefix ("summarize: ", "classify: "); classification
+datasets are written as text to text with the label as the target word (a pair as
+"sentence1: A sentence2: B"), regression ones with the score rounded to 0.2 as text (T5's
+STS-B). The rate at which each task's examples are drawn:
+
+- examples-proportional with an artificial limit K: r_m = min(e_m, K) / sum_n min(e_n, K)
+  (K = 0: no limit);
+- temperature-scaled: the proportional rates (with K) raised to 1/T and renormalised; T = 1 is
+  examples-proportional, a large T approaches equal mixing (T = 2 in the paper's comparison);
+- equal: 1 / M each.
+
+MixedStream draws the task of every training example at those rates (seeded), then the task's
+next example in its own seeded per-epoch order; its place is the number of examples drawn, so a
+resumed run draws the same sequence on. Validation scores each task apart
+(Text2TextStep.finish_validation: `exact_match/<task>`, `rouge_l/<task>` and their means).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from trainer.errors import ConfigError
+from trainer.training.data import DataPosition
+
+STRATEGIES = ("proportional", "temperature", "equal")
+TEXT_TASKS = ("text_to_text", "classification", "regression")
+PER_TASK_METRICS = ("exact_match", "rouge_l")  # scored per task, and their mean over the tasks
+BLOCK = 4096  # task draws made at a time (each block seeded by its index, so any place can be found again)
+
+
+def mixing_rates(sizes: Sequence[int], strategy: str, *, limit: int = 0, temperature: float = 1.0) -> list[float]:
+    """The share of training examples drawn from each task, given its number of training examples."""
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"mixing must be one of {', '.join(STRATEGIES)}, not {strategy!r}.")
+    if not sizes or any(int(n) <= 0 for n in sizes):
+        raise ConfigError("Every task of a multi-task run needs training examples.")
+    if strategy == "equal":
+        return [1.0 / len(sizes)] * len(sizes)
+    capped = np.array([min(int(n), int(limit)) if limit else int(n) for n in sizes], dtype=np.float64)
+    rates = capped / capped.sum()
+    if strategy == "temperature":
+        if not temperature > 0:
+            raise ConfigError(f"mixing_temperature must be above 0, not {temperature!r}.")
+        rates = rates ** (1.0 / float(temperature))
+        rates = rates / rates.sum()
+    return [float(r) for r in rates]
+
+
+# ---------------------------------------------------------------------------- the tasks
+def task_name(prefix: str, fallback: str) -> str:
+    """A short name for metric keys: the prefix's words joined by "_" ("summarize: " -> summarize)."""
+    words = re.findall(r"[A-Za-z0-9]+", prefix.lower())
+    return "_".join(words)[:40] or fallback
+
+
+def as_text(example: dict, task: str) -> dict:
+    """A labelled example of `task` as {"input", "target"}."""
+    if task == "text_to_text":
+        return {"input": example["input"], "target": example["target"]}
+    if task not in TEXT_TASKS:
+        raise ConfigError(f"A {task} dataset cannot be written as text to text; multi-task mixing takes "
+                          f"{', '.join(TEXT_TASKS)} datasets.")
+    if "text" in example:
+        source = example["text"]
+    else:
+        source = f"sentence1: {example['sentence1']} sentence2: {example['sentence2']}"
+    if task == "classification":
+        return {"input": source, "target": str(example["label"])}
+    return {"input": source, "target": f"{round(float(example['label']) * 5) / 5:.1f}"}  # regression
+
+
+@dataclass
+class MixTask:
+    name: str
+    prefix: str
+    splits: dict[str, list[dict]]  # split -> {"input", "target", "prefix", "task"}
+
+
+def load_tasks(config: Any) -> list[MixTask]:
+    """The run's main dataset (with source_prefix) and each of extra_datasets, as text examples."""
+    from trainer.prep.labelled import iter_examples, read_meta
+
+    specs = [{"dataset": config.dataset, "prefix": config.source_prefix, "name": config.task_name}]
+    specs += [dict(s) for s in config.extra_datasets]
+    tasks, seen = [], set()
+    for i, spec in enumerate(specs):
+        folder = Path(str(spec["dataset"]))
+        meta = read_meta(folder)
+        prefix = str(spec.get("prefix") or "")
+        name = str(spec.get("name") or "") or task_name(prefix, f"task{i + 1}")
+        if name in seen:
+            raise ConfigError(f"Two tasks of the mix are both called {name!r}; give them different prefixes or names.")
+        seen.add(name)
+        if meta["task"] not in TEXT_TASKS:
+            raise ConfigError(f"The dataset of task {name!r} is a {meta['task']} dataset; multi-task mixing "
+                              f"takes {', '.join(TEXT_TASKS)} datasets.")
+        splits = {split: [{**as_text(ex, meta["task"]), "prefix": prefix, "task": name}
+                          for ex in iter_examples(folder, split)] for split in ("train", "validation", "test")}
+        if not splits["train"]:
+            raise ConfigError(f"The dataset of task {name!r} has no training examples.")
+        tasks.append(MixTask(name, prefix, splits))
+    return tasks
+
+
+def rates_for(config: Any, tasks: Sequence[MixTask]) -> list[float]:
+    return mixing_rates([len(t.splits["train"]) for t in tasks], config.mixing, limit=config.mixing_limit,
+                        temperature=config.mixing_temperature)
+
+
+def describe(tasks: Sequence[MixTask], rates: Sequence[float], strategy: str) -> str:
+    parts = [f"{t.name} {r:.1%} ({len(t.splits['train']):,} examples)" for t, r in zip(tasks, rates)]
+    return f"Multi-task mixing ({strategy}): " + ", ".join(parts) + "."
+
+
+# ---------------------------------------------------------------------------- the sampler
+class MixedStream:
+    """Training batches whose examples come from the tasks at `rates` (what the loop reads like
+    engine.ExampleStream: next_batch, position, epoch_size, collator)."""
+
+    def __init__(self, tasks: Sequence[Sequence[dict]], rates: Sequence[float], collator: Any, *, batch_size: int,
+                 seed: int, position: DataPosition | None = None):
+        if len(tasks) != len(rates) or not tasks or any(not t for t in tasks):
+            raise ConfigError("Every task of a multi-task run needs training examples.")
+        self.tasks, self.collator, self.batch_size, self.seed = [list(t) for t in tasks], collator, batch_size, seed
+        p = np.asarray(rates, dtype=np.float64)
+        self.rates = p / p.sum()
+        position = position or DataPosition()
+        self.drawn = position.epoch * self.epoch_size + position.index
+        self._block, self._choices = -1, np.empty(0, dtype=np.int64)
+        self.counts = np.zeros(len(self.tasks), dtype=np.int64)  # examples drawn from each task so far
+        for b in range(self.drawn // BLOCK):
+            self.counts += np.bincount(self._draws(b), minlength=len(self.tasks))
+        rest = self._draws(self.drawn // BLOCK)[: self.drawn % BLOCK]
+        self.counts += np.bincount(rest, minlength=len(self.tasks))
+        self._orders: dict[tuple[int, int], np.ndarray] = {}
+
+    @property
+    def epoch_size(self) -> int:
+        return sum(len(t) for t in self.tasks)
+
+    @property
+    def position(self) -> DataPosition:
+        return DataPosition(self.drawn // self.epoch_size, self.drawn % self.epoch_size)
+
+    def _draws(self, block: int) -> np.ndarray:
+        if block != self._block:
+            rng = np.random.default_rng([self.seed, 0x7A5C, block])
+            self._block, self._choices = block, rng.choice(len(self.tasks), size=BLOCK, p=self.rates)
+        return self._choices
+
+    def _order(self, task: int, epoch: int) -> np.ndarray:
+        key = (task, epoch)
+        if key not in self._orders:
+            self._orders = {k: v for k, v in self._orders.items() if k[0] != task}
+            self._orders[key] = np.random.default_rng([self.seed, task, epoch]).permutation(len(self.tasks[task]))
+        return self._orders[key]
+
+    def next_example(self) -> dict:
+        task = int(self._draws(self.drawn // BLOCK)[self.drawn % BLOCK])
+        count, n = int(self.counts[task]), len(self.tasks[task])
+        example = self.tasks[task][int(self._order(task, count // n)[count % n])]
+        self.counts[task] += 1
+        self.drawn += 1
+        return example
+
+    def next_batch(self) -> Any:
+        return self.collator([self.next_example() for _ in range(self.batch_size)])
+
+
+# ---------------------------------------------------------------------------- per-task scores
+def per_task_metrics(tasks: Sequence[str], predictions: Sequence[str], references: Sequence[str],
+                     *, lowercase: bool = False) -> dict[str, float]:
+    """`<metric>/<task>` for each task and `<metric>/mean` (the tasks' unweighted mean)."""
+    from trainer.finetune.metrics import text_to_text_metrics
+
+    values: dict[str, float] = {}
+    names = list(dict.fromkeys(tasks))
+    for name in names:
+        picked = [i for i, t in enumerate(tasks) if t == name]
+        scores = text_to_text_metrics([predictions[i] for i in picked], [references[i] for i in picked],
+                                      lowercase=lowercase)
+        for key in PER_TASK_METRICS:
+            values[f"{key}/{name}"] = scores[key]
+    for key in PER_TASK_METRICS:
+        per = [values[f"{key}/{name}"] for name in names]
+        values[f"{key}/mean"] = float(math.fsum(per) / len(per))
+    return values
