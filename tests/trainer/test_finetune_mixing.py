@@ -156,3 +156,36 @@ def test_the_cli_reads_extra_datasets_beside_the_main_one(t5_base, datasets, tmp
     assert main(["finetune", str(config)]) == 0
     metrics = (tmp_path / "out" / "test_metrics.json").read_text()
     assert '"exact_match/kind"' in metrics and '"exact_match/summarize"' in metrics
+
+
+def test_each_example_is_read_behind_its_own_task_prefix(t5_base):
+    from trainer.finetune.text2text import TEXT_TO_TEXT
+    from trainer.prep.tokenization import load_tokenizer
+
+    tok = load_tokenizer(t5_base)
+    config = FinetuneConfig(checkpoint="x", dataset="y", family="t5", source_prefix="summarize: ")
+    examples = [{"input": "Open a file.", "target": "io", "prefix": "classify: ", "task": "classify"},
+                {"input": "Open a file.", "target": "Open.", "prefix": "summarize: ", "task": "summarize"}]
+    batch = TEXT_TO_TEXT.build_collator(tok, [], 32, config)(examples)
+    for row, ex in enumerate(examples):
+        ids = tok.tok.encode(ex["prefix"] + ex["input"], add_special_tokens=False).ids + [tok.sep_id]
+        assert batch.input_ids[row, : batch.attention_mask[row].sum()].tolist() == ids
+    assert batch.tasks == ["classify", "summarize"]
+
+
+def test_a_multi_task_run_charts_each_task_and_their_mean():
+    from trainer import finetune
+    from trainer.finetune.config import mix_task_names
+
+    config = FinetuneConfig(checkpoint="c", dataset="d", source_prefix="summarize: ",
+                            extra_datasets=[{"dataset": "e", "prefix": "classify: "}, {"dataset": "f", "name": "nli"}])
+    names = mix_task_names(config.to_dict())
+    assert names == ["summarize", "classify", "nli"]
+    charts = {c["id"]: c for c in finetune.charts_for("text_to_text", mix_tasks=names)}
+    assert [s["metric"] for s in charts["ft_mix_exact"]["series"]] == [
+        "exact_match/summarize", "exact_match/classify", "exact_match/nli", "exact_match/mean"]
+    assert "rouge_l/mean" in [s["metric"] for s in charts["ft_mix_rouge"]["series"]]
+    assert "ft_mix_exact" not in {c["id"] for c in finetune.charts_for("text_to_text")}
+    with pytest.raises(ConfigError, match="Two tasks of the mix are both called 'classify'"):
+        FinetuneConfig(checkpoint="c", dataset="d", source_prefix="classify: ",
+                       extra_datasets=[{"dataset": "e", "prefix": "classify: "}])

@@ -10,7 +10,7 @@ Importing this package imports no torch (the task modules load on first use).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 from trainer.errors import ConfigError
 
@@ -74,15 +74,16 @@ def metrics_for(name: str, *, unanswerable: bool = False):
     return METRICS[key]
 
 
-def charts_for(name: str, *, unanswerable: bool = False) -> list[dict]:
+def charts_for(name: str, *, unanswerable: bool = False, mix_tasks: Sequence[str] = ()) -> list[dict]:
     """The dashboard's charts for a fine-tuning run of task `name`: the common series plus the
     task's metrics, drawn on FINETUNE_CHARTS (trainer.charts.charts_for); [] of the task's own for
-    an unknown task name (an older version's run still opens)."""
+    an unknown task name (an older version's run still opens). mix_tasks: a multi-task run's task
+    names (trainer.finetune.config.mix_task_names), each charted apart with their mean."""
     from trainer import charts
-    from trainer.finetune.metrics import FINETUNE_CHARTS
+    from trainer.finetune.metrics import FINETUNE_CHARTS, mix_series
 
     own = metrics_for(name, unanswerable=unanswerable).metrics if name in REGISTRY else ()
-    return charts.charts_for(own, FINETUNE_CHARTS)
+    return charts.charts_for([*own, *mix_series(mix_tasks)], FINETUNE_CHARTS)
 
 
 def stats_for(name: str, *, unanswerable: bool = False) -> list[dict]:

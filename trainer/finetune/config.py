@@ -8,6 +8,7 @@ optimizer fields, and `family` / `preset` / `objectives` / `to_dict()` for check
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 
@@ -224,12 +225,31 @@ def check_generation(config: FinetuneConfig) -> None:
 
 
 MAX_EXTRA_DATASETS = 16
+STRATEGIES = ("proportional", "temperature", "equal")  # trainer.finetune.mixing.mixing_rates
+
+
+def task_name(prefix: str, fallback: str) -> str:
+    """A short name for metric keys: the prefix's words joined by "_" ("summarize: " -> summarize)."""
+    words = re.findall(r"[A-Za-z0-9]+", prefix.lower())
+    return "_".join(words)[:40] or fallback
+
+
+def mix_task_names(config: dict) -> list[str]:
+    """The tasks of a multi-task run, from its config dict (the main dataset's first; [] for a
+    single-dataset run): what its metric keys `exact_match/<task>` name. No torch."""
+    extras = config.get("extra_datasets") or []
+    if not isinstance(extras, (list, tuple)) or not extras:
+        return []
+    main = str(config.get("task_name") or "") or task_name(str(config.get("source_prefix") or ""), "task1")
+    names = [main]
+    for i, spec in enumerate(extras, 2):
+        spec = spec if isinstance(spec, dict) else {}
+        names.append(str(spec.get("name") or "") or task_name(str(spec.get("prefix") or ""), f"task{i}"))
+    return names
 
 
 def check_mixing(config: FinetuneConfig) -> None:
     """The multi-task settings (trainer.finetune.mixing): a list of {dataset, prefix, name}."""
-    from trainer.finetune.mixing import STRATEGIES
-
     if config.mixing not in STRATEGIES:
         raise ConfigError(f"mixing must be one of {', '.join(STRATEGIES)}, not {config.mixing!r}.")
     if isinstance(config.mixing_limit, bool) or not isinstance(config.mixing_limit, int):
@@ -252,6 +272,10 @@ def check_mixing(config: FinetuneConfig) -> None:
             value = spec.get(key, "")
             if not isinstance(value, str) or len(value) > (MAX_PREFIX if key == "prefix" else 40):
                 raise ConfigError(f"extra_datasets entry {i}: {key} must be a short text, not {value!r}.")
+    names = mix_task_names(config.to_dict())
+    if len(set(names)) < len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise ConfigError(f"Two tasks of the mix are both called {twice!r}; give them different prefixes or names.")
     if extras and config.task and config.task != "text_to_text":
         raise ConfigError("Multi-task mixing (extra_datasets) trains text to text; set task to text_to_text "
                           "or leave it empty.")

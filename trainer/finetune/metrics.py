@@ -437,7 +437,16 @@ FINETUNE_CHARTS: tuple[ChartSpec, ...] = (
     ChartSpec("ft_bleu", "BLEU", unit="BLEU", order=19),
     ChartSpec("ft_text", "ROUGE-1, ROUGE-2, ROUGE-L (F) and exact match", order=20, scale="percent",
               legend="metric"),
+    ChartSpec("ft_mix_exact", "Exact match per task (multi-task)", order=21, scale="percent", legend="metric"),
+    ChartSpec("ft_mix_rouge", "ROUGE-L (F) per task (multi-task)", order=22, scale="percent", legend="metric"),
 )
+
+
+def mix_series(tasks: Sequence[str]) -> tuple[MetricSpec, ...]:
+    """A multi-task run's per-task series (trainer.finetune.mixing.per_task_metrics) and their mean."""
+    return tuple(_valid(f"{key}/{name}", label, chart)
+                 for key, chart in (("exact_match", "ft_mix_exact"), ("rouge_l", "ft_mix_rouge"))
+                 for name, label in ([(t, t) for t in tasks] + [("mean", "mean of the tasks")] if tasks else []))
 
 
 def _valid(name: str, label: str, chart: str, color: str = "") -> MetricSpec:

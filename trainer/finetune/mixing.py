@@ -20,7 +20,6 @@ resumed run draws the same sequence on. Validation scores each task apart
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -28,9 +27,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from trainer.errors import ConfigError
+from trainer.finetune.config import STRATEGIES, mix_task_names
 from trainer.training.data import DataPosition
 
-STRATEGIES = ("proportional", "temperature", "equal")
 TEXT_TASKS = ("text_to_text", "classification", "regression")
 PER_TASK_METRICS = ("exact_match", "rouge_l")  # scored per task, and their mean over the tasks
 BLOCK = 4096  # task draws made at a time (each block seeded by its index, so any place can be found again)
@@ -55,12 +54,6 @@ def mixing_rates(sizes: Sequence[int], strategy: str, *, limit: int = 0, tempera
 
 
 # ---------------------------------------------------------------------------- the tasks
-def task_name(prefix: str, fallback: str) -> str:
-    """A short name for metric keys: the prefix's words joined by "_" ("summarize: " -> summarize)."""
-    words = re.findall(r"[A-Za-z0-9]+", prefix.lower())
-    return "_".join(words)[:40] or fallback
-
-
 def as_text(example: dict, task: str) -> dict:
     """A labelled example of `task` as {"input", "target"}."""
     if task == "text_to_text":
@@ -88,17 +81,12 @@ def load_tasks(config: Any) -> list[MixTask]:
     """The run's main dataset (with source_prefix) and each of extra_datasets, as text examples."""
     from trainer.prep.labelled import iter_examples, read_meta
 
-    specs = [{"dataset": config.dataset, "prefix": config.source_prefix, "name": config.task_name}]
-    specs += [dict(s) for s in config.extra_datasets]
-    tasks, seen = [], set()
-    for i, spec in enumerate(specs):
+    specs = [{"dataset": config.dataset, "prefix": config.source_prefix}, *config.extra_datasets]
+    tasks = []
+    for name, spec in zip(mix_task_names(config.to_dict()), specs):
         folder = Path(str(spec["dataset"]))
         meta = read_meta(folder)
         prefix = str(spec.get("prefix") or "")
-        name = str(spec.get("name") or "") or task_name(prefix, f"task{i + 1}")
-        if name in seen:
-            raise ConfigError(f"Two tasks of the mix are both called {name!r}; give them different prefixes or names.")
-        seen.add(name)
         if meta["task"] not in TEXT_TASKS:
             raise ConfigError(f"The dataset of task {name!r} is a {meta['task']} dataset; multi-task mixing "
                               f"takes {', '.join(TEXT_TASKS)} datasets.")

@@ -14,6 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 from trainer import finetune
 from trainer.objectives import charts_for, stats_for
 from trainer.config import RunConfig
+from trainer.finetune.config import mix_task_names
 from trainer.errors import UserError
 from webapp.corpora.models import JobStatus, Tokenizer
 from webapp.runs import launch, results, selectors, services
@@ -155,7 +156,8 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     if run.is_finetune:  # the task's metrics (trainer.finetune), else the objectives'
         task = (run.objectives or [""])[0]
         unanswerable = task == "extractive_qa" and finetune.has_unanswerable(run.config.get("dataset", ""))
-        charts = finetune.charts_for(task, unanswerable=unanswerable)  # SQuAD 2.0: answerable / unanswerable too
+        charts = finetune.charts_for(task, unanswerable=unanswerable,  # SQuAD 2.0: answerable / unanswerable too
+                                     mix_tasks=mix_task_names(run.config or {}))  # multi-task: each task's scores
         stats = finetune.stats_for(task, unanswerable=unanswerable)
     else:
         charts, stats = charts_for(run.objectives), stats_for(run.objectives)
