@@ -226,6 +226,7 @@ def check_generation(config: FinetuneConfig) -> None:
 
 MAX_EXTRA_DATASETS = 16
 STRATEGIES = ("proportional", "temperature", "equal")  # trainer.finetune.mixing.mixing_rates
+MIX_DATASET_TASKS = ("text_to_text", "classification", "regression")  # what mixing.as_text writes as text
 
 
 def task_name(prefix: str, fallback: str) -> str:
@@ -264,7 +265,7 @@ def check_mixing(config: FinetuneConfig) -> None:
         if not isinstance(spec, dict) or not isinstance(spec.get("dataset"), str) or not spec["dataset"]:
             raise ConfigError(f"extra_datasets entry {i} must be {{dataset: folder, prefix: \"classify: \"}}, "
                               f"not {spec!r}.")
-        unknown = sorted(set(spec) - {"dataset", "prefix", "name"})
+        unknown = sorted(set(spec) - {"dataset", "prefix", "name", "id"})  # id: the web app's dataset row
         if unknown:
             raise ConfigError(f"extra_datasets entry {i} has unknown field(s) {', '.join(unknown)}; "
                               "it takes dataset, prefix and name.")

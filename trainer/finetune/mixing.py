@@ -27,10 +27,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from trainer.errors import ConfigError
+from trainer.finetune.config import MIX_DATASET_TASKS as TEXT_TASKS
 from trainer.finetune.config import STRATEGIES, mix_task_names
 from trainer.training.data import DataPosition
 
-TEXT_TASKS = ("text_to_text", "classification", "regression")
 PER_TASK_METRICS = ("exact_match", "rouge_l")  # scored per task, and their mean over the tasks
 BLOCK = 4096  # task draws made at a time (each block seeded by its index, so any place can be found again)
 

@@ -112,8 +112,10 @@ class FinetuneCreateView(APIView):
 
         checkpoint = _owned(Checkpoint, request.user, data.pop("checkpoint"), "checkpoint")
         dataset = _owned(Dataset, request.user, data.pop("dataset"), "dataset")
+        extras = [{**dict(e), "dataset": _owned(Dataset, request.user, e["dataset"], "extra_datasets")}
+                  for e in data.pop("extra_datasets", None) or []]
         run = services.finetune_create(owner=request.user, checkpoint=checkpoint, dataset=dataset,
-                                       name=data.pop("name", ""), training=data)
+                                       name=data.pop("name", ""), training=data, extra_datasets=extras)
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
 

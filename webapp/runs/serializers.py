@@ -179,6 +179,16 @@ def _finetune_float(name: str) -> serializers.FloatField:
     return serializers.FloatField(required=False, **_finetune_bounds(name))
 
 
+class ExtraDatasetSerializer(RequestSerializer):
+    """One more task of a T5 multi-task run: a dataset of yours and its task prefix."""
+
+    dataset = serializers.UUIDField(help_text="One of your ready text-to-text, classification or regression datasets.")
+    prefix = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, max_length=500,
+                                   help_text='Its task prefix, e.g. "classify: ".')
+    name = serializers.CharField(required=False, allow_blank=True, max_length=40,
+                                 help_text="The task's name in the metric keys (empty: from the prefix).")
+
+
 class FinetuneCreateSerializer(RequestSerializer):
     """POST /api/finetune/: one of your checkpoints and one of your ready datasets by id, and the
     FinetuneConfig settings the form offers (each optional: the config's default)."""
@@ -217,3 +227,13 @@ class FinetuneCreateSerializer(RequestSerializer):
                                           help_text="SFT: one chat turn, with {role} and {content}.")
     device = serializers.ChoiceField(choices=["auto", "cpu", "cuda"], required=False,
                                      help_text="cuda: the gpu queue; cpu: the cpu queue; auto: the default queue.")
+    extra_datasets = ExtraDatasetSerializer(many=True, required=False, max_length=16,
+                                            help_text="T5 multi-task mixing: more datasets trained in the same "
+                                                      "text-to-text run, each with its own task prefix.")
+    task_name = serializers.CharField(required=False, allow_blank=True, max_length=40,
+                                      help_text="Multi-task: the main dataset's task name in the metric keys.")
+    mixing = serializers.ChoiceField(choices=["proportional", "temperature", "equal"], required=False,
+                                     help_text="Multi-task: examples-proportional (capped at mixing_limit), "
+                                               "temperature-scaled or equal.")
+    mixing_limit = _finetune_int("mixing_limit")
+    mixing_temperature = _finetune_float("mixing_temperature")

@@ -15,7 +15,7 @@ import traceback
 import uuid
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -355,10 +355,14 @@ def run_clone(*, run: Run, owner, name: str | None = None) -> Run:
     if run.kind == RunKind.FINETUNE:
         from trainer.finetune.config import FinetuneConfig
 
+        from webapp.datasets.models import Dataset
+
         config = FinetuneConfig.from_dict(run.config)
+        extras = [{**e, "dataset": Dataset.objects.filter(pk=e.get("id"), owner=owner).first()}
+                  for e in config.extra_datasets]  # None where it was deleted: refused with a sentence
         return finetune_create(owner=owner, checkpoint=run.base_checkpoint, dataset=run.dataset,
                                training={k: getattr(config, k) for k in FINETUNE_FIELDS},
-                               name=name or f"{run.name} (copy)")
+                               name=name or f"{run.name} (copy)", extra_datasets=extras)
     config = RunConfig.from_dict(run.config)
     return run_create(
         owner=owner, name=name or f"{run.name} (copy)", corpus=run.corpus, tokenizer=run.tokenizer,
@@ -380,51 +384,78 @@ GENERATION_FIELDS = ("source_prefix", "max_target_length", "target_mask_prob", "
                      "chat_template", "aux_lm_weight")
 # LoRA (trainer/finetune/lora.py), a technique for every family; optional as well.
 LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")
-OPTIONAL_FIELDS = GENERATION_FIELDS + LORA_FIELDS + ("device",)  # device: auto when not sent
+# T5 multi-task mixing (trainer/finetune/mixing.py); the extra datasets come as rows (finetune_create).
+MIX_FIELDS = ("task_name", "mixing", "mixing_limit", "mixing_temperature")
+OPTIONAL_FIELDS = GENERATION_FIELDS + LORA_FIELDS + MIX_FIELDS + ("device",)  # device: auto when not sent
 FINETUNE_FIELDS += OPTIONAL_FIELDS
 
 
-def check_finetune_sources(*, owner, checkpoint: Checkpoint | None, dataset) -> str:
-    """ConfigError with a sentence unless the checkpoint and the dataset are the owner's, the
-    dataset is ready and its task has a head for the checkpoint's family; returns that family."""
+def check_finetune_sources(*, owner, checkpoint: Checkpoint | None, dataset, extra_datasets: Sequence = ()) -> str:
+    """ConfigError with a sentence unless the checkpoint and the datasets are the owner's, the
+    datasets are ready and the task has a head for the checkpoint's family; returns that family.
+    With extra_datasets (T5 multi-task mixing) every dataset must be one that can be written as
+    text to text, and the checkpoint one that trains text to text."""
     from trainer import finetune
-    from webapp.datasets.models import DatasetStatus
+    from trainer.finetune.config import MIX_DATASET_TASKS
 
     if checkpoint is None or checkpoint.owner_id != owner.pk:
         raise ConfigError("That checkpoint does not exist, or it is not yours.")
-    if dataset is None or dataset.owner_id != owner.pk:
-        raise ConfigError("That dataset does not exist, or it is not yours.")
-    if dataset.status != DatasetStatus.READY:
-        raise ConfigError(f"The dataset '{dataset.name}' is not ready yet ({dataset.get_status_display().lower()}); "
-                          f"fine-tuning reads a dataset once its columns are mapped and it is ingested.")
+    _check_dataset(owner, dataset)
+    if extra_datasets:
+        for extra in [dataset, *extra_datasets]:
+            _check_dataset(owner, extra)
+            if extra.task not in MIX_DATASET_TASKS:
+                raise ConfigError(f"The dataset '{extra.name}' is a {extra.task.replace('_', ' ')} dataset; "
+                                  f"multi-task mixing trains text to text, classification and regression "
+                                  f"datasets written as text.")
+        return finetune.check_checkpoint(checkpoint.folder, "text_to_text")
     if dataset.task not in finetune.names():
         raise ConfigError(f"Fine-tuning does not offer the task of the dataset '{dataset.name}' ({dataset.task}) yet.")
     return finetune.check_checkpoint(checkpoint.folder, dataset.task)
 
 
-def build_finetune_config(*, checkpoint: Checkpoint, dataset, training: dict | None = None):
+def _check_dataset(owner, dataset) -> None:
+    from webapp.datasets.models import DatasetStatus
+
+    if dataset is None or dataset.owner_id != owner.pk:
+        raise ConfigError("That dataset does not exist, or it is not yours.")
+    if dataset.status != DatasetStatus.READY:
+        raise ConfigError(f"The dataset '{dataset.name}' is not ready yet ({dataset.get_status_display().lower()}); "
+                          f"fine-tuning reads a dataset once its columns are mapped and it is ingested.")
+
+
+def build_finetune_config(*, checkpoint: Checkpoint, dataset, training: dict | None = None,
+                          extra_datasets: Sequence[dict] = ()):
     """A validated FinetuneConfig: the user's settings (FINETUNE_FIELDS only) over the defaults,
-    with the checkpoint's and the dataset's folders resolved here, never taken from the user."""
+    with the checkpoint's and the datasets' folders resolved here, never taken from the user.
+    extra_datasets: [{"dataset": a Dataset row, "prefix": ..., "name": ...}] (multi-task)."""
     from trainer.finetune.config import FinetuneConfig
 
     chosen = {k: v for k, v in (training or {}).items() if k in FINETUNE_FIELDS and v is not None}
+    extras = [{"dataset": str(e["dataset"].data_dir), "prefix": str(e.get("prefix") or ""),
+               "name": str(e.get("name") or ""), "id": str(e["dataset"].pk)} for e in extra_datasets]
     return FinetuneConfig.from_dict({**chosen, "checkpoint": str(checkpoint.folder), "dataset": str(dataset.data_dir),
-                                     "task": dataset.task})
+                                     "task": "text_to_text" if extras else dataset.task, "extra_datasets": extras})
 
 
 @transaction.atomic
 def finetune_create(*, owner, checkpoint: Checkpoint | None, dataset, training: dict | None = None,
-                    name: str = "") -> Run:
+                    name: str = "", extra_datasets: Sequence[dict] = ()) -> Run:
     """Validate a fine-tuning launch, store the run (kind "finetune", its FinetuneConfig as the
-    config), enqueue it on commit. The owner's run limit applies as for pre-training."""
+    config), enqueue it on commit. The owner's run limit applies as for pre-training.
+    extra_datasets: T5 multi-task mixing, [{"dataset": a Dataset row or None, "prefix", "name"}]."""
     check_run_limit(owner=owner)
     check_free_space(what="a new run (its checkpoints need room)")
-    family = check_finetune_sources(owner=owner, checkpoint=checkpoint, dataset=dataset)
-    config = build_finetune_config(checkpoint=checkpoint, dataset=dataset, training=training)
-    name = (name or "").strip() or f"{checkpoint.label} on {dataset.name}"
+    extra_datasets = list(extra_datasets)
+    family = check_finetune_sources(owner=owner, checkpoint=checkpoint, dataset=dataset,
+                                    extra_datasets=[e.get("dataset") for e in extra_datasets])
+    config = build_finetune_config(checkpoint=checkpoint, dataset=dataset, training=training,
+                                   extra_datasets=extra_datasets)
+    name = (name or "").strip() or f"{checkpoint.label} on {dataset.name}" + (
+        f" and {len(extra_datasets)} more" if extra_datasets else "")
     run = Run.objects.create(
         owner=owner, name=name[:200], kind=RunKind.FINETUNE, dataset=dataset, base_checkpoint=checkpoint,
-        family=family, preset=checkpoint.label[:40], objectives=[dataset.task], config=config.to_dict(),
+        family=family, preset=checkpoint.label[:40], objectives=[config.task], config=config.to_dict(),
         queue=queue_for(config), max_steps=config.max_steps,
     )
     _enqueue(run)
