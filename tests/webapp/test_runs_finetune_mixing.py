@@ -42,7 +42,7 @@ def test_a_multi_task_run_through_the_api_trains_scores_and_charts_each_task(
 
 
 def test_another_users_dataset_or_one_not_written_as_text_is_refused(
-        alice, bob, alice_api, django_capture_on_commit_callbacks):
+        alice, bob, alice_api, eager, django_capture_on_commit_callbacks):
     summary = ready_demo(alice, django_capture_on_commit_callbacks, "text_to_text")
     tags = ready_demo(alice, django_capture_on_commit_callbacks, "token_classification")
     theirs = ready_demo(bob, django_capture_on_commit_callbacks, "classification")
@@ -56,3 +56,32 @@ def test_another_users_dataset_or_one_not_written_as_text_is_refused(
     assert response.status_code == 400
     assert "is a token classification dataset; multi-task mixing trains" in response.json()["error"]
     assert not Run.objects.filter(owner=alice).exists()
+
+
+def test_the_form_picks_several_of_your_datasets_with_their_prefixes(
+        alice, bob, alice_client, eager, django_capture_on_commit_callbacks):
+    summary = ready_demo(alice, django_capture_on_commit_callbacks, "text_to_text")
+    kinds = ready_demo(alice, django_capture_on_commit_callbacks, "classification")
+    pairs = ready_demo(alice, django_capture_on_commit_callbacks, "pair_classification")
+    theirs = ready_demo(bob, django_capture_on_commit_callbacks, "regression")
+    base = family_checkpoint(alice, "t5", run=False)
+    page = alice_client.get(reverse("runs:finetune")).content.decode()
+    assert 'id="multitask-settings"' in page and f'value="{kinds.id}"' in page and str(theirs.id) not in page
+    form = {"checkpoint": base.id, "dataset": summary.id, "name": "", **FAST, "llrd": 1.0, "freeze_layers": 0,
+            "gradual_unfreeze_every": 0, "early_stopping_patience": 0, "class_weights": "none",
+            "source_prefix": "summarize: ", "mixing": "temperature", "mixing_temperature": 3.0}
+    response = alice_client.post(reverse("runs:finetune"), {**form, "extra_datasets": [kinds.id, theirs.id]})
+    assert response.status_code == 200 and "Select a valid choice" in response.content.decode()
+    response = alice_client.post(reverse("runs:finetune"), {**form, "extra_datasets": [kinds.id],
+                                                            "extra_prefixes": "no such dataset = x:"})
+    assert "Line 1 must be the name of one of the extra datasets chosen" in response.content.decode()
+    with django_capture_on_commit_callbacks(execute=False):
+        response = alice_client.post(reverse("runs:finetune"), {
+            **form, "extra_datasets": [kinds.id, pairs.id], "extra_prefixes": f"{kinds.name} = package:"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    run = Run.objects.get(owner=alice)
+    assert sorted((e["id"], e["prefix"]) for e in run.config["extra_datasets"]) == sorted(
+        [(str(kinds.id), "package: "), (str(pairs.id), f"{pairs.name}: ")])  # no line: the dataset's name
+    assert run.config["mixing"] == "temperature" and run.config["mixing_temperature"] == 3.0
+    again = alice_client.get(reverse("runs:finetune") + f"?from={run.id}").content.decode()
+    assert f"{kinds.name} = package:" in again

@@ -393,6 +393,14 @@ FINETUNE_HELP = {
                     "encoder's run also writes the adapter in peft's format.",
     "chat_template": "SFT: how each chat turn is written. {role} is system, user or assistant; {content} the "
                      "message. The model learns the assistant's content and an end-of-text token after it.",
+    "task_name": "Multi-task: the main dataset's task in the metric names (exact_match/<task>); empty: from its "
+                 "prefix.",
+    "mixing": "Multi-task: how often each task's examples are drawn: in proportion to its size (capped at K), "
+              "those rates to the power 1/T renormalised, or equally (Raffel et al. 2020, 3.5.2).",
+    "mixing_limit": "Multi-task: K, the most examples a task counts as in proportional and temperature mixing "
+                    "(0: no limit).",
+    "mixing_temperature": "Multi-task: T of temperature mixing (1: proportional; large: nearly equal; 2 in the "
+                          "T5 study).",
     "device": "CUDA GPU runs on the gpu queue (a worker with a GPU), CPU on the cpu queue; Auto on the default "
               "queue, on a GPU when its worker has one.",
 }
@@ -410,6 +418,15 @@ class _DatasetChoice(forms.ModelChoiceField):
         return f"{obj.name} ({obj.task or 'no task'})" + ("" if ready else f" – {obj.get_status_display().lower()}")
 
 
+class _DatasetsChoice(forms.ModelMultipleChoiceField):
+    def label_from_instance(self, obj) -> str:
+        return _DatasetChoice.label_from_instance(self, obj)  # type: ignore[arg-type]
+
+
+MIXING_CHOICES = [("proportional", "examples-proportional (cap K)"), ("temperature", "temperature-scaled (T)"),
+                  ("equal", "equal")]
+
+
 class FinetuneForm(forms.Form):
     """Fine-tune one of the user's checkpoints on one of their datasets. Every checkpoint and
     dataset of theirs is listed; services.finetune_create refuses those that cannot be used
@@ -423,6 +440,16 @@ class FinetuneForm(forms.Form):
                                              "for its features (classification, tags).")
     dataset = _DatasetChoice(queryset=Dataset.objects.none(), help_text="A ready labelled dataset; its task "
                              "(classification, regression, tags, QA, text to text, SFT) is what the model learns.")
+    extra_datasets = _DatasetsChoice(queryset=Dataset.objects.none(), required=False,
+                                     widget=forms.CheckboxSelectMultiple,
+                                     help_text="T5 multi-task: more of your datasets (text to text, classification, "
+                                               "regression) trained in the same text-to-text run, labels written as "
+                                               "words. None: a single-task run.")
+    extra_prefixes = forms.CharField(required=False, strip=False, max_length=5000,
+                                     widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
+                                     help_text="Each extra dataset's task prefix, one line each: its name, “=”, the "
+                                               "prefix (“stdlib packages = package: ”). Without a line: its name "
+                                               "and “: ”.")
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
@@ -432,6 +459,7 @@ class FinetuneForm(forms.Form):
 
         self.fields["checkpoint"].queryset = checkpoints_for(user)
         self.fields["dataset"].queryset = datasets_for(user)
+        self.fields["extra_datasets"].queryset = datasets_for(user)  # only the user's can be chosen
         defaults = {f: getattr(FinetuneConfig, f) for f in services.FINETUNE_FIELDS}
         for name in services.FINETUNE_FIELDS:
             default, help_text = defaults[name], FINETUNE_HELP[name]
@@ -443,6 +471,9 @@ class FinetuneForm(forms.Form):
             elif name == "class_weights":
                 field = forms.ChoiceField(choices=[("none", "none"), ("balanced", "balanced")], initial=default,
                                           help_text=help_text)
+            elif name == "mixing":
+                field = forms.ChoiceField(choices=MIXING_CHOICES, initial=default, help_text=help_text,
+                                          required=False)
             elif name == "device":
                 field = forms.ChoiceField(choices=DEVICE_CHOICES, initial=default, help_text=help_text,
                                           required=False)  # not sent (an older form, a script): auto
@@ -457,7 +488,28 @@ class FinetuneForm(forms.Form):
                 field = forms.FloatField(initial=default, help_text=help_text, required=required)
             self.fields[name] = field
 
-    KEEP_IF_EMPTY = ("chat_template", "lora_targets", "device")  # an empty field keeps the default it showed
+    KEEP_IF_EMPTY = ("chat_template", "lora_targets", "device", "mixing")  # empty: the default it showed
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        picked = list(data.get("extra_datasets") or [])
+        chosen = {d.name for d in picked}
+        prefixes: dict[str, str] = {}
+        for number, line in enumerate((data.get("extra_prefixes") or "").splitlines(), 1):
+            if not line.strip():
+                continue
+            name, sep, prefix = line.partition("=")
+            if not sep or name.strip() not in chosen:
+                self.add_error("extra_prefixes", f"Line {number} must be the name of one of the extra datasets "
+                                                 f"chosen, “=”, and its prefix; “{line.strip()[:60]}” is not.")
+                continue
+            prefixes[name.strip()] = prefix.strip() + " " if prefix.strip() else ""
+        self.extras = [{"dataset": d, "prefix": prefixes.get(d.name, f"{d.name}: ")} for d in picked]
+        return data
+
+    def mix_datasets(self) -> list[dict[str, Any]]:
+        """The extra datasets of a T5 multi-task run, each {"dataset": the row, "prefix": ...}."""
+        return list(getattr(self, "extras", []))
 
     def training_settings(self) -> dict[str, Any]:
         """The settings given; an optional setting left empty keeps its default (an empty chat

@@ -113,7 +113,7 @@ def finetune_new(request: HttpRequest) -> HttpResponse:
             try:
                 run = services.finetune_create(owner=request.user, checkpoint=data["checkpoint"],
                                                dataset=data["dataset"], training=form.training_settings(),
-                                               name=data["name"])
+                                               name=data["name"], extra_datasets=form.mix_datasets())
             except UserError as e:
                 form.add_error(None, str(e))
             else:
@@ -131,6 +131,14 @@ def _finetune_initial(request: HttpRequest) -> dict:
         if run.is_finetune:
             initial.update({k: run.config[k] for k in services.FINETUNE_FIELDS if k in run.config})
             initial.update(checkpoint=run.base_checkpoint_id, dataset=run.dataset_id, name=f"{run.name} (copy)")
+            extras = [e for e in run.config.get("extra_datasets") or [] if isinstance(e, dict)]
+            if extras:  # a multi-task run: its extra datasets still yours, with their prefixes
+                from webapp.datasets.selectors import datasets_for
+
+                rows = {str(d.pk): d for d in datasets_for(request.user).filter(pk__in=[e.get("id") for e in extras])}
+                kept = [(rows[str(e.get("id"))], str(e.get("prefix") or "")) for e in extras if str(e.get("id")) in rows]
+                initial["extra_datasets"] = [d.pk for d, _ in kept]
+                initial["extra_prefixes"] = "\n".join(f"{d.name} = {prefix.strip()}" for d, prefix in kept)
     for key in ("checkpoint", "dataset"):
         if request.GET.get(key) and _uuid_or_none(request.GET[key]):
             initial[key] = _uuid_or_none(request.GET[key])
