@@ -314,7 +314,7 @@ def cmd_incontext(checkpoint: Path, dataset: Path, *, k_max: int, template: str 
     out = incontext.evaluate(_latest_checkpoint(checkpoint), dataset, k_max=k_max, seed=seed, n_queries=n_queries,
                              template=template, normalise=normalise)
     print(f"In-context accuracy on {out['n_queries']} held-out examples ({len(out['labels'])} labels, seed {seed}, "
-          f"{'length-normalised' if normalise else 'total log-likelihood'}):")
+          f"{'length-normalised' if normalise else 'total log-likelihood'}), template {template!r}:")
     for k, accuracy in zip(out["k"], out["accuracy"]):
         print(f"  k={k:<3d} accuracy={accuracy:.4f}")
     best = max(out["k"], key=lambda k: (out["accuracy"][k], -k))
