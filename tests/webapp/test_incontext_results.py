@@ -103,3 +103,20 @@ def test_deleting_the_checkpoint_or_the_dataset_deletes_its_evaluations(alice, a
     assert list(InContextResult.objects.values_list("dataset", flat=True)) == [second.id]
     gpt.run.delete()  # a run's checkpoints go with it
     assert not InContextResult.objects.exists()
+
+
+def test_the_schema_documents_the_leaderboards_incontext_list(alice, alice_api, gpt):
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema = json.loads(json.dumps(SchemaGenerator().get_schema(request=None, public=True)))
+    ok = schema["paths"]["/api/datasets/{id}/leaderboard/"]["get"]["responses"]["200"]
+    assert ok["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/Leaderboard"}
+    components = schema["components"]["schemas"]
+    board_schema, row_schema = components["Leaderboard"], components["InContextRow"]
+    assert board_schema["properties"]["incontext"]["items"] == {"$ref": "#/components/schemas/InContextRow"}
+    # what the API answers is what the schema names, every field of it
+    dataset = make_dataset(alice)
+    assert evaluate(alice_api, gpt, dataset).status_code == 200
+    board = alice_api.get(reverse("api-dataset-leaderboard", args=[dataset.id])).json()
+    assert set(board) == set(board_schema["properties"]) == set(board_schema["required"])
+    assert set(board["incontext"][0]) == set(row_schema["properties"]) == set(row_schema["required"])
