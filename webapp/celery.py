@@ -13,6 +13,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.task_routes = {
     "trainer.tasks.train_run": {"queue": "cpu"},  # overridden per run by run_create
     "webapp.runs.tasks.reap_stale_runs": {"queue": "maintenance"},  # never behind a training run
+    "webapp.sweeps.tasks.advance_sweeps": {"queue": "maintenance"},
 }
 app.autodiscover_tasks()  # <app>/tasks.py of every installed app
 

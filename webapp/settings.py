@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "webapp.runs",
     "webapp.explorer",
     "webapp.datasets",
+    "webapp.sweeps",
     "webapp.api",
 ]
 
@@ -207,6 +208,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": RUN_REAP_EVERY_S,
         "options": {"expires": RUN_REAP_EVERY_S},  # one not taken by then is dropped, not piled up
     },
+    "advance-sweeps": {  # a safety net: sweeps advance when a trial's run ends (webapp.sweeps.tasks)
+        "task": "webapp.sweeps.tasks.advance_sweeps",
+        "schedule": RUN_REAP_EVERY_S,
+        "options": {"expires": RUN_REAP_EVERY_S},
+    },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(STORAGE_ROOT / "celerybeat-schedule")
 
@@ -235,6 +241,15 @@ SPECTACULAR_SETTINGS = {
     # lists and types (they still read forms). Uploads name multipart/form-data themselves.
     "PARSER_WHITELIST": ["webapp.api.parsers.JSONObjectParser"],
     "SERVE_INCLUDE_SCHEMA": False,  # /api/schema/ itself is not an operation of the API
+    # Sweeps' enums share field names (kind, status) with runs': each set of values gets its own name.
+    "ENUM_NAME_OVERRIDES": {
+        "RunKindEnum": "webapp.runs.models.RunKind",  # a sweep's kind is the kind of its runs
+        "SweepStatusEnum": "webapp.sweeps.models.SweepStatus",
+        "TrialStateEnum": "webapp.sweeps.models.TrialState",
+        "SweepDirectionEnum": "webapp.sweeps.models.Direction",
+        "SweepSamplerEnum": "webapp.sweeps.models.Sampler",
+        "SweepPrunerEnum": "webapp.sweeps.models.Pruner",
+    },
 }
 
 LOGGING = {

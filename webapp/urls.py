@@ -12,6 +12,7 @@ urlpatterns = [
     path("runs/", include("webapp.runs.urls")),
     path("explore/", include("webapp.explorer.urls")),
     path("datasets/", include("webapp.datasets.urls")),
+    path("sweeps/", include("webapp.sweeps.urls")),
 ]
 
 handler400 = "webapp.api.errors.bad_request_page"

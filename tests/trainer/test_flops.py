@@ -128,6 +128,66 @@ def test_t5_counts_encoder_and_decoder_tokens_with_their_own_lengths(version):
     assert counted(model, loss_of) == pytest.approx(expected, rel=1e-9)
 
 
+def test_transfo_xl_matches_the_counted_products_of_a_step_with_memory():
+    """Two consecutive training steps (SegmentLMStep, as training feeds the model); the second
+    reads the first's memory, mem_len = 8 states a layer: counted, it is the formula's step."""
+    from models_lib.families.transfo_xl import TransfoXLConfig, TransfoXLLMHeadModel
+    from trainer.objectives.lm import LMBatch
+    from trainer.objectives.memory import SegmentLMStep
+
+    torch.manual_seed(0)
+    cfg = TransfoXLConfig.from_preset("transfo-xl-tiny", vocab_size=V, hidden_size=32, num_heads=2, head_size=8,
+                                      intermediate_size=64, mem_len=8)
+    step = SegmentLMStep(None, TransfoXLLMHeadModel(cfg), "cpu")
+    stream = torch.randint(5, V, (B, 2 * T + 1), generator=torch.Generator().manual_seed(0))
+    batches = [LMBatch(input_ids=stream[:, i:i + T], attention_mask=torch.ones(B, T, dtype=torch.long),
+                       labels=stream[:, i + 1:i + T + 1]) for i in (0, T)]
+    step(batches[0], train=True).loss.backward()
+    assert step.mems is not None and step.mems[0].shape == (B, 8, 32)
+
+    expected = training_flops_per_token(cfg, Workload(seq_len=T, objectives=("xl_lm",), batch_size=B))
+    assert counted(step.model, lambda m: (step(batches[1], train=True).loss, B * T)) == pytest.approx(expected, rel=1e-9)
+
+
+def plm_batch(g: torch.Generator, targets: int):
+    """XLNet's training rows, as PLMCollator makes them: segments A | B | CLS, `targets` positions
+    last in a random factorisation order, the query stream fed their positions."""
+    from trainer.objectives.memory import PLMBatch, order_mask
+
+    ids = torch.randint(5, V, (B, T), generator=g)
+    types = torch.zeros(B, T, dtype=torch.long)
+    types[:, T // 2:], types[:, -1] = 1, 2
+    orders = torch.stack([torch.randperm(T - 1, generator=g)[:targets] for _ in range(B)])
+    perm = torch.stack([torch.from_numpy(order_mask(o.numpy(), T)) for o in orders])
+    mapping = torch.zeros(B, targets, T).scatter_(2, orders[:, :, None], 1.0)
+    return PLMBatch(input_ids=ids, attention_mask=torch.ones(B, T, dtype=torch.long), token_type_ids=types,
+                    perm_mask=perm, target_mapping=mapping, labels=ids.gather(1, orders), target_positions=orders)
+
+
+def test_xlnet_matches_the_counted_products_of_a_step_with_memory():
+    """Both streams (the query stream at T // plm_k targets only), the relative segment term, the
+    output layer at the targets; the second of two PermutationLMStep steps, reading the memory."""
+    from models_lib.families.xlnet import XLNetConfig, XLNetLMHeadModel
+    from trainer.objectives.memory import PermutationLMStep
+
+    torch.manual_seed(0)
+    cfg = XLNetConfig.from_preset("xlnet-tiny", vocab_size=V, hidden_size=32, num_heads=2, intermediate_size=64,
+                                  mem_len=8)
+    step = PermutationLMStep(None, XLNetLMHeadModel(cfg), "cpu")
+    g, targets = torch.Generator().manual_seed(0), T // 4  # plm_k = 4
+    batches = [plm_batch(g, targets) for _ in range(2)]
+    step(batches[0], train=True).loss.backward()
+    assert step.mems is not None and step.mems[0].shape == (B, 8, 32)
+
+    expected = training_flops_per_token(cfg, Workload(seq_len=T, objectives=("plm",), targets=targets, batch_size=B))
+    assert counted(step.model, lambda m: (step(batches[1], train=True).loss, B * T)) == pytest.approx(expected, rel=1e-9)
+    # without the once-a-batch position projection, and with plm_k's default of 6
+    less = training_flops_per_token(cfg, Workload(seq_len=T, targets=targets))
+    H, inner, P = 32, 32, 8 + 2 * T
+    assert expected - less == pytest.approx(2 * 2 * (2 * H * inner * P) / B / T, rel=1e-12)
+    assert training_flops_per_token(cfg, Workload(seq_len=T)) < less  # T // 6 = 2 targets, not 4
+
+
 def test_unknown_family_has_no_formula():
     class Other:
         family = "lstm-of-my-own"

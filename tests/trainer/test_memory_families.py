@@ -184,6 +184,7 @@ def test_cli_trains_with_a_falling_loss(family, preset, objective, steps, tmp_pa
     records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     train_loss = [r["values"]["loss"] for r in records if r["split"] == "train"]
     assert len(train_loss) == steps and np.mean(train_loss[-10:]) < np.mean(train_loss[:10]) - 0.5, train_loss
+    assert all(r["values"]["mfu"] > 0 for r in records if r["split"] == "train")  # a FLOPs formula (flops.py)
     assert any(r["split"] == "valid" and "perplexity_no_memory" in r["values"] for r in records)
 
 

@@ -13,7 +13,8 @@ Exclusions, each because a JSON Schema cannot state what decides the answer:
   questions (the checkpoint's family and heads: BERT does not generate nor fill in by permutation;
   a text needs [MASK]; the word must be in both sentences; classify, tag and answer need a checkpoint
   fine-tuned for that task, embed an encoder and two non-blank sentences), run and fine-tuning launches (which family takes which
-  objectives, the checkpoint's family, the dataset's state), a token for a wrong password.
+  objectives, the checkpoint's family, the dataset's state), sweeps (whose base run, tokenizer or
+  checkpoint must be the user's and valid with the space), a token for a wrong password.
   Every other check stays on for them.
 - Job-launching operations run here without a worker: what they queue (ingest, tokenizer
   training, runs) stays in the suite's Redis and is never executed, so the fuzzer cannot start
@@ -48,6 +49,7 @@ SEMANTIC_400 = [
     ("POST", "/api/explore/imports/"),
     ("POST", "/api/runs/"),
     ("POST", "/api/finetune/"),
+    ("POST", "/api/sweeps/"),
     ("POST", "/api/explore/fill-mask/"),
     ("POST", "/api/explore/generate/"),
     ("POST", "/api/explore/generate-seq2seq/"),

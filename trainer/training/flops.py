@@ -31,6 +31,21 @@ layer over the vocabulary is counted, tied to the embeddings or not.
       6 x 2 L [4 H P + 4 H P' + H P] (P' = P when projected, else H, and no H P), plus the shared
       softmax in both directions, 6 x 2 (T-1)/T P V. The character CNN runs once per distinct
       token of a batch, a number no formula knows, so it is left out: with char_cnn, MFU is low.
+  Transformer-XL and XLNet (models_lib.core.relative; inner I = heads x head size, FFN 2 H F):
+    a layer reads K = M + T keys (M = mem_len memory states, as training reads once the memory is
+    full) and projects P = K + T = M + 2T distances. Per query, forward:
+      q(H I) + o(I H) + FFN + scores (q+u).k over K keys, (q+v).W_r R over all P distances
+      (then shifted or gathered), weights x values over K keys:  2 (2 H I + 2 H F) + 2 I (2K + P)
+      XLNet adds the relative segment term (q+b).s over the two segment vectors, 4 I.
+    Per key (memory included: its keys and values take part in the backward pass), k and v: 4 H I.
+    The position projection W_r runs once per micro-batch of B rows, over P distances that need no
+    gradient: 2 H I P forward and the same backward for W_r alone, 4 H I P / B a row.
+    Transformer-XL: 3 x [L (T queries + K keys) + T (2 H V)] + 4 L H I P / B, over the T tokens.
+    XLNet: the content stream over T queries and the query stream over G = seq_len // plm_k
+      targets (the fast path: only the target rows), the output layer at the G targets only
+      (2 H V each). The content stream of the last layer feeds no loss, so it runs forward only:
+      3 x [L (G queries + K keys) + (L-1) T queries + G (2 H V)] + T queries + 4 L H I P / B,
+      over the T tokens.
 
 T is seq_len (padding included: a padded batch is credited less than it computes).
 
@@ -63,6 +78,8 @@ class Workload:
     objectives: tuple[str, ...] = ()   # which pre-training heads run ("nsp", "sop", "sbo", ...)
     pretraining: bool = True           # False: fine-tuning, the backbone alone
     teacher: Any = None                # DistilBERT: the teacher's models_lib config (forward only)
+    targets: int = 0                   # XLNet: query-stream targets a row (0: seq_len // 6, plm_k's default)
+    batch_size: int = 0                # rows a micro-batch (XLNet, Transformer-XL: once-a-batch products; 0: left out)
 
 
 def _mm(n_in: int, n_out: int) -> float:
@@ -135,6 +152,38 @@ def elmo_flops(c: Any, w: Workload) -> float:
     return 3.0 * (2 * c.num_layers * lstm + softmax)
 
 
+def _relative_parts(c: Any, w: Workload, segments: bool) -> tuple[float, float, float]:
+    """models_lib.core.relative's layer, forward: (one query's products, one key's, the position
+    projection's once per micro-batch and layer), with the memory full (M = mem_len)."""
+    H, inner, F, T = c.hidden_size, c.num_heads * c.head_size, c.intermediate_size, w.seq_len
+    K = c.mem_len + T
+    P = K + T  # relative_positions(T, K): distances K down to -T + 1
+    query = (_mm(H, inner) + _mm(inner, H) + _mm(H, F) + _mm(F, H)
+             + 2.0 * inner * (2 * K + P) + (2.0 * inner * 2 if segments else 0.0))
+    return query, _mm(H, 2 * inner), P * _mm(H, inner)
+
+
+def _positions(c: Any, w: Workload, per_layer: float) -> float:
+    """W_r over the distances, per row: forward and the weight's gradient (its input needs none)."""
+    return 2.0 * c.num_layers * per_layer / w.batch_size if w.batch_size else 0.0
+
+
+def transfo_xl_flops(c: Any, w: Workload) -> float:
+    T, L = w.seq_len, c.num_layers
+    query, key, positions = _relative_parts(c, w, segments=False)
+    row = 3.0 * (L * (T * query + (c.mem_len + T) * key) + T * _mm(c.hidden_size, c.vocab_size))
+    return (row + _positions(c, w, positions)) / T
+
+
+def xlnet_flops(c: Any, w: Workload) -> float:
+    T, L = w.seq_len, c.num_layers
+    G = w.targets or max(1, T // 6)
+    query, key, positions = _relative_parts(c, w, segments=True)
+    trained = L * (G * query + (c.mem_len + T) * key) + (L - 1) * T * query + G * _mm(c.hidden_size, c.vocab_size)
+    row = 3.0 * trained + T * query  # the last layer's content stream: forward only (no loss reads it)
+    return (row + _positions(c, w, positions)) / T
+
+
 # models_lib family -> its formula (models_lib config, Workload) -> training FLOPs per counted token
 FORMULAS: dict[str, Callable[[Any, Workload], float]] = {
     **{f: encoder_flops for f in ("bert", "roberta", "albert", "spanbert", "distilbert", "unilm")},
@@ -142,6 +191,8 @@ FORMULAS: dict[str, Callable[[Any, Workload], float]] = {
     "gpt": gpt_flops,
     "t5": t5_flops,
     "elmo": elmo_flops,
+    "transfo_xl": transfo_xl_flops,
+    "xlnet": xlnet_flops,
 }
 
 
@@ -164,7 +215,9 @@ def run_workload(config: Any, model: Any, step: Any = None, stream: Any = None) 
     collator = getattr(stream, "collator", None)
     return Workload(seq_len=config.seq_len, target_len=int(getattr(collator, "target_len", 0) or 0),
                     predicted=config.mask_prob, objectives=tuple(config.objectives),
-                    teacher=getattr(teacher, "config", None))
+                    teacher=getattr(teacher, "config", None),
+                    targets=int(getattr(collator, "num_predict", 0) or max(1, config.seq_len // config.plm_k)),
+                    batch_size=config.batch_size)
 
 
 # ------------------------------------------------------------------------------ peaks

@@ -35,6 +35,7 @@ from webapp.runs import shutdown
 from webapp.runs.events import send_run_event, status_event
 from webapp.runs import multiproc
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run, RunKind, RunStatus
+from webapp.runs.signals import run_ended
 from webapp.runs.sink import DatabaseChannelsSink, StopCheck
 
 log = logging.getLogger(__name__)
@@ -249,6 +250,19 @@ def _enqueue(run: Run) -> None:
     transaction.on_commit(send)
 
 
+def _ended(run_id, status: str) -> None:
+    """Tell run_ended's listeners (webapp.sweeps); their failure is logged, never the run's."""
+    try:
+        run_ended.send(sender=Run, run_id=run_id, status=status)
+    except Exception:  # noqa: BLE001
+        log.exception("A listener of run %s's end failed", run_id)
+
+
+def _ended_on_commit(run: Run) -> None:
+    run_id, status = run.id, run.status
+    transaction.on_commit(lambda: _ended(run_id, status))
+
+
 def _publish_on_commit(run: Run) -> None:
     payload, run_id = status_event(run), run.id
     transaction.on_commit(lambda: send_run_event(run_id, payload))
@@ -286,6 +300,7 @@ def run_cancel(*, run: Run) -> Run:
         run.finished_at = timezone.now()
         run.save(update_fields=["status", "finished_at"])
         LogLine.objects.create(run=run, text="Cancelled before it started.")
+        _ended_on_commit(run)
     elif run.status == RunStatus.RUNNING:
         if not run.cancel_requested:
             run.cancel_requested = True
@@ -554,12 +569,14 @@ def _finish(run: Run, sink: DatabaseChannelsSink, *, me: str, status: str, error
     if not error:
         updates["current_step"] = final_step
     # Only the worker that owns the run records its end (a resume elsewhere may have taken it over).
-    Run.objects.filter(pk=run.pk, claimed_by=me).update(**updates)
+    ended = Run.objects.filter(pk=run.pk, claimed_by=me).update(**updates)
     try:
         run.refresh_from_db()
     except Run.DoesNotExist:
         return  # deleted while it trained
     send_run_event(run.id, status_event(run))
+    if ended:
+        _ended(run.id, status)
 
 
 def requeue_on_shutdown(run: Run, sink: DatabaseChannelsSink, *, me: str, step: int) -> bool:
@@ -616,6 +633,7 @@ def mark_dead_claims(*, run_id=None, now=None) -> int:
             run.refresh_from_db()
             LogLine.objects.create(run=run, text=message)
             send_run_event(run.id, status_event(run))
+            _ended(run.id, run.status)
     return count
 
 
@@ -660,6 +678,7 @@ def mark_stale_runs(*, now=None, run_id=None) -> int:
             run.refresh_from_db()
             LogLine.objects.create(run=run, text=message)
             send_run_event(run.id, status_event(run))
+            _ended(run.id, run.status)
     return count
 
 

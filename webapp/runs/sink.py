@@ -18,6 +18,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from webapp.runs import shutdown
+from webapp.runs.signals import validation_reported
 from webapp.runs.events import send_run_event
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run, RunStatus
 
@@ -95,6 +96,11 @@ class DatabaseChannelsSink:
         self._buffer.append(MetricPoint(run_id=self.run_id, step=int(step), split=split, values=values))
         send_run_event(self.run_id, {"type": "run.metrics", "step": int(step), "split": split, "values": values})
         self._maybe_flush()
+        if split == "valid":
+            try:
+                validation_reported.send(sender=Run, run_id=self.run_id, step=int(step), values=values)
+            except Exception:  # noqa: BLE001 - a listener's failure must not stop the training
+                log.exception("A validation listener of run %s failed", self.run_id)
 
     def log(self, text: str) -> None:
         line = LogLine.objects.create(run_id=self.run_id, text=str(text))
