@@ -1,5 +1,6 @@
 """Stand-alone training: `python -m trainer run config.yaml [--resume]` (no Django, no Redis),
-and fine-tuning: `python -m trainer finetune config.yaml` (see cmd_finetune for its YAML).
+fine-tuning: `python -m trainer finetune config.yaml` (see cmd_finetune for its YAML), and GPT-3's
+in-context evaluation: `python -m trainer incontext --checkpoint DIR --dataset DIR --k-max N`.
 
 The YAML file holds the RunConfig fields plus:
   corpus:      path of a raw .txt or .jsonl corpus (relative paths: from the YAML file's folder)
@@ -37,7 +38,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from trainer.errors import ConfigError, UserError
+from trainer.errors import ConfigError, InferenceError, UserError
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
@@ -90,6 +91,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="report as JSON lines on stdout (trainer.training.sinks.JsonLinesSink) instead of text")
     tune = sub.add_parser("finetune", help="fine-tune a checkpoint on a labelled dataset, as a YAML file says")
     tune.add_argument("config", type=Path, help="the fine-tuning YAML file (see examples/finetune-classification.yaml)")
+    icl = sub.add_parser("incontext", help="zero-, one- and few-shot accuracy (GPT-3) of a causal checkpoint on a "
+                                           "labelled classification dataset, for k = 0 .. --k-max")
+    icl.add_argument("--checkpoint", type=Path, required=True,
+                     help="a GPT checkpoint folder (or a run's folder: its latest checkpoint)")
+    icl.add_argument("--dataset", type=Path, required=True,
+                     help="a classification dataset folder (as trainer.prep.labelled.ingest writes it)")
+    icl.add_argument("--k-max", type=int, required=True, metavar="N", help="the most demonstrations per prompt")
+    icl.add_argument("--template", default=None, help="default: \"Text: {text}\\nLabel: {label}\" (write \\n for a "
+                                                      "new line)")
+    icl.add_argument("--seed", type=int, default=0, help="draws the demonstrations from the training split")
+    icl.add_argument("--queries", type=int, default=100, metavar="Q", help="held-out examples evaluated (default 100)")
+    icl.add_argument("--no-normalise", action="store_true", help="score labels by total, not per-token, log-likelihood")
     demo = sub.add_parser("demo-corpus", help="write a small English corpus (Python docstrings) to a .txt file")
     demo.add_argument("out", type=Path, help="the .txt file to write")
     args = parser.parse_args(argv)
@@ -102,6 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              events=args.events)
         if args.command == "finetune":
             return cmd_finetune(args.config)
+        if args.command == "incontext":
+            return cmd_incontext(args.checkpoint, args.dataset, k_max=args.k_max, template=args.template,
+                                 seed=args.seed, n_queries=args.queries, normalise=not args.no_normalise)
         return cmd_demo_corpus(args.out)
     except UserError as e:
         if not under_torchrun() or os.environ.get("RANK") == "0":  # said once for all the processes
@@ -289,6 +305,26 @@ def cmd_finetune(config_path: Path) -> int:
     if result.last_checkpoint is not None:
         print(f"Checkpoints are in {result.last_checkpoint.parent} (latest: {result.last_checkpoint.name}).")
     return EXIT_INTERRUPTED if result.status == "cancelled" else 0
+
+
+def cmd_incontext(checkpoint: Path, dataset: Path, *, k_max: int, template: str | None = None, seed: int = 0,
+                  n_queries: int = 100, normalise: bool = True) -> int:
+    """Print accuracy for k = 0 .. k_max (trainer.inference.incontext.evaluate), one line per k, then
+    the best k. A template's literal "\\n" is a new line."""
+    from trainer.inference import incontext  # imports torch
+
+    template = incontext.DEFAULT_TEMPLATE if template is None else template.replace("\\n", "\n")
+    if not (dataset / "dataset.json").is_file():
+        raise InferenceError(f"{dataset} is not a labelled dataset folder (it has no dataset.json).")
+    out = incontext.evaluate(_latest_checkpoint(checkpoint), dataset, k_max=k_max, seed=seed, n_queries=n_queries,
+                             template=template, normalise=normalise)
+    print(f"In-context accuracy on {out['n_queries']} held-out examples ({len(out['labels'])} labels, seed {seed}, "
+          f"{'length-normalised' if normalise else 'total log-likelihood'}), template {template!r}:")
+    for k, accuracy in zip(out["k"], out["accuracy"]):
+        print(f"  k={k:<3d} accuracy={accuracy:.4f}")
+    best = max(out["k"], key=lambda k: (out["accuracy"][k], -k))
+    print(f"Best: k={best} ({out['accuracy'][best]:.4f}).")
+    return 0
 
 
 def _resolve(base: Path, value: str) -> Path:

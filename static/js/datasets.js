@@ -2,7 +2,8 @@
 // fractions; on a ready dataset, the label bar chart and the token-length histogram (Plotly),
 // measured again through the JSON API when another tokenizer or max_length is chosen.
 // The data comes from json_script elements: #demo-descriptions, #task-descriptions,
-// #label-counts ({kind, labels, counts: {split: [...]}}) and #length-data (the API's `lengths`).
+// #label-counts ({kind, labels, counts: {split: [...]}}), #length-data (the API's `lengths`) and
+// #incontext-data / #incontext-reference (the in-context accuracy-against-k chart).
 (function () {
   "use strict";
   const SPLITS = ["train", "validation", "test"];
@@ -141,5 +142,28 @@
         button.disabled = false;
       }
     });
+  }
+  // ---- zero-, one- and few-shot: accuracy against k, one line per saved evaluation ------------
+  // #incontext-data is the leaderboard's `incontext` list, #incontext-reference the best test
+  // accuracy of the fine-tuning runs (null without one), drawn as a dashed horizontal line.
+  const incontextChart = document.getElementById("incontext-chart");
+  const evaluations = data("incontext-data");
+  if (incontextChart && evaluations && evaluations.length) {
+    const reference = data("incontext-reference");
+    const traces = evaluations.map((e) => ({
+      type: "scatter", mode: "lines+markers", x: e.k, y: e.accuracy,
+      name: `${e.checkpoint} (seed ${e.seed}, ${e.n_queries} examples)`,
+      hovertemplate: `k = %{x}: %{y:.1%}<extra>${e.checkpoint}</extra>`,
+    }));
+    const kMax = Math.max(...evaluations.map((e) => e.k_max), 1);
+    if (typeof reference === "number") {
+      traces.push({ type: "scatter", mode: "lines", x: [0, kMax], y: [reference, reference], name: "best fine-tuned (test)",
+        line: { dash: "dash", color: CUT }, hovertemplate: "fine-tuned: %{y:.1%}<extra></extra>" });
+    }
+    Plotly.newPlot(incontextChart, traces, {
+      xaxis: { title: "demonstrations (k)", dtick: 1, range: [-0.2, kMax + 0.2] },
+      yaxis: { title: "accuracy", tickformat: ".0%", range: [0, 1.02] },
+      margin: { t: 10 }, height: 300, legend: { orientation: "h", y: -0.25 },
+    }, CONFIG);
   }
 })();

@@ -1,6 +1,7 @@
 // Explorer: the prompt builder (GPT-3's in-context learning). POST /api/explore/prompt-builder/
 // shows the exact prompt and each label's score; /api/explore/incontext-accuracy/ charts
-// accuracy against k. Both read the checkpoint chosen at the top of the page.
+// accuracy against k (saved by the server; the link goes to the dataset's page, which charts every
+// saved one). Both read the checkpoint chosen at the top of the page.
 (function () {
   "use strict";
   const panel = document.getElementById("prompt-builder");
@@ -53,6 +54,8 @@
         tr.append(el("td", "", String(k)), el("td", "", `${(100 * data.accuracy[i]).toFixed(1)}%`));
         return tr;
       }));
+      panel.querySelector("[data-icl-saved-link]").href =
+        `${panel.dataset.datasetPage.replace("00000000-0000-0000-0000-000000000000", data.dataset)}#incontext`;
       $("icl-accuracy-result").hidden = false;
       if (window.Plotly) {
         window.Plotly.newPlot("icl-accuracy-chart", [{ x: data.k, y: data.accuracy, mode: "lines+markers" }], {

@@ -1,19 +1,22 @@
 """The explorer's prompt builder in Chromium: a GPT checkpoint and a classification dataset of
 Alice's; the page shows exactly the prompt trainer.inference.incontext builds, each label's score,
-and accuracy against k."""
+and accuracy against k, saved and charted on the dataset's page beside the fine-tuning runs."""
 from __future__ import annotations
 
 import pytest
 
 from tests.webapp.explorer_models_helpers import family_checkpoint
 from tests.webapp.test_explorer_incontext import make_dataset
+from tests.webapp.test_runs_compare import finetune_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def gpt_and_dataset(alice):
-    return family_checkpoint(alice, "gpt", run=True), make_dataset(alice)
+    gpt, dataset = family_checkpoint(alice, "gpt", run=True), make_dataset(alice)
+    finetune_run(alice, dataset, gpt, "tuned", lr=1e-3, valid=[0.5], test={"accuracy": 0.75})
+    return gpt, dataset
 
 
 def test_the_prompt_builder_shows_the_prompt_sent_and_the_scores(gpt_and_dataset, alice_cookie, live_server_page):
@@ -38,6 +41,14 @@ def test_the_prompt_builder_shows_the_prompt_sent_and_the_scores(gpt_and_dataset
     page.click("#icl-accuracy")
     page.wait_for_selector("#icl-accuracy-result:not([hidden])")
     assert page.locator("[data-icl-accuracy] tr").count() == 3
+
+    # saved: the link goes to the dataset's page, which charts it beside the fine-tuning runs
+    page.click("[data-icl-saved-link]")
+    page.wait_for_selector("#incontext-chart .main-svg")
+    assert page.url.endswith(f"/datasets/{dataset.id}/#incontext")
+    assert page.locator("#incontext-table tbody tr").count() == 1
+    assert page.locator("#incontext-chart .scatterlayer .trace").count() == 2  # the evaluation and the reference
+    page.goto(f"/explore/?checkpoint={gpt.id}")
 
     page.fill("#icl-template", "{label} first")
     page.click("#icl-build")

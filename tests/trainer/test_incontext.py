@@ -118,3 +118,31 @@ def test_an_encoder_checkpoint_or_a_non_classification_dataset_is_refused(checkp
         incontext.score_prompt(checkpoint, tmp_path)
     with pytest.raises(InferenceError, match="k must be a whole number"):
         incontext.score_prompt(checkpoint, dataset, k=99)
+
+
+def test_the_cli_prints_accuracy_per_k_as_evaluate_gives_it(checkpoint, dataset, capsys):
+    from trainer.cli import main
+
+    code = main(["incontext", "--checkpoint", str(checkpoint), "--dataset", str(dataset), "--k-max", "2",
+                 "--seed", "1", "--template", "Q: {text}\\nA: {label}"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    direct = incontext.evaluate(checkpoint, dataset, k_max=2, seed=1, template="Q: {text}\nA: {label}")
+    lines = [line.split() for line in out.splitlines() if line.strip().startswith("k=")]
+    assert [line[0] for line in lines] == ["k=0", "k=1", "k=2"]
+    assert [float(line[1].removeprefix("accuracy=")) for line in lines] == pytest.approx(direct["accuracy"], abs=1e-4)
+    assert "3 held-out examples" in out and "seed 1" in out and "Best: k=" in out
+    assert repr("Q: {text}\nA: {label}") in out  # the \n written on the command line is a new line
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--k-max", "40"], "k_max must be a whole number from 0 to 32"),
+    (["--k-max", "1", "--template", "{label} {text}"], "before {label}"),
+    (["--k-max", "1", "--dataset", "/nonexistent"], "not a labelled dataset folder"),
+])
+def test_the_cli_says_what_is_wrong_in_one_line_and_exits_2(checkpoint, dataset, capsys, args, message):
+    from trainer.cli import EXIT_USER_ERROR, main
+
+    code = main(["incontext", "--checkpoint", str(checkpoint), "--dataset", str(dataset), *args])
+    err = capsys.readouterr().err
+    assert code == EXIT_USER_ERROR and message in err and err.startswith("error: ") and err.count("\n") == 1

@@ -72,7 +72,7 @@ def _world(user) -> dict[str, str]:
     from trainer.prep.labelled import DEMOS
     from webapp.celery import app
     from webapp.datasets.services import dataset_create_demo
-    from webapp.explorer.models import ModelImport
+    from webapp.explorer.models import InContextResult, ModelImport
 
     from tests.webapp.runs_helpers import make_checkpoint, make_data, make_run
 
@@ -88,6 +88,8 @@ def _world(user) -> dict[str, str]:
         app.conf.task_always_eager = eager
     dataset.refresh_from_db()
     assert dataset.status == "ready", dataset.error
+    InContextResult.objects.create(owner=user, checkpoint=checkpoint, dataset=dataset, template="{text} {label}",
+                                   k_max=2, n_queries=4, accuracies=[0.25, 0.5, 0.5])  # the leaderboard lists it
     model_import = ModelImport.objects.create(owner=user, name="an import", archive_suffix=".zip", status="failed",
                                               error="Not a model.")
     return {"corpus": str(corpus.id), "tokenizer": str(tokenizer.id), "run": str(run.id),
@@ -107,6 +109,7 @@ def _config(world: dict[str, str], *, username: str, password: str) -> str:
         ("/api/datasets/{id}/", "GET", {"path.id": world["dataset"]}),
         ("/api/datasets/{id}/stats/", None, {"path.id": world["dataset"], "query.tokenizer": world["tokenizer"]}),
         ("/api/datasets/{id}/mapping/", None, {"path.id": world["dataset"]}),
+        ("/api/datasets/{id}/leaderboard/", None, {"path.id": world["dataset"]}),
         ("/api/explore/imports/{id}/", None, {"path.id": world["model_import"]}),
         ("/api/tokenizers/", "POST", {"body.corpus": world["corpus"]}),
         ("/api/runs/", "POST", {"body.tokenizer": world["tokenizer"], "body.corpus": world["corpus"]}),

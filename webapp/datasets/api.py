@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from django.http import Http404
 from django.urls import reverse
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.exceptions import NotFound
@@ -29,6 +28,7 @@ from webapp.datasets.serializers import (
     DemoCreateSerializer,
     DemoSerializer,
     ErrorSerializer,
+    LeaderboardSerializer,
     MappingSerializer,
     StatsQuerySerializer,
     StatsSerializer,
@@ -165,17 +165,19 @@ class DatasetStatsApi(APIView):
 
 
 class DatasetLeaderboardApi(APIView):
-    @extend_schema(responses={200: OpenApiTypes.OBJECT, 404: NOT_FOUND}, tags=TAGS,
-                   summary="Every fine-tuning run of yours on a dataset, best first")
+    @extend_schema(responses={200: LeaderboardSerializer, 404: NOT_FOUND}, tags=TAGS,
+                   summary="Every fine-tuning run of yours on a dataset, best first, and your in-context evaluations")
     def get(self, request: Request, pk) -> Response:
         """The task's primary metric (and whether higher is better), the settings in which the runs differ, and
         per run: its base checkpoint, status, those settings, the best validation value of the primary metric
-        (and its step) and its test metrics. Sorted by the test metric, then the best validation value."""
+        (and its step) and its test metrics. Sorted by the test metric, then the best validation value. Beside them
+        (`incontext`), the zero-, one- and few-shot evaluations of yours saved on the dataset: the checkpoint,
+        the settings, accuracy per k and the best k."""
         board = results.leaderboard(request.user, dataset_get(request.user, pk))
         rows = [{k: v for k, v in row.items() if k != "run"} for row in board["rows"]]
         for row in rows:
             row["dashboard_url"] = reverse("runs:detail", args=[row["id"]])
-        return Response({**board, "rows": rows})
+        return Response(LeaderboardSerializer({**board, "rows": rows}).data)
 
 
 class DatasetDemoApi(APIView):

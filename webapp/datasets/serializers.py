@@ -175,3 +175,35 @@ class StatsSerializer(serializers.Serializer):
     label_stats = serializers.DictField(child=serializers.DictField(child=serializers.FloatField()),
                                         help_text="Regression: per split count, min, max, mean, std.")
     lengths = LengthsSerializer(allow_null=True, help_text="Token lengths; null without a tokenizer.")
+
+
+class InContextRowSerializer(serializers.Serializer):
+    id = serializers.UUIDField()
+    checkpoint = serializers.CharField(help_text="The checkpoint's label (\"run @ step 500\" or the imported name).")
+    checkpoint_id = serializers.UUIDField()
+    template = serializers.CharField()
+    separator = serializers.CharField(allow_blank=True)
+    k_max = serializers.IntegerField()
+    seed = serializers.IntegerField()
+    normalise = serializers.BooleanField(help_text="Labels scored by log-likelihood per token.")
+    n_queries = serializers.IntegerField(help_text="Held-out examples evaluated.")
+    k = serializers.ListField(child=serializers.IntegerField(), help_text="0 .. k_max.")
+    accuracy = serializers.ListField(child=serializers.FloatField(), help_text="Accuracy for each k.")
+    best_k = serializers.IntegerField(allow_null=True, help_text="The k with the highest accuracy (the smallest on a tie).")
+    best_accuracy = serializers.FloatField(allow_null=True)
+    created_at = serializers.DateTimeField()
+
+
+class LeaderboardSerializer(serializers.Serializer):
+    primary = serializers.CharField(allow_blank=True, help_text="The task's primary metric (empty with no runs).")
+    higher_is_better = serializers.BooleanField()
+    settings = serializers.ListField(child=serializers.CharField(), help_text="The settings in which the runs differ.")
+    test_metrics = serializers.ListField(child=serializers.CharField())
+    rows = serializers.ListField(child=serializers.DictField(), help_text=(
+        "Per fine-tuning run, best first: id, name, status, checkpoint, checkpoint_id, settings, best_valid, "
+        "best_valid_step, test (its test metrics), test_primary, created_at, dashboard_url."))
+    best_test_accuracy = serializers.FloatField(allow_null=True, help_text=(
+        "The best test accuracy of the fine-tuning runs (the in-context chart's reference line); null without one."))
+    incontext = InContextRowSerializer(many=True, help_text=(
+        "The zero-, one- and few-shot evaluations saved on this dataset (POST /api/explore/incontext-accuracy/), "
+        "newest first."))

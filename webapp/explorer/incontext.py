@@ -1,7 +1,12 @@
 """GPT-3's in-context learning in the explorer: the prompt builder (one held-out example of one of
 your classification datasets, k seeded demonstrations, an editable template; the exact prompt the
 model reads and each label's score) and accuracy against k. The checkpoint and the dataset must
-both be yours (404 otherwise); trainer.inference.incontext does the work."""
+both be yours (404 otherwise); trainer.inference.incontext does the work. Each accuracy against k
+is saved (InContextResult) and listed on the dataset's page beside its leaderboard.
+
+The evaluation runs inside the web request: k_max + 1 prompts per query, one forward pass per
+label each, so the largest request (200 queries, k up to 32) can hold a web worker for minutes
+on a CPU. There is no job queue for it yet."""
 from __future__ import annotations
 
 from typing import Any
@@ -17,6 +22,7 @@ from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets.models import Dataset, DatasetStatus
 from webapp.explorer import services
 from webapp.explorer.api import _owned, owned_checkpoint
+from webapp.explorer.models import InContextResult
 
 # trainer.inference.incontext's bounds and defaults (kept here so this module imports no torch).
 MAX_SHOTS = 32
@@ -85,8 +91,12 @@ class PromptBuilderView(APIView):
 
 class IncontextAccuracyView(APIView):
     @extend_schema(request=AccuracyRequestSerializer, responses={200: OpenApiResponse(description=(
-        '{"checkpoint", "dataset", "k": [0, ...], "accuracy": [...], "n_queries", "labels", "first_prompt", ...}')),
-        400: ERROR, 404: ERROR}, summary="Zero-, one- and few-shot accuracy against k")
+        '{"checkpoint", "dataset", "result": the saved evaluation\'s id, "k": [0, ...], "accuracy": [...], '
+        '"n_queries", "labels", "first_prompt", ...}')),
+        400: ERROR, 404: ERROR}, summary="Zero-, one- and few-shot accuracy against k (saved)",
+        description="Evaluated in the request (up to n_queries x (k_max + 1) prompts, one forward pass per label "
+                    "each), then saved: the answer's `result` is its id, and the dataset's leaderboard "
+                    "(GET /api/datasets/<id>/leaderboard/, `incontext`) lists it.")
     def post(self, request: Request) -> Response:
         from trainer.inference import incontext  # imports torch
 
@@ -97,4 +107,8 @@ class IncontextAccuracyView(APIView):
         dataset = owned_dataset(request, data["dataset"])
         out = incontext.evaluate(services._folder(ckpt), dataset.data_dir, k_max=data["k_max"],
                                  n_queries=data["n_queries"], **_settings(data))
-        return Response({"checkpoint": str(ckpt.id), "dataset": str(dataset.id), **out})
+        saved = InContextResult.objects.create(
+            owner=request.user, checkpoint=ckpt, dataset=dataset, template=data["template"],
+            separator=data["separator"], k_max=data["k_max"], seed=data["seed"], normalise=data["normalise"],
+            n_queries=out["n_queries"], accuracies=[float(a) for a in out["accuracy"]])
+        return Response({"checkpoint": str(ckpt.id), "dataset": str(dataset.id), "result": str(saved.id), **out})

@@ -53,3 +53,37 @@ class ModelImport(models.Model):
     @property
     def in_flight(self) -> bool:
         return self.status in (ImportStatus.PENDING, ImportStatus.PROCESSING)
+
+
+class InContextResult(models.Model):
+    """A saved zero-, one- and few-shot evaluation (GPT-3): a causal checkpoint's accuracy against
+    k on one of the owner's classification datasets, with the settings that made it. Listed on
+    the dataset's page beside its leaderboard of fine-tuning runs; it goes when the checkpoint
+    or the dataset goes."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="incontext_results")
+    checkpoint = models.ForeignKey("runs.Checkpoint", on_delete=models.CASCADE, related_name="incontext_results")
+    dataset = models.ForeignKey("datasets.Dataset", on_delete=models.CASCADE, related_name="incontext_results")
+    template = models.TextField()
+    separator = models.CharField(max_length=20, blank=True)
+    k_max = models.PositiveSmallIntegerField()
+    seed = models.PositiveIntegerField(default=0)
+    normalise = models.BooleanField(default=True)
+    n_queries = models.PositiveIntegerField()
+    accuracies = models.JSONField(default=list)  # accuracy for k = 0 .. k_max, in order
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.checkpoint} on {self.dataset}, k up to {self.k_max}"
+
+    @property
+    def best(self) -> tuple[int | None, float | None]:
+        """(the k with the highest accuracy, the smallest such k on a tie; that accuracy)."""
+        if not self.accuracies:
+            return None, None
+        k = max(range(len(self.accuracies)), key=lambda i: (self.accuracies[i], -i))
+        return k, float(self.accuracies[k])

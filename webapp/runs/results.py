@@ -1,4 +1,5 @@
-"""Comparing runs (issue 9, section 5): a labelled dataset's leaderboard of fine-tuning runs, and
+"""Comparing runs (issue 9, section 5): a labelled dataset's leaderboard of fine-tuning runs (with
+the zero-, one- and few-shot evaluations saved on it beside them, issue 12 point 4), and
 the compare view of a few runs of any kind (their settings side by side, the ones that differ
 first, and the metrics they share, to draw overlaid).
 
@@ -83,8 +84,33 @@ def leaderboard(user, dataset) -> dict[str, Any]:
                 row["best_valid"] is None, sign * (row["best_valid"] or 0.0))
     rows.sort(key=rank)
     test_keys = sorted({k for row in rows for k in row["test"]})
+    accuracies = [row["test"]["accuracy"] for row in rows if _number(row["test"].get("accuracy"))]
     return {"primary": primary, "higher_is_better": higher, "settings": differing, "test_metrics": test_keys,
-            "rows": rows}
+            "rows": rows, "best_test_accuracy": max(accuracies) if accuracies else None,
+            "incontext": incontext_rows(user, dataset)}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def incontext_rows(user, dataset) -> list[dict[str, Any]]:
+    """The zero-, one- and few-shot evaluations `user` saved on `dataset` (the explorer's accuracy
+    against k), newest first: the checkpoint, the settings, accuracy per k and the best k."""
+    from webapp.explorer.models import InContextResult
+
+    rows = []
+    for result in (InContextResult.objects.filter(owner=user, dataset=dataset)
+                   .select_related("checkpoint__run")):
+        best_k, best = result.best
+        rows.append({
+            "id": str(result.id), "checkpoint": result.checkpoint.label, "checkpoint_id": str(result.checkpoint_id),
+            "template": result.template, "separator": result.separator, "k_max": result.k_max, "seed": result.seed,
+            "normalise": result.normalise, "n_queries": result.n_queries,
+            "k": list(range(len(result.accuracies))), "accuracy": list(result.accuracies),
+            "best_k": best_k, "best_accuracy": best, "created_at": result.created_at,
+        })
+    return rows
 
 
 class CompareError(ValueError):
