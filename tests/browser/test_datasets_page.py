@@ -13,17 +13,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def eager_jobs(settings):
-    from webapp.celery import app
-
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    previous = app.conf.task_always_eager
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = previous
-
-
-@pytest.fixture
 def tokenizer(alice):
     return make_data(alice, real=True, name="docstrings")[1]
 

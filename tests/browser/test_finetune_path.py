@@ -16,17 +16,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def eager_jobs(settings):
-    from webapp.celery import app
-
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    previous = app.conf.task_always_eager
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = previous
-
-
-@pytest.fixture
 def base_checkpoint(alice):
     from webapp.runs.models import RunStatus
 
