@@ -193,8 +193,8 @@ def send_train_task(run_id, queue: str, broker_url: str) -> None:
     from webapp.celery import app
     from webapp.runs.tasks import train_run
 
-    with app.connection_for_write(broker_url) as conn:
-        train_run.apply_async(args=[str(run_id)], queue=queue, connection=conn)
+    with app.connection_for_write(broker_url) as conn:  # send_task never runs it here, even when eager
+        app.send_task(train_run.name, args=[str(run_id)], queue=queue, connection=conn)
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = 20) -> None:
