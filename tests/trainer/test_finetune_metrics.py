@@ -414,6 +414,7 @@ def test_finetune_charts_are_new_and_drawn_by_some_task():
     ids = [c.id for c in m.FINETUNE_CHARTS]
     assert len(ids) == len(set(ids)) and not set(ids) & set(CHARTS)
     used = {metric.chart for spec in m.METRICS.values() for metric in spec.metrics}
+    used |= {metric.chart for metric in m.mix_series(["a", "b"])}  # a multi-task run's per-task series
     assert set(ids) <= used and used <= set(ids) | set(CHARTS)
 
 

@@ -73,4 +73,4 @@ def test_the_page_shows_the_xlnet_panels(alice, client, xlnet):
     client.force_login(alice)
     page = client.get(f"/explore/?checkpoint={xlnet.id}").content.decode()
     assert 'id="permutation" data-kinds="xlnet">' in page and 'id="id_attention_stream"' in page
-    assert 'id="fill-mask" data-kinds="encoder unilm" hidden' in page
+    assert 'id="fill-mask" data-kinds="encoder unilm" data-pretrained hidden' in page
