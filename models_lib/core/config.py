@@ -59,6 +59,35 @@ def check_sizes(config: Any, names: tuple[str, ...]) -> None:
         positive_int(name, getattr(config, name))
 
 
+def check_lengths(config: Any, names: tuple[str, ...]) -> None:
+    """Each named field of config must be a whole number of positions, 0 or more; a whole float
+    (a form's number field gives 32.0) becomes an int in place."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+            setattr(config, name, value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name} must be a whole number of positions, 0 or more, not {value!r}.")
+
+
+def check_probabilities(config: Any, names: tuple[str, ...]) -> None:
+    """Each named field of config must be a number in [0, 1) (a dropout rate)."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            raise ValueError(f"{name} must be between 0 and 1, got {value!r}.")
+
+
+def check_token_ids(config: Any, names: tuple[str, ...]) -> None:
+    """Each named field of config must be None or a token id of its vocabulary (config.vocab_size)."""
+    for name in names:
+        value = getattr(config, name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                  or not 0 <= value < config.vocab_size):
+            raise ValueError(f"{name} {value!r} is outside the vocabulary (size {config.vocab_size}).")
+
+
 class PresetConfig:
     """Serialisation of the configs that are not EncoderConfigs (T5, GPT, ELMo): a JSON-able dict,
     unknown fields refused by name, named presets. A subclass (a dataclass) sets `config_label`

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models_lib.core import generation
-from models_lib.core.config import PresetConfig, check_sizes
+from models_lib.core.config import PresetConfig, check_lengths, check_probabilities, check_sizes, check_token_ids
 from models_lib.core.relative import PositionwiseFF, RelativeAttention, causal_memory_mask, relative_positions, \
     sinusoid
 from models_lib.families.pretraining import IGNORE_INDEX
@@ -82,19 +82,9 @@ class TransfoXLConfig(PresetConfig):
         check_sizes(self, ("vocab_size", "hidden_size", "num_layers", "num_heads", "head_size", "intermediate_size"))
         if self.hidden_size % 2:
             raise ValueError(f"The hidden size must be even (sine and cosine halves), not {self.hidden_size}.")
-        if isinstance(self.mem_len, float) and self.mem_len.is_integer():  # a form's number field gives 32.0
-            self.mem_len = int(self.mem_len)
-        if isinstance(self.mem_len, bool) or not isinstance(self.mem_len, int) or self.mem_len < 0:
-            raise ValueError(f"mem_len must be a whole number of positions, 0 or more, not {self.mem_len!r}.")
-        for name in ("dropout", "attention_dropout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ValueError(f"{name} must be between 0 and 1, got {value!r}.")
-        for name in ("pad_token_id", "eos_token_id"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or not 0 <= value < self.vocab_size):
-                raise ValueError(f"{name} {value!r} is outside the vocabulary (size {self.vocab_size}).")
+        check_lengths(self, ("mem_len",))
+        check_probabilities(self, ("dropout", "attention_dropout"))
+        check_token_ids(self, ("pad_token_id", "eos_token_id"))
 
     @property
     def label(self) -> str:

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models_lib.core.config import PresetConfig, check_sizes
+from models_lib.core.config import PresetConfig, check_lengths, check_probabilities, check_sizes, check_token_ids
 from models_lib.core.layers import ACTIVATIONS
 from models_lib.core.relative import PositionwiseFF, RelativeAttention, causal_memory_mask, relative_positions, \
     sinusoid
@@ -87,26 +87,13 @@ class XLNetConfig(PresetConfig):
                              f"attention heads ({self.num_heads}).")
         if self.hidden_size % 2:
             raise ValueError(f"The hidden size must be even (sine and cosine halves), not {self.hidden_size}.")
-        for name in ("mem_len", "reuse_len"):
-            value = getattr(self, name)
-            if isinstance(value, float) and value.is_integer():  # a form's number field gives 32.0
-                value = int(value)
-                setattr(self, name, value)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be a whole number of positions, 0 or more, not {value!r}.")
+        check_lengths(self, ("mem_len", "reuse_len"))
         if self.attn_type not in ("bi", "uni"):
             raise ValueError(f"attn_type must be 'bi' or 'uni', not {self.attn_type!r}.")
         if self.hidden_act not in ACTIVATIONS:
             raise ValueError(f"Unknown activation {self.hidden_act!r}; choose one of {', '.join(sorted(ACTIVATIONS))}.")
-        for name in ("dropout", "attention_dropout"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ValueError(f"{name} must be between 0 and 1, got {value!r}.")
-        for name in ("pad_token_id", "eos_token_id"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or not 0 <= value < self.vocab_size):
-                raise ValueError(f"{name} {value!r} is outside the vocabulary (size {self.vocab_size}).")
+        check_probabilities(self, ("dropout", "attention_dropout"))
+        check_token_ids(self, ("pad_token_id", "eos_token_id"))
 
     @property
     def head_size(self) -> int:

@@ -661,11 +661,16 @@ def mark_dead_claims(*, run_id=None, now=None) -> int:
         if Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, claimed_by=run.claimed_by).update(
                 status=RunStatus.CRASHED, error=message, finished_at=now):
             count += 1
-            run.refresh_from_db()
-            LogLine.objects.create(run=run, text=message)
-            send_run_event(run.id, status_event(run))
-            _ended(run.id, run.status)
+            _announce_crash(run, message)
     return count
+
+
+def _announce_crash(run: Run, message: str) -> None:
+    """After a reaper marked `run` crashed: its log line, its status event and run_ended's listeners."""
+    run.refresh_from_db()
+    LogLine.objects.create(run=run, text=message)
+    send_run_event(run.id, status_event(run))
+    _ended(run.id, run.status)
 
 
 def _process_alive(pid: int) -> bool:
@@ -706,10 +711,7 @@ def mark_stale_runs(*, now=None, run_id=None) -> int:
         )
         if changed:
             count += 1
-            run.refresh_from_db()
-            LogLine.objects.create(run=run, text=message)
-            send_run_event(run.id, status_event(run))
-            _ended(run.id, run.status)
+            _announce_crash(run, message)
     return count
 
 
