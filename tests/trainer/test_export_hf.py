@@ -8,31 +8,20 @@ import json
 import pytest
 import torch
 
+from tests.trainer.finetune_helpers import fine_tuned, ingested_demo
 from trainer.export import ExportError, export_checkpoint
-from trainer.finetune.config import FinetuneConfig
-from trainer.finetune.engine import finetune
-from trainer.training.sinks import ListSink
 
 TEXTS = ["Return the absolute path of a file.", "Raise ValueError when the os.path module cannot read it."]
 
 
 @pytest.fixture(scope="module")
 def tuned(trained_run, tmp_path_factory):
-    from trainer.prep.labelled import DEMOS, ingest, sniff, write_demo_dataset
-
     root, out = tmp_path_factory.mktemp("export"), {}
 
     def make(name):
         if name not in out:
-            source = write_demo_dataset(name, root / DEMOS[name].filename)
-            preview = sniff(source, source.name)
-            ingest(source, root / name, original_filename=source.name, task=preview.task, mapping=preview.mapping)
-            config = FinetuneConfig(checkpoint=str(trained_run[0].last_checkpoint), dataset=str(root / name),
-                                    max_steps=10, batch_size=8, max_length=64, lr=2e-3, eval_every=10,
-                                    checkpoint_every=10, device="cpu")
-            result = finetune(config, out_dir=root / f"run-{name}", sink=ListSink())
-            assert result.status == "succeeded"
-            out[name] = result.last_checkpoint
+            out[name] = fine_tuned(trained_run[0].last_checkpoint, ingested_demo(name, root), root / f"run-{name}",
+                                   steps=10, batch_size=8)
         return out[name]
     return make
 

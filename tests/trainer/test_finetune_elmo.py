@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from models_lib.families.downstream import TaskConfig
 from models_lib.families.elmo import ElmoConfig, ElmoLanguageModel
 from models_lib.families.elmo_tasks import MIX_L2, ElmoForTask
+from tests.trainer.finetune_helpers import ingested_demo
 from trainer.finetune.config import FinetuneConfig
 from trainer.finetune.engine import finetune
 from trainer.training.sinks import ListSink
@@ -81,14 +82,9 @@ def elmo_base(tmp_path_factory, tokenizer_dir, make_family_config):
 
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory):
-    from trainer.prep.labelled import DEMOS, ingest, sniff, write_demo_dataset
-
     root, out = tmp_path_factory.mktemp("labelled"), {}
     for name in ("classification", "token_classification"):
-        source = write_demo_dataset(name, root / DEMOS[name].filename)
-        preview = sniff(source, source.name)
-        ingest(source, root / name, original_filename=source.name, task=preview.task, mapping=preview.mapping)
-        out[name] = root / name
+        out[name] = ingested_demo(name, root)
     return out
 
 

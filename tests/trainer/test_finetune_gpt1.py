@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from models_lib.families.downstream import TaskConfig
 from models_lib.families.gpt import GPTConfig, GPTLMHeadModel
 from models_lib.families.gpt_tasks import GPTForSequenceClassification
+from tests.trainer.finetune_helpers import ingested_demo
 from trainer.errors import ConfigError
 from trainer.finetune.config import FinetuneConfig
 from trainer.finetune.engine import finetune
@@ -116,14 +117,9 @@ def test_the_input_transformations(gpt_base):
 # ---------------------------------------------------------------------------- end to end
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory):
-    from trainer.prep.labelled import DEMOS, ingest, sniff, write_demo_dataset
-
     root, out = tmp_path_factory.mktemp("labelled"), {}
     for name in ("classification", "regression", "multilabel"):
-        source = write_demo_dataset(name, root / DEMOS[name].filename)
-        preview = sniff(source, source.name)
-        ingest(source, root / name, original_filename=source.name, task=preview.task, mapping=preview.mapping)
-        out[name] = root / name
+        out[name] = ingested_demo(name, root)
     return out
 
 

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from tests.trainer.finetune_helpers import ingested_demo
 from trainer.finetune import report
 from trainer.finetune.config import FinetuneConfig
 from trainer.finetune.engine import finetune
@@ -71,15 +72,10 @@ def test_the_ner_report_is_entity_level_by_seqeval():
 # ------------------------------------------------------------------------------ written by the engine
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
-    from trainer.prep.labelled import DEMOS, ingest, sniff, write_demo_dataset
-
     root = tmp_path_factory.mktemp("labelled")
 
     def make(name):
-        source = write_demo_dataset(name, root / DEMOS[name].filename)
-        preview = sniff(source, source.name)
-        ingest(source, root / name, original_filename=source.name, task=preview.task, mapping=preview.mapping)
-        return root / name
+        return ingested_demo(name, root)
     return make
 
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from tests.trainer.finetune_helpers import ingested_demo
 from trainer.errors import ConfigError
 from trainer.finetune.config import FinetuneConfig
 from trainer.finetune.engine import finetune
@@ -24,14 +25,9 @@ def base_checkpoint(trained_run):
 
 @pytest.fixture(scope="module")
 def datasets(tmp_path_factory):
-    from trainer.prep.labelled import DEMOS, ingest, sniff, write_demo_dataset
-
     root, out = tmp_path_factory.mktemp("labelled"), {}
     for name in ("classification", "multilabel", "token_classification"):
-        source = write_demo_dataset(name, root / DEMOS[name].filename)
-        preview = sniff(source, source.name)
-        ingest(source, root / name, original_filename=source.name, task=preview.task, mapping=preview.mapping)
-        out[name] = root / name
+        out[name] = ingested_demo(name, root)
     return out
 
 

@@ -6,31 +6,21 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.trainer.finetune_helpers import fine_tuned, ingested_demo
 from trainer.errors import InferenceError
-from trainer.finetune.config import FinetuneConfig
-from trainer.finetune.engine import finetune
 from trainer.inference import downstream
-from trainer.training.sinks import ListSink
 
 
 @pytest.fixture(scope="module")
 def tuned(trained_run, tmp_path_factory):
     """name -> (checkpoint folder, dataset folder), fine-tuned 20 steps from the tiny pre-trained BERT."""
-    from trainer.prep.labelled import DEMOS, ingest, sniff, write_demo_dataset
-
     root, out = tmp_path_factory.mktemp("tuned"), {}
 
     def make(name):
         if name not in out:
-            source = write_demo_dataset(name, root / DEMOS[name].filename)
-            preview = sniff(source, source.name)
-            ingest(source, root / name, original_filename=source.name, task=preview.task, mapping=preview.mapping)
-            config = FinetuneConfig(checkpoint=str(trained_run[0].last_checkpoint), dataset=str(root / name),
-                                    max_steps=20, batch_size=16, max_length=64, lr=2e-3, eval_every=20,
-                                    checkpoint_every=20, device="cpu")
-            result = finetune(config, out_dir=root / f"run-{name}", sink=ListSink())
-            assert result.status == "succeeded"
-            out[name] = (result.last_checkpoint, root / name)
+            dataset = ingested_demo(name, root)
+            out[name] = (fine_tuned(trained_run[0].last_checkpoint, dataset, root / f"run-{name}", steps=20,
+                                    batch_size=16), dataset)
         return out[name]
     return make
 
