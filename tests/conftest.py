@@ -61,3 +61,18 @@ def anon_api():
 
     return APIClient()
 
+
+
+@pytest.fixture
+def eager(settings):
+    """Celery tasks run in the test's process, as soon as the transaction commits, while the test
+    lasts. The app's setting is read before Django's is changed: app.conf loads lazily from
+    Django's settings, so reading it afterwards would take the changed value as the one to
+    restore and leave every later test eager (a live-stack test then trains in-process)."""
+    from webapp.celery import app
+
+    previous = app.conf.task_always_eager
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = previous

@@ -113,17 +113,3 @@ def train_tokenizer(page):
         page.wait_for_selector(".badge.ready", timeout=120_000)
     return run
 
-
-@pytest.fixture
-def eager_jobs(settings):
-    """Celery tasks run in the test's process while the test lasts (jobs finish before the page
-    polls). The app's setting is read before Django's is changed: app.conf loads lazily from
-    Django's settings, so reading it afterwards would take the changed value as the one to
-    restore and leave every later test eager (a live-stack test then trains in-process)."""
-    from webapp.celery import app
-
-    previous = app.conf.task_always_eager
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = previous

@@ -17,7 +17,7 @@ def tokenizer(alice):
     return make_data(alice, real=True, name="docstrings")[1]
 
 
-def test_upload_map_confirm_and_chart_a_csv(eager_jobs, tokenizer, alice_cookie, live_server_page, shots):
+def test_upload_map_confirm_and_chart_a_csv(eager, tokenizer, alice_cookie, live_server_page, shots):
     page = live_server_page
     page.context.add_cookies([alice_cookie])
     page.goto("/datasets/")

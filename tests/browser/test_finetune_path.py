@@ -28,7 +28,7 @@ def plotted(page, element_id: str) -> None:
                            "return el && el.data && el.data.some(t => (t.x || t.z || []).length > 0); }")
 
 
-def test_dataset_to_fine_tuning_to_results_to_the_explorer(eager_jobs, base_checkpoint, alice_cookie,
+def test_dataset_to_fine_tuning_to_results_to_the_explorer(eager, base_checkpoint, alice_cookie,
                                                            live_server_page, shots):
     page = live_server_page
     page.context.add_cookies([alice_cookie])

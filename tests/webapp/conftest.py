@@ -8,18 +8,6 @@ def fast_password_hashing(settings):
 
 
 @pytest.fixture
-def eager(settings):
-    """Run Celery tasks in-process, as soon as the transaction commits."""
-    from webapp.celery import app
-
-    settings.CELERY_TASK_ALWAYS_EAGER = True
-    previous = app.conf.task_always_eager
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = previous
-
-
-@pytest.fixture
 def enqueued(monkeypatch):
     """Record train_run.apply_async calls instead of talking to the broker."""
     from webapp.runs import tasks
