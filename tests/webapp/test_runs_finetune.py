@@ -83,7 +83,7 @@ def test_a_finetune_run_trains_end_to_end_and_its_checkpoints_fine_tune_again(
 
 # ---------------------------------------------------------------------------- launching
 def test_the_page_launches_a_finetune_run_and_the_list_shows_both_kinds(
-        alice, alice_client, enqueued, django_capture_on_commit_callbacks):
+        alice, alice_client, eager, enqueued, django_capture_on_commit_callbacks):
     dataset = ready_demo(alice, django_capture_on_commit_callbacks)
     base = tiny_checkpoint(alice)
     page = alice_client.get(reverse("runs:finetune") + f"?checkpoint={base.id}&dataset={dataset.id}")
@@ -110,7 +110,7 @@ def test_the_page_launches_a_finetune_run_and_the_list_shows_both_kinds(
     assert f"{reverse('runs:finetune')}?dataset={dataset.id}" in dataset_page
 
 
-def test_the_page_refuses_with_sentences(alice, alice_client, enqueued, django_capture_on_commit_callbacks):
+def test_the_page_refuses_with_sentences(alice, alice_client, eager, enqueued, django_capture_on_commit_callbacks):
     dataset = ready_demo(alice, django_capture_on_commit_callbacks)
     t5 = t5_checkpoint(alice)
     response = alice_client.post(reverse("runs:finetune"), {
@@ -126,7 +126,7 @@ def test_the_page_refuses_with_sentences(alice, alice_client, enqueued, django_c
     assert not Run.objects.filter(kind=RunKind.FINETUNE).exists() and not enqueued
 
 
-def test_the_api_launches_and_refuses_with_sentences(alice, alice_api, bob, enqueued, settings,
+def test_the_api_launches_and_refuses_with_sentences(alice, alice_api, bob, eager, enqueued, settings,
                                                      django_capture_on_commit_callbacks):
     dataset = ready_demo(alice, django_capture_on_commit_callbacks)
     base = tiny_checkpoint(alice)

@@ -150,7 +150,7 @@ def test_a_failed_fine_tuning_run_resumes_from_its_last_checkpoint(alice_client,
     assert sorted(tuned_run.checkpoints.values_list("step", flat=True)) == [6, 9]
 
 
-def test_fine_tuning_offers_the_gpu_queue(alice, alice_client, alice_api, enqueued,
+def test_fine_tuning_offers_the_gpu_queue(alice, alice_client, alice_api, eager, enqueued,
                                           django_capture_on_commit_callbacks):
     dataset = ready_demo(alice, django_capture_on_commit_callbacks)
     base = tiny_checkpoint(alice)
@@ -167,7 +167,7 @@ def test_fine_tuning_offers_the_gpu_queue(alice, alice_client, alice_api, enqueu
     assert cpu.json()["queue"] == "cpu" and enqueued[-1][1]["queue"] == "cpu"
 
 
-def test_a_qa_run_on_a_dataset_with_unanswerable_questions_charts_them(alice, alice_client,
+def test_a_qa_run_on_a_dataset_with_unanswerable_questions_charts_them(alice, alice_client, eager,
                                                                        django_capture_on_commit_callbacks):
     from webapp.runs.models import Run
 
