@@ -14,7 +14,8 @@ ROLE_HELP = {
     "label": "class, score or list of classes", "tokens": "the words of a sentence", "tags": "one tag per token",
     "question": "the question", "context": "the passage holding the answer", "answers": "answer text and offset",
     "input": "the input text", "target": "the text to produce", "prompt": "the prompt",
-    "response": "the response to learn", "messages": "a chat: role and content", "split": "train, validation or test",
+    "response": "the response to learn", "messages": "a chat: role and content",
+    "choices": "one choice (several columns, in order) or a list of them", "split": "train, validation or test",
 }  # fmt: skip
 STRATEGIES = [("random", "At random, by the fractions below (seeded)"), ("column", "By the column mapped to split")]
 

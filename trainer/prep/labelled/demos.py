@@ -36,6 +36,7 @@ TOPICS = {  # multi-label: a topic applies when its pattern occurs in the paragr
     "text": r"\b(strings?|str|bytes|characters?|unicode|text)\b",
     "concurrency": r"\b(threads?|threading|locks?|coroutines?|async|await|event loop|futures?|tasks?)\b",
 }
+NAME_CHOICES = 4  # multiple choice: the documented object's name and three of other packages
 MAX_TOKENS = 80  # token classification: longer paragraphs are left out rather than cut
 # Module names that are also English words: tagged MOD only before "module" or "package".
 ENGLISH_MODULE_NAMES = frozenset({
@@ -92,6 +93,11 @@ DEMOS: dict[str, DemoDataset] = {
                     'JSONL prompt,response: for each public module, class and function, "What does the function '
                     'NAME do?" (or "What is the class NAME for?", "What is the module NAME for?") answered by the '
                     "first three paragraphs of its docstring."),
+        DemoDataset("multiple_choice", "multiple_choice", "stdlib_which_object.csv", 970,
+                    "CSV context,choice0..choice3,label: each distinct docstring paragraph of a function, class or "
+                    f"method of the five packages ({', '.join(CLASS_PACKAGES)}), and four dotted names to choose "
+                    "from: the object it documents and an object of each of three other of those packages (drawn "
+                    "with a fixed seed), shuffled; label = the index of the documented one (0 to 3)."),
     )
 }
 
@@ -284,6 +290,23 @@ def _sft(docs: list[DemoDocstring]) -> str:
     return _jsonl(rows)
 
 
+def _multiple_choice(docs: list[DemoDocstring]) -> str:
+    entries: dict[str, list[tuple[str, str]]] = {package: [] for package in CLASS_PACKAGES}
+    for doc, paragraph in _paragraphs(docs):  # (the documented object's dotted name, a paragraph) per package
+        package = doc.module.split(".")[0]
+        if doc.name != doc.module and package in entries:
+            entries[package].append((doc.name, paragraph))
+    rng = random.Random(DEMO_SEED)
+    rows = []
+    for package in CLASS_PACKAGES:
+        for name, paragraph in entries[package]:
+            others = rng.sample([p for p in CLASS_PACKAGES if p != package], NAME_CHOICES - 1)
+            choices = [name, *(entries[other][rng.randrange(len(entries[other]))][0] for other in others)]
+            rng.shuffle(choices)
+            rows.append([paragraph, *choices, str(choices.index(name))])
+    return _csv(["context", *(f"choice{i}" for i in range(NAME_CHOICES)), "label"], rows)
+
+
 _BUILDERS: dict[str, Callable[[list[DemoDocstring]], str]] = {
     "classification": _classification,
     "pair_classification": _pair_classification,
@@ -293,4 +316,5 @@ _BUILDERS: dict[str, Callable[[list[DemoDocstring]], str]] = {
     "extractive_qa": _extractive_qa,
     "text_to_text": _text_to_text,
     "sft": _sft,
+    "multiple_choice": _multiple_choice,
 }

@@ -11,6 +11,8 @@ The normalised examples (one JSON object per line of ``train.jsonl`` etc.) are, 
                            row's "id" column or field when it has one, else its number (1, 2, ...)
     text_to_text           {"input", "target"}
     sft                    {"prompt", "response"} or {"messages": [{"role", "content"}, ...]}
+    multiple_choice        {"context" and/or "question", "choices": [str, ...], "label": int}; label the
+                           index (from 0) of the right choice; every example has as many choices
 
 Texts are kept exactly as uploaded (answer offsets count characters of the context).
 """
@@ -57,6 +59,8 @@ class ExampleBuilder:
                                    "labels.")
         self.separator = label_separator or None
         self.count = 0
+        self.choice_columns = [column for column, role in mapping.items() if role == "choices"]
+        self.n_choices: tuple[int, str] | None = None  # multiple choice: the first row's count, and its row
 
     def __call__(self, row: Row) -> tuple[dict[str, Any], str | None]:
         self.count += 1
@@ -77,6 +81,10 @@ class ExampleBuilder:
             example = {"id": str(self.count) if qid in (None, "") else str(qid),
                        "question": self._text(row, "question"), "context": self._text(row, "context")}
             example["answers"] = self._answers(row, example["context"])
+        elif task == "multiple_choice":
+            example = {role: self._text(row, role) for role in self.form if role not in ("choices", "label")}
+            example["choices"] = self._choices(row)
+            example["label"] = self._choice_label(row, example["choices"])
         elif task == "sft" and self.form == ("messages",):
             example = {"messages": self._messages(row)}
         else:  # text_to_text, or sft with prompt and response
@@ -169,6 +177,72 @@ class ExampleBuilder:
                 shown = ", ".join(self.allowed[:12]) + (", ..." if len(self.allowed) > 12 else "")
                 raise DatasetError(f'{row.where} has the label "{_short(label)}", which is not one of the labels '
                                    f"given ({shown}).")
+
+    # --- multiple choice ---------------------------------------------------------------------
+
+    def _choices(self, row: Row) -> list[str]:
+        """Several columns (in the file's column order), or one holding a list (a JSON list, or a
+        string with the choices joined by |)."""
+        order = list(row.values)
+        columns = sorted(self.choice_columns, key=lambda c: order.index(c) if c in order else len(order))
+        if len(columns) == 1:
+            value = self._get(row, "choices")
+            if isinstance(value, str):
+                value = self._json(row, "choices", value) if value.strip().startswith("[") else value.split("|")
+            if not isinstance(value, list):
+                raise DatasetError(f"{row.where}: the choices are a JSON {json_type(value)}; give a list of texts, "
+                                   "or one string with the choices joined by |.")
+            values = value
+        else:
+            for column in columns:
+                if column not in row.values:
+                    raise DatasetError(f'{row.where} has no "{column}" field (mapped to choices).')
+            values = [row.values[column] for column in columns]
+        choices = []
+        for i, item in enumerate(values):
+            if isinstance(item, bool) or not isinstance(item, (str, int, float)) or not str(item).strip():
+                raise DatasetError(f"{row.where}: choice {i} is empty or not a text.")
+            text = str(item).strip()
+            if text in choices:
+                raise DatasetError(f'{row.where} has the choice "{_short(text)}" twice (choices {choices.index(text)} '
+                                   f"and {i}); each choice must differ, or the label cannot tell which is right.")
+            choices.append(text)
+        if len(choices) < 2:
+            raise DatasetError(f"{row.where} has {len(choices)} choice{'' if len(choices) == 1 else 's'}; "
+                               "multiple choice needs at least two per example.")
+        if self.n_choices is None:
+            self.n_choices = (len(choices), row.where)
+        elif len(choices) != self.n_choices[0]:
+            raise DatasetError(f"{row.where} has {len(choices)} choices but {self.n_choices[1].lower()} has "
+                               f"{self.n_choices[0]}; give every example as many choices.")
+        return choices
+
+    def _choice_label(self, row: Row, choices: list[str]) -> int:
+        """The index of the right choice: a number (from 0), a choice's text, or a letter (A = 0)."""
+        value = self._get(row, "label")
+        k = len(choices)
+        index = None
+        if isinstance(value, bool) or isinstance(value, (list, dict)):
+            index = None
+        elif isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+            index = int(value)
+        elif isinstance(value, str):
+            text = value.strip()
+            if text in choices:
+                return choices.index(text)
+            if text.lstrip("-").isdigit():
+                index = int(text)
+            elif len(text) == 1 and "A" <= text.upper() <= "Z":
+                index = ord(text.upper()) - ord("A")
+        if index is None:
+            shown = _short(value) if isinstance(value, str) else json.dumps(value)
+            raise DatasetError(f'{row.where} has the label "{shown}", which is neither the index of a choice (0 to '
+                               f"{k - 1}), a letter (A to {chr(ord('A') + k - 1)}) nor the text of one of its "
+                               f"{k} choices.")
+        if not 0 <= index < k:
+            raise DatasetError(f"{row.where} has the label {index}, but its {k} choices are numbered 0 to {k - 1}; "
+                               "give the index of the right choice (from 0) or its text.")
+        return index
 
     # --- sequences, answers, chats -----------------------------------------------------------
 

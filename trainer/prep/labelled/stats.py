@@ -26,7 +26,7 @@ def label_counts(out_dir: Path) -> dict:
     """``{"kind", "labels", "counts": {split: [count per label]}}`` for a bar chart.
 
     kind "classes" (classification, multi-label: examples per label; token classification:
-    tokens per tag), "bins" (regression: SCORE_BINS equal-width bins of the scores, named
+    tokens per tag; multiple choice: examples per position of the right choice, "choice 0", ...), "bins" (regression: SCORE_BINS equal-width bins of the scores, named
     "0.0–0.5"), or "none" (tasks without labels; labels and counts are empty).
     """
     meta = read_meta(out_dir)
@@ -34,6 +34,10 @@ def label_counts(out_dir: Path) -> dict:
         labels = meta["labels"]
         return {"kind": "classes", "labels": labels,
                 "counts": {split: [meta["label_counts"][split].get(label, 0) for label in labels] for split in SPLITS}}
+    if meta["task"] == "multiple_choice":  # the right choice's position (index from 0)
+        positions = sorted({p for counts in meta["label_counts"].values() for p in counts}, key=int)
+        return {"kind": "classes", "labels": [f"choice {p}" for p in positions],
+                "counts": {split: [meta["label_counts"][split].get(p, 0) for p in positions] for split in SPLITS}}
     if meta["task"] != "regression":
         return {"kind": "none", "labels": [], "counts": {split: [] for split in SPLITS}}
     stats = meta["label_stats"].values()
@@ -77,7 +81,8 @@ def length_histogram(out_dir: Path, tokenizer_dir: Path, max_length: int, *, spl
     regression, multi-label); the pre-split tokens (token classification); question + context
     (extractive QA: a longer context is split into windows rather than lost, but the share
     shows how often that happens); the input (text to text); prompt + response, or the
-    messages' contents joined by line breaks (SFT). The bin width is a round number (1, 2 or
+    messages' contents joined by line breaks (SFT); the context and question with the longest
+    choice (multiple choice: each choice is read with them, the longest is what is cut). The bin width is a round number (1, 2 or
     5 times a power of ten) giving about ``bins`` bins up to the longer of the longest example
     and max_length. ``max_examples`` stops after that many (None: all).
     """
@@ -117,6 +122,9 @@ def model_input(task: str, example: dict) -> str | tuple[str, str] | list[str]:
         return example["question"], example["context"]
     if task == "text_to_text":
         return example["input"]
+    if task == "multiple_choice":  # the longest of its sequences: context (question) and a choice
+        first = " ".join(example[k] for k in ("context", "question") if k in example)
+        return first, max(example["choices"], key=len)
     if task == "sft":
         if "messages" in example:
             return "\n".join(m["content"] for m in example["messages"])

@@ -94,7 +94,8 @@ class DatasetResult:
     format: str  # the upload's format: csv, tsv, jsonl, conll or squad
     sizes: dict[str, int]  # examples per split
     labels: list[str] = field(default_factory=list)  # classes, or tags; list order = label ids
-    label_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # split -> label -> count (tags: tokens)
+    label_counts: dict[str, dict[str, int]] = field(default_factory=dict)  # split -> label -> count (tags: tokens;
+    # multiple choice: the right choice's index -> count)
     label_stats: dict[str, dict[str, float]] = field(default_factory=dict)  # regression: split -> count/min/max/...
     unanswerable: dict[str, int] = field(default_factory=dict)  # extractive QA: questions without an answer
     warnings: list[str] = field(default_factory=list)  # sentences worth showing, not errors
@@ -272,6 +273,8 @@ class _Tally:
             self.counts[split].update(example["label"])
         elif self.kind == "tags":
             self.counts[split].update(example["tags"])
+        elif self.kind == "choice":
+            self.counts[split][str(example["label"])] += 1
         elif self.kind == "number":
             x = example["label"]
             s = self.numbers[split] or [0, 0.0, 0.0, x, x]
@@ -323,6 +326,12 @@ def _result(builder: ExampleBuilder, fmt: str, tally: _Tally, given: Sequence[st
             if unseen:
                 result.warnings.append(f'The {split} split has label{"s" * (len(unseen) > 1)} that train never shows: '
                                        f"{', '.join(unseen[:10])}.")
+    elif task.labels == "choice":  # where the right choice stands: a model can learn a position
+        positions = sorted({p for counts in tally.counts.values() for p in counts}, key=int)
+        result.label_counts = {split: {p: tally.counts[split][p] for p in positions} for split in SPLITS}
+        if len(positions) == 1 and total > 1:
+            result.warnings.append(f"The right choice is choice {positions[0]} in every one of the {total} examples, "
+                                   "so a model can score well by its position alone; shuffle the choices.")
     elif task.labels == "number":
         result.label_stats = {split: _summary(tally.numbers[split]) for split in SPLITS if tally.numbers[split]}
     if task.name == "extractive_qa":

@@ -3,7 +3,9 @@
 A *mapping* is ``{column name: role}``: it says what each column of the upload holds. Columns
 left out of it are ignored. A *task type* needs one of a few sets of roles (its *forms*):
 classification takes ``text`` and ``label``, or ``sentence1``, ``sentence2`` and ``label``.
-The role ``split`` (train / validation / test per row) fits every task.
+The role ``split`` (train / validation / test per row) fits every task. The role ``choices``
+(multiple choice) is the one role several columns may share: the choices in the file's column
+order (``choice0``, ``choice1``, ... in a CSV), or one column holding the list (JSONL).
 
 :func:`suggest_mapping` guesses a mapping from common header names and :func:`suggest_task`
 the task from a mapping (and a few rows, to tell classes from scores); :func:`check_mapping`
@@ -21,8 +23,9 @@ from trainer.errors import DatasetError
 
 ROLES: tuple[str, ...] = (
     "text", "sentence1", "sentence2", "label", "tokens", "tags", "question", "context", "answers",
-    "input", "target", "prompt", "response", "messages", "split",
+    "input", "target", "prompt", "response", "messages", "choices", "split",
 )  # fmt: skip
+MULTI_COLUMN_ROLES = frozenset({"choices"})  # roles several columns may share (in column order)
 
 
 @dataclass(frozen=True)
@@ -32,7 +35,8 @@ class TaskSpec:
     name: str
     title: str
     forms: tuple[tuple[str, ...], ...]  # each a set of roles that is enough on its own
-    labels: str  # "classes" (one per example), "number", "multi" (a list per example), "tags" (per token), "none"
+    labels: str  # "classes" (one per example), "number", "multi" (a list per example), "tags" (per token),
+    # "choice" (the right one of each example's choices), "none"
     description: str
 
 
@@ -53,6 +57,12 @@ TASKS: dict[str, TaskSpec] = {
                  "none", "An input text and the text to produce (summaries, translations, T5's tasks)."),
         TaskSpec("sft", "Supervised fine-tuning", (("prompt", "response"), ("messages",)),
                  "none", "Prompts and the responses to learn, or whole chats as lists of {role, content}."),
+        TaskSpec("multiple_choice", "Multiple choice",
+                 (("context", "question", "choices", "label"), ("context", "choices", "label"),
+                  ("question", "choices", "label")),
+                 "choice", "A context (or question) and two or more choices, one of them right: the label is its "
+                           "index (from 0) or its text. The choices are several columns (choice0, choice1, ...) or "
+                           "one column holding a list; every example has as many."),
     )
 }
 TASK_TYPES: tuple[str, ...] = tuple(TASKS)
@@ -68,23 +78,31 @@ HEADER_ALIASES: dict[str, tuple[str, ...]] = {
                   "document", "passage", "sentence", "answer"),
     "label": ("label", "labels", "score", "class", "category", "gold_label", "sentiment", "similarity",
               "relatedness_score", "rating", "stars", "is_duplicate", "intent", "topic", "emotion", "y", "target",
-              "tags", "classes", "categories", "topics"),
+              "tags", "classes", "categories", "topics", "answer_key", "answerkey", "correct", "correct_answer",
+              "gold"),
     "tokens": ("tokens", "words", "token", "word"),
     "tags": ("tags", "ner_tags", "ner", "labels", "tag", "pos_tags", "pos"),
     "question": ("question", "query", "q"),
-    "context": ("context", "passage", "paragraph", "document", "text"),
+    "context": ("context", "passage", "paragraph", "document", "text", "article"),
     "answers": ("answers", "answer", "answer_text", "a"),
     "input": ("input", "inputs", "source", "src", "article", "document", "text", "sentence"),
     "target": ("target", "targets", "summary", "highlights", "output", "tgt", "reference", "translation"),
     "prompt": ("prompt", "instruction", "question", "query"),
     "response": ("response", "completion", "output", "answer", "chosen", "reply"),
     "messages": ("messages", "conversation", "conversations", "dialog", "dialogue", "chat"),
+    "choices": ("choices", "options", "endings", "candidates", "alternatives"),  # + CHOICE_COLUMN names
     "split": ("split", "set", "fold", "partition", "subset"),
 }
+
+# One column per choice: choice0, choice_1, option_a, ending2, answer_b ... (after normalise_header).
+CHOICE_COLUMN = re.compile(r"(choice|option|ending|candidate|alternative|answer)_?([0-9]|[a-h])")
 
 # The order in which suggest_mapping tries the forms; on a tie (as many columns mapped) the
 # first wins, so the more specific tasks come first.
 _SUGGESTION_ORDER: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("multiple_choice", ("context", "question", "choices", "label")),
+    ("multiple_choice", ("context", "choices", "label")),
+    ("multiple_choice", ("question", "choices", "label")),
     ("extractive_qa", ("question", "context", "answers")),
     ("token_classification", ("tokens", "tags")),
     ("sft", ("messages",)),
@@ -126,6 +144,11 @@ def _assign(columns: Sequence[str], roles: Sequence[str]) -> dict[str, str] | No
     names = {column: normalise_header(column) for column in columns}
     out: dict[str, str] = {}
     for role in roles:
+        if role == "choices":
+            numbered = [c for c in columns if c not in out and CHOICE_COLUMN.fullmatch(names[c])]
+            if len(numbered) >= 2:
+                out.update({c: role for c in numbered})
+                continue
         aliases = HEADER_ALIASES[role]
         ranked = [(aliases.index(names[c]), i, c) for i, c in enumerate(columns)
                   if c not in out and names[c] in aliases]
@@ -143,6 +166,8 @@ def suggest_task(mapping: Mapping[str, str], rows: Iterable[Mapping] = ()) -> st
     mean multi-label, numbers with a fractional part mean regression, anything else classes.
     """
     roles = set(mapping.values()) - {"split"}
+    if "choices" in roles:
+        return "multiple_choice" if "label" in roles and roles & {"context", "question"} else None
     if {"question", "context", "answers"} <= roles:
         return "extractive_qa"
     if {"tokens", "tags"} <= roles:
@@ -201,10 +226,10 @@ def check_mapping(task: str, mapping: Mapping[str, str], columns: Sequence[str] 
         if role not in ROLES:
             raise DatasetError(f'The column "{column}" is mapped to "{role}", which is not a role; the roles are '
                                f"{', '.join(ROLES)}.")
-        if role in by_role:
+        if role in by_role and role not in MULTI_COLUMN_ROLES:
             raise DatasetError(f'The role {role} is given to two columns, "{by_role[role]}" and "{column}"; '
                                "map each role to one column.")
-        by_role[role] = column
+        by_role.setdefault(role, column)
     if columns is not None:
         for column, role in mapping.items():
             if column not in columns:
