@@ -7,8 +7,8 @@ family registry below maps it back to the config and model classes, so other fam
 
 A fine-tuned model (models_lib.families.downstream) adds "task": its TaskConfig (task,
 num_labels, labels, problem_type, classifier_dropout, threshold), and "config" is its encoder's.
-Its classes are registered with every encoder family (and GPT-1's classifier with GPT,
-models_lib.families.gpt_tasks; ELMo's feature-based task model with ELMo,
+Its classes are registered with every encoder family (and GPT-1's classifier and multiple-choice
+model with GPT, models_lib.families.gpt_tasks; ELMo's feature-based task model with ELMo,
 models_lib.families.elmo_tasks); files without "task" load as before.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ from models_lib.families.elmo import ElmoConfig, ElmoLanguageModel
 from models_lib.families.elmo_tasks import ElmoForTask
 from models_lib.core.encoder import TransformerEncoder
 from models_lib.families.gpt import GPTConfig, GPTLMHeadModel
-from models_lib.families.gpt_tasks import GPTForSequenceClassification
+from models_lib.families.gpt_tasks import GPTForMultipleChoice, GPTForSequenceClassification
 from models_lib.families.roberta import RobertaForPreTraining
 from models_lib.families.spanbert import SpanBertForPreTraining
 from models_lib.families.t5 import T5Config, T5ForConditionalGeneration
@@ -69,11 +69,11 @@ register_family("tinybert", TinyBertConfig, TinyBertForPreTraining, TransformerE
 register_family("unilm", EncoderConfig, UniLMForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
 register_family("elmo", ElmoConfig, ElmoLanguageModel, ElmoForTask)
 register_family("t5", T5Config, T5ForConditionalGeneration)
-register_family("gpt", GPTConfig, GPTLMHeadModel, GPTForSequenceClassification)
+register_family("gpt", GPTConfig, GPTLMHeadModel, GPTForSequenceClassification, GPTForMultipleChoice)
 register_family("xlnet", XLNetConfig, XLNetLMHeadModel)
 register_family("transfo_xl", TransfoXLConfig, TransfoXLLMHeadModel)
 # Model classes built from (config, TaskConfig): their model_config.json records the task.
-TASK_CLASSES = (EncoderForDownstream, GPTForSequenceClassification, ElmoForTask)
+TASK_CLASSES = (EncoderForDownstream, GPTForSequenceClassification, ElmoForTask)  # GPTForMultipleChoice too
 
 
 def model_class(model: nn.Module) -> type:

@@ -39,7 +39,15 @@ AUTO_CLASSES = {"ForSequenceClassification": "AutoModelForSequenceClassification
                 "ForTokenClassification": "AutoModelForTokenClassification",
                 "ForQuestionAnswering": "AutoModelForQuestionAnswering",
                 "ForConditionalGeneration": "AutoModelForSeq2SeqLM", "LMHeadModel": "AutoModelForCausalLM",
-                "ForMaskedLM": "AutoModelForMaskedLM", "ForPreTraining": "AutoModelForPreTraining"}
+                "ForMaskedLM": "AutoModelForMaskedLM", "ForPreTraining": "AutoModelForPreTraining",
+                "DoubleHeadsModel": "GPT2DoubleHeadsModel"}  # no Auto class has GPT-1's multiple choice
+MULTIPLE_CHOICE_README = """
+GPT-1's multiple choice: read each choice as `[start] context [delimiter] choice [extract]`, where
+start, delimiter and extract are the ids {start}, {delimiter} and {extract} (not in the tokenizer; add
+them to the ids it gives with `add_special_tokens=False`). Pass input_ids of shape (batch, choices,
+length) and mc_token_ids = the position of each choice's extract token; the softmax of `mc_logits`
+over the choices gives their probabilities.
+"""
 
 
 class ExportError(UserError):
@@ -104,11 +112,14 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, *, name: 
         write_tokenizer_files(checkpoint, staging, max_positions=int(getattr(model.config, "max_positions", 512)),
                          with_token_types=with_types)
         auto = _auto_class(architecture)
-        labels = hf_config.get("id2label")
+        labels = hf_config.get("id2label") if architecture != "GPT2DoubleHeadsModel" else None
         (staging / "README.md").write_text(README.format(
             name=name or checkpoint.name, checkpoint=checkpoint.name, architecture=architecture,
             auto=f", {auto}" if auto != "AutoModel" else "", auto_class=auto,
-            labels=f"\nLabels (id2label): {json.dumps(labels, ensure_ascii=False)}\n" if labels else ""),
+            labels=f"\nLabels (id2label): {json.dumps(labels, ensure_ascii=False)}\n" if labels else "")
+            + (MULTIPLE_CHOICE_README.format(start=hf_config["start_token_id"], delimiter=hf_config["delimiter_token_id"],
+                                             extract=hf_config["extract_token_id"])
+               if architecture == "GPT2DoubleHeadsModel" else ""),
             encoding="utf-8")
         if out.exists():
             shutil.rmtree(out)

@@ -26,7 +26,8 @@ from models_lib.core.encoder import TransformerEncoder
 from models_lib.families.electra import ElectraForPreTraining
 from models_lib.families.pretraining import EncoderWithHeads
 from models_lib.heads.tasks import (
-    PROBLEM_TYPES, QUESTION_ANSWERING, REGRESSION, SEQUENCE_CLASSIFICATION, SINGLE_LABEL, TASKS,
+    MODEL_TASKS, MULTIPLE_CHOICE, PROBLEM_TYPES, QUESTION_ANSWERING, REGRESSION, SEQUENCE_CLASSIFICATION,
+    SINGLE_LABEL,
     TOKEN_CLASSIFICATION, DenseClassifier, LinearClassifier, SpanHead, classification_predictions,
     sequence_classification_loss, span_loss, token_classification_loss,
 )
@@ -62,8 +63,9 @@ SENTENCE_HEADS = {
 class TaskConfig:
     """What a downstream model predicts. Stored in model_config.json under "task".
 
-    task: "sequence_classification" (single sentences or pairs), "token_classification" or
-    "question_answering" (extractive: num_labels is 2, the start and end logits).
+    task: "sequence_classification" (single sentences or pairs), "token_classification",
+    "question_answering" (extractive: num_labels is 2, the start and end logits) or
+    "multiple_choice" (GPT-1's head only: num_labels is 1, a score per choice).
     labels: the class names, index = class id (None: unnamed; transformers writes LABEL_i).
     problem_type (sequence classification): "single_label_classification" (softmax,
     cross-entropy), "multi_label_classification" (a sigmoid per label, binary cross-entropy,
@@ -82,8 +84,8 @@ class TaskConfig:
     threshold: float = 0.5
 
     def __post_init__(self) -> None:
-        if self.task not in TASKS:
-            raise ValueError(f"Unknown task {self.task!r}; choose one of {', '.join(TASKS)}.")
+        if self.task not in MODEL_TASKS:
+            raise ValueError(f"Unknown task {self.task!r}; choose one of {', '.join(MODEL_TASKS)}.")
         positive_int("num_labels", self.num_labels)
         if self.labels is not None:
             self.labels = list(self.labels)
@@ -91,6 +93,8 @@ class TaskConfig:
                 raise ValueError(f"labels must name each of the {self.num_labels} classes once, got {self.labels}.")
             if not all(isinstance(label, str) and label for label in self.labels):
                 raise ValueError(f"labels are non-empty strings, got {self.labels}.")
+        if self.task == MULTIPLE_CHOICE and (self.num_labels != 1 or self.labels is not None):
+            raise ValueError("Multiple choice scores each choice with one number: num_labels is 1, without labels.")
         if self.task == QUESTION_ANSWERING and self.num_labels != 2:
             raise ValueError(f"Question answering predicts a start and an end per token: num_labels is 2, "
                              f"not {self.num_labels}.")

@@ -14,6 +14,13 @@ the real vocabulary; the LM loss skips the new tokens). input_ids may be (B, T),
 example, or (B, K, T): K sequences per example whose extract states are summed before the
 linear layer (GPT-1's similarity: both orders of a pair). Padding is on the right (the extract
 token is each row's last real token). The model keeps its LM head, so it still generates.
+
+GPTForMultipleChoice (TaskConfig("multiple_choice", 1)) reads (B, K, T): K choices per example,
+each [start] context [delimiter] choice [extract]; the linear layer maps each extract state to one
+score, logits are (B, K) and the loss is the cross-entropy of the softmax over an example's
+choices (plus lm_weight x the LM loss over all K sequences, as above). Its head is
+transformers' GPT2DoubleHeadsModel's multiple-choice head (a dropout and a 1-unit linear layer
+on the hidden state at mc_token_ids), which models_lib.hf.gpt2 exports it as.
 """
 from __future__ import annotations
 
@@ -27,7 +34,8 @@ from torch import nn
 from models_lib.families.downstream import ClassifierOutput, TaskConfig
 from models_lib.families.gpt import GPTConfig, GPTEmbeddings, GPTLMHeadModel
 from models_lib.heads.tasks import (
-    IGNORE_INDEX, SEQUENCE_CLASSIFICATION, classification_predictions, sequence_classification_loss,
+    IGNORE_INDEX, MULTIPLE_CHOICE, SEQUENCE_CLASSIFICATION, classification_predictions,
+    sequence_classification_loss,
 )
 
 SPECIAL_TOKENS = ("start", "delimiter", "extract")
@@ -63,9 +71,11 @@ class GPTForSequenceClassification(GPTLMHeadModel):
     classification (single label, multi-label or regression); the classifier's dropout is
     classifier_dropout, else the config's hidden dropout (0.1 in the paper)."""
 
+    TASK = SEQUENCE_CLASSIFICATION
+
     def __init__(self, config: GPTConfig, task: TaskConfig):
-        if not isinstance(task, TaskConfig) or task.task != SEQUENCE_CLASSIFICATION:
-            raise ValueError(f"GPTForSequenceClassification needs a TaskConfig for sequence classification, got "
+        if not isinstance(task, TaskConfig) or task.task != self.TASK:
+            raise ValueError(f"{type(self).__name__} needs a TaskConfig for {self.TASK.replace('_', ' ')}, got "
                              f"{task!r}.")
         super().__init__(config)
         self.task_config = task
@@ -118,13 +128,8 @@ class GPTForSequenceClassification(GPTLMHeadModel):
         labels as EncoderForSequenceClassification's. With lm_weight > 0 the loss adds that much of
         the next-token loss over the real vocabulary's tokens (GPT-1: 0.5)."""
         shape = input_ids.shape
-        flat_ids = input_ids.reshape(-1, shape[-1])  # (B*K, T)
-        flat_mask = None if attention_mask is None else attention_mask.reshape(-1, shape[-1])
-        states = self.encode(flat_ids, flat_mask, output_hidden_states=output_hidden_states)
-        hidden = states[-1] if output_hidden_states else states  # (B*K, T, H)
-        last = (flat_mask.long().sum(-1) - 1 if flat_mask is not None
-                else torch.full((flat_ids.shape[0],), shape[-1] - 1, device=flat_ids.device))
-        extract = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]  # (B*K, H)
+        flat_ids, flat_mask, hidden, states, extract = self.extract_states(input_ids, attention_mask,
+                                                                           output_hidden_states)  # (B*K, H)
         if input_ids.dim() == 3:
             extract = extract.view(shape[0], shape[1], -1).sum(1)  # (B, H): the orders summed
         logits = self.classifier(self.classifier_dropout(extract))  # (B, C)
@@ -134,16 +139,65 @@ class GPTForSequenceClassification(GPTLMHeadModel):
                                                      label_smoothing=label_smoothing, class_weights=class_weights)
             loss = task_loss
             if lm_weight:
-                targets = flat_ids.masked_fill(flat_ids >= self.config.vocab_size, IGNORE_INDEX)
-                if flat_mask is not None:
-                    targets = targets.masked_fill(flat_mask == 0, IGNORE_INDEX)
-                targets = F.pad(targets[:, 1:], (0, 1), value=IGNORE_INDEX)  # position t predicts t + 1
-                lm_logits = self.logits(hidden)  # (B*K, T, V)
-                total = F.cross_entropy(lm_logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
-                                        reduction="sum")
-                lm_loss = total / targets.ne(IGNORE_INDEX).sum().clamp(min=1)
+                lm_loss = self.lm_loss(flat_ids, flat_mask, hidden)
                 loss = task_loss + lm_weight * lm_loss
-        return GPTClassifierOutput(loss, logits, states if output_hidden_states else None, task_loss, lm_loss)
+        return GPTClassifierOutput(loss, logits, states, task_loss, lm_loss)
+
+    def extract_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                       output_hidden_states: bool = False):
+        """(flat ids (N, T), flat mask, the last layer's states (N, T, H), every layer's or None,
+        the extract token's state per row (N, H)) for input_ids (..., T), right-padded."""
+        flat_ids = input_ids.reshape(-1, input_ids.shape[-1])
+        flat_mask = None if attention_mask is None else attention_mask.reshape(-1, input_ids.shape[-1])
+        states = self.encode(flat_ids, flat_mask, output_hidden_states=output_hidden_states)
+        hidden = states[-1] if output_hidden_states else states
+        last = (flat_mask.long().sum(-1) - 1 if flat_mask is not None
+                else torch.full((flat_ids.shape[0],), flat_ids.shape[-1] - 1, device=flat_ids.device))
+        extract = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+        return flat_ids, flat_mask, hidden, states if output_hidden_states else None, extract
+
+    def lm_loss(self, flat_ids: torch.Tensor, flat_mask: torch.Tensor | None, hidden: torch.Tensor) -> torch.Tensor:
+        """The mean next-token loss over the rows' real vocabulary tokens (not the start, delimiter
+        and extract tokens, not padding)."""
+        targets = flat_ids.masked_fill(flat_ids >= self.config.vocab_size, IGNORE_INDEX)
+        if flat_mask is not None:
+            targets = targets.masked_fill(flat_mask == 0, IGNORE_INDEX)
+        targets = F.pad(targets[:, 1:], (0, 1), value=IGNORE_INDEX)  # position t predicts t + 1
+        lm_logits = self.logits(hidden)  # (N, T, V)
+        total = F.cross_entropy(lm_logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
+                                reduction="sum")
+        return total / targets.ne(IGNORE_INDEX).sum().clamp(min=1)
 
     def predict(self, logits: torch.Tensor) -> torch.Tensor:
         return classification_predictions(logits, self.task_config.problem_type, self.task_config.threshold)
+
+
+class GPTForMultipleChoice(GPTForSequenceClassification):
+    """GPT-1's multiple choice (see the module docstring): TaskConfig("multiple_choice", 1)."""
+
+    TASK = MULTIPLE_CHOICE
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                labels: torch.Tensor | None = None, *, lm_weight: float = 0.0, label_smoothing: float = 0.0,
+                class_weights: torch.Tensor | None = None,
+                output_hidden_states: bool = False) -> GPTClassifierOutput:  # type: ignore[override]
+        """input_ids (B, K, T): K choices per example, right-padded, attention_mask of the same
+        shape; labels (B,) the index of the right choice. logits (B, K): a score per choice."""
+        if input_ids.dim() != 3:
+            raise ValueError(f"multiple choice reads (batch, choices, length) ids, got the shape "
+                             f"{tuple(input_ids.shape)}.")
+        B, K = input_ids.shape[:2]
+        flat_ids, flat_mask, hidden, states, extract = self.extract_states(input_ids, attention_mask,
+                                                                           output_hidden_states)
+        logits = self.classifier(self.classifier_dropout(extract)).view(B, K)
+        loss = task_loss = lm_loss = None
+        if labels is not None:
+            task_loss = F.cross_entropy(logits.float(), labels, label_smoothing=label_smoothing)
+            loss = task_loss
+            if lm_weight:
+                lm_loss = self.lm_loss(flat_ids, flat_mask, hidden)
+                loss = task_loss + lm_weight * lm_loss
+        return GPTClassifierOutput(loss, logits, states, task_loss, lm_loss)
+
+    def predict(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.argmax(-1)

@@ -20,6 +20,10 @@ SEQUENCE_CLASSIFICATION = "sequence_classification"
 TOKEN_CLASSIFICATION = "token_classification"
 QUESTION_ANSWERING = "question_answering"
 TASKS = (SEQUENCE_CLASSIFICATION, TOKEN_CLASSIFICATION, QUESTION_ANSWERING)
+# GPT-1's multiple choice (models_lib.families.gpt_tasks): one score per choice, a softmax over an
+# example's choices. A TaskConfig may name it; the encoders' heads (TASKS) do not offer it.
+MULTIPLE_CHOICE = "multiple_choice"
+MODEL_TASKS = (*TASKS, MULTIPLE_CHOICE)
 
 # Sequence classification problems, by the names transformers' config.json uses for them.
 SINGLE_LABEL = "single_label_classification"  # softmax over num_labels classes, cross-entropy

@@ -3,6 +3,14 @@
     model = hf.from_pretrained(folder)    # config.json model_type "gpt2" lands here
     hf.to_pretrained(model, folder)       # a GPTLMHeadModel (family "gpt") is written from here
 
+GPT-1's multiple-choice model (models_lib.families.gpt_tasks.GPTForMultipleChoice) is written as
+GPT2DoubleHeadsModel: its head is the same (the state at the extract token, dropout, a 1-unit
+linear layer: multiple_choice_head.summary, summary_type "cls_index" with mc_token_ids = the
+extract token's position); its start, delimiter and extract rows are appended to wte as the ids
+vocab_size, vocab_size + 1 and vocab_size + 2, which is what they are here, so config.json's
+vocab_size is ours + 3. An untied LM head gets zero rows for them (the LM here never scores
+them); a tied one scores them with their embeddings, so the LM logits agree on the real vocabulary.
+
 Layout differences: GPT-2 keeps its projections in `Conv1D` modules whose weight is stored
 (in, out), the transpose of a torch Linear's (out, in), so every matrix is transposed on the
 way in and out; its fused `c_attn` (in, 3H) holds Q, K, V side by side in the same order as
@@ -144,7 +152,10 @@ def from_pretrained(folder: str | Path, map_location: str | torch.device = "cpu"
 # --- export ----------------------------------------------------------------------------------
 
 def to_pretrained(model: nn.Module, folder: str | Path) -> Path:
-    """Write config.json + model.safetensors that transformers loads as GPT2LMHeadModel."""
+    """Write config.json + model.safetensors that transformers loads as GPT2LMHeadModel (as
+    GPT2DoubleHeadsModel for GPT-1's multiple-choice model, see the module docstring)."""
+    from models_lib.families.gpt_tasks import GPTForMultipleChoice
+
     if not isinstance(model, GPTLMHeadModel):
         raise TypeError(f"to_pretrained writes a GPTLMHeadModel as GPT-2, not a {type(model).__name__}.")
     config = model.config
@@ -154,4 +165,17 @@ def to_pretrained(model: nn.Module, folder: str | Path) -> Path:
                for our_key, theirs, transposed in weight_names(config)}
     if model.lm_head is not None:
         tensors["lm_head.weight"] = ours["lm_head.weight"]
+    if isinstance(model, GPTForMultipleChoice):
+        special = ours["embeddings.special.weight"]
+        tensors[BASE_PREFIX + "wte.weight"] = torch.cat([tensors[BASE_PREFIX + "wte.weight"], special])
+        if "lm_head.weight" in tensors:
+            tensors["lm_head.weight"] = torch.cat([tensors["lm_head.weight"], torch.zeros_like(special)])
+        tensors["multiple_choice_head.summary.weight"] = ours["classifier.weight"]
+        tensors["multiple_choice_head.summary.bias"] = ours["classifier.bias"]
+        dropout = model.classifier_dropout.p
+        hf_config.update(architectures=["GPT2DoubleHeadsModel"], vocab_size=config.vocab_size + special.shape[0],
+                         num_labels=1, summary_type="cls_index", summary_use_proj=True, summary_proj_to_labels=True,
+                         summary_activation=None, summary_first_dropout=dropout, summary_last_dropout=0.0,
+                         start_token_id=config.vocab_size, delimiter_token_id=config.vocab_size + 1,
+                         extract_token_id=config.vocab_size + 2)
     return write_folder(Path(folder), tensors, hf_config)

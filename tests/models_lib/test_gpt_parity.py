@@ -120,3 +120,42 @@ def test_unsupported_gpt2_variants_are_refused(tmp_path):
     transformers.GPT2LMHeadModel(hf_config(scale_attn_by_inverse_layer_idx=True)).save_pretrained(tmp_path)
     with pytest.raises(ValueError, match="inverse layer index"):
         hf.from_pretrained(tmp_path)
+
+
+def test_multiple_choice_exports_as_double_heads_with_the_same_choice_logits(pair, tmp_path):
+    """GPT-1's multiple choice (GPTForMultipleChoice) is GPT2DoubleHeadsModel: the start, delimiter and
+    extract rows appended to wte, the head as multiple_choice_head.summary, mc_token_ids = the extract
+    token's position."""
+    from models_lib.families.downstream import TaskConfig
+    from models_lib.families.gpt_tasks import GPTForMultipleChoice
+
+    ours_lm, _ = pair
+    ours = GPTForMultipleChoice.from_lm(ours_lm, TaskConfig("multiple_choice", 1))
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in (ours.embeddings.special.weight, ours.classifier.weight, ours.classifier.bias):
+            p.copy_(0.5 * torch.randn(p.shape, generator=g))
+    ours.eval()
+    hf.to_pretrained(ours, tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["architectures"] == ["GPT2DoubleHeadsModel"] and config["vocab_size"] == VOCAB + 3
+    theirs, info = transformers.GPT2DoubleHeadsModel.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    theirs.eval()
+    S, D, E = ours.start_id, ours.delimiter_id, ours.extract_id
+    rows = [[[S, 5, 6, 7, D, 8, E], [S, 5, 6, 7, D, 9, 10, 11, E], [S, 5, 6, 7, D, 12, E]],
+            [[S, 20, D, 21, 22, E], [S, 20, D, 23, E], [S, 20, D, 24, 25, 26, 27, E]]]
+    ids = torch.full((2, 3, 9), PAD, dtype=torch.long)  # right-padded: the extract state never sees padding
+    mask = torch.zeros_like(ids)
+    for b, example in enumerate(rows):
+        for k, row in enumerate(example):
+            ids[b, k, :len(row)], mask[b, k, :len(row)] = torch.tensor(row), 1
+    with torch.no_grad():
+        mine = ours(ids, mask).logits
+        out = theirs(input_ids=ids, mc_token_ids=mask.sum(-1) - 1)
+    torch.testing.assert_close(out.mc_logits, mine, **TOL)
+    assert mine.std() > 1e-2  # the choices' scores differ
+    with torch.no_grad():  # the LM head agrees on the real vocabulary
+        lm = ours.logits(ours.encode(ids.view(6, 9)))
+    real = mask.view(6, 9).bool()
+    torch.testing.assert_close(out.logits.view(6, 9, -1)[..., :VOCAB][real], lm[real], **TOL)

@@ -1,9 +1,10 @@
 """GPT-1's task heads (models_lib/families/gpt_tasks.py, trainer/finetune/gpt1.py): the input
 transformations with learned start/delimiter/extract tokens, the head on the extract state (both
-orders summed for a similarity pair), the auxiliary LM loss at weight 0.5, and classification on
-a GPT checkpoint end to end."""
+orders summed for a similarity pair; one pass per choice for multiple choice), the auxiliary LM
+loss at weight 0.5, and classification and multiple choice on a GPT checkpoint end to end."""
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -12,7 +13,7 @@ import torch.nn.functional as F
 
 from models_lib.families.downstream import TaskConfig
 from models_lib.families.gpt import GPTConfig, GPTLMHeadModel
-from models_lib.families.gpt_tasks import GPTForSequenceClassification
+from models_lib.families.gpt_tasks import GPTForMultipleChoice, GPTForSequenceClassification
 from tests.trainer.finetune_helpers import ingested_demo
 from trainer.errors import ConfigError
 from trainer.finetune.config import FinetuneConfig
@@ -20,6 +21,7 @@ from trainer.finetune.engine import finetune
 from trainer.training.sinks import ListSink
 
 V = 50
+MC_STEPS = 12  # the multiple-choice demo's short run
 
 
 def tiny_lm(seed: int = 0) -> GPTLMHeadModel:
@@ -158,3 +160,102 @@ def test_gpt_regression_trains_and_other_tasks_are_refused(gpt_base, datasets, t
         tasks.check_checkpoint(gpt_base, "multilabel")
     with pytest.raises(ConfigError, match="aux_lm_weight must be between 0 and 10"):
         FinetuneConfig(checkpoint="x", dataset="y", aux_lm_weight=-1)
+
+
+# ---------------------------------------------------------------------------- multiple choice
+def chooser(lm) -> GPTForMultipleChoice:
+    return GPTForMultipleChoice.from_lm(lm, TaskConfig("multiple_choice", 1)).eval()
+
+
+def test_multiple_choice_scores_each_choice_at_its_extract_token_with_half_the_lm_loss():
+    model = chooser(tiny_lm())
+    s, d, e = model.start_id, model.delimiter_id, model.extract_id
+    rows = [[[s, 5, 6, d, 7, e], [s, 5, 6, d, 8, 9, e], [s, 5, 6, d, 10, e]],
+            [[s, 11, d, 12, e], [s, 11, d, 13, 14, 15, e], [s, 11, d, 16, e]]]
+    ids = torch.zeros(2, 3, 7, dtype=torch.long)
+    mask = torch.zeros(2, 3, 7, dtype=torch.long)
+    for b, example in enumerate(rows):
+        for k, row in enumerate(example):
+            ids[b, k, :len(row)], mask[b, k, :len(row)] = torch.tensor(row), 1
+    labels = torch.tensor([1, 2])
+    out = model(ids, mask, labels, lm_weight=0.5)
+    assert out.logits.shape == (2, 3)
+    lm_terms = []
+    for b, example in enumerate(rows):
+        for k, row in enumerate(example):  # each choice read on its own: its score is the head on its extract state
+            states = model.encode(torch.tensor([row]))[0]
+            assert torch.allclose(out.logits[b, k], model.classifier(states[-1])[0], atol=1e-5)
+            logits = model.logits(states[None])[0]
+            lm_terms += [F.cross_entropy(logits[t], torch.tensor(row[t + 1])) for t in range(len(row) - 1)
+                         if row[t + 1] < V]  # the special tokens are never LM targets
+    assert torch.allclose(out.task_loss, F.cross_entropy(out.logits, labels))  # a softmax over the choices
+    assert torch.allclose(out.lm_loss, torch.stack(lm_terms).mean(), atol=1e-5)
+    assert torch.allclose(out.loss, out.task_loss + 0.5 * out.lm_loss)
+    assert model.predict(out.logits).tolist() == out.logits.argmax(-1).tolist()
+    with pytest.raises(ValueError, match="multiple choice reads"):
+        model(ids[:, 0], mask[:, 0])
+
+
+def test_the_multiple_choice_collator_reads_one_sequence_per_choice(gpt_base):
+    from models_lib.checkpoint import read_model_config
+    from trainer.finetune.gpt1 import GPT_MULTIPLE_CHOICE
+    from trainer.prep.tokenization import load_tokenizer
+
+    tok = load_tokenizer(gpt_base)
+    vocab = read_model_config(gpt_base)["config"]["vocab_size"]
+    S, D, E = vocab, vocab + 1, vocab + 2
+    config = FinetuneConfig(checkpoint=str(gpt_base), dataset="y")
+    enc = lambda text: tok.tok.encode(text, add_special_tokens=False).ids  # noqa: E731
+    examples = [{"context": "open a file", "choices": ["open", "close the file", "read"], "label": 1},
+                {"context": "read it", "question": "which one?", "choices": ["read", "write", "seek"], "label": 2}]
+    batch = GPT_MULTIPLE_CHOICE.build_collator(tok, [], 32, config)(examples)
+    assert batch.input_ids.shape[:2] == (2, 3) and batch.labels.tolist() == [1, 2]
+    for i, (ex, first) in enumerate(zip(examples, ["open a file", "read it which one?"])):
+        for j, choice in enumerate(ex["choices"]):
+            n = int(batch.attention_mask[i, j].sum())
+            assert batch.input_ids[i, j, :n].tolist() == [S, *enc(first), D, *enc(choice), E]  # extract: last real
+    long = {"context": "open a file in the directory and then read every line of it now", "choices": ["x y", "z"],
+            "label": 0}
+    cut = GPT_MULTIPLE_CHOICE.build_collator(tok, [], 10, config)([long])
+    for j, choice in enumerate(long["choices"]):
+        n = int(cut.attention_mask[0, j].sum())
+        row = cut.input_ids[0, j, :n].tolist()
+        assert n <= 10 and row[-1] == E and row[-2 - len(enc(choice)):-1] == [D, *enc(choice)]  # the choice whole
+        assert row[1:row.index(D)] == enc(long["context"])[-(row.index(D) - 1):]  # the context's end kept
+
+
+def test_multiple_choice_trains_on_gpt_writes_choice_texts_exports_and_refuses_encoders(gpt_base, tmp_path):
+    """A short run on the demo (its accuracy above chance is tests/webapp/test_finetune_multiple_choice.py's)."""
+    from models_lib.checkpoint import load_model
+    from trainer import finetune as tasks
+    from trainer.export import export_checkpoint
+
+    dataset = ingested_demo("multiple_choice", tmp_path / "data")
+    assert tasks.check_checkpoint(gpt_base, "multiple_choice") == "gpt"
+    result, sink = _tune(gpt_base, dataset, tmp_path / "run", max_steps=MC_STEPS, eval_every=MC_STEPS,
+                         checkpoint_every=MC_STEPS, max_length=32)
+    assert result.status == "succeeded"
+    (_, test), = sink.split("test")
+    assert set(test) == {"loss", "task_loss", "lm_loss", "accuracy"} and 0.0 <= test["accuracy"] <= 1.0
+    valid = sink.split("valid")[-1][1]
+    assert valid["loss"] == pytest.approx(valid["task_loss"] + 0.5 * valid["lm_loss"], rel=1e-6)
+    model = load_model(result.last_checkpoint)
+    assert isinstance(model, GPTForMultipleChoice) and model.task_config.task == "multiple_choice"
+    rows = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
+    assert {"input", "gold", "predicted", "score"} <= set(rows[0]) and rows[0]["gold"].count(".") >= 1  # the names
+    assert [row["correct"] for row in rows] == sorted(row["correct"] for row in rows)  # the errors first
+    exported = export_checkpoint(result.last_checkpoint, tmp_path / "hf")
+    assert exported.architecture == "GPT2DoubleHeadsModel"
+    readme = (tmp_path / "hf" / "README.md").read_text()
+    assert "GPT2DoubleHeadsModel.from_pretrained" in readme and f"the ids {model.start_id}, " in readme
+    with pytest.raises(ConfigError, match="cannot be fine-tuned for multiple choice: that task trains a GPT model"):
+        tasks.check_checkpoint(_bert_checkpoint(tmp_path), "multiple_choice")
+
+
+def _bert_checkpoint(tmp_path):
+    from models_lib.checkpoint import save_model
+    from models_lib.families.bert import BertConfig, BertForPreTraining
+
+    config = BertConfig.from_preset("bert-tiny", vocab_size=V, hidden_size=32, num_heads=2, intermediate_size=64,
+                                    num_layers=1)
+    return save_model(BertForPreTraining(config), tmp_path / "bert")

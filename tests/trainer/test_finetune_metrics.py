@@ -367,7 +367,14 @@ FIXTURES = {
     "translation": (TRANSLATIONS, ["nothing alike here"] * 3, TRANSLATIONS),
     "sft": ([0.5, 0.5], [3.0, 3.0], [1, 1]),   # NLL sums and token counts
     "text_to_text": (SUMMARIES, ["dogs bark"] * 3, SUMMARY_REFS),
+    "multiple_choice": ([2, 0, 1, 3], [0, 1, 2, 0], [2, 0, 1, 1]),  # the picked and the right choice's index
 }
+
+
+def test_multiple_choice_accuracy_is_the_share_of_right_choices():
+    assert m.multiple_choice_metrics([2, 0, 1, 3], [2, 0, 1, 1]) == {"accuracy": 0.75}
+    with pytest.raises(ValueError, match="multiple choice: there are no examples"):
+        m.multiple_choice_metrics([], [])
 
 
 def test_every_task_type_has_a_fixture():

@@ -26,6 +26,7 @@ REGISTRY: dict[str, str] = {
     "extractive_qa": "trainer.finetune.qa:EXTRACTIVE_QA",
     "text_to_text": "trainer.finetune.text2text:TEXT_TO_TEXT",
     "sft": "trainer.finetune.sft:SFT",
+    "multiple_choice": "trainer.finetune.gpt1:GPT_MULTIPLE_CHOICE",  # GPT only: GPT-1's one pass per choice
 }
 
 

@@ -1,5 +1,5 @@
-"""GPT-1's fine-tuning (Radford et al. 2018, section 3.3) for classification and regression
-datasets on a GPT checkpoint: the input transformations, a linear head on the extract token's
+"""GPT-1's fine-tuning (Radford et al. 2018, section 3.3) for classification, regression and
+multiple-choice datasets on a GPT checkpoint: the input transformations, a linear head on the extract token's
 state (models_lib.families.gpt_tasks.GPTForSequenceClassification) and the auxiliary LM loss.
 
 Input transformations (start, delimiter and extract are new learned tokens):
@@ -7,10 +7,14 @@ Input transformations (start, delimiter and extract are new learned tokens):
 - a pair, classification (entailment): start premise delimiter hypothesis extract
 - a pair, regression (similarity):  both orders, start a delimiter b extract and start b delimiter a
                                     extract, whose extract states are summed before the head
-Each row is cut to max_length (the longer text of a pair loses tokens first).
+- multiple choice (GPTForMultipleChoice): one sequence per choice, start context [question]
+                                    delimiter choice extract; a linear layer maps each extract state
+                                    to a score, and a softmax over the example's choices picks one
+Each row is cut to max_length (the longer text of a pair loses tokens first; for a choice, the
+context loses its first tokens, the choice keeping at least half the room).
 
 Loss: the task's (cross-entropy, label smoothing and class weights as for the encoders; MSE for
-regression) + aux_lm_weight (0.5 in the paper) x the next-token loss on the text tokens of the
+regression; cross-entropy over the choices for multiple choice) + aux_lm_weight (0.5 in the paper) x the next-token loss on the text tokens of the
 same rows. Validation reports both parts and the task's metrics (trainer.finetune.metrics), as
 for an encoder's classifier.
 """
@@ -141,3 +145,94 @@ GPT_CLASSIFICATION = GPT1Task("classification", "Sequence classification (GPT-1:
 GPT_REGRESSION = GPT1Task("regression", "Regression (GPT-1: a pair read in both orders, the auxiliary LM loss)",
                           "sequence_classification", "regression", GPT1Collator, GPT1Step, "regression",
                           families=FAMILIES)
+
+
+# ---------------------------------------------------------------------------- multiple choice
+class GPT1ChoiceCollator(GPT1Collator):
+    """Examples {"context" and/or "question", "choices", "label": index} -> a GPT1Batch of (B, K, T)
+    ids, one sequence per choice: start context question delimiter choice extract."""
+
+    def __init__(self, tokenizer: Any, max_length: int, vocab_size: int):
+        super().__init__(tokenizer, [], max_length, "multiple_choice", vocab_size)
+
+    def choice_row(self, first: list[int], choice: list[int]) -> list[int]:
+        room = self.seq_len - 3
+        choice = choice[: max(room // 2, room - len(first))]  # a long choice keeps half the room
+        first = first[max(len(first) - (room - len(choice)), 0):]  # the context loses its first tokens
+        return [self.start, *first, self.delimiter, *choice, self.extract]
+
+    def __call__(self, examples: Sequence[dict]) -> GPT1Batch:
+        k = len(examples[0]["choices"])
+        if any(len(ex["choices"]) != k for ex in examples):
+            raise ConfigError("Every example of a multiple-choice batch needs as many choices; ingest the dataset "
+                              "again.")
+        firsts = self.ids([" ".join(ex[key] for key in ("context", "question") if key in ex) for ex in examples])
+        choices = self.ids([c for ex in examples for c in ex["choices"]])
+        rows = [[self.choice_row(first, choices[i * k + j]) for j in range(k)] for i, first in enumerate(firsts)]
+        T = max(len(r) for row in rows for r in row)
+        ids = torch.zeros((len(rows), k, T), dtype=torch.long)  # padding: any real id, hidden by the mask
+        mask = torch.zeros((len(rows), k, T), dtype=torch.long)
+        for i, row in enumerate(rows):
+            for j, r in enumerate(row):
+                ids[i, j, :len(r)] = torch.tensor(r, dtype=torch.long)
+                mask[i, j, :len(r)] = 1
+        labels = torch.tensor([int(ex["label"]) for ex in examples], dtype=torch.long)
+        if bool(((labels < 0) | (labels >= k)).any()):
+            raise ConfigError(f"A multiple-choice label is outside its {k} choices; ingest the dataset again.")
+        return GPT1Batch(ids, mask, labels)
+
+
+class GPT1ChoiceStep(GPT1Step):
+    """GPT1Step's loss; validation keeps the picked choice's index and its probability."""
+
+    def gather(self, logits: torch.Tensor, batch: GPT1Batch) -> None:
+        probs = torch.softmax(logits.float(), -1).cpu()
+        self.predictions += probs.argmax(-1).tolist()
+        self.references += batch.labels.cpu().tolist()
+        self.scores += probs.max(-1).values.tolist()
+
+    def prediction_records(self, examples: Sequence[dict]) -> list[dict]:
+        """The test rows with the choices' texts as gold and predicted, the input "context ||| question"."""
+        from trainer.finetune import report
+
+        rows = report.prediction_records(
+            [{"text": " ||| ".join(ex[k] for k in ("context", "question") if k in ex)} for ex in examples],
+            [ex["choices"][p] for ex, p in zip(examples, self.predictions)],
+            [ex["choices"][r] for ex, r in zip(examples, self.references)], self.scores)
+        return rows
+
+
+@dataclass(frozen=True)
+class GPT1ChoiceTask(GPT1Task):
+    """Multiple choice on a GPT checkpoint (see the module docstring)."""
+
+    @property
+    def has_classes(self) -> bool:
+        return False  # a score per choice; the dataset has no label set
+
+    def num_labels(self, labels: Sequence[str]) -> int:
+        return 1
+
+    def build_model(self, base: Any, labels: Sequence[str], config: Any = None) -> Any:
+        from models_lib.families.downstream import TaskConfig
+        from models_lib.families.gpt import GPTLMHeadModel
+        from models_lib.families.gpt_tasks import GPTForMultipleChoice
+
+        if not isinstance(base, GPTLMHeadModel):
+            raise ValueError(f"GPT-1's multiple-choice head sits on a GPT model, not a {type(base).__name__}")
+        if config is not None and config.max_length > base.max_positions:
+            raise ConfigError(f"max_length {config.max_length} is more than this GPT model's {base.max_positions} "
+                              f"positions; lower it.")
+        return GPTForMultipleChoice.from_lm(base, TaskConfig("multiple_choice", 1))
+
+    def build_collator(self, tokenizer: Any, labels: Sequence[str], max_length: int, config: Any = None) -> Any:
+        from models_lib.checkpoint import read_model_config
+
+        vocab_size = int(read_model_config(config.checkpoint)["config"]["vocab_size"])
+        return GPT1ChoiceCollator(tokenizer, max_length, vocab_size)
+
+
+GPT_MULTIPLE_CHOICE = GPT1ChoiceTask("multiple_choice", "Multiple choice (GPT-1: one pass per choice, a softmax over "
+                                     "the choices' scores, the auxiliary LM loss)", "multiple_choice", None,
+                                     GPT1ChoiceCollator, GPT1ChoiceStep, "multiple_choice", smoothing=True,
+                                     families=FAMILIES)

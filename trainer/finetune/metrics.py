@@ -2,6 +2,7 @@
 
     classification_metrics(predictions, references)         accuracy, f1_macro, f1_micro, mcc
     multilabel_metrics(predictions, references)             accuracy (exact set), f1_micro, f1_macro
+    multiple_choice_metrics(predictions, references)        accuracy (the right choice's index picked)
     regression_metrics(predictions, references)             pearson, spearman, mse
     token_classification_metrics(predictions, references, *, strict=False)
                                                             entity_precision, entity_recall, entity_f1
@@ -99,6 +100,13 @@ def classification_metrics(predictions: Sequence[Hashable], references: Sequence
             "f1_micro": float(skm.f1_score(references, predictions, average="micro", zero_division=0)),
             "mcc": float(skm.matthews_corrcoef(references, predictions)),
         }
+
+
+def multiple_choice_metrics(predictions: Sequence[int], references: Sequence[int]) -> dict[str, float]:
+    """Multiple choice (each example's picked choice and the right one, as indices): accuracy,
+    what GPT-1 reports on RACE and the Story Cloze Test. F1 over choice positions would mean nothing."""
+    _check_pairs(predictions, references, "multiple choice")
+    return {"accuracy": sum(int(p) == int(r) for p, r in zip(predictions, references)) / len(references)}
 
 
 def _label_sets(rows: Sequence, name: str) -> list[list[Hashable]]:
@@ -497,6 +505,8 @@ METRICS: dict[str, TaskMetrics] = {t.task: t for t in (
                 (_valid("accuracy", "exact-set accuracy", "ft_classification", BLUE),
                  *_CLASSIFICATION_SERIES[1:]),
                 _headline("f1_micro", "validation micro F1")),
+    TaskMetrics("multiple_choice", multiple_choice_metrics, "accuracy", True, _CLASSIFICATION_SERIES[:1],
+                _headline("accuracy", "validation accuracy")),
     TaskMetrics("regression", regression_metrics, "pearson", True,
                 (_valid("pearson", "Pearson", "ft_correlation", BLUE),
                  _valid("spearman", "Spearman", "ft_correlation", ORANGE),
