@@ -1,5 +1,5 @@
-// Explorer tools for fine-tuned checkpoints (classify, tag, answer) and any encoder (sentence
-// embeddings): ask /api/explore/classify|tag|answer|embed/ and draw the answers in place.
+// Explorer tools for fine-tuned checkpoints (classify, choose, tag, answer) and any encoder (sentence
+// embeddings): ask /api/explore/classify|choose|tag|answer|embed/ and draw the answers in place.
 // Which panels show follows the chosen checkpoint: data-tasks lists the fine-tuning tasks a panel
 // serves (the option's data-task); a fine-tuned model hides the pre-training panels
 // (data-pretrained: fill-mask, sentence pairs), which its task head cannot answer.
@@ -102,6 +102,16 @@
     if (compare && compare.value) classifyBoth(inputs);
     else ask("classify", form.dataset.classify, inputs, drawClassify);
   });
+
+  // ---- choose (GPT-1 multiple choice): the classify bars, one per choice ----------------------------
+  function drawChoose(box, data) {
+    drawClassify(box, { problem_type: "single_label_classification", labels: data.labels,
+                        predicted: data.predicted, truncated: data.truncated, max_length: data.max_length });
+  }
+  document.getElementById("choose-button").addEventListener("click", () => ask("choose", form.dataset.choose, {
+    context: document.getElementById("id_choose_context").value,
+    choices: document.getElementById("id_choose_choices").value.split("\n").map((c) => c.trim()).filter(Boolean),
+  }, drawChoose));
 
   // ---- highlighted spans -------------------------------------------------------------------------
   // The text with the spans (sorted, not overlapping) wrapped in <mark>, built from text nodes.

@@ -11,7 +11,7 @@ Exclusions, each because a JSON Schema cannot state what decides the answer:
 - `positive_data_acceptance` is off for the operations whose 400s depend on stored state or file
   contents, not on the request's shape: uploads (the file's type and content), the explorer's
   questions (the checkpoint's family and heads: BERT does not generate nor fill in by permutation;
-  a text needs [MASK]; the word must be in both sentences; classify, tag and answer need a checkpoint
+  a text needs [MASK]; the word must be in both sentences; classify, choose, tag and answer need a checkpoint
   fine-tuned for that task, embed an encoder and two non-blank sentences), run and fine-tuning launches (which family takes which
   objectives, the checkpoint's family, the dataset's state), sweeps (whose base run, tokenizer or
   checkpoint must be the user's and valid with the space), a token for a wrong password.
@@ -61,6 +61,7 @@ SEMANTIC_400 = [
     ("POST", "/api/explore/compare/"),
     ("POST", "/api/explore/permutation/"),
     ("POST", "/api/explore/classify/"),
+    ("POST", "/api/explore/choose/"),
     ("POST", "/api/explore/tag/"),
     ("POST", "/api/explore/answer/"),
     ("POST", "/api/explore/embed/"),

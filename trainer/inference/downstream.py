@@ -8,6 +8,8 @@
     answer(folder, question, context, n_best)    an extractive QA model's answer span in the context, its
                                                  score and the n best candidates (SQuAD's decoding, as
                                                  trainer.finetune.qa scores the run)
+    choose(folder, context, choices)             a GPT-1 multiple-choice model's probability for each choice
+                                                 (one pass per choice, a softmax over their scores)
     embed(folder, sentences, pooling)            sentence vectors of any encoder checkpoint (mean of the
                                                  tokens or the first token) and their cosine similarities
 
@@ -30,10 +32,12 @@ from trainer.inference.loading import Loaded, load, nonempty
 MAX_SENTENCES = 8
 POOLINGS = ("mean", "cls")
 MAX_N_BEST = 20
+MAX_CHOICES = 8
 _WORD = re.compile(r"\w+(?:[-'’]\w+)*|[^\w\s]", re.UNICODE)  # words and single punctuation marks, as CoNLL splits
 
 TASK_NAMES = {"sequence_classification": "a sequence classifier", "token_classification": "a token classifier",
-              "question_answering": "an extractive question-answering model"}
+              "question_answering": "an extractive question-answering model",
+              "multiple_choice": "a multiple-choice model (GPT-1)"}
 
 
 # ---------------------------------------------------------------------------- shared
@@ -116,6 +120,41 @@ def classify(checkpoint_dir: str | Path, text: str, text_b: str | None = None) -
     ranked = sorted(zip(names, probs), key=lambda x: -x[1])
     out.update(labels=[{"label": n, "probability": float(p)} for n, p in ranked], predicted=predicted)
     return out
+
+
+# ---------------------------------------------------------------------------- choose
+def choose(checkpoint_dir: str | Path, context: str, choices: Sequence[str]) -> dict[str, Any]:
+    """-> {"choices": [{"index", "text", "probability", "score"}] in the order given, "labels": the
+    same as {"label", "probability"} most likely first (what classify's bars draw), "predicted":
+    [the most likely choice's text], "predicted_index", "truncated", "max_length"}. Each choice is
+    read as the run fine-tuned it: start context delimiter choice extract."""
+    from trainer.finetune.gpt1 import GPT1ChoiceCollator
+
+    loaded = load(checkpoint_dir)
+    _require(loaded, "multiple_choice", "Choosing")
+    context = nonempty(context, "Type a context (or question) to choose an answer for.")
+    texts = [c.strip() for c in choices if isinstance(c, str) and c.strip()]
+    if not 2 <= len(texts) <= MAX_CHOICES:
+        raise InferenceError(f"Give from 2 to {MAX_CHOICES} choices (one per line); there "
+                             f"{'is' if len(texts) == 1 else 'are'} {len(texts)}.")
+    if len(set(texts)) != len(texts):
+        raise InferenceError("Two of the choices are the same; give each choice once.")
+    max_length = _max_length(loaded)
+    if max_length < 5:
+        raise InferenceError("This model reads too few tokens for a context and a choice.")
+    collator = GPT1ChoiceCollator(loaded.tokenizer, max_length, int(loaded.model.config.vocab_size))
+    batch = collator([{"context": context, "choices": texts, "label": 0}])
+    first = len(collator.ids([context])[0])
+    truncated = any(first + len(ids) + 3 > max_length for ids in collator.ids(texts))
+    with loaded.lock, torch.inference_mode():
+        scores = loaded.model(batch.input_ids, batch.attention_mask).logits[0].float()
+    probs = torch.softmax(scores, -1).tolist()
+    rows = [{"index": i, "text": t, "probability": float(p), "score": float(s)}
+            for i, (t, p, s) in enumerate(zip(texts, probs, scores.tolist()))]
+    best = max(range(len(rows)), key=lambda i: rows[i]["probability"])
+    ranked = sorted(rows, key=lambda r: -r["probability"])
+    return {"choices": rows, "labels": [{"label": r["text"], "probability": r["probability"]} for r in ranked],
+            "predicted": [texts[best]], "predicted_index": best, "truncated": truncated, "max_length": max_length}
 
 
 # ---------------------------------------------------------------------------- tag

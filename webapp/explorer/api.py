@@ -13,7 +13,8 @@ from rest_framework.views import APIView
 
 from webapp.explorer import imports, services
 from webapp.explorer.serializers import (
-    AnswerRequestSerializer, AnswerResponseSerializer, ClassifyRequestSerializer, ClassifyResponseSerializer,
+    AnswerRequestSerializer, AnswerResponseSerializer, ChooseRequestSerializer, ChooseResponseSerializer,
+    ClassifyRequestSerializer, ClassifyResponseSerializer,
     EmbedRequestSerializer, EmbedResponseSerializer, TagRequestSerializer, TagResponseSerializer,
     AttentionRequestSerializer, AttentionResponseSerializer, CompareRequestSerializer, CompareResponseSerializer,
     FillMaskRequestSerializer, FillMaskResponseSerializer, FillSpansRequestSerializer, FillSpansResponseSerializer,
@@ -160,6 +161,17 @@ class ClassifyView(CheckpointQuestionView):
 
     def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
         return services.classify(checkpoint=checkpoint, text=data["text"], text_b=data.get("text_b", ""))
+
+
+@extend_schema(request=ChooseRequestSerializer, responses={200: ChooseResponseSerializer, 400: ERROR, 404: ERROR},
+               summary="A GPT-1 multiple-choice model's probability for each choice after the context",
+               description="One pass per choice (start context delimiter choice extract) and a softmax over the "
+                           "choices' scores, as the run fine-tuned it.")
+class ChooseView(CheckpointQuestionView):
+    request_serializer = ChooseRequestSerializer
+
+    def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
+        return services.choose(checkpoint=checkpoint, context=data["context"], choices=data["choices"])
 
 
 @extend_schema(request=TagRequestSerializer, responses={200: TagResponseSerializer, 400: ERROR, 404: ERROR},

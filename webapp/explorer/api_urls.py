@@ -13,6 +13,7 @@ urlpatterns = [
     path("explore/next-sentence/", api.NextSentenceView.as_view(), name="api-explore-next-sentence"),
     path("explore/sentence-order/", api.SentenceOrderView.as_view(), name="api-explore-sentence-order"),
     path("explore/classify/", api.ClassifyView.as_view(), name="api-explore-classify"),
+    path("explore/choose/", api.ChooseView.as_view(), name="api-explore-choose"),
     path("explore/tag/", api.TagView.as_view(), name="api-explore-tag"),
     path("explore/answer/", api.AnswerView.as_view(), name="api-explore-answer"),
     path("explore/embed/", api.EmbedView.as_view(), name="api-explore-embed"),

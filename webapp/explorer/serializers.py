@@ -8,7 +8,7 @@ from rest_framework import serializers
 from webapp.api.serializers import GreaterThan, RequestSerializer
 from webapp.explorer.models import ModelImport
 from webapp.explorer.services import (
-    ATTENTION_MAX_TOKENS, MAX_BEAMS, MAX_GENERATE_TOKENS, MAX_N_BEST, MAX_NEW_TOKENS, MAX_SENTENCES, MAX_TEXT_CHARS,
+    ATTENTION_MAX_TOKENS, MAX_BEAMS, MAX_CHOICES, MAX_GENERATE_TOKENS, MAX_N_BEST, MAX_NEW_TOKENS, MAX_SENTENCES, MAX_TEXT_CHARS,
     MAX_TOP_K, POOLINGS, STACKS, STRATEGIES, TASKS,
 )
 
@@ -292,6 +292,34 @@ class ClassifyResultSerializer(serializers.Serializer):
 
 class ClassifyResponseSerializer(ClassifyResultSerializer):
     checkpoint = serializers.UUIDField()
+
+
+class ChooseRequestSerializer(RequestSerializer):
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " A checkpoint of a GPT multiple-choice "
+                                                                   "fine-tuning run.")
+    context = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
+                                    help_text=f"The context or question, at most {MAX_TEXT_CHARS:,} characters.")
+    choices = serializers.ListField(
+        child=serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG), min_length=2,
+        max_length=MAX_CHOICES, help_text=f"From 2 to {MAX_CHOICES} different choices; each is read after the "
+                                          "context, one pass per choice.")
+
+
+class ChoiceProbabilitySerializer(serializers.Serializer):
+    index = serializers.IntegerField(help_text="The choice's place in the request (from 0).")
+    text = serializers.CharField()
+    probability = serializers.FloatField(help_text="The softmax over the choices' scores.")
+    score = serializers.FloatField(help_text="The head's score for this choice (a logit).")
+
+
+class ChooseResponseSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField()
+    choices = ChoiceProbabilitySerializer(many=True, help_text="In the order given.")
+    labels = LabelProbabilitySerializer(many=True, help_text="The choices' texts, most likely first.")
+    predicted = serializers.ListField(child=serializers.CharField(), help_text="The most likely choice's text.")
+    predicted_index = serializers.IntegerField()
+    truncated = serializers.BooleanField(help_text="The context or a choice was cut to max_length tokens.")
+    max_length = serializers.IntegerField()
 
 
 class TagRequestSerializer(RequestSerializer):

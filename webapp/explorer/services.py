@@ -178,10 +178,11 @@ def word_similarity(*, checkpoint: Checkpoint, sentence_a: str, sentence_b: str,
 # ---------------------------------------------------------------------------- fine-tuned checkpoints
 MAX_SENTENCES = 8  # trainer.inference.downstream.MAX_SENTENCES
 MAX_N_BEST = 20
+MAX_CHOICES = 8  # trainer.inference.downstream.MAX_CHOICES
 POOLINGS = ("mean", "cls")
 # The downstream tool each fine-tuning task's checkpoints answer (trainer.finetune's task names).
 TASK_TOOLS = {"classification": "classify", "regression": "classify", "multilabel": "classify",
-              "token_classification": "tag", "extractive_qa": "answer"}
+              "token_classification": "tag", "extractive_qa": "answer", "multiple_choice": "choose"}
 
 
 def classify(*, checkpoint: Checkpoint, text: str, text_b: str = "") -> dict[str, Any]:
@@ -191,6 +192,13 @@ def classify(*, checkpoint: Checkpoint, text: str, text_b: str = "") -> dict[str
     text = _text(text)
     text_b = _text(text_b, "Sentence B") if (text_b or "").strip() else ""
     return downstream.classify(_folder(checkpoint), text, text_b or None)
+
+
+def choose(*, checkpoint: Checkpoint, context: str, choices: list[str]) -> dict[str, Any]:
+    """A GPT-1 multiple-choice model's probability for each choice (one pass per choice)."""
+    from trainer.inference import downstream  # imports torch
+
+    return downstream.choose(_folder(checkpoint), _text(context, "The context"), list(choices))
 
 
 def tag(*, checkpoint: Checkpoint, text: str) -> dict[str, Any]:

@@ -34,6 +34,8 @@ INSPECT_EXAMPLES = 4
 # What the fine-tuned panels start with: like the demo datasets' examples (stdlib docstrings).
 DOWNSTREAM_EXAMPLES = {
     "classify": "Return a new dictionary initialized from an optional positional argument.",
+    "choose_context": "Return the current working directory as a string.",
+    "choices": "getcwd\nchdir\nlistdir\nmkdir",
     "tag": "Use os.path.join to build the path, and catch FileNotFoundError when it is missing.",
     "question": "What does getcwd return?",
     "context": "getcwd() returns a string representing the current working directory. It raises OSError "
