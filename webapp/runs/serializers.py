@@ -5,12 +5,12 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from webapp.api.serializers import GreaterThan, QuerySerializer, RequestSerializer
-from webapp.runs import launch
+from webapp.api.serializers import BuiltOnceFields, GreaterThan, QuerySerializer, RequestSerializer
+from webapp.runs import capacity, launch
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run
 
 
-class CheckpointSerializer(serializers.ModelSerializer):
+class CheckpointSerializer(BuiltOnceFields, serializers.ModelSerializer):
     run = serializers.UUIDField(source="run_id", read_only=True)
     files_present = serializers.SerializerMethodField()
     explore_url = serializers.SerializerMethodField()
@@ -35,11 +35,14 @@ class CheckpointSerializer(serializers.ModelSerializer):
         return reverse("runs:checkpoint-export", args=[obj.id])
 
 
-class RunSerializer(serializers.ModelSerializer):
+class RunSerializer(BuiltOnceFields, serializers.ModelSerializer):
     status_label = serializers.CharField(source="get_status_display", read_only=True)
     progress = serializers.SerializerMethodField()
     last_checkpoint = serializers.SerializerMethodField()
     dashboard_url = serializers.SerializerMethodField()
+    waiting = serializers.SerializerMethodField(
+        help_text="While the run is queued, what it waits for in a sentence (\"Waiting for a worker with 2 GPUs.\"), "
+                  "saying so when no live worker can take it; empty otherwise.")
 
     class Meta:
         model = Run
@@ -47,7 +50,7 @@ class RunSerializer(serializers.ModelSerializer):
             "id", "name", "kind", "status", "status_label", "error", "family", "preset", "objectives", "queue",
             "corpus", "tokenizer", "dataset", "base_checkpoint", "cloned_from", "current_step", "max_steps", "progress", "tokens_seen",
             "cancel_requested", "config", "created_at", "started_at", "finished_at", "heartbeat_at",
-            "last_checkpoint", "dashboard_url",
+            "last_checkpoint", "dashboard_url", "waiting",
         ]
         read_only_fields = fields
 
@@ -62,6 +65,9 @@ class RunSerializer(serializers.ModelSerializer):
 
     def get_dashboard_url(self, obj: Run) -> str:
         return reverse("runs:detail", args=[obj.id])
+
+    def get_waiting(self, obj: Run) -> str:
+        return capacity.waiting(obj)
 
 
 class MetricPointSerializer(serializers.ModelSerializer):
