@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db(transaction=False)
 _lock = threading.Lock()
 
 # A tiny run: a random tiny GPT (hidden 32, two layers) with the demo corpus's 1,000-word tokenizer,
-# 240 steps of 16 examples (four sequences of at most 32 tokens each): about 25 s on one free core.
+# 240 steps of 16 examples (four sequences of at most 32 tokens each): about 10 s on one free core.
 TRAINING = dict(max_length=32, max_steps=240, batch_size=16, lr=3e-3, warmup_ratio=0.0, eval_every=240)
 CHANCE, MARGIN = 0.25, 0.05  # four choices; the test split's accuracy must clear chance by this much (97 examples)
 
