@@ -240,7 +240,7 @@
     if (c.export_url) {
       const hf = document.createElement("a");
       hf.href = c.export_url; hf.textContent = "Export HF";
-      hf.title = "Download it in the Hugging Face transformers format (zip)";
+      hf.title = "Export it in the Hugging Face transformers format (a zip made in the background)";
       td.append(" · ", hf);
     }
     row.appendChild(td);

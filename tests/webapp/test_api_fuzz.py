@@ -114,6 +114,8 @@ def _config(world: dict[str, str], *, username: str, password: str) -> str:
         ("/api/tokenizers/", "POST", {"body.corpus": world["corpus"]}),
         ("/api/runs/", "POST", {"body.tokenizer": world["tokenizer"], "body.corpus": world["corpus"]}),
         ("/api/finetune/", None, {"body.checkpoint": world["checkpoint"], "body.dataset": world["dataset"]}),
+        ("/api/checkpoints/{checkpoint_id}/export/", None, {"path.checkpoint_id": world["checkpoint"]}),
+        ("/api/checkpoints/{checkpoint_id}/export-hf.zip", None, {"path.checkpoint_id": world["checkpoint"]}),
         ("/api/explore/inspect/", None, {"body.run": world["run"]}),
         ("/api/explore/compare/", None, {"body.checkpoints": [world["checkpoint"], world["checkpoint"]]}),
         ("/api/auth/token/", None, {"body.username": username, "body.password": password}),

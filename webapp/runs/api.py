@@ -12,11 +12,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from webapp.corpora.models import Corpus, Tokenizer
-from webapp.runs import launch, results, selectors, services
+from webapp.runs import exports, launch, results, selectors, services
 from webapp.runs.models import Checkpoint, Run
 from webapp.runs.serializers import (
-    CheckpointSerializer, FinetuneCreateSerializer, LogLineSerializer, LogQuerySerializer, MetricPointSerializer, MetricsQuerySerializer,
-    MetricsSerializer, RunCloneSerializer, RunCreateSerializer, RunSerializer,
+    CheckpointExportSerializer, CheckpointSerializer, FinetuneCreateSerializer,
+    LogLineSerializer, LogQuerySerializer, MetricPointSerializer, MetricsQuerySerializer, MetricsSerializer,
+    RunCloneSerializer, RunCreateSerializer, RunSerializer,
 )
 
 ERROR = OpenApiResponse(description='{"error": "<a sentence>"}')
@@ -241,19 +242,53 @@ class RunTestReportView(APIView):
                                          if selectors.predictions_file(run, fmt) is not None}})
 
 
+def owned_checkpoint(request: Request, checkpoint_id) -> Checkpoint:
+    """The user's checkpoint, or a 404 in the API's words."""
+    try:
+        return selectors.checkpoint_get(request.user, checkpoint_id)
+    except Http404:
+        raise exceptions.NotFound() from None
+
+
+class CheckpointExportJobView(APIView):
+    @extend_schema(request=None, responses={200: CheckpointExportSerializer, 404: ERROR},
+                   summary="Where the Hugging Face export of a checkpoint of yours stands",
+                   description="status (pending, processing, ready, failed), progress (0-100), the error sentence "
+                               "of a failed export, and download_url once it is ready. A 404 until an export "
+                               "was started.")
+    def get(self, request: Request, checkpoint_id) -> Response:
+        checkpoint = owned_checkpoint(request, checkpoint_id)
+        export = exports.export_of(checkpoint)
+        if export is None:
+            raise Missing("This checkpoint has not been exported yet; POST to this address starts the export.")
+        return Response(CheckpointExportSerializer(export).data)
+
+    @extend_schema(request=None, responses={200: CheckpointExportSerializer, 202: CheckpointExportSerializer,
+                                            400: ERROR, 404: ERROR, 507: ERROR},
+                   summary="Export a checkpoint of yours to the Hugging Face transformers format (a background job)",
+                   description="Queues the export on the short-jobs queue (202) and answers where it stands; poll "
+                               "GET on this address, then download download_url (a zip: config.json, "
+                               "model.safetensors, tokenizer.json, tokenizer_config.json and a README; a fine-tuned "
+                               "checkpoint as ...ForSequenceClassification / ForTokenClassification / "
+                               "ForQuestionAnswering with id2label). An export under way, or a ready one made "
+                               "after the weights were last written, is answered as it is (200). 507 when the "
+                               "server's storage is nearly full.")
+    def post(self, request: Request, checkpoint_id) -> Response:
+        checkpoint = owned_checkpoint(request, checkpoint_id)
+        export, started = exports.export_start(checkpoint=checkpoint)
+        export.refresh_from_db()
+        return Response(CheckpointExportSerializer(export).data,
+                        status=status.HTTP_202_ACCEPTED if started else status.HTTP_200_OK)
+
+
 class CheckpointExportView(APIView):
-    @extend_schema(responses={(200, "application/zip"): OpenApiTypes.BINARY, 400: ERROR, 404: ERROR},
-                   summary="A checkpoint of yours in the Hugging Face transformers format, zipped",
-                   description="config.json, model.safetensors, tokenizer.json, tokenizer_config.json and a README: "
-                               "a fine-tuned checkpoint as ...ForSequenceClassification / ForTokenClassification / "
-                               "ForQuestionAnswering with id2label, a pre-training one as its pre-training class. "
-                               "Made on the first request and kept while the weights are unchanged.")
+    @extend_schema(responses={(200, "application/zip"): OpenApiTypes.BINARY, 404: ERROR, 409: ERROR},
+                   summary="Download the Hugging Face export of a checkpoint of yours (a zip)",
+                   description="Once the export (POST /api/checkpoints/<id>/export/) is ready; 409 with a sentence "
+                               "while it is under way, when it failed, was never started or is out of date.")
     def get(self, request: Request, checkpoint_id) -> HttpResponse:
-        try:
-            checkpoint = selectors.checkpoint_get(request.user, checkpoint_id)
-        except Http404:
-            raise exceptions.NotFound() from None
-        return export_response(checkpoint, services.export_hf(checkpoint=checkpoint))
+        checkpoint = owned_checkpoint(request, checkpoint_id)
+        return export_response(checkpoint, exports.ready_archive(checkpoint))
 
 
 class RegistryView(APIView):
@@ -300,5 +335,5 @@ def predictions_response(run: Run, fmt: str) -> FileResponse | None:
 
 
 def export_response(checkpoint: Checkpoint, archive) -> FileResponse:
-    name = f"{slugify(checkpoint.label) or 'checkpoint'}-hf.zip"
-    return FileResponse(archive.open("rb"), content_type="application/zip", as_attachment=True, filename=name)
+    return FileResponse(archive.open("rb"), content_type="application/zip", as_attachment=True,
+                        filename=exports.download_name(checkpoint))

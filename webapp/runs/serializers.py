@@ -7,7 +7,7 @@ from rest_framework import serializers
 
 from webapp.api.serializers import GreaterThan, QuerySerializer, RequestSerializer
 from webapp.runs import launch
-from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run
+from webapp.runs.models import Checkpoint, CheckpointExport, LogLine, MetricPoint, Run
 
 
 class CheckpointSerializer(serializers.ModelSerializer):
@@ -33,6 +33,32 @@ class CheckpointSerializer(serializers.ModelSerializer):
 
     def get_export_url(self, obj: Checkpoint) -> str:
         return reverse("runs:checkpoint-export", args=[obj.id])
+
+
+class CheckpointExportSerializer(serializers.ModelSerializer):
+    """A checkpoint's Hugging Face export, a job on the short-jobs queue (webapp.runs.exports)."""
+
+    status_label = serializers.CharField(source="get_status_display", read_only=True)
+    error = serializers.CharField(read_only=True, help_text="Why a failed export failed: a sentence ('' otherwise).")
+    progress = serializers.FloatField(read_only=True, help_text="0-100.")
+    download_url = serializers.SerializerMethodField(help_text="The zip, once the export is ready (null before).")
+    page_url = serializers.SerializerMethodField(help_text="The export's page.")
+
+    class Meta:
+        model = CheckpointExport
+        fields = ["id", "checkpoint", "status", "status_label", "progress", "error", "architecture", "size_bytes",
+                  "download_url", "page_url", "created_at", "finished_at"]
+        read_only_fields = fields
+
+    def get_download_url(self, obj: CheckpointExport) -> str | None:
+        from webapp.corpora.models import JobStatus
+
+        if obj.status != JobStatus.READY:
+            return None
+        return reverse("api-checkpoint-export", args=[obj.checkpoint_id])
+
+    def get_page_url(self, obj: CheckpointExport) -> str:
+        return reverse("runs:checkpoint-export", args=[obj.checkpoint_id])
 
 
 class RunSerializer(serializers.ModelSerializer):

@@ -9,7 +9,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from trainer import finetune
 from trainer.objectives import charts_for, stats_for
@@ -17,7 +17,7 @@ from trainer.config import RunConfig
 from trainer.finetune.config import mix_task_names
 from trainer.errors import UserError
 from webapp.corpora.models import JobStatus, Tokenizer
-from webapp.runs import launch, results, selectors, services
+from webapp.runs import exports, launch, results, selectors, services
 from webapp.runs.api import NO_PREDICTIONS, config_text, config_yaml_response, export_response, predictions_response
 from webapp.runs.forms import FinetuneForm, RunForm, YamlImportForm
 from webapp.runs.models import RunStatus
@@ -252,14 +252,42 @@ def run_compare(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-@require_GET
+@require_http_methods(["GET", "POST"])
 def checkpoint_export(request: HttpRequest, checkpoint_id) -> HttpResponse:
-    """The checkpoint in the Hugging Face transformers format, as a zip (made on first request)."""
+    """A checkpoint's Hugging Face export: where it stands (a live progress bar while a worker
+    makes it), its download once ready, the sentence when it failed; POST starts it."""
+    from webapp.api.storage import StorageFullError
+
     checkpoint = selectors.checkpoint_get(request.user, checkpoint_id)  # another user's: a 404
+    if request.method == "POST":
+        try:
+            _, started = exports.export_start(checkpoint=checkpoint)
+        except UserError as e:
+            messages.error(request, str(e))
+            status = 507 if isinstance(e, StorageFullError) else 400
+            return render(request, "runs/export.html", _export_context(checkpoint), status=status)
+        if started:
+            messages.success(request, "The export is queued; this page follows it.")
+        return redirect("runs:checkpoint-export", checkpoint_id=checkpoint.id)
+    return render(request, "runs/export.html", _export_context(checkpoint))
+
+
+def _export_context(checkpoint) -> dict:
+    export = exports.export_of(checkpoint)
+    return {"checkpoint": checkpoint, "export": export, "fresh": export is not None and exports.is_fresh(export),
+            "files_present": (checkpoint.folder / "model.safetensors").is_file()}
+
+
+@login_required
+@require_GET
+def checkpoint_export_download(request: HttpRequest, checkpoint_id) -> HttpResponse:
+    """The ready export's zip; while it is not ready, its page (which says why) instead."""
+    checkpoint = selectors.checkpoint_get(request.user, checkpoint_id)
     try:
-        archive = services.export_hf(checkpoint=checkpoint)
-    except UserError as e:
-        return render(request, "error.html", {"code": 400, "title": "Export failed", "message": str(e)}, status=400)
+        archive = exports.ready_archive(checkpoint)
+    except exports.ExportNotReady as e:
+        messages.info(request, str(e))
+        return redirect("runs:checkpoint-export", checkpoint_id=checkpoint.id)
     return export_response(checkpoint, archive)
 
 
