@@ -17,7 +17,7 @@ from webapp.runs.models import Checkpoint, Run
 from webapp.runs.serializers import (
     CheckpointExportSerializer, CheckpointSerializer, FinetuneCreateSerializer,
     LogLineSerializer, LogQuerySerializer, MetricPointSerializer, MetricsQuerySerializer, MetricsSerializer,
-    RunCloneSerializer, RunCreateSerializer, RunSerializer,
+    RunCloneSerializer, RunCreateSerializer, RunSamplesSerializer, RunSerializer,
 )
 
 ERROR = OpenApiResponse(description='{"error": "<a sentence>"}')
@@ -222,6 +222,18 @@ class RunPredictionsView(APIView):
         if response is None:
             raise Missing(NO_PREDICTIONS)
         return response
+
+
+class RunSamplesView(APIView):
+    @extend_schema(responses={200: RunSamplesSerializer, 404: ERROR},
+                   summary="A text-to-text or SFT run's generated samples at each validation",
+                   description="For each validation (oldest first, the newest 50 kept): the step and a few validation "
+                               "examples' input, the text the model generated and the reference. Empty before the "
+                               "first validation, and for runs that generate no text. Live on the run's websocket "
+                               "as {\"type\": \"samples\", \"step\", \"samples\"}.")
+    def get(self, request: Request, run_id) -> Response:
+        run = owned_run(request, run_id)
+        return Response(RunSamplesSerializer({"validations": selectors.validation_samples(run)}).data)
 
 
 class RunTestReportView(APIView):

@@ -14,6 +14,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/clone/", api.RunCloneView.as_view(), name="api-run-clone"),
     path("runs/<uuid:run_id>/config.yaml", api.RunConfigYamlView.as_view(), name="api-run-config-yaml"),
     path("runs/<uuid:run_id>/predictions.<str:fmt>", api.RunPredictionsView.as_view(), name="api-run-predictions"),
+    path("runs/<uuid:run_id>/samples/", api.RunSamplesView.as_view(), name="api-run-samples"),
     path("runs/<uuid:run_id>/test-report/", api.RunTestReportView.as_view(), name="api-run-test-report"),
     path("checkpoints/<uuid:checkpoint_id>/export/", api.CheckpointExportJobView.as_view(),
          name="api-checkpoint-export-job"),

@@ -263,3 +263,18 @@ class FinetuneCreateSerializer(RequestSerializer):
                                                "temperature-scaled or equal.")
     mixing_limit = _finetune_int("mixing_limit")
     mixing_temperature = _finetune_float("mixing_temperature")
+
+
+class SampleSerializer(serializers.Serializer):
+    input = serializers.CharField(allow_blank=True, help_text="The validation example's input (its prompt, for SFT).")
+    generated = serializers.CharField(allow_blank=True, help_text="What the model generated for it.")
+    reference = serializers.CharField(allow_blank=True, help_text="The reference text.")
+
+
+class ValidationSamplesSerializer(serializers.Serializer):
+    step = serializers.IntegerField()
+    samples = SampleSerializer(many=True)
+
+
+class RunSamplesSerializer(serializers.Serializer):
+    validations = ValidationSamplesSerializer(many=True, help_text="Oldest first.")

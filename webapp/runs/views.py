@@ -178,6 +178,8 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
         "test_metrics": selectors.test_metrics(run),
         "test_report": selectors.test_report(run),
         "has_predictions": selectors.predictions_file(run, "jsonl") is not None,
+        "shows_samples": selectors.shows_samples(run),
+        "latest_samples": (selectors.validation_samples(run) or [None])[-1],
         "config_yaml": config_text(run),
         "batch": batch_summary(run.config),
         "can_resume": run.status in services.RESUMABLE_STATES and bool(checkpoints),
