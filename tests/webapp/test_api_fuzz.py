@@ -49,6 +49,7 @@ SEMANTIC_400 = [
     ("POST", "/api/explore/imports/"),
     ("POST", "/api/runs/"),
     ("POST", "/api/finetune/"),
+    ("POST", "/api/runs/{run_id}/finetune-on/"),  # the run must be a multi-task one, the dataset one of its tasks
     ("POST", "/api/sweeps/"),
     ("POST", "/api/explore/fill-mask/"),
     ("POST", "/api/explore/generate/"),
@@ -114,6 +115,7 @@ def _config(world: dict[str, str], *, username: str, password: str) -> str:
         ("/api/tokenizers/", "POST", {"body.corpus": world["corpus"]}),
         ("/api/runs/", "POST", {"body.tokenizer": world["tokenizer"], "body.corpus": world["corpus"]}),
         ("/api/finetune/", None, {"body.checkpoint": world["checkpoint"], "body.dataset": world["dataset"]}),
+        ("/api/runs/{run_id}/finetune-on/", None, {"body.dataset": world["dataset"]}),
         ("/api/checkpoints/{checkpoint_id}/export/", None, {"path.checkpoint_id": world["checkpoint"]}),
         ("/api/checkpoints/{checkpoint_id}/export-hf.zip", None, {"path.checkpoint_id": world["checkpoint"]}),
         ("/api/explore/inspect/", None, {"body.run": world["run"]}),

@@ -15,7 +15,7 @@ from webapp.corpora.models import Corpus, Tokenizer
 from webapp.runs import exports, launch, results, selectors, services
 from webapp.runs.models import Checkpoint, Run
 from webapp.runs.serializers import (
-    CheckpointExportSerializer, CheckpointSerializer, FinetuneCreateSerializer,
+    CheckpointExportSerializer, CheckpointSerializer, FinetuneCreateSerializer, FinetuneOnSerializer,
     LogLineSerializer, LogQuerySerializer, MetricPointSerializer, MetricsQuerySerializer, MetricsSerializer,
     RunCloneSerializer, RunCreateSerializer, RunSamplesSerializer, RunSerializer,
 )
@@ -184,6 +184,30 @@ class RunCloneView(APIView):
         ser.is_valid(raise_exception=True)
         clone = services.run_clone(run=run, owner=request.user, name=ser.validated_data.get("name") or None)
         return Response(RunSerializer(clone).data, status=status.HTTP_201_CREATED)
+
+
+class RunFinetuneOnView(APIView):
+    @extend_schema(request=FinetuneOnSerializer,
+                   responses={201: RunSerializer, 400: ERROR, 404: ERROR, 409: ERROR, 429: ERROR, 507: ERROR},
+                   summary="Fine-tune a multi-task run's checkpoint on one of its datasets alone",
+                   description="T5's multi-task training, then fine-tuning on one task (Raffel et al. 2020, "
+                               "section 3.5.3): a new fine-tuning run from the run's best checkpoint (early "
+                               "stopping's) or else its last, on that dataset as text to text with the task's "
+                               "prefix and the run's settings. Its base_checkpoint is the multi-task run's. 400 "
+                               "for a run that is not multi-task or a dataset that is not one of its tasks; 409 "
+                               "while the run has no checkpoint.")
+    def post(self, request: Request, run_id) -> Response:
+        run = owned_run(request, run_id)
+        ser = FinetuneOnSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        data = dict(ser.validated_data)
+        dataset_id, name = data.pop("dataset"), data.pop("name", "")
+        try:
+            child = services.finetune_on_one(owner=request.user, run=run, dataset_id=dataset_id, training=data,
+                                             name=name)
+        except services.RunStateError as e:
+            raise Conflict(str(e)) from None
+        return Response(RunSerializer(child).data, status=status.HTTP_201_CREATED)
 
 
 class RunConfigYamlView(APIView):

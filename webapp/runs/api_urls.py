@@ -12,6 +12,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/cancel/", api.RunCancelView.as_view(), name="api-run-cancel"),
     path("runs/<uuid:run_id>/resume/", api.RunResumeView.as_view(), name="api-run-resume"),
     path("runs/<uuid:run_id>/clone/", api.RunCloneView.as_view(), name="api-run-clone"),
+    path("runs/<uuid:run_id>/finetune-on/", api.RunFinetuneOnView.as_view(), name="api-run-finetune-on"),
     path("runs/<uuid:run_id>/config.yaml", api.RunConfigYamlView.as_view(), name="api-run-config-yaml"),
     path("runs/<uuid:run_id>/predictions.<str:fmt>", api.RunPredictionsView.as_view(), name="api-run-predictions"),
     path("runs/<uuid:run_id>/samples/", api.RunSamplesView.as_view(), name="api-run-samples"),

@@ -40,6 +40,13 @@ def runs_for(user) -> QuerySet[Run]:
     return with_last_checkpoint(Run.objects.filter(owner=user)).order_by("-created_at")
 
 
+def follow_ups(run: Run) -> QuerySet[Run]:
+    """The owner's fine-tuning runs that start from one of this run's checkpoints (the lineage
+    onwards), oldest first."""
+    return Run.objects.filter(owner_id=run.owner_id, base_checkpoint__run=run).select_related(
+        "dataset", "base_checkpoint").order_by("created_at")
+
+
 def run_get(user, run_id) -> Run:
     """One of the user's runs; Http404 for a missing run or another user's."""
     if not user.is_authenticated:

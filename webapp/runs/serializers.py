@@ -278,3 +278,19 @@ class ValidationSamplesSerializer(serializers.Serializer):
 
 class RunSamplesSerializer(serializers.Serializer):
     validations = ValidationSamplesSerializer(many=True, help_text="Oldest first.")
+
+
+class FinetuneOnSerializer(RequestSerializer):
+    """POST /api/runs/<id>/finetune-on/: a multi-task run's checkpoint fine-tuned on one of its
+    datasets alone (the run's settings and that task's prefix; these fields override them)."""
+
+    dataset = serializers.UUIDField(help_text="One of the run's datasets (its main dataset or one of its "
+                                              "extra_datasets).")
+    name = serializers.CharField(required=False, allow_blank=True, max_length=200,
+                                 help_text="Empty: “<run>, then <dataset>”.")
+    max_steps = _finetune_int("max_steps")
+    batch_size = _finetune_int("batch_size")
+    lr = _finetune_float("lr")
+    warmup_ratio = _finetune_float("warmup_ratio")
+    eval_every = _finetune_int("eval_every")
+    early_stopping_patience = _finetune_int("early_stopping_patience")

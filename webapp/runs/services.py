@@ -390,18 +390,20 @@ OPTIONAL_FIELDS = GENERATION_FIELDS + LORA_FIELDS + MIX_FIELDS + ("device",)  # 
 FINETUNE_FIELDS += OPTIONAL_FIELDS
 
 
-def check_finetune_sources(*, owner, checkpoint: Checkpoint | None, dataset, extra_datasets: Sequence = ()) -> str:
+def check_finetune_sources(*, owner, checkpoint: Checkpoint | None, dataset, extra_datasets: Sequence = (),
+                           as_text: bool = False) -> str:
     """ConfigError with a sentence unless the checkpoint and the datasets are the owner's, the
     datasets are ready and the task has a head for the checkpoint's family; returns that family.
-    With extra_datasets (T5 multi-task mixing) every dataset must be one that can be written as
-    text to text, and the checkpoint one that trains text to text."""
+    With extra_datasets (T5 multi-task mixing), or as_text (one dataset written as text to text),
+    every dataset must be one that can be written as text to text, and the checkpoint one that
+    trains text to text."""
     from trainer import finetune
     from trainer.finetune.config import MIX_DATASET_TASKS
 
     if checkpoint is None or checkpoint.owner_id != owner.pk:
         raise ConfigError("That checkpoint does not exist, or it is not yours.")
     _check_dataset(owner, dataset)
-    if extra_datasets:
+    if extra_datasets or as_text:
         for extra in [dataset, *extra_datasets]:
             _check_dataset(owner, extra)
             if extra.task not in MIX_DATASET_TASKS:
@@ -425,7 +427,7 @@ def _check_dataset(owner, dataset) -> None:
 
 
 def build_finetune_config(*, checkpoint: Checkpoint, dataset, training: dict | None = None,
-                          extra_datasets: Sequence[dict] = ()):
+                          extra_datasets: Sequence[dict] = (), as_text: bool = False):
     """A validated FinetuneConfig: the user's settings (FINETUNE_FIELDS only) over the defaults,
     with the checkpoint's and the datasets' folders resolved here, never taken from the user.
     extra_datasets: [{"dataset": a Dataset row, "prefix": ..., "name": ...}] (multi-task)."""
@@ -435,22 +437,25 @@ def build_finetune_config(*, checkpoint: Checkpoint, dataset, training: dict | N
     extras = [{"dataset": str(e["dataset"].data_dir), "prefix": str(e.get("prefix") or ""),
                "name": str(e.get("name") or ""), "id": str(e["dataset"].pk)} for e in extra_datasets]
     return FinetuneConfig.from_dict({**chosen, "checkpoint": str(checkpoint.folder), "dataset": str(dataset.data_dir),
-                                     "task": "text_to_text" if extras else dataset.task, "extra_datasets": extras})
+                                     "task": "text_to_text" if extras or as_text else dataset.task,
+                                     "extra_datasets": extras})
 
 
 @transaction.atomic
 def finetune_create(*, owner, checkpoint: Checkpoint | None, dataset, training: dict | None = None,
-                    name: str = "", extra_datasets: Sequence[dict] = ()) -> Run:
+                    name: str = "", extra_datasets: Sequence[dict] = (), as_text: bool = False) -> Run:
     """Validate a fine-tuning launch, store the run (kind "finetune", its FinetuneConfig as the
     config), enqueue it on commit. The owner's run limit applies as for pre-training.
-    extra_datasets: T5 multi-task mixing, [{"dataset": a Dataset row or None, "prefix", "name"}]."""
+    extra_datasets: T5 multi-task mixing, [{"dataset": a Dataset row or None, "prefix", "name"}].
+    as_text: train the dataset as text to text (T5: a classification or regression dataset's
+    label as the target word), as a multi-task run does."""
     check_run_limit(owner=owner)
     check_free_space(what="a new run (its checkpoints need room)")
     extra_datasets = list(extra_datasets)
     family = check_finetune_sources(owner=owner, checkpoint=checkpoint, dataset=dataset,
-                                    extra_datasets=[e.get("dataset") for e in extra_datasets])
+                                    extra_datasets=[e.get("dataset") for e in extra_datasets], as_text=as_text)
     config = build_finetune_config(checkpoint=checkpoint, dataset=dataset, training=training,
-                                   extra_datasets=extra_datasets)
+                                   extra_datasets=extra_datasets, as_text=as_text)
     name = (name or "").strip() or f"{checkpoint.label} on {dataset.name}" + (
         f" and {len(extra_datasets)} more" if extra_datasets else "")
     run = Run.objects.create(
@@ -460,6 +465,86 @@ def finetune_create(*, owner, checkpoint: Checkpoint | None, dataset, training: 
     )
     _enqueue(run)
     return run
+
+
+# -- multi-task, then fine-tuned on one of its tasks (T5, Raffel et al. 2020, section 3.5.3) -----
+
+def mix_datasets(run: Run) -> list[dict[str, Any]]:
+    """The tasks of a multi-task run, in its order: {"name", "prefix", "dataset": the Dataset row
+    or None where it was deleted, "id"}; [] for any other run."""
+    from trainer.finetune.config import mix_task_names
+    from webapp.datasets.models import Dataset
+
+    config = run.config or {}
+    names = mix_task_names(config) if run.is_finetune else []
+    if not names:
+        return []
+    extras = [e if isinstance(e, dict) else {} for e in config.get("extra_datasets") or []]
+    specs = [{"id": str(run.dataset_id or ""), "prefix": str(config.get("source_prefix") or "")},
+             *({"id": str(e.get("id") or ""), "prefix": str(e.get("prefix") or "")} for e in extras)]
+    rows = {str(d.pk): d for d in Dataset.objects.filter(owner_id=run.owner_id,
+                                                         pk__in=[s["id"] for s in specs if _is_uuid(s["id"])])}
+    return [{"name": name, "prefix": spec["prefix"], "id": spec["id"], "dataset": rows.get(spec["id"])}
+            for name, spec in zip(names, specs)]
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def handed_on_checkpoint(run: Run) -> Checkpoint | None:
+    """The checkpoint a multi-task run hands on: early stopping's best (best.json) when it kept
+    one, else its newest."""
+    try:
+        best = json.loads((run.folder / "best.json").read_text(encoding="utf-8"))
+        found = run.checkpoints.filter(step=int(best["step"])).first()
+        if found is not None:
+            return found
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return run.checkpoints.order_by("-step").first()
+
+
+# What the follow-up run does not take from the multi-task run: the mixing and the task's own prefix.
+_NOT_HANDED_ON = ("source_prefix", "task_name", "mixing", "mixing_limit", "mixing_temperature")
+
+
+def finetune_on_one_settings(run: Run, task: dict[str, Any]) -> dict[str, Any]:
+    """The launch settings of a follow-up run on one task of `run`: the multi-task run's own
+    (FINETUNE_FIELDS), that task's prefix and name; what the form is pre-filled with."""
+    config = run.config or {}
+    settings = {k: config[k] for k in FINETUNE_FIELDS if k in config and k not in _NOT_HANDED_ON}
+    return {**settings, "source_prefix": task["prefix"], "task_name": task["name"]}
+
+
+def finetune_on_one(*, owner, run: Run, dataset_id, training: dict | None = None, name: str = "") -> Run:
+    """Fine-tune a multi-task run's checkpoint (its best, else its last) on one of its datasets
+    alone, as text to text with that task's prefix and the run's settings (`training` overrides
+    them): one call from the run's page or POST /api/runs/<id>/finetune-on/. The new run's base
+    checkpoint is the multi-task run's, so the lineage shows where it comes from."""
+    if run.owner_id != owner.pk:
+        raise ConfigError("That run does not exist, or it is not yours.")
+    tasks = mix_datasets(run)
+    if not tasks:
+        raise ConfigError("Only a multi-task run (one with extra datasets) can be fine-tuned on one of its datasets; "
+                          "fine-tune this run's checkpoints from their row instead.")
+    task = next((t for t in tasks if t["id"] == str(dataset_id)), None)
+    if task is None:
+        names = ", ".join(t["dataset"].name if t["dataset"] else f"{t['name']} (deleted)" for t in tasks)
+        raise ConfigError(f"That dataset is not one of this run's tasks; it trained on {names}.")
+    if task["dataset"] is None:
+        raise ConfigError(f"The dataset of the task {task['name']!r} was deleted, so it cannot be fine-tuned on.")
+    checkpoint = handed_on_checkpoint(run)
+    if checkpoint is None:
+        raise RunStateError("This run has no checkpoint yet; fine-tune on one of its datasets once it has saved one.")
+    settings = {**finetune_on_one_settings(run, task), **{k: v for k, v in (training or {}).items() if v is not None}}
+    name = (name or "").strip() or f"{run.name}, then {task['dataset'].name}"
+    return finetune_create(owner=owner, checkpoint=checkpoint, dataset=task["dataset"], training=settings, name=name,
+                           as_text=True)
 
 
 # -- execution (in a Celery worker) ---------------------------------------------------------

@@ -17,6 +17,7 @@ urlpatterns = [
     path("<uuid:run_id>/cancel/", views.run_cancel, name="cancel"),
     path("<uuid:run_id>/resume/", views.run_resume, name="resume"),
     path("<uuid:run_id>/clone/", views.run_clone, name="clone"),
+    path("<uuid:run_id>/finetune-on/", views.run_finetune_on, name="finetune-on"),
     path("<uuid:run_id>/config.yaml", views.run_config_yaml, name="config-yaml"),
     path("<uuid:run_id>/predictions.<str:fmt>", views.run_predictions, name="predictions"),
 ]

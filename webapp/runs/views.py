@@ -113,7 +113,8 @@ def finetune_new(request: HttpRequest) -> HttpResponse:
             try:
                 run = services.finetune_create(owner=request.user, checkpoint=data["checkpoint"],
                                                dataset=data["dataset"], training=form.training_settings(),
-                                               name=data["name"], extra_datasets=form.mix_datasets())
+                                               name=data["name"], extra_datasets=form.mix_datasets(),
+                                               as_text=bool(data.get("as_text")))
             except UserError as e:
                 form.add_error(None, str(e))
             else:
@@ -126,6 +127,15 @@ def finetune_new(request: HttpRequest) -> HttpResponse:
 
 def _finetune_initial(request: HttpRequest) -> dict:
     initial: dict = {}
+    if request.GET.get("then"):  # ?then=<multi-task run>&dataset=<one of its datasets>: "Fine-tune on one"
+        run = selectors.run_get(request.user, request.GET["then"])
+        task = next((t for t in services.mix_datasets(run) if t["id"] == request.GET.get("dataset")), None)
+        checkpoint = services.handed_on_checkpoint(run)
+        if task is not None and task["dataset"] is not None and checkpoint is not None:
+            initial.update(services.finetune_on_one_settings(run, task))
+            initial.update(checkpoint=checkpoint.pk, dataset=task["dataset"].pk, as_text=True,
+                           name=f"{run.name}, then {task['dataset'].name}")
+        return initial
     if request.GET.get("from"):
         run = selectors.run_get(request.user, request.GET["from"])
         if run.is_finetune:
@@ -179,6 +189,9 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
         "test_report": selectors.test_report(run),
         "has_predictions": selectors.predictions_file(run, "jsonl") is not None,
         "shows_samples": selectors.shows_samples(run),
+        "mix_tasks": services.mix_datasets(run),
+        "handed_on": services.handed_on_checkpoint(run) if run.config.get("extra_datasets") else None,
+        "follow_ups": selectors.follow_ups(run),
         "latest_samples": (selectors.validation_samples(run) or [None])[-1],
         "config_yaml": config_text(run),
         "batch": batch_summary(run.config),
@@ -190,6 +203,20 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
             "objectives": run.objectives, "last_log_id": log_lines[-1].id if log_lines else 0,
         },
     })
+
+
+@login_required
+@require_POST
+def run_finetune_on(request: HttpRequest, run_id) -> HttpResponse:
+    """"Fine-tune on one": a multi-task run's checkpoint fine-tuned on one of its datasets alone."""
+    run = selectors.run_get(request.user, run_id)
+    try:
+        child = services.finetune_on_one(owner=request.user, run=run, dataset_id=request.POST.get("dataset", ""))
+    except UserError as e:
+        messages.error(request, str(e))
+        return redirect("runs:detail", run_id=run.id)
+    messages.success(request, f"Fine-tuning run “{child.name}” is queued on the {child.queue} queue.")
+    return redirect("runs:detail", run_id=child.id)
 
 
 @login_required
