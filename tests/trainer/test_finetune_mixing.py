@@ -160,7 +160,7 @@ def test_the_cli_reads_extra_datasets_beside_the_main_one(t5_base, datasets, tmp
 
 def test_the_cli_runs_the_mix_then_fine_tunes_on_one_of_its_tasks(t5_base, datasets, tmp_path):
     """then_finetune_on: the multi-task phase, then its last checkpoint fine-tuned on one task
-    alone (T5 section 3.5.3), a classification dataset written as text with its own prefix."""
+    alone (T5 section 3.5.3): a classification dataset as label words, with its own prefix."""
     import json
 
     from trainer.cli import main
@@ -179,9 +179,10 @@ def test_the_cli_runs_the_mix_then_fine_tunes_on_one_of_its_tasks(t5_base, datas
     assert [step for step, _ in list_checkpoints(then)][-1] == 3
     second = read_state(list_checkpoints(then)[-1][1])["config"]
     assert second["checkpoint"] == str(list_checkpoints(mixed)[-1][1]) and second["dataset"] == str(kinds)
-    assert second["source_prefix"] == "classify: " and second["extra_datasets"] == [] and second["task"] == "text_to_text"
+    assert second["source_prefix"] == "classify: " and second["extra_datasets"] == []
+    assert second["task"] == "classification" and sorted(second["label_words"]) == ["network", "storage"]
     test = json.loads((then / "test_metrics.json").read_text())
-    assert "exact_match/kind" in test and "exact_match/summarize" not in test  # that task alone
+    assert "accuracy" in test and "exact_match/summarize" not in test  # that task alone, scored as a classifier
     sample = json.loads((then / "samples.json").read_text())["validations"][0]["samples"][0]
     assert sample["reference"] in ("storage", "network")  # the label as the target word
 

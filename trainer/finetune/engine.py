@@ -73,9 +73,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
         checkpoint, dataset = Path(config.checkpoint), Path(config.dataset)
         meta = read_meta(dataset)
         mix = None
-        # T5 multi-task mixing: every dataset written as text to text; so is a single classification
-        # or regression dataset that a text-to-text run names (T5 fine-tuned on one task of its mix).
-        if config.multi_task or (config.task == "text_to_text" and meta["task"] in mixing.LABEL_TASKS):
+        if config.multi_task:  # T5 multi-task mixing: every dataset written as text to text
             mix = mixing.load_tasks(config)
             meta = {**meta, "task": "text_to_text", "labels": []}
         task = tasks.get(config.task or meta["task"])
@@ -112,8 +110,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             state = restore(resume_from, config, checkpoint, model, tuning.optimizer, tuning.scheduler, forward)
         if mix is not None:
             rates = mixing.rates_for(config, mix)
-            if len(mix) > 1:
-                sink.log(mixing.describe(mix, rates, config.mixing))
+            sink.log(mixing.describe(mix, rates, config.mixing))
             stream: Any = mixing.MixedStream([t.splits["train"] for t in mix], rates, collator,
                                              batch_size=config.batch_size, seed=config.seed, position=state.position)
         else:

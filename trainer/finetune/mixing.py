@@ -28,10 +28,9 @@ import numpy as np
 
 from trainer.errors import ConfigError
 from trainer.finetune.config import MIX_DATASET_TASKS as TEXT_TASKS
-from trainer.finetune.config import STRATEGIES, mix_task_names, task_name
+from trainer.finetune.config import STRATEGIES, mix_task_names
 from trainer.training.data import DataPosition
 
-LABEL_TASKS = ("classification", "regression")  # datasets written as text (the label as the target)
 PER_TASK_METRICS = ("exact_match", "rouge_l")  # scored per task, and their mean over the tasks
 BLOCK = 4096  # task draws made at a time (each block seeded by its index, so any place can be found again)
 
@@ -88,14 +87,12 @@ class MixTask:
 
 
 def load_tasks(config: Any) -> list[MixTask]:
-    """The run's main dataset (with source_prefix) and each of extra_datasets, as text examples
-    (the main one alone for a text-to-text run on one classification or regression dataset)."""
+    """The run's main dataset (with source_prefix) and each of extra_datasets, as text examples."""
     from trainer.prep.labelled import iter_examples, read_meta
 
     specs = [{"dataset": config.dataset, "prefix": config.source_prefix}, *config.extra_datasets]
-    names = mix_task_names(config.to_dict()) or [config.task_name or task_name(config.source_prefix, "task1")]
     tasks = []
-    for name, spec in zip(names, specs):
+    for name, spec in zip(mix_task_names(config.to_dict()), specs):
         folder = Path(str(spec["dataset"]))
         meta = read_meta(folder)
         prefix = str(spec.get("prefix") or "")
@@ -228,9 +225,9 @@ def task_spec(config: Any, name: str) -> dict:
 
 def then_config(config: Any, name: str, *, checkpoint: str | Path, max_steps: int = 0) -> Any:
     """The second phase of "multi-task, then fine-tuned on one of them" (Raffel et al. 2020,
-    section 3.5.3): the same settings on task `name` alone (its dataset and prefix, as text to
-    text), from the multi-task run's checkpoint, for max_steps (0: the multi-task run's)."""
+    section 3.5.3): the same settings on task `name` alone (its dataset and prefix; the dataset's
+    own task, so a classification or regression one is T5's label words, text_classify), from the
+    multi-task run's checkpoint, for max_steps (0: the multi-task run's)."""
     spec = task_spec(config, name)
     return config.replace(checkpoint=str(checkpoint), dataset=spec["dataset"], source_prefix=spec["prefix"],
-                          extra_datasets=[], task="text_to_text", task_name=name,
-                          max_steps=int(max_steps) or config.max_steps)
+                          extra_datasets=[], task="", task_name="", max_steps=int(max_steps) or config.max_steps)

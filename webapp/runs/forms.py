@@ -446,10 +446,6 @@ class FinetuneForm(forms.Form):
                                      help_text="T5 multi-task: more of your datasets (text to text, classification, "
                                                "regression) trained in the same text-to-text run, labels written as "
                                                "words. None: a single-task run.")
-    as_text = forms.BooleanField(required=False, label="As text to text",
-                                 help_text="T5: train a classification or regression dataset as text to text (the "
-                                           "label as the target word), as a multi-task run does; a text-to-text "
-                                           "dataset is that already.")
     extra_prefixes = forms.CharField(required=False, strip=False, max_length=5000,
                                      widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
                                      help_text="Each extra dataset's task prefix, one line each: its name, “=”, the "

@@ -380,20 +380,18 @@ OPTIONAL_FIELDS = GENERATION_FIELDS + LORA_FIELDS + MIX_FIELDS + ("device",)  # 
 FINETUNE_FIELDS += OPTIONAL_FIELDS
 
 
-def check_finetune_sources(*, owner, checkpoint: Checkpoint | None, dataset, extra_datasets: Sequence = (),
-                           as_text: bool = False) -> str:
+def check_finetune_sources(*, owner, checkpoint: Checkpoint | None, dataset, extra_datasets: Sequence = ()) -> str:
     """ConfigError with a sentence unless the checkpoint and the datasets are the owner's, the
     datasets are ready and the task has a head for the checkpoint's family; returns that family.
-    With extra_datasets (T5 multi-task mixing), or as_text (one dataset written as text to text),
-    every dataset must be one that can be written as text to text, and the checkpoint one that
-    trains text to text."""
+    With extra_datasets (T5 multi-task mixing) every dataset must be one that can be written as
+    text to text, and the checkpoint one that trains text to text."""
     from trainer import finetune
     from trainer.finetune.config import MIX_DATASET_TASKS
 
     if checkpoint is None or checkpoint.owner_id != owner.pk:
         raise ConfigError("That checkpoint does not exist, or it is not yours.")
     _check_dataset(owner, dataset)
-    if extra_datasets or as_text:
+    if extra_datasets:
         for extra in [dataset, *extra_datasets]:
             _check_dataset(owner, extra)
             if extra.task not in MIX_DATASET_TASKS:
@@ -417,7 +415,7 @@ def _check_dataset(owner, dataset) -> None:
 
 
 def build_finetune_config(*, checkpoint: Checkpoint, dataset, training: dict | None = None,
-                          extra_datasets: Sequence[dict] = (), as_text: bool = False):
+                          extra_datasets: Sequence[dict] = ()):
     """A validated FinetuneConfig: the user's settings (FINETUNE_FIELDS only) over the defaults,
     with the checkpoint's and the datasets' folders resolved here, never taken from the user.
     extra_datasets: [{"dataset": a Dataset row, "prefix": ..., "name": ...}] (multi-task)."""
@@ -427,25 +425,22 @@ def build_finetune_config(*, checkpoint: Checkpoint, dataset, training: dict | N
     extras = [{"dataset": str(e["dataset"].data_dir), "prefix": str(e.get("prefix") or ""),
                "name": str(e.get("name") or ""), "id": str(e["dataset"].pk)} for e in extra_datasets]
     return FinetuneConfig.from_dict({**chosen, "checkpoint": str(checkpoint.folder), "dataset": str(dataset.data_dir),
-                                     "task": "text_to_text" if extras or as_text else dataset.task,
-                                     "extra_datasets": extras})
+                                     "task": "text_to_text" if extras else dataset.task, "extra_datasets": extras})
 
 
 @transaction.atomic
 def finetune_create(*, owner, checkpoint: Checkpoint | None, dataset, training: dict | None = None,
-                    name: str = "", extra_datasets: Sequence[dict] = (), as_text: bool = False) -> Run:
+                    name: str = "", extra_datasets: Sequence[dict] = ()) -> Run:
     """Validate a fine-tuning launch, store the run (kind "finetune", its FinetuneConfig as the
     config), enqueue it on commit. The owner's run limit applies as for pre-training.
-    extra_datasets: T5 multi-task mixing, [{"dataset": a Dataset row or None, "prefix", "name"}].
-    as_text: train the dataset as text to text (T5: a classification or regression dataset's
-    label as the target word), as a multi-task run does."""
+    extra_datasets: T5 multi-task mixing, [{"dataset": a Dataset row or None, "prefix", "name"}]."""
     check_run_limit(owner=owner)
     check_free_space(what="a new run (its checkpoints need room)")
     extra_datasets = list(extra_datasets)
     family = check_finetune_sources(owner=owner, checkpoint=checkpoint, dataset=dataset,
-                                    extra_datasets=[e.get("dataset") for e in extra_datasets], as_text=as_text)
+                                    extra_datasets=[e.get("dataset") for e in extra_datasets])
     config = build_finetune_config(checkpoint=checkpoint, dataset=dataset, training=training,
-                                   extra_datasets=extra_datasets, as_text=as_text)
+                                   extra_datasets=extra_datasets)
     name = (name or "").strip() or f"{checkpoint.label} on {dataset.name}" + (
         f" and {len(extra_datasets)} more" if extra_datasets else "")
     run = Run.objects.create(
@@ -499,23 +494,25 @@ def handed_on_checkpoint(run: Run) -> Checkpoint | None:
     return run.checkpoints.order_by("-step").first()
 
 
-# What the follow-up run does not take from the multi-task run: the mixing and the task's own prefix.
+# What the follow-up run does not take from the multi-task run: the mixing and the main task's prefix.
 _NOT_HANDED_ON = ("source_prefix", "task_name", "mixing", "mixing_limit", "mixing_temperature")
 
 
 def finetune_on_one_settings(run: Run, task: dict[str, Any]) -> dict[str, Any]:
     """The launch settings of a follow-up run on one task of `run`: the multi-task run's own
-    (FINETUNE_FIELDS), that task's prefix and name; what the form is pre-filled with."""
+    (FINETUNE_FIELDS) and that task's prefix; what the form is pre-filled with."""
     config = run.config or {}
     settings = {k: config[k] for k in FINETUNE_FIELDS if k in config and k not in _NOT_HANDED_ON}
-    return {**settings, "source_prefix": task["prefix"], "task_name": task["name"]}
+    return {**settings, "source_prefix": task["prefix"]}
 
 
 def finetune_on_one(*, owner, run: Run, dataset_id, training: dict | None = None, name: str = "") -> Run:
     """Fine-tune a multi-task run's checkpoint (its best, else its last) on one of its datasets
-    alone, as text to text with that task's prefix and the run's settings (`training` overrides
-    them): one call from the run's page or POST /api/runs/<id>/finetune-on/. The new run's base
-    checkpoint is the multi-task run's, so the lineage shows where it comes from."""
+    alone, with that task's prefix and the run's settings (`training` overrides them); a
+    classification or regression dataset is T5's label words (trainer.finetune.text_classify), so
+    it is scored like the encoders. One call from the run's page or POST
+    /api/runs/<id>/finetune-on/; the new run's base checkpoint is the multi-task run's, so the
+    lineage shows where it comes from."""
     if run.owner_id != owner.pk:
         raise ConfigError("That run does not exist, or it is not yours.")
     tasks = mix_datasets(run)
@@ -533,8 +530,7 @@ def finetune_on_one(*, owner, run: Run, dataset_id, training: dict | None = None
         raise RunStateError("This run has no checkpoint yet; fine-tune on one of its datasets once it has saved one.")
     settings = {**finetune_on_one_settings(run, task), **{k: v for k, v in (training or {}).items() if v is not None}}
     name = (name or "").strip() or f"{run.name}, then {task['dataset'].name}"
-    return finetune_create(owner=owner, checkpoint=checkpoint, dataset=task["dataset"], training=settings, name=name,
-                           as_text=True)
+    return finetune_create(owner=owner, checkpoint=checkpoint, dataset=task["dataset"], training=settings, name=name)
 
 
 # -- execution (in a Celery worker) ---------------------------------------------------------

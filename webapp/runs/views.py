@@ -113,8 +113,7 @@ def finetune_new(request: HttpRequest) -> HttpResponse:
             try:
                 run = services.finetune_create(owner=request.user, checkpoint=data["checkpoint"],
                                                dataset=data["dataset"], training=form.training_settings(),
-                                               name=data["name"], extra_datasets=form.mix_datasets(),
-                                               as_text=bool(data.get("as_text")))
+                                               name=data["name"], extra_datasets=form.mix_datasets())
             except UserError as e:
                 form.add_error(None, str(e))
             else:
@@ -133,7 +132,7 @@ def _finetune_initial(request: HttpRequest) -> dict:
         checkpoint = services.handed_on_checkpoint(run)
         if task is not None and task["dataset"] is not None and checkpoint is not None:
             initial.update(services.finetune_on_one_settings(run, task))
-            initial.update(checkpoint=checkpoint.pk, dataset=task["dataset"].pk, as_text=True,
+            initial.update(checkpoint=checkpoint.pk, dataset=task["dataset"].pk,
                            name=f"{run.name}, then {task['dataset'].name}")
         return initial
     if request.GET.get("from"):
