@@ -17,7 +17,7 @@ import torch
 
 from trainer import finetune as tasks
 from trainer.errors import ConfigError
-from trainer.finetune import lora, mixing, techniques
+from trainer.finetune import lora, techniques
 from trainer.finetune.config import FinetuneConfig
 from trainer.finetune.metrics import METRICS
 from trainer.training import checkpoints
@@ -74,6 +74,8 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
         meta = read_meta(dataset)
         mix = None
         if config.multi_task:  # T5 multi-task mixing: every dataset written as text to text
+            from trainer.finetune import mixing
+
             mix = mixing.load_tasks(config)
             meta = {**meta, "task": "text_to_text", "labels": []}
         task = tasks.get(config.task or meta["task"])
