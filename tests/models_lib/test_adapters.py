@@ -10,6 +10,7 @@ import torch
 
 from models_lib.core import adapters
 from models_lib.families.downstream import build_downstream, from_pretraining
+from tests.models_lib.helpers import randomise
 
 ENCODERS = ["bert", "roberta", "albert", "electra", "distilbert", "spanbert"]
 
@@ -21,24 +22,25 @@ def classifier(family: str = "bert", seed: int = 0, **changes):
     sizes = dict(vocab_size=120, hidden_size=32, num_heads=2, num_layers=2, intermediate_size=64, **changes)
     if family in ("albert", "electra"):
         sizes["embedding_size"] = 16
-    return build_downstream(presets.get(f"{family}-tiny", **sizes), "sequence_classification", 3).eval()
+    return randomise(build_downstream(presets.get(f"{family}-tiny", **sizes), "sequence_classification", 3), seed)
 
 
 def t5(seed: int = 0):
     from models_lib.families.t5 import T5Config, T5ForConditionalGeneration
 
     torch.manual_seed(seed)
-    return T5ForConditionalGeneration(T5Config.from_preset(
+    return randomise(T5ForConditionalGeneration(T5Config.from_preset(
         "t5-tiny", vocab_size=61, d_model=32, d_ff=64, d_kv=8, num_heads=4, num_layers=2, num_decoder_layers=2,
-        pad_token_id=0, eos_token_id=3, decoder_start_token_id=0)).eval()
+        pad_token_id=0, eos_token_id=3, decoder_start_token_id=0)), seed)
 
 
 def gpt(seed: int = 0):
     from models_lib.families.gpt import GPTConfig, GPTLMHeadModel
 
     torch.manual_seed(seed)
-    return GPTLMHeadModel(GPTConfig.from_preset("gpt-tiny", vocab_size=61, hidden_size=32, num_heads=2,
-                                                max_position_embeddings=40, pad_token_id=0, eos_token_id=3)).eval()
+    return randomise(GPTLMHeadModel(GPTConfig.from_preset("gpt-tiny", vocab_size=61, hidden_size=32, num_heads=2,
+                                                          max_position_embeddings=40, pad_token_id=0,
+                                                          eos_token_id=3)), seed)
 
 
 def train_adapters(model, seed: int = 1):
