@@ -138,6 +138,20 @@ def test_a_new_head_on_an_adapted_encoder_keeps_its_adapters():
         assert torch.equal(again.bert.encode(ids), model.bert.encode(ids))
 
 
+def test_gpt1s_classifier_on_an_adapted_gpt_keeps_its_adapters():
+    from models_lib.families.downstream import TaskConfig
+    from models_lib.families.gpt_tasks import GPTForSequenceClassification
+
+    lm = gpt()
+    adapters.attach(lm, size=4)
+    train_adapters(lm)
+    tuned = GPTForSequenceClassification.from_lm(lm, TaskConfig("sequence_classification", 2, ["no", "yes"])).eval()
+    assert adapters.adapter_size(tuned) == 4
+    ids = torch.randint(4, 61, (2, 9))
+    with torch.no_grad():
+        assert torch.equal(tuned.encode(ids), lm.encode(ids))
+
+
 def test_the_transformers_export_refuses_a_model_with_adapters(tmp_path):
     from models_lib import hf
 

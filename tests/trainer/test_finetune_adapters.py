@@ -59,7 +59,8 @@ def test_only_the_adapters_the_layer_norms_and_the_head_get_gradients():
     total = sum(p.numel() for p in model.parameters())
     assert sink.lines == [f"Bottleneck adapters of size 8 after 4 attention and feed-forward sublayers: {trained:,} of "
                           f"{total:,} parameters train ({100 * trained / total:.2f}%), the adapters, the layer norms "
-                          f"and the head; checkpoints keep the adapters (they cannot be merged)."]
+                          f"and the head. Checkpoints keep the adapters, which cannot be merged into the weights, so "
+                          f"they have no Hugging Face export."]
 
 
 def test_on_t5_the_decoders_cross_attention_has_an_adapter_and_only_adapters_norms_and_head_train():

@@ -61,5 +61,6 @@ def apply(model: nn.Module, config: Any, sink: Any = None) -> list[str]:
         kept = "The checkpoint's bottleneck adapters" if present else "Bottleneck adapters"
         sink.log(f"{kept} of size {size} after {len(names)} attention and feed-forward sublayers: "
                  f"{trained:,} of {total:,} parameters train ({100 * trained / total:.2f}%), the adapters, the "
-                 f"layer norms and the head; checkpoints keep the adapters (they cannot be merged).")
+                 f"layer norms and the head. Checkpoints keep the adapters, which cannot be merged into the "
+                 f"weights, so they have no Hugging Face export.")
     return names
