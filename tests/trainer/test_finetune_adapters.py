@@ -190,7 +190,7 @@ def test_an_adapter_run_learns_and_its_checkpoint_keeps_the_adapters(base, datas
     assert bottleneck.adapter_size(explored) == 16
     ids = torch.randint(5, 500, (3, 12))
     with torch.no_grad():
-        assert torch.equal(explored(ids).logits, load_model(folder)(ids).logits)
+        assert torch.allclose(explored(ids).logits, load_model(folder)(ids).logits, atol=1e-6, rtol=0)
         bottleneck.adapted(explored).__next__()[2].up.weight.zero_()  # without them: another function
         assert not torch.allclose(explored(ids).logits, load_model(folder)(ids).logits)
 
