@@ -247,7 +247,9 @@ class CheckpointExportView(APIView):
                    description="config.json, model.safetensors, tokenizer.json, tokenizer_config.json and a README: "
                                "a fine-tuned checkpoint as ...ForSequenceClassification / ForTokenClassification / "
                                "ForQuestionAnswering with id2label, a pre-training one as its pre-training class. "
-                               "Made on the first request and kept while the weights are unchanged.")
+                               "Made on the first request and kept while the weights are unchanged. A checkpoint "
+                               "fine-tuned with bottleneck adapters (adapter_size) is refused with a sentence (400): "
+                               "transformers' classes have no layers for its adapters.")
     def get(self, request: Request, checkpoint_id) -> HttpResponse:
         try:
             checkpoint = selectors.checkpoint_get(request.user, checkpoint_id)
