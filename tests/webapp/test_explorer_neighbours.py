@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from django.urls import reverse
+from django.utils.html import escape
 
 from tests.webapp.import_helpers import imported_checkpoint
 from tests.webapp.test_runs_finetune import ready_demo, t5_checkpoint, tiny_checkpoint
@@ -209,8 +210,9 @@ def test_the_page_without_javascript_embeds_and_finds_the_neighbours(alice, alic
                                                          "nn_k": 3}).content.decode()
     assert '<table class="table explorer-neighbours">' in html and html.count("<tr><td>") == 3, html
     found = neighbours.search(checkpoint=checkpoint, dataset=dataset, text=text, k=3)
-    for n in found["neighbours"]:
-        assert f"<td>{n['label']}</td>" in html and f"<td>{n['similarity']:.3f}</td>" in html
+    for n in found["neighbours"]:  # each row: rank, text, label, split, cosine
+        assert (f"<tr><td>{n['rank']}</td><td>{escape(n['text'])}</td><td>{n['label']}</td><td>{n['split']}</td>"
+                f"<td>{n['similarity']:.3f}</td></tr>") in html
     assert f"Searched {LIMIT} of the" in html
     missing = alice_client.post(reverse("explorer:index"), {**form, "action": "neighbours", "nn_text": " "})
     assert "Type a sentence to find its nearest neighbours." in missing.content.decode()
