@@ -66,4 +66,5 @@ def test_the_panel_follows_the_job_and_lists_the_neighbours(encoder_and_dataset,
 
     page.fill("#id_nn_text", "")
     page.click("#neighbours-button")
-    page.wait_for_function("document.querySelector('[data-error=neighbours]').textContent.includes('Type')")
+    page.wait_for_function("document.querySelector('[data-error=neighbours]').textContent.includes('text: ')")
+    assert page.is_hidden("#neighbours-result")  # the API's sentence, in place of the table
