@@ -48,8 +48,15 @@
   // ---- classify ----------------------------------------------------------------------------------
   function drawClassify(box, data, keep) {
     if (!keep) box.replaceChildren();
+    if (data.generated != null) {  // a T5 checkpoint writes its answer
+      box.appendChild(el("p", "explorer-generated", "")).append("Generated: ", el("b", "", `«${data.generated}»`),
+        data.predicted.length || data.value != null ? "" : (data.problem_type === "regression"
+          ? " (not a number)" : " (not one of the labels: the run counts such an output wrong)"));
+    }
     if (data.problem_type === "regression") {
-      box.appendChild(el("p", "explorer-value", "")).append("Predicted value: ", el("b", "", data.value.toFixed(4)));
+      if (data.value != null) {
+        box.appendChild(el("p", "explorer-value", "")).append("Predicted value: ", el("b", "", data.value.toFixed(4)));
+      }
     } else {
       const predicted = new Set(data.predicted);
       const list = el("div", "explorer-probs");
@@ -66,7 +73,7 @@
       box.appendChild(list);
       box.appendChild(el("p", "helptext", data.problem_type === "multi_label_classification"
         ? `A sigmoid per label; predicted above ${pct(data.threshold)}: ${data.predicted.join(", ") || "none"}.`
-        : `Predicted: ${data.predicted.join(", ")}.`));
+        : `Predicted: ${data.predicted.join(", ") || "none"}.`));
     }
     if (data.truncated) box.appendChild(el("p", "helptext", `The text was cut to ${data.max_length} tokens.`));
   }

@@ -93,6 +93,8 @@ class FinetuneConfig(FlatRecord):
     # Filled in from the checkpoint by trainer.finetune.engine (what the loop's logs and checkpoints name).
     family: str = ""
     preset: str = field(default="", repr=False)
+    label_words: list = field(default_factory=list, repr=False)
+    """Classification as text to text (T5, trainer/finetune/text_classify.py): the dataset's labels, the words the model writes (filled in by the engine)."""
     # Techniques (trainer/finetune/techniques.py; checked by check_techniques below).
     llrd: float = 1.0  # layer-wise lr decay: the head lr, the layer below lr * llrd, ...; 1 = off
     freeze_embeddings: bool = False
@@ -103,7 +105,7 @@ class FinetuneConfig(FlatRecord):
     # Generative tasks: text to text (T5, UniLM; trainer/finetune/text2text.py) and SFT (GPT;
     # trainer/finetune/sft.py). The other tasks ignore these; check_generation checks them.
     source_prefix: str = ""
-    """Text to text: put before every input (T5's task prefix, e.g. "summarize: ")."""
+    """Text to text, and classification or regression on T5 (the label written as a word): put before every input (T5's task prefix, e.g. "summarize: ", "sst2 sentence: ")."""
     max_target_length: int = 64
     """Text to text: target tokens kept for training and generated at evaluation; SFT: tokens generated for the samples."""
     target_mask_prob: float = 0.7

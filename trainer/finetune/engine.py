@@ -94,7 +94,8 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             model = task.build_model(base, labels, config)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"The checkpoint {checkpoint.name} cannot be fine-tuned for {task.label}: {e}") from None
-        config = config.replace(task=task.name, family=model.config.family, preset=checkpoint.name)
+        config = config.replace(task=task.name, family=model.config.family, preset=checkpoint.name,
+                                label_words=labels if getattr(task, "writes_labels", False) else [])
         tokenizer = load_tokenizer(checkpoint)
         collator = task.build_collator(tokenizer, labels, config.max_length, config)
         adapters = lora.apply(model, config, sink)  # before the optimizer: it freezes what LoRA replaces

@@ -61,13 +61,22 @@ def as_text(example: dict, task: str) -> dict:
     if task not in TEXT_TASKS:
         raise ConfigError(f"A {task} dataset cannot be written as text to text; multi-task mixing takes "
                           f"{', '.join(TEXT_TASKS)} datasets.")
-    if "text" in example:
-        source = example["text"]
-    else:
-        source = f"sentence1: {example['sentence1']} sentence2: {example['sentence2']}"
     if task == "classification":
-        return {"input": source, "target": str(example["label"])}
-    return {"input": source, "target": f"{round(float(example['label']) * 5) / 5:.1f}"}  # regression
+        return {"input": source_of(example), "target": str(example["label"])}
+    return {"input": source_of(example), "target": score_word(example["label"])}  # regression
+
+
+def source_of(example: dict) -> str:
+    """A classification or regression example's input as T5 writes it: the text, or a pair as
+    "sentence1: A sentence2: B"."""
+    if "text" in example:
+        return str(example["text"])
+    return f"sentence1: {example['sentence1']} sentence2: {example['sentence2']}"
+
+
+def score_word(value: Any) -> str:
+    """A regression score as T5's target text for STS-B: rounded to the nearest 0.2, one decimal."""
+    return f"{round(float(value) * 5) / 5:.1f}"
 
 
 @dataclass

@@ -289,6 +289,11 @@ class ClassifyResultSerializer(serializers.Serializer):
     threshold = serializers.FloatField(allow_null=True, help_text="Multi-label: a label is predicted above it.")
     truncated = serializers.BooleanField(help_text="The input was cut to max_length tokens.")
     max_length = serializers.IntegerField()
+    generated = serializers.CharField(allow_null=True, help_text=(
+        "A T5 checkpoint fine-tuned to write its labels (classification or regression as text to text): the text "
+        "it generated, read as the label (none predicted when it is no label) or the value (null when it is no "
+        "number); its label probabilities are those of each whole label as the output. Null for a classifier "
+        "head."))
 
 
 class ClassifyResponseSerializer(ClassifyResultSerializer):

@@ -436,7 +436,8 @@ class FinetuneForm(forms.Form):
     checkpoint = _CheckpointChoice(queryset=Checkpoint.objects.none(),
                                    help_text="The pre-trained (or fine-tuned) model: an encoder (BERT, RoBERTa, "
                                              "ALBERT, ELECTRA, DistilBERT, SpanBERT, UniLM) for the task heads, T5 "
-                                             "or UniLM for text to text, GPT for SFT and GPT-1's classifier, ELMo "
+                                             "or UniLM for text to text (T5 also for classification and regression, "
+                                             "the label written as a word), GPT for SFT and GPT-1's classifier, ELMo "
                                              "for its features (classification, tags).")
     dataset = _DatasetChoice(queryset=Dataset.objects.none(), help_text="A ready labelled dataset; its task "
                              "(classification, regression, tags, QA, text to text, SFT) is what the model learns.")

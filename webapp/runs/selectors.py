@@ -46,9 +46,14 @@ def run_get(user, run_id) -> Run:
         raise Http404("Not found.")
     pk = _as_uuid(run_id)
     try:
-        return with_last_checkpoint(Run.objects.filter(owner=user)).get(pk=pk)
+        run = Run.objects.get(pk=pk, owner=user)
     except Run.DoesNotExist:
         raise Http404("Not found.") from None
+    # For one run a plain "newest first, limit 1" is cheaper to build and to run than the
+    # windowed prefetch that with_last_checkpoint needs for many, and the API needs only the
+    # corpus's and tokenizer's ids (the run API's hot path; bench/serve_latency.py).
+    run.latest_checkpoints = list(run.checkpoints.order_by("-step")[:1])
+    return run
 
 
 def metrics_since(run: Run, since_step: int | None = None) -> QuerySet[MetricPoint]:

@@ -5,12 +5,12 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from webapp.api.serializers import GreaterThan, QuerySerializer, RequestSerializer
+from webapp.api.serializers import BuiltOnceFields, GreaterThan, QuerySerializer, RequestSerializer
 from webapp.runs import launch
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run
 
 
-class CheckpointSerializer(serializers.ModelSerializer):
+class CheckpointSerializer(BuiltOnceFields, serializers.ModelSerializer):
     run = serializers.UUIDField(source="run_id", read_only=True)
     files_present = serializers.SerializerMethodField()
     explore_url = serializers.SerializerMethodField()
@@ -35,7 +35,7 @@ class CheckpointSerializer(serializers.ModelSerializer):
         return reverse("runs:checkpoint-export", args=[obj.id])
 
 
-class RunSerializer(serializers.ModelSerializer):
+class RunSerializer(BuiltOnceFields, serializers.ModelSerializer):
     status_label = serializers.CharField(source="get_status_display", read_only=True)
     progress = serializers.SerializerMethodField()
     last_checkpoint = serializers.SerializerMethodField()
