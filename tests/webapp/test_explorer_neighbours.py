@@ -9,7 +9,8 @@ from django.urls import reverse
 from django.utils.html import escape
 
 from tests.webapp.import_helpers import imported_checkpoint
-from tests.webapp.test_runs_finetune import ready_demo, t5_checkpoint, tiny_checkpoint
+from tests.webapp.explorer_models_helpers import family_checkpoint
+from tests.webapp.test_runs_finetune import ready_demo, tiny_checkpoint
 from trainer.errors import InferenceError
 from webapp.explorer import neighbours
 from webapp.explorer.models import NeighbourIndex
@@ -166,7 +167,8 @@ def test_the_api_builds_and_searches_only_your_own(alice, bob, alice_api, bob_ap
     assert NeighbourIndex.objects.filter(owner=bob).count() == 0
 
     # a checkpoint that is not an encoder, a bad k: a sentence
-    refused = alice_api.post(reverse("api-explore-neighbour-index"), {**body, "checkpoint": str(t5_checkpoint(alice).id)},
+    gpt = family_checkpoint(alice, "gpt", run=True)
+    refused = alice_api.post(reverse("api-explore-neighbour-index"), {**body, "checkpoint": str(gpt.id)},
                              format="json")
     assert refused.status_code == 400 and "Nearest neighbours need sentence embeddings" in refused.json()["error"]
     refused = alice_api.post(reverse("api-explore-neighbours"), {**body, "text": "x", "k": 0}, format="json")
