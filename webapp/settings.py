@@ -177,9 +177,9 @@ CELERY_BROKER_CHANNEL_ERROR_RETRY = True
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
-# The most devices (processes, one per GPU) one worker gives one run: a GPU worker's GPU count
-# (docker-compose.yml: one GPU worker per machine, with all its GPUs). On the CPU, that many
-# processes over gloo.
+# The most processes over gloo a CPU worker starts for one run (it takes runs of up to this many
+# devices: webapp/runs/capacity.py). A GPU worker gives its GPUs instead, counted as it starts
+# (WORKER_GPUS overrides the count); docker-compose.yml runs one per machine with all its GPUs.
 RUN_MAX_DEVICES = int(os.environ.get("RUN_MAX_DEVICES", "8"))
 # Queue for runs whose device is "auto": "gpu" where the deployment has GPU workers.
 RUN_DEFAULT_QUEUE = os.environ.get("RUN_DEFAULT_QUEUE", "cpu")

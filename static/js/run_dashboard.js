@@ -204,7 +204,7 @@
       document.getElementById("run-error-text").textContent = msg.error;
     }
     const note = document.getElementById("run-note");
-    if (msg.status === "queued") { note.hidden = false; note.textContent = "Waiting for a worker to pick the run up."; }
+    if (msg.status === "queued") { note.hidden = false; note.textContent = msg.waiting || "Waiting for a worker to pick the run up."; }
     else if (msg.status === "running" && state.cancelRequested) { note.hidden = false; note.textContent = "Stopping: the run saves a checkpoint, then ends."; }
     else note.hidden = true;
     updateEta();

@@ -6,7 +6,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from webapp.api.serializers import BuiltOnceFields, GreaterThan, QuerySerializer, RequestSerializer
-from webapp.runs import launch
+from webapp.runs import capacity, launch
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run
 
 
@@ -40,6 +40,9 @@ class RunSerializer(BuiltOnceFields, serializers.ModelSerializer):
     progress = serializers.SerializerMethodField()
     last_checkpoint = serializers.SerializerMethodField()
     dashboard_url = serializers.SerializerMethodField()
+    waiting = serializers.SerializerMethodField(
+        help_text="While the run is queued, what it waits for in a sentence (\"Waiting for a worker with 2 GPUs.\"), "
+                  "saying so when no live worker can take it; empty otherwise.")
 
     class Meta:
         model = Run
@@ -47,7 +50,7 @@ class RunSerializer(BuiltOnceFields, serializers.ModelSerializer):
             "id", "name", "kind", "status", "status_label", "error", "family", "preset", "objectives", "queue",
             "corpus", "tokenizer", "dataset", "base_checkpoint", "cloned_from", "current_step", "max_steps", "progress", "tokens_seen",
             "cancel_requested", "config", "created_at", "started_at", "finished_at", "heartbeat_at",
-            "last_checkpoint", "dashboard_url",
+            "last_checkpoint", "dashboard_url", "waiting",
         ]
         read_only_fields = fields
 
@@ -62,6 +65,9 @@ class RunSerializer(BuiltOnceFields, serializers.ModelSerializer):
 
     def get_dashboard_url(self, obj: Run) -> str:
         return reverse("runs:detail", args=[obj.id])
+
+    def get_waiting(self, obj: Run) -> str:
+        return capacity.waiting(obj)
 
 
 class MetricPointSerializer(serializers.ModelSerializer):

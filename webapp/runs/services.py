@@ -27,13 +27,13 @@ from django.utils import timezone
 from trainer import families
 from trainer.catalog import validation
 from trainer import objectives
-from trainer.config import RunConfig, resolve_devices
+from trainer.config import RunConfig
 from trainer.errors import ConfigError, UserError
 from webapp.api.storage import check_free_space
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
 from webapp.runs import shutdown
 from webapp.runs.events import send_run_event, status_event
-from webapp.runs import multiproc
+from webapp.runs import capacity, multiproc
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run, RunKind, RunStatus
 from webapp.runs.signals import run_ended
 from webapp.runs.sink import DatabaseChannelsSink, StopCheck
@@ -71,19 +71,7 @@ def build_config(*, family: str, preset: str, objectives, training: dict | None 
         {**training, "family": family, "preset": preset, "objectives": list(objectives or [])}
     )
     validation.validate(config)
-    check_devices(config)
     return config
-
-
-def check_devices(config: RunConfig) -> None:
-    """ConfigError when the run asks for more devices than a worker of this deployment gives one
-    run (settings.RUN_MAX_DEVICES: a GPU worker's GPUs; its worker checks the GPUs it really has
-    again when it starts the run)."""
-    most = int(getattr(settings, "RUN_MAX_DEVICES", 8))
-    if isinstance(config.devices, int) and config.devices > most:
-        raise ConfigError(f"devices is {config.devices}, but a worker here gives one run at most {most} "
-                          f"(RUN_MAX_DEVICES); ask for {most} or fewer and raise grad_accum to keep the "
-                          f"effective batch.")
 
 
 def resolve_teacher(*, owner, value) -> Checkpoint:
@@ -199,13 +187,15 @@ def check_run_limit(*, owner) -> None:
 
 
 def queue_for(config) -> str:
-    """The Celery queue of a run (a RunConfig's or a FinetuneConfig's device): "gpu" for cuda,
-    "cpu" for cpu, RUN_DEFAULT_QUEUE for auto."""
-    if config.device == "cuda":
-        return "gpu"
-    if config.device == "cpu":
-        return "cpu"
-    return getattr(settings, "RUN_DEFAULT_QUEUE", "cpu") or "cpu"
+    """The Celery queue of a run (a RunConfig's or a FinetuneConfig's device and devices): the
+    kind's, "gpu" for cuda, "cpu" for cpu, RUN_DEFAULT_QUEUE for auto, with the device count
+    when it asks for more than one ("gpu.x2"), so that only a worker that can give it that many
+    takes it (webapp.runs.capacity); "all" goes to the kind's queue, resolved by its worker."""
+    if config.device in ("cuda", "cpu"):
+        kind = "gpu" if config.device == "cuda" else "cpu"
+    else:
+        kind = getattr(settings, "RUN_DEFAULT_QUEUE", "cpu") or "cpu"
+    return capacity.run_queue(kind, getattr(config, "devices", 1))
 
 
 def _check_data(*, owner, corpus: Corpus | None, tokenizer: Tokenizer) -> Corpus:
@@ -532,7 +522,7 @@ def _train(run: Run, sink: DatabaseChannelsSink, me: str) -> tuple[str, int]:
         sink.log(f"Started on {me} ({run.queue} queue).")
     send_run_event(run.id, {**status_event(run), "resumed_from": resume_from[0] if resume_from else None})
     run.folder.mkdir(parents=True, exist_ok=True)
-    processes = resolve_devices(config.devices, config.device)
+    processes = capacity.devices_here(config)  # what this worker gives the run, or a sentence why not
     if processes > 1:  # torchrun in a process group of its own (webapp.runs.multiproc)
         return multiproc.train(run, config, sink, StopCheck(run.id, claimed_by=me), processes=processes,
                                resume=resume)

@@ -17,7 +17,7 @@ from trainer.config import RunConfig
 from trainer.finetune.config import mix_task_names
 from trainer.errors import UserError
 from webapp.corpora.models import JobStatus, Tokenizer
-from webapp.runs import launch, results, selectors, services
+from webapp.runs import capacity, launch, results, selectors, services
 from webapp.runs.api import NO_PREDICTIONS, config_text, config_yaml_response, export_response, predictions_response
 from webapp.runs.forms import FinetuneForm, RunForm, YamlImportForm
 from webapp.runs.models import RunStatus
@@ -181,6 +181,7 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
         "config_yaml": config_text(run),
         "batch": batch_summary(run.config),
         "can_resume": run.status in services.RESUMABLE_STATES and bool(checkpoints),
+        "waiting": capacity.waiting(run),
         "dashboard": {
             "run_id": str(run.id), "status": run.status, "status_label": run.get_status_display(),
             "step": run.current_step, "max_steps": run.max_steps, "error": run.error,
