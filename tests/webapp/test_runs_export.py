@@ -193,3 +193,16 @@ def test_deleting_the_checkpoint_or_its_run_deletes_its_export(delete, checkpoin
     assert not CheckpointExport.objects.filter(pk=export.pk).exists()
     assert not folder.exists()
     assert (checkpoint.folder / "model.safetensors").is_file()  # only the export's own files go
+
+
+@pytest.mark.parametrize("change, sentence", [
+    ({"adapters": {"size": 8}}, "it carries bottleneck adapters (size 8)"),
+    ({"family": "elmo"}, "ELMo has no transformers class"),
+])
+def test_what_transformers_cannot_hold_is_refused_before_a_job_is_queued(alice_api, checkpoint, queued, change,
+                                                                        sentence):
+    path = checkpoint.folder / "model_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    response = alice_api.post(reverse("api-checkpoint-export-job", args=[checkpoint.id]))
+    assert response.status_code == 400 and sentence in response.json()["error"]
+    assert not CheckpointExport.objects.exists() and not queued

@@ -307,8 +307,10 @@ class CheckpointExportJobView(APIView):
                                "model.safetensors, tokenizer.json, tokenizer_config.json and a README; a fine-tuned "
                                "checkpoint as ...ForSequenceClassification / ForTokenClassification / "
                                "ForQuestionAnswering with id2label). An export under way, or a ready one made "
-                               "after the weights were last written, is answered as it is (200). 507 when the "
-                               "server's storage is nearly full.")
+                               "after the weights were last written, is answered as it is (200). 400 with a "
+                               "sentence for a checkpoint whose files are gone or that transformers cannot hold "
+                               "(ELMo; bottleneck adapters, adapter_size), 507 when the server's storage is nearly "
+                               "full.")
     def post(self, request: Request, checkpoint_id) -> Response:
         checkpoint = owned_checkpoint(request, checkpoint_id)
         export, started = exports.export_start(checkpoint=checkpoint)

@@ -113,9 +113,13 @@ def ready_archive(checkpoint: Checkpoint) -> Path:
 @transaction.atomic
 def export_start(*, checkpoint: Checkpoint) -> tuple[CheckpointExport, bool]:
     """Start exporting the checkpoint unless a fresh export or one under way exists; returns
-    (the row, whether a new job was queued). UserError when its files are gone, StorageFullError
-    (507) when the volume would be left too full."""
+    (the row, whether a new job was queued). UserError when its files are gone or its
+    model_config.json says transformers cannot hold it (trainer.export.check_exportable),
+    StorageFullError (507) when the volume would be left too full."""
+    from trainer.export import check_exportable
+
     _weights(checkpoint)
+    check_exportable(checkpoint.folder)  # ELMo, adapters: a sentence now rather than a failed job
     export = CheckpointExport.objects.select_for_update().filter(checkpoint=checkpoint).first()
     if export is not None and (export.in_flight or is_fresh(export)):
         return export, False

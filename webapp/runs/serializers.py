@@ -203,8 +203,9 @@ def _finetune_bounds(name: str) -> dict:
     return {"min_value": low, "max_value": high}
 
 
-def _finetune_int(name: str) -> serializers.IntegerField:
-    return serializers.IntegerField(required=False, **{k: int(v) for k, v in _finetune_bounds(name).items()})
+def _finetune_int(name: str, **kwargs) -> serializers.IntegerField:
+    return serializers.IntegerField(required=False, **{k: int(v) for k, v in _finetune_bounds(name).items()},
+                                    **kwargs)
 
 
 def _finetune_float(name: str) -> serializers.FloatField:
@@ -255,6 +256,9 @@ class FinetuneCreateSerializer(RequestSerializer):
     lora_dropout = _finetune_float("lora_dropout")
     lora_targets = serializers.CharField(required=False, max_length=200,
                                          help_text="Comma-separated: query, key, value, output, ffn_up, ffn_down.")
+    adapter_size = _finetune_int("adapter_size", help_text=(
+        "Bottleneck adapters' size d after every attention and feed-forward layer; only they, the layer norms and "
+        "the head train. 0 (the default): off. Not with lora_r or gradual_unfreeze_every."))
     chat_template = serializers.CharField(required=False, trim_whitespace=False, max_length=1000,
                                           help_text="SFT: one chat turn, with {role} and {content}.")
     device = serializers.ChoiceField(choices=["auto", "cpu", "cuda"], required=False,

@@ -374,9 +374,11 @@ GENERATION_FIELDS = ("source_prefix", "max_target_length", "target_mask_prob", "
                      "chat_template", "aux_lm_weight")
 # LoRA (trainer/finetune/lora.py), a technique for every family; optional as well.
 LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")
+# Bottleneck adapters (trainer/finetune/adapters.py), the same: 0 (the default) is off.
+ADAPTER_FIELDS = ("adapter_size",)
 # T5 multi-task mixing (trainer/finetune/mixing.py); the extra datasets come as rows (finetune_create).
 MIX_FIELDS = ("task_name", "mixing", "mixing_limit", "mixing_temperature")
-OPTIONAL_FIELDS = GENERATION_FIELDS + LORA_FIELDS + MIX_FIELDS + ("device",)  # device: auto when not sent
+OPTIONAL_FIELDS = GENERATION_FIELDS + LORA_FIELDS + ADAPTER_FIELDS + MIX_FIELDS + ("device",)  # device: auto when not sent
 FINETUNE_FIELDS += OPTIONAL_FIELDS
 
 
