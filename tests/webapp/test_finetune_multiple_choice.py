@@ -108,3 +108,16 @@ def the_explorer_chooses_with_each_choices_probability(alice_api, bob_api, alice
     assert '<section class="card" id="choose" data-tasks="multiple_choice">' in html
     assert 'id="classify" data-tasks="classification regression multilabel" hidden>' in html
     assert f'data-choose="{reverse("api-explore-choose")}"' in html
+
+    # without JavaScript the form posts the question and the page answers it in a table
+    page = alice_client.post(reverse("explorer:index"), {
+        "checkpoint": str(checkpoint.id), "action": "choose", "choose_context": "Return the current working directory.",
+        "choose_choices": "\n".join(choices)})
+    assert page.status_code == 200
+    html = page.content.decode()
+    section = html[html.index('id="choose-result"'):html.index('id="tag"')]
+    assert '<table class="compact explorer-prob-table">' in section and f"<b>{best['text']}</b>" in section
+    assert f"Predicted: {best['text']}." in section
+    page = alice_client.post(reverse("explorer:index"), {
+        "checkpoint": str(checkpoint.id), "action": "choose", "choose_context": "c", "choose_choices": "only one"})
+    assert "Give from 2 to 8 choices (one per line); there is 1." in page.content.decode()

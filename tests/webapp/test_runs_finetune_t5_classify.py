@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 from django.urls import reverse
+from django.utils.html import escape
 
 from tests.trainer.inference_generate_helpers import make_checkpoint
 from tests.webapp.runs_helpers import make_run
@@ -92,6 +93,11 @@ def test_t5_classification_through_the_api_reports_like_bert_and_shares_the_lead
     assert sorted(x["label"] for x in body["labels"]) == sorted(dataset.labels)
     assert sum(x["probability"] for x in body["labels"]) == pytest.approx(1.0, abs=1e-4)
     assert body["predicted"] == ([body["generated"]] if body["generated"] in dataset.labels else [])
+    # the same answer without JavaScript: the page posts the card's form and shows the word written
+    html = alice_client.post(reverse("explorer:index"), {"checkpoint": str(tuned.id), "action": "classify",
+                                                         "classify_text": "Return the path of a file."}).content.decode()
+    assert f'<p class="explorer-generated">Generated: <b>«{escape(body["generated"])}»</b>' in html
+    assert f"Predicted: {', '.join(body['predicted']) or 'none'}." in html
     # an encoder's classifier says it wrote nothing
     bert_ckpt = bert.checkpoints.order_by("step").last()
     answer = alice_api.post(reverse("api-explore-classify"), {"checkpoint": str(bert_ckpt.id), "text": "x"},

@@ -12,6 +12,8 @@
                                                  (one pass per choice, a softmax over their scores)
     embed(folder, sentences, pooling)            sentence vectors of any encoder checkpoint (mean of the
                                                  tokens or the first token) and their cosine similarities
+                                                 (sentence_vectors; trainer.inference.neighbours searches
+                                                 a dataset's with it)
 
 The model is read as trainer.inference.loading caches it; the tokenizer is the checkpoint's own,
 cut to the length the run fine-tuned with (its trainer_state.json), else the model's positions.
@@ -332,21 +334,15 @@ def _encoder(loaded: Loaded) -> Any:
     return backbone
 
 
-def embed(checkpoint_dir: str | Path, sentences: Sequence[str], *, pooling: str = "mean") -> dict[str, Any]:
-    """-> {"pooling", "sentences", "similarity": (N, N) cosines, "dimensions", "truncated": [bool]}.
-    mean: the average of the last layer's token vectors (special tokens included, as
-    sentence-transformers' mean pooling does); cls: the first token's vector."""
+def sentence_vectors(loaded: Loaded, texts: Sequence[str], *, pooling: str = "mean") -> tuple[torch.Tensor, list[bool]]:
+    """(unit-length sentence vectors (N, H) of an encoder checkpoint, which texts were cut to the
+    model's length). mean: the average of the last layer's token vectors (special tokens included,
+    as sentence-transformers' mean pooling does); cls: the first token's vector."""
     if pooling not in POOLINGS:
         raise InferenceError(f"pooling must be one of {', '.join(POOLINGS)}, not {pooling!r}.")
-    texts = [s.strip() for s in sentences if isinstance(s, str) and s.strip()]
-    if not 2 <= len(texts) <= MAX_SENTENCES:
-        raise InferenceError(f"Give from 2 to {MAX_SENTENCES} sentences (one per line) to compare; "
-                             f"there {'is' if len(texts) == 1 else 'are'} {len(texts)}.")
-    loaded = load(checkpoint_dir)
     encoder = _encoder(loaded)
-    max_length = _max_length(loaded)
-    tok = _tokenizer(loaded, max_length)
-    encodings = tok.encode_batch(texts)
+    tok = _tokenizer(loaded, _max_length(loaded))
+    encodings = tok.encode_batch(list(texts))
     truncated = [len(loaded.tokenizer.tok.encode(t).ids) > len(e.ids) for t, e in zip(texts, encodings)]
     ids, mask, types = _tensors(encodings, int(loaded.tokenizer.pad_id))
     with loaded.lock, torch.inference_mode():
@@ -357,6 +353,19 @@ def embed(checkpoint_dir: str | Path, sentences: Sequence[str], *, pooling: str 
             weights = mask.unsqueeze(-1).float()
             vectors = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
         unit = torch.nn.functional.normalize(vectors, dim=-1)
-        similarity = (unit @ unit.T).clamp(-1.0, 1.0)
+    return unit, truncated
+
+
+def embed(checkpoint_dir: str | Path, sentences: Sequence[str], *, pooling: str = "mean") -> dict[str, Any]:
+    """-> {"pooling", "sentences", "similarity": (N, N) cosines, "dimensions", "truncated": [bool]}
+    (sentence_vectors says how the sentences become vectors)."""
+    if pooling not in POOLINGS:
+        raise InferenceError(f"pooling must be one of {', '.join(POOLINGS)}, not {pooling!r}.")
+    texts = [s.strip() for s in sentences if isinstance(s, str) and s.strip()]
+    if not 2 <= len(texts) <= MAX_SENTENCES:
+        raise InferenceError(f"Give from 2 to {MAX_SENTENCES} sentences (one per line) to compare; "
+                             f"there {'is' if len(texts) == 1 else 'are'} {len(texts)}.")
+    unit, truncated = sentence_vectors(load(checkpoint_dir), texts, pooling=pooling)
+    similarity = (unit @ unit.T).clamp(-1.0, 1.0)
     return {"pooling": pooling, "sentences": texts, "similarity": [[float(x) for x in row] for row in similarity],
-            "dimensions": int(vectors.shape[-1]), "truncated": truncated}
+            "dimensions": int(unit.shape[-1]), "truncated": truncated}

@@ -2,7 +2,7 @@
 
 Every sender (the metrics sink in a worker, the cancel/reaper services in the web process)
 calls `send_run_event`; the consumer in consumers.py forwards each message by its type:
-run.metrics, run.log, run.status, run.checkpoint, run.heartbeat.
+run.metrics, run.log, run.status, run.checkpoint, run.heartbeat, run.samples.
 """
 from __future__ import annotations
 
