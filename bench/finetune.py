@@ -20,8 +20,9 @@ sampler is a plain shuffle. Each seed trains the reference once per --reference-
 Trainer's own length grouping), and ours once per --ours-grouping (default: on).
 
 Printed: every metric of both and the difference, then training examples/s of each (training
-only: neither side's evaluation is timed) and the ratio ours/theirs, per seed and the mean,
-each with the machine's load average (other jobs share the cores).
+only: neither side's evaluation is timed) and the ratio ours/theirs, per seed and the mean, by
+the wall clock and by the process's CPU time (which other jobs on a shared machine disturb far
+less; with --threads 1 it is the work done), each with the machine's load average.
 
 Before that, a parity check (--parity-steps N, 0 skips it): both trainers train N steps from the
 same weights on the same batches in the same order (our stream's, fed to Trainer with its
@@ -39,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -47,6 +49,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 from trainer.finetune.config import FinetuneConfig  # noqa: E402
 from trainer.finetune.metrics import METRICS  # noqa: E402
 from trainer.training.sinks import ListSink  # noqa: E402
+
+class Timing(NamedTuple):
+    """Training time: wall-clock seconds, and the process's CPU seconds (user + system, all its
+    threads), which other jobs on a shared machine disturb far less than the wall clock."""
+
+    wall: float
+    cpu: float
+
+    @staticmethod
+    def now() -> "Timing":
+        return Timing(time.perf_counter(), time.process_time())
+
+    def __sub__(self, other: "Timing") -> "Timing":  # type: ignore[override]
+        return Timing(self.wall - other.wall, self.cpu - other.cpu)
+
+    def __add__(self, other: "Timing") -> "Timing":  # type: ignore[override]
+        return Timing(self.wall + other.wall, self.cpu + other.cpu)
+
 
 TASKS = {"classification": ("classification", "AutoModelForSequenceClassification"),
          "token_classification": ("token_classification", "AutoModelForTokenClassification")}
@@ -84,25 +104,25 @@ def make_dataset(root: Path, task: str) -> Path:
 
 
 # ----------------------------------------------------------------------------- ours
-def run_ours(config: FinetuneConfig, out: Path) -> tuple[dict, float, ListSink]:
-    """(test metrics, training seconds) of our engine. The training seconds are the training loop's
+def run_ours(config: FinetuneConfig, out: Path) -> tuple[dict, Timing, ListSink]:
+    """(test metrics, training time, sink) of our engine. The training time is the training loop's
     wall time (FinetuneLoop.run, as transformers' Trainer.train) less its validation passes and
     checkpoint writes; model loading and the test split are outside it, as they are for Trainer."""
     from trainer.finetune import engine
 
     loop_class = engine.techniques.FinetuneLoop
-    spent = {"run": 0.0, "aside": 0.0, "inside": False}
+    spent = {"run": Timing(0.0, 0.0), "aside": Timing(0.0, 0.0), "inside": False}
     originals = {name: getattr(loop_class, name) for name in ("run", "evaluate", "save_checkpoint")}
 
     def timed(name):
         def call(self, *a, **kw):
-            started, outer = time.perf_counter(), name == "run"
+            started, outer = Timing.now(), name == "run"
             if outer:
                 spent["inside"] = True
             try:
                 return originals[name](self, *a, **kw)
             finally:
-                took = time.perf_counter() - started
+                took = Timing.now() - started
                 if outer:
                     spent["run"] += took
                     spent["inside"] = False
@@ -142,7 +162,7 @@ def initial_model(config: FinetuneConfig):
 
 # ----------------------------------------------------------------------------- the reference
 def run_theirs(config: FinetuneConfig, task: str, folder: Path, labels: list[str], *, sampling: str = "random",
-               order: list[dict] | None = None) -> tuple[dict, float, list[float]]:
+               order: list[dict] | None = None) -> tuple[dict, Timing, list[float]]:
     """(test metrics, Trainer.train() seconds, the training loss of every step). sampling: Trainer's
     train_sampling_strategy; order: train on these examples in this order (sequential sampler)."""
     import transformers
@@ -198,9 +218,9 @@ def run_theirs(config: FinetuneConfig, task: str, folder: Path, labels: list[str
             eval_strategy="no", logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
             train_sampling_strategy="sequential" if order is not None else sampling)
         trainer = Recording(model=model, args=args, train_dataset=train, data_collator=collator)
-        started = time.perf_counter()
+        started = Timing.now()
         trainer.train()
-        seconds = time.perf_counter() - started
+        seconds = Timing.now() - started
         logits = trainer.predict(test).predictions
     logits = logits[0] if isinstance(logits, tuple) else logits
     if task == "classification":
@@ -277,6 +297,14 @@ def parity(checkpoint: Path, dataset: Path, root: Path, args: argparse.Namespace
 
 
 # ----------------------------------------------------------------------------- main
+def speed(examples: int, t: Timing) -> str:
+    return f"{examples / t.wall:.1f} examples/s ({t.wall:.1f} s wall, {t.cpu:.1f} s CPU)"
+
+
+def ratio(theirs: Timing, ours: Timing) -> str:
+    return f"{theirs.wall / ours.wall:.2f}x wall, {theirs.cpu / ours.cpu:.2f}x CPU"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", choices=list(TASKS), default="classification")
@@ -326,31 +354,31 @@ def main(argv: list[str] | None = None) -> int:
                 metrics, seconds, _ = run_ours(config, root / f"ours-{seed}-{grouping}")
                 ours_runs[grouping].append((metrics, seconds))
                 print(f"  ours, group_by_length {grouping}: {primary} {metrics[primary]:.4f}, "
-                      f"{examples / seconds:.1f} examples/s ({seconds:.1f} s; load average {load:.2f} before, "
-                      f"{os.getloadavg()[0]:.2f} after)")
+                      f"{speed(examples, seconds)}; load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
             for sampling in args.reference_sampling:
                 load = os.getloadavg()[0]
                 metrics, seconds, _ = run_theirs(base, args.task, start, labels, sampling=sampling)
                 theirs_runs[sampling].append((metrics, seconds))
-                print(f"  transformers, {sampling}: {primary} {metrics[primary]:.4f}, {examples / seconds:.1f} "
-                      f"examples/s ({seconds:.1f} s; load average {load:.2f} before, {os.getloadavg()[0]:.2f} after)")
+                print(f"  transformers, {sampling}: {primary} {metrics[primary]:.4f}, {speed(examples, seconds)}; "
+                      f"load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
             for grouping, runs in ours_runs.items():
                 ours = runs[-1][0]
                 for sampling, theirs_list in theirs_runs.items():
                     theirs = theirs_list[-1][0]
                     print(f"  ours ({grouping}) - transformers ({sampling}): " + ", ".join(
                         f"{k} {ours.get(k, float('nan')) - theirs[k]:+.4f}" for k in sorted(theirs))
-                        + f"; speed {theirs_list[-1][1] / runs[-1][1]:.2f}x")
+                        + f"; speed {ratio(theirs_list[-1][1], runs[-1][1])}")
         print(f"\n{args.task}, {len(args.seeds)} seed(s), {args.steps} steps x {args.batch_size}, "
               f"{args.threads} thread(s):")
         for grouping, runs in ours_runs.items():
             ours_mean = statistics.mean(m[primary] for m, _ in runs)
             for sampling, theirs_list in theirs_runs.items():
                 theirs_mean = statistics.mean(m[primary] for m, _ in theirs_list)
-                ratio = statistics.mean(t / o for (_, o), (_, t) in zip(runs, theirs_list))
+                wall = statistics.mean(t.wall / o.wall for (_, o), (_, t) in zip(runs, theirs_list))
+                cpu = statistics.mean(t.cpu / o.cpu for (_, o), (_, t) in zip(runs, theirs_list))
                 print(f"  ours (group_by_length {grouping}) vs transformers ({sampling}): test {primary} "
                       f"{ours_mean:.4f} vs {theirs_mean:.4f} (diff {100 * (ours_mean - theirs_mean):+.2f} points); "
-                      f"training speed ours / transformers {ratio:.2f}x")
+                      f"training speed ours / transformers {wall:.2f}x by the wall clock, {cpu:.2f}x by CPU time")
     return 0
 
 
