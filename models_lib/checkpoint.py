@@ -10,6 +10,9 @@ num_labels, labels, problem_type, classifier_dropout, threshold), and "config" i
 Its classes are registered with every encoder family (and GPT-1's classifier with GPT,
 models_lib.families.gpt_tasks; ELMo's feature-based task model with ELMo,
 models_lib.families.elmo_tasks); files without "task" load as before.
+
+A model with bottleneck adapters (models_lib.core.adapters) adds "adapters": {"size": d}; its
+weights file holds them, and load_model attaches adapters of that size before loading it.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import safetensors.torch
 import torch
 from torch import nn
 
+from models_lib.core import adapters
 from models_lib.families.albert import AlbertForPreTraining
 from models_lib.families.bert import BertForPreTraining, BertModel
 from models_lib.core.config import ElectraConfig, EncoderConfig, SpanBertConfig, TinyBertConfig
@@ -107,6 +111,8 @@ def save_model(model: nn.Module, folder: str | Path, *, state_dict: dict[str, to
     meta = {"family": family.name, "class": model_class(model).__name__, "config": model.config.to_dict()}
     if isinstance(model, TASK_CLASSES):
         meta["task"] = model.task_config.to_dict()
+    if adapters.has_adapters(model):
+        meta["adapters"] = adapters.settings(model)
     if state_dict is None:
         # save_model (not save_file) de-duplicates parameters that several modules share (ALBERT).
         safetensors.torch.save_model(model, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
@@ -171,6 +177,12 @@ def load_model(folder: str | Path, map_location: str | torch.device = "cpu") -> 
         model = classes[name](config, TaskConfig.from_dict(meta["task"]))
     else:
         model = classes[name](config)
+    if "adapters" in meta:
+        size = meta["adapters"].get("size") if isinstance(meta["adapters"], dict) else None
+        try:
+            adapters.attach(model, size=size)
+        except ValueError as exc:
+            raise ValueError(f"{folder / CONFIG_NAME} records adapters that cannot be attached: {exc}") from exc
     try:
         safetensors.torch.load_model(model, str(folder / WEIGHTS_NAME), strict=True)
     except RuntimeError as exc:  # missing, unexpected or mis-shaped tensors

@@ -1,5 +1,6 @@
-"""Start LM Workbench on one machine: Redis (if needed), migrations, web server, Celery worker,
-and the scheduler (Celery beat with a small worker for the periodic jobs, e.g. the crash reaper).
+"""Start LM Workbench on one machine: Redis (if needed), migrations, web server, the Celery workers
+(CPU runs; GPU runs too where there is an NVIDIA driver; short jobs) and the scheduler (Celery
+beat with a small worker for the periodic jobs, e.g. the crash reaper).
 
 Run through ./run.sh, which creates the virtual environment first. Ctrl-C (or SIGTERM) stops
 everything. A process that dies is started again, after 1 s, then twice as long after each quick
@@ -137,6 +138,20 @@ def stop(children: list[Child]) -> None:
             p.kill()
 
 
+def training_workers(env: dict[str, str], *, gpus: bool) -> list[Child]:
+    """The workers that train runs: one for CPU runs (two at once; runs of up to RUN_MAX_DEVICES
+    processes over gloo) and, where there is an NVIDIA driver (`gpus`; CUDA itself is never
+    touched here), one for GPU runs, one at a time with every GPU of the machine. Each adds the
+    queues of the device counts it can give one run as it starts (webapp/runs/capacity.py)."""
+    def worker(name: str, queue: str, concurrency: int) -> Child:
+        return Child(name, [
+            PY, "-m", "celery", "-A", "webapp", "worker", "-Q", queue, "--concurrency", str(concurrency),
+            "--prefetch-multiplier", "1", "-O", "fair", "--loglevel", "INFO", "-n", f"{queue}-{os.getpid()}@%h"],
+            env)
+
+    return [worker("worker", "cpu", 2), *([worker("gpu worker", "gpu", 1)] if gpus else [])]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
@@ -161,12 +176,7 @@ def main() -> None:
             "--ws", "websockets-sansio", "--lifespan", "off", "--no-access-log", "--timeout-graceful-shutdown", "5"],
             env))
         if not args.no_worker:
-            # A GPU queue only where there is an NVIDIA driver; CUDA itself is never touched here.
-            queues = "cpu,gpu" if shutil.which("nvidia-smi") else "cpu"
-            children.append(Child("worker", [
-                PY, "-m", "celery", "-A", "webapp", "worker", "-Q", queues, "--concurrency", "2",
-                "--prefetch-multiplier", "1", "-O", "fair", "--loglevel", "INFO", "-n", f"worker-{os.getpid()}@%h"],
-                env))
+            children += training_workers(env, gpus=bool(shutil.which("nvidia-smi")))
             # Corpus ingest, tokenizer training and model imports: a worker of their own, so a
             # short job never waits behind the training runs above.
             children.append(Child("jobs worker", [

@@ -146,12 +146,13 @@ def stack_env(redis_url: str | None = None) -> dict[str, str]:
 
 
 def start_worker(name: str, log: Path, *, redis_url: str | None = None, queues: str = "cpu,gpu",
-                 concurrency: int = 1) -> subprocess.Popen:
-    """A Celery worker as scripts/serve.py starts one, on the test database, writing to `log`."""
+                 concurrency: int = 1, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """A Celery worker as scripts/serve.py starts one, on the test database, writing to `log`;
+    `env` adds to its environment (RUN_MAX_DEVICES, WORKER_GPUS)."""
     return subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", queues, "--concurrency", str(concurrency),
          "--prefetch-multiplier", "1", "-O", "fair", "--loglevel", "INFO", "-n", f"{name}-{os.getpid()}@%h"],
-        cwd=ROOT, env=stack_env(redis_url), stdout=open(log, "ab"), stderr=subprocess.STDOUT,
+        cwd=ROOT, env={**stack_env(redis_url), **(env or {})}, stdout=open(log, "ab"), stderr=subprocess.STDOUT,
     )
 
 

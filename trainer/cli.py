@@ -294,7 +294,10 @@ def cmd_finetune(config_path: Path) -> int:
         data["extra_datasets"] = [
             {**spec, "dataset": str(_labelled_dataset(spec.get("dataset"), base, output_dir, f"dataset-{i}"))}
             if isinstance(spec, dict) else spec for i, spec in enumerate(extras, 1)]
+    then_on, then_steps = data.pop("then_finetune_on", None), data.pop("then_steps", 0)
     config = FinetuneConfig.from_dict(data)
+    if then_on is not None:
+        _check_then(config, then_on, then_steps)
     from trainer.finetune.engine import finetune  # imports torch: after the cheap checks
     from trainer.training.sinks import ConsoleSink
 
@@ -304,7 +307,37 @@ def cmd_finetune(config_path: Path) -> int:
                           should_stop=stop)
     if result.last_checkpoint is not None:
         print(f"Checkpoints are in {result.last_checkpoint.parent} (latest: {result.last_checkpoint.name}).")
+    if result.status == "cancelled":
+        return EXIT_INTERRUPTED
+    if then_on is not None:  # multi-task, then fine-tuned on one of its tasks (T5 section 3.5.3)
+        from trainer.finetune import mixing
+
+        start = mixing.best_or_last_checkpoint(output_dir)
+        if start is None:
+            raise ConfigError("The multi-task phase left no checkpoint, so there is nothing to fine-tune further.")
+        second = mixing.then_config(config, then_on, checkpoint=start, max_steps=then_steps)
+        out = output_dir / f"then-{then_on}"
+        print(f"Fine-tuning {start.name} on the task {then_on!r} alone for {second.max_steps} steps, into {out}.")
+        with stop.installed():
+            result = finetune(second, out_dir=out, sink=ConsoleSink(out, max_steps=second.max_steps), should_stop=stop)
+        if result.last_checkpoint is not None:
+            print(f"Checkpoints are in {result.last_checkpoint.parent} (latest: {result.last_checkpoint.name}).")
     return EXIT_INTERRUPTED if result.status == "cancelled" else 0
+
+
+def _check_then(config, name, steps) -> None:
+    """then_finetune_on / then_steps of a multi-task YAML, checked before any training."""
+    from trainer.finetune import mixing
+
+    if not config.multi_task:
+        raise ConfigError("then_finetune_on follows a multi-task run: list the other datasets in extra_datasets, "
+                          "or leave then_finetune_on out.")
+    if not isinstance(name, str):
+        raise ConfigError(f"then_finetune_on must be the name of one of the mix's tasks, not {name!r}.")
+    mixing.task_spec(config, name)
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ConfigError(f"then_steps must be a whole number of steps (0: as many as the multi-task phase), "
+                          f"not {steps!r}.")
 
 
 def cmd_incontext(checkpoint: Path, dataset: Path, *, k_max: int, template: str | None = None, seed: int = 0,

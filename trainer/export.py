@@ -42,6 +42,9 @@ AUTO_CLASSES = {"ForSequenceClassification": "AutoModelForSequenceClassification
                 "ForMaskedLM": "AutoModelForMaskedLM", "ForPreTraining": "AutoModelForPreTraining"}
 
 
+ELMO_REFUSED = "ELMo has no transformers class, so it cannot be exported to the Hugging Face format."
+
+
 class ExportError(UserError):
     """The checkpoint cannot be exported; the message says why."""
 
@@ -76,6 +79,26 @@ def write_tokenizer_files(checkpoint: Path, out: Path, *, max_positions: int, wi
     (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n", encoding="utf-8")
 
 
+def check_exportable(checkpoint_dir: str | Path) -> None:
+    """ExportError, before anything is loaded, for what export_checkpoint would refuse that the
+    checkpoint's model_config.json already says: an ELMo model, a model with bottleneck adapters.
+    Reads JSON only (no torch), so a web request can ask before queuing the export."""
+    try:
+        meta = json.loads((Path(checkpoint_dir) / "model_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise ExportError("This checkpoint's model_config.json cannot be read, so it cannot be exported.") from None
+    family = str(meta.get("family", "")) if isinstance(meta, dict) else ""
+    if family == "elmo":
+        raise ExportError(ELMO_REFUSED)
+    adapters = meta.get("adapters") if isinstance(meta, dict) else None
+    size = adapters.get("size") if isinstance(adapters, dict) else None
+    if size:
+        raise ExportError(f"This {family} model cannot be written in the Hugging Face format: it carries bottleneck "
+                          f"adapters (size {size}) after its attention and feed-forward layers, which transformers' "
+                          f"classes do not have. Its native checkpoint keeps them: it loads in the explorer and can "
+                          f"be fine-tuned again.")
+
+
 def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, *, name: str = "") -> ExportResult:
     """Write the checkpoint in `checkpoint_dir` as a transformers folder at `out_dir` (replaced
     whole, so a failed export leaves no half-written folder)."""
@@ -89,7 +112,7 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, *, name: 
         raise ExportError(f"The checkpoint {checkpoint.name} cannot be loaded, so it cannot be exported: {e}") from None
     family = str(getattr(model.config, "family", ""))
     if family == "elmo":
-        raise ExportError("ELMo has no transformers class, so it cannot be exported to the Hugging Face format.")
+        raise ExportError(ELMO_REFUSED)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:

@@ -1,4 +1,5 @@
 """ASGI entry point: HTTP (Django) and websockets (Channels) in one process."""
+import gc
 import os
 
 from django.core.asgi import get_asgi_application
@@ -19,6 +20,11 @@ from webapp.routing import websocket_urlpatterns  # noqa: E402
 # on the first request: that import holds the GIL for seconds, and every websocket of the process
 # would wait behind it.
 get_resolver().url_patterns
+
+# Everything loaded so far lives as long as the process: out of the collector's sight, so that its
+# full collections (every few thousand requests' worth of allocations) scan only what requests made.
+gc.collect()
+gc.freeze()
 
 application = ProtocolTypeRouter(
     {

@@ -4,7 +4,7 @@ CELERY_BEAT_SCHEDULE) sends the periodic ones, e.g. the crashed-run reaper."""
 import os
 
 from celery import Celery
-from celery.signals import worker_init
+from celery.signals import celeryd_after_setup, worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
@@ -34,3 +34,11 @@ def lower_worker_priority(**_) -> None:
 
 # A warm shutdown (SIGTERM) stops training runs at their next step and requeues them.
 from webapp.runs import shutdown  # noqa: E402,F401 - connects its receivers to the worker's signals
+
+# A training worker takes the runs it can give their devices: as it starts it adds the queues of
+# the device counts it serves ("gpu.x2" ... for its GPUs) and advertises them in Redis while it
+# lives (webapp/runs/capacity.py).
+from webapp.runs import capacity  # noqa: E402
+
+celeryd_after_setup.connect(capacity.on_worker_setup)
+app.steps["worker"].add(capacity.Advertise)

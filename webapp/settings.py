@@ -9,6 +9,7 @@ ALLOWED_HOSTS  comma-separated (default localhost,127.0.0.1,[::1])
 UPLOAD_MAX_BYTES  largest upload accepted: a corpus or a labelled dataset (default 2 GB)
 UPLOAD_MAX_DECOMPRESSED_BYTES  the most a gzip-compressed upload may unpack to (default 16 GiB; read by trainer.prep.corpus)
 STORAGE_MIN_FREE_BYTES  free space kept on the storage volume: uploads and launches beyond it get a 507 (default 1 GiB)
+NEIGHBOURS_MAX_TEXTS  the most texts of a dataset the explorer embeds for nearest neighbours (default 2000)
 """
 from __future__ import annotations
 
@@ -176,15 +177,18 @@ CELERY_BROKER_CHANNEL_ERROR_RETRY = True
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 
-# The most devices (processes, one per GPU) one worker gives one run: a GPU worker's GPU count
-# (docker-compose.yml: one GPU worker per machine, with all its GPUs). On the CPU, that many
-# processes over gloo.
+# The most processes over gloo a CPU worker starts for one run (it takes runs of up to this many
+# devices: webapp/runs/capacity.py). A GPU worker gives its GPUs instead, counted as it starts
+# (WORKER_GPUS overrides the count); docker-compose.yml runs one per machine with all its GPUs.
 RUN_MAX_DEVICES = int(os.environ.get("RUN_MAX_DEVICES", "8"))
 # Queue for runs whose device is "auto": "gpu" where the deployment has GPU workers.
 RUN_DEFAULT_QUEUE = os.environ.get("RUN_DEFAULT_QUEUE", "cpu")
 # Corpus ingest, tokenizer training and model imports: a queue and worker of their own, so
 # they never wait behind training runs.
 JOBS_QUEUE = "jobs"
+# The most texts of a labelled dataset the explorer embeds for nearest-neighbour search (one job on
+# the jobs queue per checkpoint, dataset and pooling; the page says the number).
+NEIGHBOURS_MAX_TEXTS = int(os.environ.get("NEIGHBOURS_MAX_TEXTS", "2000"))
 # The most runs one user may have queued or running at once (a 429 beyond it).
 MAX_ACTIVE_RUNS_PER_USER = int(os.environ.get("MAX_ACTIVE_RUNS_PER_USER", "8"))
 

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from models_lib.core import adapters
 from models_lib.core.config import FAMILY_LABELS, EncoderConfig, positive_int, refuse_unknown_fields
 from models_lib.core.encoder import TransformerEncoder
 from models_lib.families.electra import ElectraForPreTraining
@@ -321,6 +322,7 @@ def from_pretraining(model: nn.Module, task: str, num_labels: int | None = None,
     if backbone.config.family not in BACKBONE_NAMES:
         raise ValueError(f"{FAMILY_LABELS.get(backbone.config.family, backbone.config.family)} has no downstream heads.")
     new = build_downstream(dataclasses.replace(backbone.config), task, num_labels, **options)  # its own config
+    adapters.attach_like(backbone, new.backbone)  # a model fine-tuned with adapters keeps them
     missing, unexpected = new.backbone.load_state_dict(backbone.state_dict(), strict=False)
     other = [k for k in (*missing, *unexpected) if not k.startswith("pooler.")]
     if other:  # cannot happen for one config; a guard against a backbone subclass with extra parts

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models_lib.core import adapters
 from models_lib.families.downstream import ClassifierOutput, TaskConfig
 from models_lib.families.gpt import GPTConfig, GPTEmbeddings, GPTLMHeadModel
 from models_lib.heads.tasks import (
@@ -103,6 +104,7 @@ class GPTForSequenceClassification(GPTLMHeadModel):
         if not isinstance(model, GPTLMHeadModel):
             raise TypeError(f"GPT-1's task head sits on a GPT model, not on {type(model).__name__}.")
         new = cls(dataclasses.replace(model.config), task)
+        adapters.attach_like(model, new)  # a model fine-tuned with adapters keeps them
         state = {k: v for k, v in model.state_dict().items() if not k.startswith("classifier.")}
         missing, unexpected = new.load_state_dict(state, strict=False)
         other = [k for k in (*missing, *unexpected) if not k.startswith(("classifier.", "embeddings.special."))]

@@ -41,6 +41,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from models_lib.core import adapters
 from models_lib.core.config import EncoderConfig
 from models_lib.core.encoder import TransformerEncoder
 from models_lib.hf.albert import AlbertFormat
@@ -165,7 +166,14 @@ def _folder_task(fmt: HFFormat, hf: dict, task: str, folder: Path) -> str:
 def to_pretrained(model: nn.Module, path: str | Path, *, part: str | None = None) -> Path:
     """Write config.json + model.safetensors that transformers loads as the class the table above
     names (a bare backbone as BertModel, RobertaModel, ...). `part` picks the ELECTRA model to
-    write from an ElectraForPreTraining. Returns the folder."""
+    write from an ElectraForPreTraining. Returns the folder. ValueError for a model with bottleneck
+    adapters (models_lib.core.adapters), which transformers' classes have no layers for."""
+    size = adapters.adapter_size(model)
+    if size:
+        raise ValueError(f"it carries bottleneck adapters (size {size}) after its attention and feed-forward "
+                         f"layers, which transformers' classes do not have, and writing it without them would "
+                         f"change what it computes. Its native checkpoint keeps them: it loads in the explorer and "
+                         f"can be fine-tuned again.")
     config = getattr(model, "config", None)
     if getattr(config, "family", None) in OTHER_FAMILIES:
         return importlib.import_module(OTHER_FAMILIES[config.family]).to_pretrained(model, Path(path))

@@ -1,5 +1,7 @@
 // Explorer tools for fine-tuned checkpoints (classify, tag, answer) and any encoder (sentence
-// embeddings): ask /api/explore/classify|tag|answer|embed/ and draw the answers in place.
+// embeddings, nearest neighbours in a dataset): ask /api/explore/classify|tag|answer|embed|neighbours/
+// and draw the answers in place. Each panel's button submits the page's form; without JavaScript
+// the server answers it and the template draws the same answers.
 // Which panels show follows the chosen checkpoint: data-tasks lists the fine-tuning tasks a panel
 // serves (the option's data-task); a fine-tuned model hides the pre-training panels
 // (data-pretrained: fill-mask, sentence pairs), which its task head cannot answer.
@@ -24,10 +26,11 @@
   select.addEventListener("change", onCheckpoint);
   onCheckpoint();
 
-  async function ask(action, url, body, draw) {
-    const button = document.getElementById(`${action}-button`);
-    const error = form.querySelector(`[data-error="${action}"]`);
-    const box = document.getElementById(`${action}-result`);
+  // panel: whose error line and result box (a button's action names them, but for neighbours_index).
+  async function ask(action, url, body, draw, panel = action) {
+    const button = document.querySelector(`button[name="action"][value="${action}"]`);
+    const error = form.querySelector(`[data-error="${panel}"]`);
+    const box = document.getElementById(`${panel}-result`);
     button.disabled = true;
     error.textContent = "";
     try {
@@ -45,8 +48,15 @@
   // ---- classify ----------------------------------------------------------------------------------
   function drawClassify(box, data, keep) {
     if (!keep) box.replaceChildren();
+    if (data.generated != null) {  // a T5 checkpoint writes its answer
+      box.appendChild(el("p", "explorer-generated", "")).append("Generated: ", el("b", "", `«${data.generated}»`),
+        data.predicted.length || data.value != null ? "" : (data.problem_type === "regression"
+          ? " (not a number)" : " (not one of the labels: the run counts such an output wrong)"));
+    }
     if (data.problem_type === "regression") {
-      box.appendChild(el("p", "explorer-value", "")).append("Predicted value: ", el("b", "", data.value.toFixed(4)));
+      if (data.value != null) {
+        box.appendChild(el("p", "explorer-value", "")).append("Predicted value: ", el("b", "", data.value.toFixed(4)));
+      }
     } else {
       const predicted = new Set(data.predicted);
       const list = el("div", "explorer-probs");
@@ -63,7 +73,7 @@
       box.appendChild(list);
       box.appendChild(el("p", "helptext", data.problem_type === "multi_label_classification"
         ? `A sigmoid per label; predicted above ${pct(data.threshold)}: ${data.predicted.join(", ") || "none"}.`
-        : `Predicted: ${data.predicted.join(", ")}.`));
+        : `Predicted: ${data.predicted.join(", ") || "none"}.`));
     }
     if (data.truncated) box.appendChild(el("p", "helptext", `The text was cut to ${data.max_length} tokens.`));
   }
@@ -96,12 +106,12 @@
       button.disabled = false;
     }
   }
-  document.getElementById("classify-button").addEventListener("click", () => {
+  function classifyAction() {
     const inputs = { text: document.getElementById("id_classify_text").value,
                      text_b: document.getElementById("id_classify_text_b").value };
-    if (compare && compare.value) classifyBoth(inputs);
-    else ask("classify", form.dataset.classify, inputs, drawClassify);
-  });
+    if (compare && compare.value) return classifyBoth(inputs);
+    return ask("classify", form.dataset.classify, inputs, drawClassify);
+  }
 
   // ---- highlighted spans -------------------------------------------------------------------------
   // The text with the spans (sorted, not overlapping) wrapped in <mark>, built from text nodes.
@@ -137,9 +147,7 @@
     box.appendChild(tags);
     if (data.truncated) box.appendChild(el("p", "helptext", "The words past the model's length got no tag."));
   }
-  document.getElementById("tag-button").addEventListener("click", () => ask("tag", form.dataset.tag, {
-    text: document.getElementById("id_tag_text").value,
-  }, drawTag));
+  const tagAction = () => ask("tag", form.dataset.tag, { text: document.getElementById("id_tag_text").value }, drawTag);
 
   // ---- answer ------------------------------------------------------------------------------------
   function drawAnswer(box, data) {
@@ -161,11 +169,11 @@
       box.appendChild(list);
     }
   }
-  document.getElementById("answer-button").addEventListener("click", () => ask("answer", form.dataset.answer, {
+  const answerAction = () => ask("answer", form.dataset.answer, {
     question: document.getElementById("id_qa_question").value,
     context: document.getElementById("id_qa_context").value,
     n_best: Number(document.getElementById("id_qa_n_best").value || 5),
-  }, drawAnswer));
+  }, drawAnswer);
 
   // ---- sentence embeddings -----------------------------------------------------------------------
   function drawEmbed(box, data) {
@@ -180,8 +188,102 @@
       xaxis: { type: "category", tickangle: -30 }, yaxis: { type: "category", autorange: "reversed" },
     }, { responsive: true, displaylogo: false });
   }
-  document.getElementById("embed-button").addEventListener("click", () => ask("embed", form.dataset.embed, {
+  const embedAction = () => ask("embed", form.dataset.embed, {
     sentences: document.getElementById("id_embed_sentences").value.split("\n").filter((s) => s.trim()),
     pooling: document.getElementById("id_embed_pooling").value,
-  }, drawEmbed));
+  }, (box, data) => {
+    const table = box.querySelector("[data-similarity]");
+    if (table) table.remove(); // the server's table, from a post without JavaScript
+    drawEmbed(box, data);
+  });
+
+  // ---- nearest neighbours in a dataset -----------------------------------------------------------
+  // "Embed the dataset" starts (or finds) the job and follows its progress; "Find neighbours" asks.
+  const statusBox = document.getElementById("neighbours-status");
+  const renderedFor = select.value;
+  let polling = null;
+  function indexLine(index) {
+    let line = statusBox.querySelector(`[data-index="${index.id}"]`);
+    if (!line) {
+      line = el("div", "explorer-index");
+      line.dataset.index = index.id;
+      statusBox.prepend(line);
+    }
+    line.dataset.status = index.status;
+    line.replaceChildren(el("span", "", `${index.dataset_name}, ${index.pooling} pooling:`));
+    if (index.status === "pending" || index.status === "processing") {
+      const bar = el("div", "progress");
+      bar.setAttribute("role", "progressbar");
+      bar.setAttribute("aria-valuemin", "0");
+      bar.setAttribute("aria-valuemax", "100");
+      bar.setAttribute("aria-valuenow", String(Math.round(index.progress)));
+      const fill = el("div");
+      fill.style.width = `${index.progress}%`;
+      bar.appendChild(fill);
+      line.append(bar, el("span", "muted small", `${index.status_label}, ${Math.round(index.progress)}% embedded.`));
+    } else if (index.status === "ready") {
+      line.appendChild(el("span", "muted small",
+        `ready: ${index.count} of the dataset's ${index.total} texts embedded.`));
+    } else {
+      line.appendChild(el("span", "error", `failed: ${index.error}`));
+    }
+  }
+  async function follow(index, draw = true) {
+    if (draw) indexLine(index);
+    if (index.status !== "pending" && index.status !== "processing") return;
+    const url = form.dataset.neighbourIndex + index.id + "/";
+    clearTimeout(polling);
+    polling = setTimeout(async () => {
+      try {
+        const response = await fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } });
+        if (response.ok) return follow(await response.json());
+        if (response.status < 500) return; // gone (deleted with its dataset or checkpoint)
+      } catch (e) {
+        // the server is busy or unreachable for a moment: try again at the next tick
+      }
+      follow(index, draw);
+    }, 1000);
+  }
+  const nnInputs = () => ({ dataset: document.getElementById("id_nn_dataset").value,
+                            pooling: document.getElementById("id_nn_pooling").value });
+  const indexAction = () => ask("neighbours_index", form.dataset.neighbourIndex, nnInputs(), (box, data) => {
+    box.hidden = true;
+    follow(data);
+  }, "neighbours");
+  function drawNeighbours(box, data) {
+    box.replaceChildren();
+    const table = el("table", "table explorer-neighbours");
+    const head = el("tr");
+    for (const h of ["#", "Text", "Label", "Split", "Cosine"]) head.appendChild(el("th", "", h));
+    table.appendChild(el("thead")).appendChild(head);
+    const body = table.appendChild(el("tbody"));
+    for (const n of data.neighbours) {
+      const row = el("tr");
+      row.append(el("td", "", String(n.rank)), el("td", "", n.text), el("td", "", n.label ?? "—"),
+                 el("td", "", n.split), el("td", "", n.similarity.toFixed(3)));
+      body.appendChild(row);
+    }
+    box.append(table, el("p", "helptext", `Searched ${data.count} of the ${data.total} texts `
+      + `(${data.pooling} pooling).${data.truncated ? " The query was cut to the model's length." : ""}`));
+  }
+  const neighboursAction = () => ask("neighbours", form.dataset.neighbours, {
+    ...nnInputs(), text: document.getElementById("id_nn_text").value,
+    k: Number(document.getElementById("id_nn_k").value || 5),
+  }, drawNeighbours);
+  select.addEventListener("change", () => {
+    if (statusBox) for (const line of statusBox.children) line.hidden = select.value !== renderedFor;
+  });
+  if (statusBox) for (const line of statusBox.querySelectorAll('[data-status="pending"], [data-status="processing"]')) {
+    follow({ id: line.dataset.index, status: line.dataset.status }, false); // drawn by the server until the first answer
+  }
+
+  // ---- asking ------------------------------------------------------------------------------------
+  const ACTIONS = { classify: classifyAction, tag: tagAction, answer: answerAction, embed: embedAction,
+                    neighbours_index: indexAction, neighbours: neighboursAction };
+  form.addEventListener("submit", (event) => {
+    const action = event.submitter && event.submitter.value;
+    if (!ACTIONS[action]) return;
+    event.preventDefault();
+    ACTIONS[action]();
+  });
 })();

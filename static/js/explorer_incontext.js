@@ -30,7 +30,9 @@
     }
   }
 
-  build.addEventListener("click", () => run(build, panel.dataset.builderUrl,
+  // The buttons submit the page's form (answered by the server without JavaScript); here the API answers.
+  const asked = (handler) => (event) => { event.preventDefault(); handler(); };
+  build.addEventListener("click", asked(() => run(build, panel.dataset.builderUrl,
     { ...settings(), k: Number($("icl-k").value) || 0, index: Number($("icl-index").value) || 0 }, (data) => {
       panel.querySelector("[data-icl-prompt]").textContent = data.prompt;
       const rows = panel.querySelector("[data-icl-scores]");
@@ -43,10 +45,10 @@
       panel.querySelector("[data-icl-verdict]").textContent =
         `Predicted "${data.predicted}"; the dataset says "${data.gold}" (${data.predicted === data.gold ? "right" : "wrong"}).`;
       $("icl-result").hidden = false;
-    }));
+    })));
 
   const accuracy = $("icl-accuracy");
-  accuracy.addEventListener("click", () => run(accuracy, panel.dataset.accuracyUrl,
+  accuracy.addEventListener("click", asked(() => run(accuracy, panel.dataset.accuracyUrl,
     { ...settings(), k_max: Number($("icl-kmax").value) || 0, n_queries: Number($("icl-queries").value) || 1 }, (data) => {
       const rows = panel.querySelector("[data-icl-accuracy]");
       rows.replaceChildren(...data.k.map((k, i) => {
@@ -63,5 +65,5 @@
           margin: { t: 10 }, height: 260,
         }, { displayModeBar: false, responsive: true });
       }
-    }));
+    })));
 })();

@@ -204,7 +204,7 @@
       document.getElementById("run-error-text").textContent = msg.error;
     }
     const note = document.getElementById("run-note");
-    if (msg.status === "queued") { note.hidden = false; note.textContent = "Waiting for a worker to pick the run up."; }
+    if (msg.status === "queued") { note.hidden = false; note.textContent = msg.waiting || "Waiting for a worker to pick the run up."; }
     else if (msg.status === "running" && state.cancelRequested) { note.hidden = false; note.textContent = "Stopping: the run saves a checkpoint, then ends."; }
     else note.hidden = true;
     updateEta();
@@ -218,6 +218,26 @@
   }
 
   // ---- checkpoints and log ------------------------------------------------------------------
+  // ---- generated samples (text-to-text, SFT): the newest validation's, as text (never HTML) ----
+  let samplesStep = -1;
+  function showSamples(msg) {
+    const body = document.getElementById("samples-body");
+    if (!body || !Array.isArray(msg.samples) || msg.step < samplesStep) return;
+    samplesStep = msg.step;
+    const rows = msg.samples.map((s) => {
+      const row = document.createElement("tr");
+      for (const key of ["input", "generated", "reference"]) {
+        const td = document.createElement("td");
+        td.textContent = String(s[key] ?? "");
+        row.appendChild(td);
+      }
+      return row;
+    });
+    body.replaceChildren(...rows);
+    document.getElementById("samples-step").textContent = `at step ${msg.step.toLocaleString()}`;
+    document.getElementById("samples-empty").hidden = rows.length > 0;
+  }
+
   function hasCheckpoints() { return !!document.querySelector("#checkpoints-body tr"); }
 
   function addCheckpoint(c) {
@@ -240,7 +260,7 @@
     if (c.export_url) {
       const hf = document.createElement("a");
       hf.href = c.export_url; hf.textContent = "Export HF";
-      hf.title = "Download it in the Hugging Face transformers format (zip)";
+      hf.title = "Export it in the Hugging Face transformers format (a zip made in the background)";
       td.append(" · ", hf);
     }
     row.appendChild(td);
@@ -314,6 +334,7 @@
           break;
         case "log": appendLog(msg); break;
         case "checkpoint": addCheckpoint(msg); break;
+        case "samples": showSamples(msg); break;
         case "status":
           if (msg.resumed_from !== undefined && msg.resumed_from !== null) dropAfter(msg.resumed_from);
           applyStatus(msg);

@@ -14,15 +14,17 @@ VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on"
 
 def write_tiny_hf_bert(folder: Path, *, kind: str = "masked-lm", seed: int = 0, vocab: bool = True,
                        tokenizer_json: bool = False) -> Path:
-    """save_pretrained() of a 2-layer, 32-wide transformers BERT (BertForMaskedLM, or
-    BertForPreTraining with kind="pretraining") plus vocab.txt and/or tokenizer.json."""
+    """save_pretrained() of a 2-layer, 32-wide transformers BERT (BertForMaskedLM, BertForPreTraining
+    with kind="pretraining", or a bare BertModel, a sentence encoder's shape, with kind="model") plus
+    vocab.txt and/or tokenizer.json."""
     import torch
     import transformers
 
     torch.manual_seed(seed)
     config = transformers.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
                                      num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
-    cls = transformers.BertForPreTraining if kind == "pretraining" else transformers.BertForMaskedLM
+    cls = {"pretraining": transformers.BertForPreTraining,
+           "model": transformers.BertModel}.get(kind, transformers.BertForMaskedLM)
     model = cls(config).eval()
     folder = Path(folder)
     model.save_pretrained(folder)

@@ -39,7 +39,7 @@ warmup_steps: 1
 schedule: constant
 log_every: 1
 eval_every: 5
-eval_batches: 2
+eval_batches: 3
 checkpoint_every: 5
 device: cpu
 num_threads: 1
@@ -96,6 +96,19 @@ def train_steps(run_folder: Path) -> list[int]:
     return [r["step"] for r in records if r["split"] == "train"]
 
 
+def assert_same_validation(a_folder: Path, b_folder: Path, step: int) -> None:
+    """The validation metrics both runs logged at `step` agree (to float rounding: the processes add
+    up their shares of the batches in another order)."""
+    def valid(folder: Path) -> dict[str, float]:
+        records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        return next(r["values"] for r in records if r["split"] == "valid" and r["step"] == step)
+
+    a, b = valid(a_folder), valid(b_folder)
+    assert sorted(a) == sorted(b) and "mlm_acc" in a
+    for name in a:
+        assert a[name] == pytest.approx(b[name], rel=1e-4, abs=1e-5), (name, a[name], b[name])
+
+
 @pytest.fixture(scope="module")
 def single(prepared):
     """The reference: one process, grad_accum 4, 7 steps (checkpoints at 5 and 7)."""
@@ -108,6 +121,9 @@ def test_two_ddp_processes_end_with_the_weights_of_one_process(prepared, single)
     result = run("-m", "trainer", "run", str(config), "--devices", "2", cwd=prepared)
     assert "on 2 cpu processes (fp32, DDP)" in result.stdout and "2 x 2 x 2 processes = 8 sequences" in result.stdout
     assert_same_weights(weights(prepared / "ddp", 5), weights(single, 5))
+    # validation: each process scores its share of the 3 batches, the sums added up over the two
+    assert "3 validation batches shared by the 2 processes" in result.stdout
+    assert_same_validation(prepared / "ddp", single, 5)
     assert train_steps(prepared / "ddp") == [1, 2, 3, 4, 5]  # rank 0 alone reports
     state = json.loads((prepared / "ddp" / "checkpoints" / "step-00000005" / "trainer_state.json").read_text())
     single_state = json.loads((single / "checkpoints" / "step-00000005" / "trainer_state.json").read_text())
@@ -121,6 +137,8 @@ def test_fsdp_under_torchrun_matches_one_process_and_its_checkpoint_resumes_on_o
                  str(config), cwd=prepared)
     assert "(fp32, FSDP)" in result.stdout
     assert_same_weights(weights(prepared / "fsdp", 5), weights(single, 5))
+    assert "3 validation batches shared by the 2 processes" in result.stdout  # one runs a 4th, unscored
+    assert_same_validation(prepared / "fsdp", single, 5)
     assert train_steps(prepared / "fsdp") == [1, 2, 3, 4, 5]
 
     # The 2-process checkpoint goes on in one process (grad_accum 4: the same effective batch).

@@ -86,6 +86,71 @@ def test_peft_loads_the_adapter_onto_our_transformers_export_with_our_outputs(tm
         assert not torch.allclose(plain(input_ids=ids).logits, ours, atol=1e-3)  # the adapter does matter
 
 
+def generator(family: str, seed: int = 0, **fields):
+    """A tiny T5 (v1.0 tied, or v1.1: gated FFN, untied softmax) or GPT-2 style language model."""
+    from models_lib.families.gpt import GPTConfig, GPTLMHeadModel
+    from models_lib.families.t5 import T5Config, T5ForConditionalGeneration
+
+    torch.manual_seed(seed)
+    if family == "gpt":
+        return GPTLMHeadModel(GPTConfig(vocab_size=120, hidden_size=32, num_layers=2, num_heads=2,
+                                        max_position_embeddings=32, hidden_dropout=0.0, attention_dropout=0.0,
+                                        embedding_dropout=0.0, pad_token_id=0, eos_token_id=1, **fields)).eval()
+    return T5ForConditionalGeneration(T5Config.from_preset("t5-tiny", vocab_size=120, d_model=32, d_ff=64, d_kv=8,
+                                                           num_heads=2, num_layers=2, num_decoder_layers=2,
+                                                           dropout_rate=0.0, pad_token_id=0, eos_token_id=1,
+                                                           **fields)).eval()
+
+
+@pytest.mark.parametrize("family, fields, targets", [
+    ("t5", {}, ("query", "key", "value", "output", "ffn_up", "ffn_down")),
+    ("t5", {"version": "1.1"}, ("query", "value", "ffn_up")),  # gated FFN: wi_0 and wi_1; untied lm_head
+    ("gpt", {}, ("query", "key", "value", "output", "ffn_up", "ffn_down")),  # c_attn fused: rank 3r there
+    ("gpt", {}, ("query", "value")),  # two of c_attn's three slices: rank 2r, the key block zero
+    ("gpt", {}, ("key", "ffn_down")),  # one slice: rank r, no pattern needed
+])
+def test_peft_loads_t5_and_gpt2_adapters_onto_our_transformers_export_with_our_outputs(tmp_path, family, fields,
+                                                                                      targets):
+    import peft
+    import transformers
+
+    from models_lib import hf
+    from models_lib.hf.lora import to_peft
+
+    model = generator(family, **fields)
+    lora.attach(model, r=4, alpha=8, targets=targets)
+    randomise_adapters(model)
+    g = torch.Generator().manual_seed(3)
+    ids, decoder_ids = torch.randint(2, 120, (2, 9), generator=g), torch.randint(2, 120, (2, 5), generator=g)
+    inputs = {"input_ids": ids} if family == "gpt" else {"input_ids": ids, "decoder_input_ids": decoder_ids}
+    hf_class = transformers.GPT2LMHeadModel if family == "gpt" else transformers.T5ForConditionalGeneration
+    with torch.no_grad():
+        ours = model(ids).logits if family == "gpt" else model(ids, decoder_input_ids=decoder_ids).logits
+        with lora.detached(model):
+            hf.to_pretrained(model, tmp_path / "base")
+        to_peft(model, tmp_path / "adapter")
+        config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+        assert config["task_type"] == ("CAUSAL_LM" if family == "gpt" else "SEQ_2_SEQ_LM")
+        assert config["fan_in_fan_out"] is (family == "gpt")
+        base = hf_class.from_pretrained(tmp_path / "base").eval()
+        adapted = peft.PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
+        assert adapted.peft_config["default"].task_type == config["task_type"]
+        theirs = adapted(**inputs).logits
+        assert torch.allclose(theirs, ours, atol=1e-4), (theirs - ours).abs().max()
+        plain = hf_class.from_pretrained(tmp_path / "base").eval()(**inputs).logits
+        assert not torch.allclose(plain, ours, atol=1e-3)  # the adapter does matter
+
+
+def test_a_gpt1_style_model_has_no_peft_layout_and_says_so(tmp_path):
+    from models_lib.hf.lora import to_peft
+
+    model = generator("gpt", norm_placement="post")
+    lora.attach(model, r=4, alpha=8)
+    with pytest.raises(ValueError, match="this GPT-1 style \\(post-norm\\) model has no GPT-2 layout"):
+        to_peft(model, tmp_path / "adapter")
+    assert not (tmp_path / "adapter").exists()
+
+
 # ---------------------------------------------------------------------------- fine-tuning with LoRA
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory):
@@ -167,9 +232,34 @@ def test_lora_on_t5_and_gpt_trains_and_keeps_merged_checkpoints(tmp_path, sentin
     result, sink = _tune(gpt, tmp_path / "sft", tmp_path / "run", max_steps=6, eval_every=6, checkpoint_every=6,
                          max_length=64, max_target_length=4, samples_shown=1, lora_targets="query,value,ffn_down")
     assert result.status == "succeeded" and type(load_model(result.last_checkpoint)).__name__ == "GPTLMHeadModel"
-    assert any(line.startswith("No peft adapter written: LoRA adapters are written in peft's format for the "
-                               "encoder families") for line in sink.lines)
-    assert not (tmp_path / "run" / "peft").exists()
+    # the adapter in peft's format on the GPT-2 export gives the outputs of the (merged) last checkpoint
+    assert any(line.startswith("LoRA adapter in peft's format: peft/adapter") for line in sink.lines)
+    import peft
+    import transformers
+
+    hf_base = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "run" / "peft" / "base").eval()
+    theirs = peft.PeftModel.from_pretrained(hf_base, tmp_path / "run" / "peft" / "adapter").eval()
+    merged = load_model(result.last_checkpoint).eval()
+    ids = torch.randint(5, merged.config.vocab_size, (2, 10))
+    with torch.no_grad():
+        assert torch.allclose(theirs(input_ids=ids).logits, merged(ids).logits, atol=1e-4)
+
+
+def test_a_model_with_no_transformers_layout_for_its_adapters_gets_a_sentence(tmp_path):
+    from models_lib.families.downstream import TaskConfig
+    from models_lib.families.gpt_tasks import GPTForSequenceClassification
+    from trainer.finetune import lora as lora_ft
+
+    model = GPTForSequenceClassification.from_lm(generator("gpt"), TaskConfig("sequence_classification", 2,
+                                                                              ["no", "yes"]))
+    lora.attach(model, r=4, alpha=8)
+    sink = ListSink()
+    assert lora_ft.export(model, tmp_path / "peft", sink) is None
+    assert sink.lines == ["No peft adapter written: LoRA adapters are written in peft's format for the encoder "
+                          "families (BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT, SpanBERT, UniLM), T5 and GPT-2 "
+                          "style GPT language models; GPTForSequenceClassification is not one. Its checkpoints "
+                          "hold the merged weights."]
+    assert not (tmp_path / "peft").exists()
 
 
 def test_lora_settings_that_cannot_work_are_refused_with_sentences():

@@ -158,6 +158,53 @@ def test_the_cli_reads_extra_datasets_beside_the_main_one(t5_base, datasets, tmp
     assert '"exact_match/kind"' in metrics and '"exact_match/summarize"' in metrics
 
 
+def test_the_cli_runs_the_mix_then_fine_tunes_on_one_of_its_tasks(t5_base, datasets, tmp_path):
+    """then_finetune_on: the multi-task phase, then its last checkpoint fine-tuned on one task
+    alone (T5 section 3.5.3): a classification dataset as label words, with its own prefix."""
+    import json
+
+    from trainer.cli import main
+    from trainer.training.checkpoints import list_checkpoints, read_state
+
+    summary, kinds = datasets
+    config = tmp_path / "mix.yaml"
+    config.write_text(f"checkpoint: {t5_base}\ndataset: {summary}\noutput_dir: out\nsource_prefix: 'summarize: '\n"
+                      f"extra_datasets:\n  - {{dataset: {kinds}, prefix: 'classify: ', name: kind}}\n"
+                      f"max_steps: 2\nbatch_size: 4\nmax_length: 24\nmax_target_length: 3\n"
+                      f"eval_every: 2\ncheckpoint_every: 2\ndevice: cpu\nsamples_shown: 1\n"
+                      f"then_finetune_on: kind\nthen_steps: 3\n")
+    assert main(["finetune", str(config)]) == 0
+    mixed, then = tmp_path / "out", tmp_path / "out" / "then-kind"
+    assert [step for step, _ in list_checkpoints(mixed)] == [2]
+    assert [step for step, _ in list_checkpoints(then)][-1] == 3
+    second = read_state(list_checkpoints(then)[-1][1])["config"]
+    assert second["checkpoint"] == str(list_checkpoints(mixed)[-1][1]) and second["dataset"] == str(kinds)
+    assert second["source_prefix"] == "classify: " and second["extra_datasets"] == []
+    assert second["task"] == "classification" and sorted(second["label_words"]) == ["network", "storage"]
+    test = json.loads((then / "test_metrics.json").read_text())
+    assert "accuracy" in test and "exact_match/summarize" not in test  # that task alone, scored as a classifier
+    sample = json.loads((then / "samples.json").read_text())["validations"][0]["samples"][0]
+    assert sample["reference"] in ("storage", "network")  # the label as the target word
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("then_finetune_on: nope\n", "must name one of the tasks of the mix (summarize, kind), not 'nope'"),
+    ("then_finetune_on: kind\nthen_steps: -1\n", "then_steps must be a whole number"),
+])
+def test_the_cli_refuses_a_second_phase_it_cannot_run_before_training(t5_base, datasets, tmp_path, extra, message,
+                                                                      capsys):
+    from trainer.cli import main
+
+    summary, kinds = datasets
+    config = tmp_path / "mix.yaml"
+    config.write_text(f"checkpoint: {t5_base}\ndataset: {summary}\noutput_dir: out\nsource_prefix: 'summarize: '\n"
+                      f"extra_datasets:\n  - {{dataset: {kinds}, prefix: 'classify: ', name: kind}}\n"
+                      f"max_steps: 2\ndevice: cpu\n{extra}")
+    assert main(["finetune", str(config)]) != 0
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out" / "checkpoints").exists()
+
+
 def test_each_example_is_read_behind_its_own_task_prefix(t5_base):
     from trainer.finetune.text2text import TEXT_TO_TEXT
     from trainer.prep.tokenization import load_tokenizer

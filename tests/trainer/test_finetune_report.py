@@ -111,3 +111,19 @@ def test_the_engine_writes_predictions_that_agree_with_the_test_metrics(trained_
         assert f1_score([r["gold"] for r in rows], [r["predicted"] for r in rows]) == pytest.approx(test["entity_f1"])
         assert out["level"] == "entity" and out["per_class"]
     assert any("Test predictions written" in line for line in sink.lines)
+
+
+def test_samples_json_keeps_each_validation_once_and_only_the_newest(tmp_path, monkeypatch):
+    from trainer.finetune import report
+
+    monkeypatch.setattr(report, "SAMPLES_KEPT", 3)
+    assert report.read_samples(tmp_path) == []
+    long = "x" * (report.SAMPLE_MAX_CHARS + 10)
+    for step in (10, 20, 30, 40):
+        report.write_samples(tmp_path, step, report.sample_rows([(f"in {step}", long, "ref")]))
+    report.write_samples(tmp_path, 30, report.sample_rows([("again", "out", "ref")]))  # a resumed run's 30
+    kept = report.read_samples(tmp_path)
+    assert [v["step"] for v in kept] == [20, 30, 40]
+    assert kept[1]["samples"] == [{"input": "again", "generated": "out", "reference": "ref"}]
+    assert len(kept[0]["samples"][0]["generated"]) == report.SAMPLE_MAX_CHARS
+    assert kept[0]["samples"][0]["generated"].endswith("…")

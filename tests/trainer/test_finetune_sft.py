@@ -124,6 +124,10 @@ def test_sft_trains_reports_response_perplexity_and_logs_greedy_replies(gpt_base
         assert values["perplexity"] == pytest.approx(math.exp(values["loss"]), rel=1e-6)  # per response token
     samples = [line for line in sink.lines if line.startswith("Sample ")]
     assert len(samples) == 4 and samples[0].startswith("Sample 1: prompt «What ")
+    (step, rows), = sink.sample_events  # the validation's replies, for the run's page
+    assert step == 30 and len(rows) == 2 and rows[0]["input"].startswith("What ") and rows[0]["reference"]
+    assert json.loads((tmp_path / "run" / "samples.json").read_text())["validations"] == [{"step": 30,
+                                                                                          "samples": rows}]
     assert any(line.startswith("Test split: perplexity") for line in sink.lines)
 
 

@@ -131,6 +131,11 @@ def test_text_to_text_trains_generates_and_reports_rouge_bleu_and_exact_match(ba
         assert 0.0 <= values["rouge_l"] <= 1.0 and 0.0 <= values["bleu"] <= 100.0
     samples = [line for line in sink.lines if line.startswith("Sample ")]
     assert len(samples) == 4 and "→ generated «" in samples[0]  # two per evaluation: validation and test
+    (step, rows), = sink.sample_events  # the validation's samples, for the run's page (not the test split's)
+    assert step == 40 and len(rows) == 2 and all(set(r) == {"input", "generated", "reference"} for r in rows)
+    assert all(r["input"] and r["reference"] for r in rows)
+    assert json.loads((tmp_path / "run" / "samples.json").read_text()) == {"validations": [{"step": 40,
+                                                                                            "samples": rows}]}
     assert any(line.startswith("Test split: rouge_l") for line in sink.lines)
     assert json.loads((tmp_path / "run" / "test_metrics.json").read_text()) == pytest.approx(test)
     tuned = load_model(result.last_checkpoint)

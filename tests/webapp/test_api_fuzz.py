@@ -12,7 +12,8 @@ Exclusions, each because a JSON Schema cannot state what decides the answer:
   contents, not on the request's shape: uploads (the file's type and content), the explorer's
   questions (the checkpoint's family and heads: BERT does not generate nor fill in by permutation;
   a text needs [MASK]; the word must be in both sentences; classify, tag and answer need a checkpoint
-  fine-tuned for that task, embed an encoder and two non-blank sentences), run and fine-tuning launches (which family takes which
+  fine-tuned for that task, embed an encoder and two non-blank sentences, nearest neighbours an
+  encoder and a dataset already embedded), run and fine-tuning launches (which family takes which
   objectives, the checkpoint's family, the dataset's state), sweeps (whose base run, tokenizer or
   checkpoint must be the user's and valid with the space), a token for a wrong password.
   Every other check stays on for them.
@@ -49,6 +50,7 @@ SEMANTIC_400 = [
     ("POST", "/api/explore/imports/"),
     ("POST", "/api/runs/"),
     ("POST", "/api/finetune/"),
+    ("POST", "/api/runs/{run_id}/finetune-on/"),  # the run must be a multi-task one, the dataset one of its tasks
     ("POST", "/api/sweeps/"),
     ("POST", "/api/explore/fill-mask/"),
     ("POST", "/api/explore/generate/"),
@@ -64,6 +66,8 @@ SEMANTIC_400 = [
     ("POST", "/api/explore/tag/"),
     ("POST", "/api/explore/answer/"),
     ("POST", "/api/explore/embed/"),
+    ("POST", "/api/explore/neighbours/index/"),
+    ("POST", "/api/explore/neighbours/"),
 ]
 
 
@@ -72,7 +76,7 @@ def _world(user) -> dict[str, str]:
     from trainer.prep.labelled import DEMOS
     from webapp.celery import app
     from webapp.datasets.services import dataset_create_demo
-    from webapp.explorer.models import InContextResult, ModelImport
+    from webapp.explorer.models import InContextResult, ModelImport, NeighbourIndex
 
     from tests.webapp.runs_helpers import make_checkpoint, make_data, make_run
 
@@ -92,10 +96,12 @@ def _world(user) -> dict[str, str]:
                                    k_max=2, n_queries=4, accuracies=[0.25, 0.5, 0.5])  # the leaderboard lists it
     model_import = ModelImport.objects.create(owner=user, name="an import", archive_suffix=".zip", status="failed",
                                               error="Not a model.")
+    index = NeighbourIndex.objects.create(owner=user, checkpoint=checkpoint, dataset=dataset, pooling="cls", limit=10,
+                                          status="failed", error="Not an encoder.")
     return {"corpus": str(corpus.id), "tokenizer": str(tokenizer.id), "run": str(run.id),
             "checkpoint": str(checkpoint.id), "spare_corpus": str(spare_corpus.id),
             "spare_tokenizer": str(spare_tokenizer.id), "dataset": str(dataset.id),
-            "model_import": str(model_import.id)}
+            "model_import": str(model_import.id), "neighbour_index": str(index.id)}
 
 
 def _config(world: dict[str, str], *, username: str, password: str) -> str:
@@ -114,8 +120,14 @@ def _config(world: dict[str, str], *, username: str, password: str) -> str:
         ("/api/tokenizers/", "POST", {"body.corpus": world["corpus"]}),
         ("/api/runs/", "POST", {"body.tokenizer": world["tokenizer"], "body.corpus": world["corpus"]}),
         ("/api/finetune/", None, {"body.checkpoint": world["checkpoint"], "body.dataset": world["dataset"]}),
+        ("/api/runs/{run_id}/finetune-on/", None, {"body.dataset": world["dataset"]}),
+        ("/api/checkpoints/{checkpoint_id}/export/", None, {"path.checkpoint_id": world["checkpoint"]}),
+        ("/api/checkpoints/{checkpoint_id}/export-hf.zip", None, {"path.checkpoint_id": world["checkpoint"]}),
         ("/api/explore/inspect/", None, {"body.run": world["run"]}),
         ("/api/explore/compare/", None, {"body.checkpoints": [world["checkpoint"], world["checkpoint"]]}),
+        ("/api/explore/neighbours/index/", "POST", {"body.dataset": world["dataset"]}),
+        ("/api/explore/neighbours/", "POST", {"body.dataset": world["dataset"]}),
+        ("/api/explore/neighbours/index/{id}/", None, {"path.id": world["neighbour_index"]}),
         ("/api/auth/token/", None, {"body.username": username, "body.password": password}),
     ]
     lines = []

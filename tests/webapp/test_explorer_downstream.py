@@ -7,6 +7,7 @@ import pytest
 from django.urls import reverse
 
 from tests.webapp.test_runs_finetune import FAST, ready_demo, tiny_checkpoint
+from webapp.explorer import services as services_explorer
 from webapp.runs import services
 from webapp.runs.models import RunStatus
 
@@ -88,3 +89,69 @@ def test_the_page_shows_the_fine_tuned_panels(alice_client, tuned):
     plain = alice_client.get(reverse("explorer:index") + f"?checkpoint={base.id}").content.decode()
     assert 'id="classify" data-tasks="classification regression multilabel" hidden>' in plain
     assert 'id="fill-mask" data-kinds="encoder unilm" data-pretrained>' in plain
+
+
+# ---------------------------------------------------------------------------- without JavaScript
+def _post(client, checkpoint, action, **fields) -> str:
+    response = client.post(reverse("explorer:index"), {"checkpoint": str(checkpoint.id), "action": action, **fields})
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_without_javascript_the_classifier_answers_in_a_table(alice_client, tuned):
+    base, checkpoint, dataset = tuned
+    html = _post(alice_client, checkpoint, "classify", classify_text="Return the path of a file.")
+    answer = services_explorer.classify(checkpoint=checkpoint, text="Return the path of a file.")
+    assert '<table class="compact explorer-prob-table">' in html
+    for row in answer["labels"]:
+        assert f"{row['label']}" in html and f"<td>{row['probability']:.3f}</td>" in html
+    assert f"Predicted: {answer['predicted'][0]}." in html
+    assert '<div id="classify-result" class="explorer-results">' in html  # shown, not hidden
+
+    both = _post(alice_client, checkpoint, "classify", classify_text="Return the path of a file.",
+                 compare_with=str(base.id))
+    assert '<div class="explorer-columns two">' in both and "a pre-trained model without a task head" in both
+    empty = _post(alice_client, checkpoint, "classify", classify_text=" ")
+    assert "Type a text to classify." in empty and 'id="classify-result" class="explorer-results" hidden' in empty
+
+
+def test_without_javascript_the_similarities_are_a_table(alice_client, tuned):
+    base, _, _ = tuned
+    html = _post(alice_client, base, "embed", embed_sentences="Open a file.\nOpen a file.\nClose the socket.",
+                 embed_pooling="cls")
+    assert "<table class=\"compact explorer-similarity\" data-similarity>" in html
+    assert "<th>1. Open a file.</th><td>1.000</td><td>1.000</td>" in html and "cls pooling" in html
+    one = _post(alice_client, base, "embed", embed_sentences="Only one.")
+    assert "Give from 2 to 8 sentences" in one
+
+
+def test_without_javascript_entities_and_the_answer_are_marked(alice_client, tuned, monkeypatch):
+    """The template's part (the models' answers are the API tests' and the trainer's): entities
+    wrapped in <mark> with their type, the answer span marked in its context."""
+    from webapp.explorer import views
+
+    base, _, _ = tuned
+    text = "Use os.path.join to build the path."
+    monkeypatch.setattr(views.services, "tag", lambda **kw: {
+        "words": [{"text": "os.path.join", "start": 4, "end": 16, "tag": "B-CODE", "probability": 0.9}],
+        "entities": [{"type": "CODE", "start": 4, "end": 16, "text": "os.path.join", "score": 0.9}],
+        "truncated": False})
+    html = _post(alice_client, base, "tag", tag_text=text)
+    assert ('<p class="explorer-highlighted">Use <mark data-type="CODE" title="CODE">os.path.join<sup>CODE</sup>'
+            "</mark> to build the path.</p>") in html
+    context = "getcwd() returns a string. It raises OSError."
+    monkeypatch.setattr(views.services, "answer", lambda **kw: {
+        "answer": {"text": "a string", "start": 17, "end": 25, "score": 3.5}, "null_score": -1.0, "threshold": 0.0,
+        "windows": 1, "n_best": [{"text": "a string", "start": 17, "end": 25, "score": 3.5}]})
+    html = _post(alice_client, base, "answer", qa_question="What does getcwd return?", qa_context=context)
+    assert '<p class="explorer-highlighted">getcwd() returns <mark class="answer">a string</mark>. It raises' in html
+    assert "<li>a string (3.50)</li>" in html
+
+
+def test_marked_cuts_the_text_around_its_spans():
+    from webapp.explorer.views import marked
+
+    pieces = marked("ab cd ef", [{"start": 6, "end": 8, "type": "Y"}, {"start": 0, "end": 2, "type": "X"},
+                                 {"start": 1, "end": 4, "type": "Z"}])  # Z overlaps X: left out
+    assert [(p["text"], p["mark"], p["type"]) for p in pieces] == [
+        ("ab", True, "X"), (" cd ", False, ""), ("ef", True, "Y")]

@@ -92,3 +92,32 @@ def test_the_explorer_page_offers_the_prompt_builder_for_a_gpt_with_your_dataset
     assert 'data-kinds="gpt"' in panel and " hidden" not in panel[:panel.index(">")]
     assert "modules (2 labels)" in panel and "bobs secret" not in panel and "numbers" not in panel
     assert "/api/explore/prompt-builder/" in panel and "explorer_incontext.js" in html
+
+
+def test_without_javascript_the_page_builds_the_prompt_and_charts_accuracy_as_a_table(alice, alice_client, bob,
+                                                                                       gpt):
+    from django.utils.html import escape
+
+    from trainer.inference import incontext
+    from webapp.explorer.models import InContextResult
+
+    dataset = make_dataset(alice)
+    form = {"checkpoint": str(gpt.id), "icl_dataset": str(dataset.id), "icl_template": "Q: {text}\nA: {label}",
+            "icl_seed": "5", "icl_normalise": "on"}
+    html = alice_client.post("/explore/", {**form, "action": "prompt_builder", "icl_k": "2",
+                                           "icl_index": "1"}).content.decode()
+    direct = incontext.score_prompt(gpt.folder, dataset.data_dir, k=2, seed=5, index=1,
+                                    template="Q: {text}\nA: {label}")
+    assert f"<pre class=\"explorer-output\" data-icl-prompt>{escape(direct['prompt'])}</pre>" in html
+    for s in direct["scores"]:
+        assert f"<td>{s['label']}</td><td>{escape(' '.join(s['tokens']))}</td><td>{s['logprob']:.3f}</td>" in html
+    assert f"the dataset says “{direct['gold']}”" in html
+    html = alice_client.post("/explore/", {**form, "action": "incontext_accuracy", "icl_kmax": "1",
+                                           "icl_queries": "2"}).content.decode()
+    saved = InContextResult.objects.get(owner=alice)
+    assert saved.k_max == 1 and saved.seed == 5 and saved.normalise
+    for k, a in enumerate(saved.accuracies):
+        assert f"<tr><td>{k}</td><td>{100 * a:.1f}%</td></tr>" in html
+    foreign = make_dataset(bob)
+    assert alice_client.post("/explore/", {**form, "icl_dataset": str(foreign.id),
+                                           "action": "prompt_builder"}).status_code == 404

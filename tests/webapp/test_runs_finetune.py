@@ -33,11 +33,11 @@ def tiny_checkpoint(owner) -> Checkpoint:
     return make_checkpoint(run, step=20, real=True)
 
 
-def t5_checkpoint(owner) -> Checkpoint:
-    """A checkpoint row whose model_config.json names T5 (enough for the family check)."""
-    ckpt = make_checkpoint(make_run(owner, status=RunStatus.SUCCEEDED, name="tiny t5"), step=10)
+def family_stub(owner, family: str) -> Checkpoint:
+    """A checkpoint row whose model_config.json names `family` (enough for the family check)."""
+    ckpt = make_checkpoint(make_run(owner, status=RunStatus.SUCCEEDED, name=f"tiny {family}"), step=10)
     ckpt.folder.mkdir(parents=True, exist_ok=True)
-    (ckpt.folder / "model_config.json").write_text(json.dumps({"family": "t5", "config": {}}))
+    (ckpt.folder / "model_config.json").write_text(json.dumps({"family": family, "config": {}}))
     (ckpt.folder / "model.safetensors").write_bytes(b"")
     return ckpt
 
@@ -112,12 +112,12 @@ def test_the_page_launches_a_finetune_run_and_the_list_shows_both_kinds(
 
 def test_the_page_refuses_with_sentences(alice, alice_client, eager, enqueued, django_capture_on_commit_callbacks):
     dataset = ready_demo(alice, django_capture_on_commit_callbacks)
-    t5 = t5_checkpoint(alice)
+    xlnet = family_stub(alice, "xlnet")  # T5 writes the labels as words (test_runs_finetune_t5_classify.py)
     response = alice_client.post(reverse("runs:finetune"), {
-        "checkpoint": t5.id, "dataset": dataset.id, **FAST, "llrd": 1.0, "freeze_layers": 0,
+        "checkpoint": xlnet.id, "dataset": dataset.id, **FAST, "llrd": 1.0, "freeze_layers": 0,
         "gradual_unfreeze_every": 0, "early_stopping_patience": 0, "class_weights": "none"})
     html = response.content.decode()
-    assert response.status_code == 200 and "A T5 checkpoint cannot be fine-tuned for sequence classification" in html
+    assert response.status_code == 200 and "XLNet checkpoint cannot be fine-tuned for sequence classification" in html
     base = tiny_checkpoint(alice)
     response = alice_client.post(reverse("runs:finetune"), {
         "checkpoint": base.id, "dataset": dataset.id, **FAST, "llrd": 1.5, "freeze_layers": 0,
@@ -147,10 +147,10 @@ def test_the_api_launches_and_refuses_with_sentences(alice, alice_api, bob, eage
     refused = alice_api.post(url, {"checkpoint": str(base.id), "dataset": str(bobs_dataset.id)}, format="json")
     assert refused.status_code == 400 and "No dataset of yours" in refused.json()["error"]
 
-    # a T5 checkpoint, a dataset still being mapped: a sentence each
-    refused = alice_api.post(url, {"checkpoint": str(t5_checkpoint(alice).id), "dataset": str(dataset.id)},
+    # an XLNet checkpoint, a dataset still being mapped: a sentence each
+    refused = alice_api.post(url, {"checkpoint": str(family_stub(alice, "xlnet").id), "dataset": str(dataset.id)},
                              format="json")
-    assert refused.status_code == 400 and "A T5 checkpoint cannot be fine-tuned" in refused.json()["error"]
+    assert refused.status_code == 400 and "XLNet checkpoint cannot be fine-tuned" in refused.json()["error"]
     waiting = Dataset.objects.create(owner=alice, name="half done", status=DatasetStatus.MAPPING)
     refused = alice_api.post(url, {"checkpoint": str(base.id), "dataset": str(waiting.id)}, format="json")
     assert refused.status_code == 400

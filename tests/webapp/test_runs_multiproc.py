@@ -155,12 +155,14 @@ def test_the_form_launches_on_two_devices_and_the_run_page_shows_the_effective_b
     assert Run.objects.order_by("-created_at").first().config["devices"] == 1
 
 
-def test_a_run_asking_for_more_devices_than_a_worker_gives_is_refused_with_a_sentence(alice, alice_api, enqueued,
-                                                                                    settings):
-    settings.RUN_MAX_DEVICES = 4
+def test_a_run_asking_for_more_devices_than_any_worker_gives_waits_and_says_so(alice, alice_api, enqueued,
+                                                                               monkeypatch):
+    from webapp.runs import capacity
+
+    monkeypatch.setattr(capacity, "live_workers", lambda: [{"name": "cpu@box", "queues": ["cpu", "cpu.x2", "cpu.x4"]}])
     _, tokenizer = make_data(alice)
-    response = alice_api.post("/api/runs/", {"tokenizer": str(tokenizer.id), "devices": 5}, format="json")
-    assert response.status_code == 400
-    assert "devices is 5, but a worker here gives one run at most 4 (RUN_MAX_DEVICES)" in response.json()["error"]
-    assert alice_api.post("/api/runs/", {"tokenizer": str(tokenizer.id), "devices": 4},
-                          format="json").status_code == 201
+    response = alice_api.post("/api/runs/", {"tokenizer": str(tokenizer.id), "devices": 5, "device": "cpu"},
+                              format="json")
+    assert response.status_code == 201 and response.json()["queue"] == "cpu.x5"  # queued: a worker may join
+    assert ("No worker running now can give it 5 CPU processes (the most one gives is 4)"
+            in response.json()["waiting"])

@@ -159,3 +159,40 @@ def test_the_asgi_application_loads_every_view_before_its_first_request():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True", "True"]
+
+
+@pytest.mark.django_db
+def test_run_and_checkpoint_serializers_build_their_fields_once_and_say_the_same(alice, monkeypatch):
+    """ModelSerializer rebuilt ~30 fields from the model's metadata for every run read (the largest
+    cost of GET /api/runs/<id>/); the fields are now built once per class, with the same output."""
+    from rest_framework import serializers
+
+    from webapp.runs import selectors
+    from webapp.runs.serializers import CheckpointSerializer, RunSerializer
+
+    run = make_run(alice, status=RunStatus.RUNNING)
+    make_checkpoint(run, step=20)
+    run = selectors.run_get(alice, run.id)
+    RunSerializer(run).data  # built here if no earlier test did
+    built = []
+    real = serializers.ModelSerializer.get_fields
+    monkeypatch.setattr(serializers.ModelSerializer, "get_fields", lambda self: built.append(self) or real(self))
+    fast = [RunSerializer(run).data for _ in range(5)]
+    assert built == []
+    generic = serializers.Serializer.to_representation(RunSerializer(), run)
+    assert fast[0] == generic and fast[0]["last_checkpoint"]["step"] == 20
+    checkpoint = run.latest_checkpoints[0]
+    assert CheckpointSerializer(checkpoint).data == serializers.Serializer.to_representation(CheckpointSerializer(), checkpoint)
+
+
+def test_the_web_process_parses_http_in_c_and_freezes_what_it_loaded_at_start():
+    """uvicorn's "auto" picks httptools and uvloop when they are installed (a third less CPU per API
+    request than h11 on asyncio); the modules, views and settings loaded at start are frozen out of
+    the garbage collector's full collections."""
+    code = ("import gc, importlib.util, webapp.asgi; from uvicorn.config import Config; "
+            "c = Config('webapp.asgi:application'); c.load(); "
+            "print(c.http_protocol_class.__module__, importlib.util.find_spec('uvloop') is not None, gc.get_freeze_count() > 10000)")
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="webapp.settings")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-3:] == ["uvicorn.protocols.http.httptools_impl", "True", "True"]

@@ -31,8 +31,11 @@ REGISTRY: dict[str, str] = {
 
 # (dataset task, model family) -> "module:ATTRIBUTE" of the Task that trains that family on that
 # task when the registry's own (an encoder's head) does not: GPT-1's classifier on GPT, ELMo's
-# features (a frozen biLM, a scalar mix, a small task model) on ELMo.
+# features (a frozen biLM, a scalar mix, a small task model) on ELMo, T5 writing the label (or
+# the score) as text.
 VARIANTS: dict[tuple[str, str], str] = {
+    ("classification", "t5"): "trainer.finetune.text_classify:T5_CLASSIFICATION",
+    ("regression", "t5"): "trainer.finetune.text_classify:T5_REGRESSION",
     ("classification", "gpt"): "trainer.finetune.gpt1:GPT_CLASSIFICATION",
     ("regression", "gpt"): "trainer.finetune.gpt1:GPT_REGRESSION",
     ("classification", "elmo"): "trainer.finetune.elmo_features:ELMO_CLASSIFICATION",

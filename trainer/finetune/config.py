@@ -45,6 +45,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "lora_r": (0, 1024),
     "lora_alpha": (0.0, 100_000.0),
     "lora_dropout": (0.0, 0.9),
+    "adapter_size": (0, 8192),
     "mixing_limit": (0, 2**40),
     "mixing_temperature": (0.01, 1000.0),
 }
@@ -93,6 +94,8 @@ class FinetuneConfig(FlatRecord):
     # Filled in from the checkpoint by trainer.finetune.engine (what the loop's logs and checkpoints name).
     family: str = ""
     preset: str = field(default="", repr=False)
+    label_words: list = field(default_factory=list, repr=False)
+    """Classification as text to text (T5, trainer/finetune/text_classify.py): the dataset's labels, the words the model writes (filled in by the engine)."""
     # Techniques (trainer/finetune/techniques.py; checked by check_techniques below).
     llrd: float = 1.0  # layer-wise lr decay: the head lr, the layer below lr * llrd, ...; 1 = off
     freeze_embeddings: bool = False
@@ -105,7 +108,7 @@ class FinetuneConfig(FlatRecord):
     # Generative tasks: text to text (T5, UniLM; trainer/finetune/text2text.py) and SFT (GPT;
     # trainer/finetune/sft.py). The other tasks ignore these; check_generation checks them.
     source_prefix: str = ""
-    """Text to text: put before every input (T5's task prefix, e.g. "summarize: ")."""
+    """Text to text, and classification or regression on T5 (the label written as a word): put before every input (T5's task prefix, e.g. "summarize: ", "sst2 sentence: ")."""
     max_target_length: int = 64
     """Text to text: target tokens kept for training and generated at evaluation; SFT: tokens generated for the samples."""
     target_mask_prob: float = 0.7
@@ -138,6 +141,10 @@ class FinetuneConfig(FlatRecord):
     """Dropout on the adapters' input."""
     lora_targets: str = "query,value"
     """The projections LoRA adapts, comma-separated: query, key, value, output, ffn_up, ffn_down."""
+    # Bottleneck adapters (trainer/finetune/adapters.py): 0 = off; otherwise only the adapters, the
+    # layer norms and the head train.
+    adapter_size: int = 0
+    """The adapters' bottleneck size d (Houlsby et al. 2019; the T5 study tried 32 to 2048); 0 turns them off."""
 
     def __post_init__(self) -> None:
         self.betas = tuple(float(b) for b in self.betas)  # type: ignore[assignment]
@@ -224,6 +231,7 @@ def check_generation(config: FinetuneConfig) -> None:
                           f"\"summarize: \".")
     check_chat_template(config.chat_template)
     check_lora(config)
+    check_adapters(config)
     check_mixing(config)
 
 
@@ -306,3 +314,14 @@ def check_lora(config: FinetuneConfig) -> None:
     if config.lora_r and config.gradual_unfreeze_every:
         raise ConfigError("LoRA trains only its adapters and the head, and gradual unfreezing would unfreeze whole "
                           "layers: set lora_r or gradual_unfreeze_every to 0.")
+
+
+def check_adapters(config: FinetuneConfig) -> None:
+    if isinstance(config.adapter_size, bool) or not isinstance(config.adapter_size, int):
+        raise ConfigError(f"adapter_size must be a whole number (0: adapters off), not {config.adapter_size!r}.")
+    if config.adapter_size and config.lora_r:
+        raise ConfigError("Adapters and LoRA both train a few added weights in place of the model's own; choose "
+                          "one: set adapter_size or lora_r to 0.")
+    if config.adapter_size and config.gradual_unfreeze_every:
+        raise ConfigError("Adapters train only themselves, the layer norms and the head, and gradual unfreezing "
+                          "would unfreeze whole layers: set adapter_size or gradual_unfreeze_every to 0.")

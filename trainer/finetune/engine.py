@@ -18,7 +18,7 @@ import torch
 
 from trainer import finetune as tasks
 from trainer.errors import ConfigError
-from trainer.finetune import lora, techniques
+from trainer.finetune import adapters, lora, techniques
 from trainer.finetune.config import FinetuneConfig
 from trainer.finetune.metrics import METRICS
 from trainer.training import checkpoints
@@ -168,10 +168,12 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             model = task.build_model(base, labels, config)
         except (TypeError, ValueError) as e:
             raise ConfigError(f"The checkpoint {checkpoint.name} cannot be fine-tuned for {task.label}: {e}") from None
-        config = config.replace(task=task.name, family=model.config.family, preset=checkpoint.name)
+        config = config.replace(task=task.name, family=model.config.family, preset=checkpoint.name,
+                                label_words=labels if getattr(task, "writes_labels", False) else [])
         tokenizer = load_tokenizer(checkpoint)
         collator = task.build_collator(tokenizer, labels, config.max_length, config)
-        adapters = lora.apply(model, config, sink)  # before the optimizer: it freezes what LoRA replaces
+        adapters.apply(model, config, sink)  # before the optimizer: only adapters, norms and the head train
+        lora_names = lora.apply(model, config, sink)  # before the optimizer: it freezes what LoRA replaces
         model = model.to(device).train()
         forward = task.step(config, model, device, task=task, labels=labels)
         forward.sink = sink
@@ -212,7 +214,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             key = METRICS[task.metrics].primary
             sink.log(f"Test split: {key} {values.get(key, float('nan')):.4f} over {sum(b.size for b in test)} examples.")
             _write_test_outputs(out_dir, forward, test_examples, sink)
-        if adapters and result.status == "succeeded":
+        if lora_names and result.status == "succeeded":
             lora.export(model, out_dir / "peft", sink)
         return result
     finally:

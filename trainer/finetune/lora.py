@@ -13,9 +13,10 @@ unfreezing, which unfreezes whole layers, is refused with LoRA.
 
 Checkpoints are written merged (W + (alpha / r) B A), so they load, explore, export and
 fine-tune again like any checkpoint of their class; beside each best checkpoint of early stopping
-the adapters are kept (ADAPTERS_FILE), so the best state is restored exactly. At the end of an
-encoder run, out_dir/peft/adapter is the adapter in peft's format and out_dir/peft/base the
-transformers model (the pre-trained weights with the trained head) that peft loads it onto.
+the adapters are kept (ADAPTERS_FILE), so the best state is restored exactly. At the end of a run
+of an encoder, T5 or a GPT language model (models_lib.hf.lora), out_dir/peft/adapter is the
+adapter in peft's format and out_dir/peft/base the transformers model (the pre-trained weights with
+the trained head: a task head, or T5's and GPT's final norms) that peft loads it onto.
 """
 from __future__ import annotations
 
@@ -87,7 +88,8 @@ def restore(model: nn.Module, folder: Path) -> None:
 
 def export(model: nn.Module, folder: Path, sink: Any = None) -> Path | None:
     """peft's adapter (folder/adapter) and the transformers model it goes on (folder/base), for an
-    adapted encoder; None (and a log line) for a family whose adapters have no transformers layout here."""
+    adapted encoder, T5 or GPT language model; None (and a log line) for a model whose adapters have
+    no transformers layout here (GPT-1's classifier, ELMo's task model)."""
     from models_lib import hf
     from models_lib.core import lora
     from models_lib.hf.lora import to_peft

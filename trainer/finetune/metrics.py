@@ -84,19 +84,23 @@ def _finite(values: Sequence, name: str, what: str) -> list[float]:
 
 
 # -------------------------------------------------------------------------------- classification
-def classification_metrics(predictions: Sequence[Hashable], references: Sequence[Hashable]) -> dict[str, float]:
+def classification_metrics(predictions: Sequence[Hashable], references: Sequence[Hashable], *,
+                           labels: Sequence[Hashable] | None = None) -> dict[str, float]:
     """Single-label classification (one sentence or a pair; labels as ints or strings, T5's
-    text labels too): accuracy, macro and micro F1 over the labels seen in either list, and the
-    Matthews correlation coefficient (CoLA's metric; 0.0 when one class is all there is)."""
+    text labels too): accuracy, macro and micro F1 over the labels seen in either list (or over
+    `labels`: a prediction outside them, such as T5's output that is no label, is then wrong
+    without being a class of its own), and the Matthews correlation coefficient (CoLA's metric;
+    0.0 when one class is all there is)."""
     _check_pairs(predictions, references, "classification")
     from sklearn import metrics as skm
 
+    over = {} if labels is None else {"labels": list(labels)}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return {
             "accuracy": float(skm.accuracy_score(references, predictions)),
-            "f1_macro": float(skm.f1_score(references, predictions, average="macro", zero_division=0)),
-            "f1_micro": float(skm.f1_score(references, predictions, average="micro", zero_division=0)),
+            "f1_macro": float(skm.f1_score(references, predictions, average="macro", zero_division=0, **over)),
+            "f1_micro": float(skm.f1_score(references, predictions, average="micro", zero_division=0, **over)),
             "mcc": float(skm.matthews_corrcoef(references, predictions)),
         }
 

@@ -61,13 +61,22 @@ def as_text(example: dict, task: str) -> dict:
     if task not in TEXT_TASKS:
         raise ConfigError(f"A {task} dataset cannot be written as text to text; multi-task mixing takes "
                           f"{', '.join(TEXT_TASKS)} datasets.")
-    if "text" in example:
-        source = example["text"]
-    else:
-        source = f"sentence1: {example['sentence1']} sentence2: {example['sentence2']}"
     if task == "classification":
-        return {"input": source, "target": str(example["label"])}
-    return {"input": source, "target": f"{round(float(example['label']) * 5) / 5:.1f}"}  # regression
+        return {"input": source_of(example), "target": str(example["label"])}
+    return {"input": source_of(example), "target": score_word(example["label"])}  # regression
+
+
+def source_of(example: dict) -> str:
+    """A classification or regression example's input as T5 writes it: the text, or a pair as
+    "sentence1: A sentence2: B"."""
+    if "text" in example:
+        return str(example["text"])
+    return f"sentence1: {example['sentence1']} sentence2: {example['sentence2']}"
+
+
+def score_word(value: Any) -> str:
+    """A regression score as T5's target text for STS-B: rounded to the nearest 0.2, one decimal."""
+    return f"{round(float(value) * 5) / 5:.1f}"
 
 
 @dataclass
@@ -181,3 +190,44 @@ def per_task_metrics(tasks: Sequence[str], predictions: Sequence[str], reference
         per = [values[f"{key}/{name}"] for name in names]
         values[f"{key}/mean"] = float(math.fsum(per) / len(per))
     return values
+
+
+# ---------------------------------------------------------------------------- then one task alone
+def best_or_last_checkpoint(out_dir: Path) -> Path | None:
+    """What a multi-task run hands on: early stopping's best checkpoint (best.json) when it kept
+    one, else its newest. None when it has none."""
+    import json
+
+    from trainer.training.checkpoints import checkpoints_dir, list_checkpoints
+
+    try:
+        best = json.loads((Path(out_dir) / "best.json").read_text(encoding="utf-8"))
+        folder = checkpoints_dir(out_dir) / str(best["checkpoint"])
+        if folder.is_dir():
+            return folder
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    found = list_checkpoints(out_dir)
+    return found[-1][1] if found else None
+
+
+def task_spec(config: Any, name: str) -> dict:
+    """{dataset, prefix, name} of the multi-task run's task `name`; ConfigError naming the tasks
+    when it is not one of them."""
+    names = mix_task_names(config.to_dict())
+    if name not in names:
+        listed = ", ".join(names) or "none: it has no extra_datasets"
+        raise ConfigError(f"then_finetune_on must name one of the tasks of the mix ({listed}), not {name!r}.")
+    i = names.index(name)
+    spec = {"dataset": config.dataset, "prefix": config.source_prefix} if i == 0 else config.extra_datasets[i - 1]
+    return {"dataset": str(spec["dataset"]), "prefix": str(spec.get("prefix") or ""), "name": name}
+
+
+def then_config(config: Any, name: str, *, checkpoint: str | Path, max_steps: int = 0) -> Any:
+    """The second phase of "multi-task, then fine-tuned on one of them" (Raffel et al. 2020,
+    section 3.5.3): the same settings on task `name` alone (its dataset and prefix; the dataset's
+    own task, so a classification or regression one is T5's label words, text_classify), from the
+    multi-task run's checkpoint, for max_steps (0: the multi-task run's)."""
+    spec = task_spec(config, name)
+    return config.replace(checkpoint=str(checkpoint), dataset=spec["dataset"], source_prefix=spec["prefix"],
+                          extra_datasets=[], task="", task_name="", max_steps=int(max_steps) or config.max_steps)

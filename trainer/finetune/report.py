@@ -158,3 +158,40 @@ def write_test_outputs(out_dir: Path, step: Any, examples: Sequence[dict]) -> li
     if report is not None:
         _atomic_write(out_dir / REPORT_FILE, json.dumps(report, indent=1) + "\n")
     return rows
+
+
+# ---------------------------------------------------------------------------------- generated samples
+SAMPLES_FILE = "samples.json"
+SAMPLES_KEPT = 50       # the validations whose samples are kept (the newest)
+SAMPLE_MAX_CHARS = 1000  # each text is cut to this many characters
+
+
+def _sample_text(value: Any) -> str:
+    text = str(value if value is not None else "")
+    return text if len(text) <= SAMPLE_MAX_CHARS else text[: SAMPLE_MAX_CHARS - 1] + "…"
+
+
+def sample_rows(samples: Sequence[Sequence[Any]]) -> list[dict[str, str]]:
+    """A generative step's samples, (input, generated, reference) each, as the rows a run reports."""
+    return [{"input": _sample_text(source), "generated": _sample_text(generated),
+             "reference": _sample_text(reference)} for source, generated, reference in samples]
+
+
+def read_samples(out_dir: Path) -> list[dict]:
+    """[{"step", "samples": [{"input", "generated", "reference"}]}], oldest first ([] without any)."""
+    try:
+        data = json.loads((Path(out_dir) / SAMPLES_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [v for v in data.get("validations", []) if isinstance(v, dict)] if isinstance(data, dict) else []
+
+
+def write_samples(out_dir: Path, step: int, rows: Sequence[dict]) -> None:
+    """Record one validation's samples in out_dir/samples.json (beside the metrics): a step
+    already there (a resumed run evaluating it again) is replaced, the newest SAMPLES_KEPT kept."""
+    Path(out_dir).mkdir(parents=True, exist_ok=True)  # the first validation may come before any checkpoint
+    kept = [v for v in read_samples(out_dir) if v.get("step") != int(step)]
+    kept.append({"step": int(step), "samples": list(rows)})
+    kept.sort(key=lambda v: v.get("step", 0))
+    _atomic_write(Path(out_dir) / SAMPLES_FILE,
+                  json.dumps({"validations": kept[-SAMPLES_KEPT:]}, ensure_ascii=False, indent=1) + "\n")

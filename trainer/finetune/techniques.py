@@ -246,8 +246,11 @@ class FinetuneLoop(Loop):
     def maybe_eval(self, force: bool = False) -> None:
         before = self.last_eval_step
         super().maybe_eval(force)
+        if self.last_eval_step == before:
+            return
+        self.report_samples()
         early = self.early
-        if early is None or self.last_eval_step == before:
+        if early is None:
             return
         step = self.state.step
         if early.update(step, self.state.valid_metrics):
@@ -257,6 +260,24 @@ class FinetuneLoop(Loop):
             self.stopped = (f"Early stopping at step {step}: validation {early.key} has not improved on {best} for "
                             f"{early.waited} evaluations in a row (early_stopping_patience {early.patience}).")
             self.sink.log(self.stopped)
+
+    def report_samples(self) -> None:
+        """The validation's generated samples (a generative step's input, output and reference
+        for the first samples_shown examples): to out_dir/samples.json and to the sink's
+        optional `samples(step, rows)` (the web app streams them to the run's page)."""
+        from trainer.finetune import report
+
+        samples = getattr(self.forward, "samples", None)
+        if not samples:
+            return
+        step, rows = self.state.step, report.sample_rows(samples)
+        try:
+            report.write_samples(Path(self.out_dir), step, rows)
+        except OSError as e:
+            self.sink.log(f"The samples of the validation at step {step} could not be written: {e}")
+        send = getattr(self.sink, "samples", None)
+        if callable(send):
+            send(step, rows)
 
     def save_checkpoint(self) -> Path:
         """A checkpoint of a LoRA run holds the merged weights: a plain model of its class."""

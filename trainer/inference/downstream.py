@@ -10,6 +10,8 @@
                                                  trainer.finetune.qa scores the run)
     embed(folder, sentences, pooling)            sentence vectors of any encoder checkpoint (mean of the
                                                  tokens or the first token) and their cosine similarities
+                                                 (sentence_vectors; trainer.inference.neighbours searches
+                                                 a dataset's with it)
 
 The model is read as trainer.inference.loading caches it; the tokenizer is the checkpoint's own,
 cut to the length the run fine-tuned with (its trainer_state.json), else the model's positions.
@@ -87,11 +89,15 @@ def _token_types(model: Any, types: torch.Tensor) -> torch.Tensor | None:
 def classify(checkpoint_dir: str | Path, text: str, text_b: str | None = None) -> dict[str, Any]:
     """-> {"problem_type", "labels": [{"label", "probability"}] most likely first (regression: []),
     "predicted": [labels] (the argmax, or every label over the threshold), "value" (regression),
-    "threshold" (multi-label), "truncated"}."""
+    "threshold" (multi-label), "truncated", "generated" (the text a T5 model wrote, else None)}.
+    A T5 checkpoint fine-tuned on a classification or regression dataset writes its answer
+    (trainer.finetune.text_classify); see _classify_by_writing."""
     loaded = load(checkpoint_dir)
-    spec = _require(loaded, "sequence_classification", "Classification")
     text = nonempty(text, "Type a text to classify.")
     pair = (text_b or "").strip()
+    if written_task(loaded):
+        return _classify_by_writing(loaded, text, pair)
+    spec = _require(loaded, "sequence_classification", "Classification")
     max_length = _max_length(loaded)
     tok = _tokenizer(loaded, max_length)
     enc = tok.encode(text, pair) if pair else tok.encode(text)
@@ -102,7 +108,7 @@ def classify(checkpoint_dir: str | Path, text: str, text_b: str | None = None) -
         logits = model(ids, mask, _token_types(model, types)).logits[0].float()
     names = [spec.id2label[i] for i in range(spec.num_labels)]
     out: dict[str, Any] = {"problem_type": spec.problem_type, "truncated": full > len(enc.ids),
-                           "max_length": max_length, "value": None, "threshold": None}
+                           "max_length": max_length, "value": None, "threshold": None, "generated": None}
     if spec.problem_type == "regression":
         out.update(labels=[], predicted=[], value=float(logits.view(-1)[0]))
         return out
@@ -115,6 +121,58 @@ def classify(checkpoint_dir: str | Path, text: str, text_b: str | None = None) -
         predicted = [names[int(torch.tensor(probs).argmax())]]
     ranked = sorted(zip(names, probs), key=lambda x: -x[1])
     out.update(labels=[{"label": n, "probability": float(p)} for n, p in ranked], predicted=predicted)
+    return out
+
+
+def written_task(loaded: Loaded) -> str:
+    """"classification" or "regression" for a T5 checkpoint fine-tuned to write its labels (or
+    scores) as text (trainer.finetune.text_classify), else ""."""
+    task = (loaded.state.get("config") or {}).get("task")
+    return str(task) if loaded.family_name == "t5" and task in ("classification", "regression") else ""
+
+
+def _classify_by_writing(loaded: Loaded, text: str, pair: str) -> dict[str, Any]:
+    """The checkpoint generates its answer for "prefix text" (a pair as "sentence1: A sentence2: B"),
+    greedily, as the run's validation did; the answer is read as the run read it (an output that
+    is no label predicts nothing, one that is no number has no value). For classification each
+    label's probability is that of the whole "label </s>" as the output, renormalised over the
+    labels (text_classify.label_probabilities)."""
+    from trainer.finetune import mixing, text_classify
+
+    config = loaded.state.get("config") or {}
+    regression = written_task(loaded) == "regression"
+    labels = [str(x) for x in config.get("label_words") or []]
+    if not regression and len(labels) < 2:
+        raise InferenceError("This T5 checkpoint does not record the labels it was fine-tuned to write (its run "
+                             "is older than that); fine-tune it again to classify with it here.")
+    tok, eos = loaded.tokenizer, int(loaded.tokenizer.sep_id)
+    example = {"sentence1": text, "sentence2": pair} if pair else {"text": text}
+    ids = tok.tok.encode(str(config.get("source_prefix") or "") + mixing.source_of(example),
+                         add_special_tokens=False).ids
+    max_length = _max_length(loaded)
+    source = ids[: max_length - 1] + [eos]
+    input_ids = torch.tensor([source], dtype=torch.long)
+    mask = torch.ones_like(input_ids)
+    model = loaded.model
+    max_new = int(config.get("max_target_length") or 64)
+    with loaded.lock, torch.inference_mode():
+        generated = tok.decode(model.generate(input_ids, mask, max_new_tokens=max_new)[0, 1:].tolist()).strip()
+        if not regression:
+            targets = [tok.tok.encode(label, add_special_tokens=False).ids + [eos] for label in labels]
+            probs = text_classify.label_probabilities(model, input_ids, mask, targets)
+    out: dict[str, Any] = {"truncated": len(ids) + 1 > len(source), "max_length": max_length, "threshold": None,
+                           "generated": generated}
+    if regression:
+        value, ok = text_classify.read_score(generated)
+        out.update(problem_type="regression", labels=[], predicted=[], value=value if ok else None)
+        return out
+    forms = text_classify.label_forms(labels, lambda label: tok.decode(tok.tok.encode(
+        label, add_special_tokens=False).ids))
+    predicted = text_classify.read_label(generated, forms)
+    ranked = sorted(zip(labels, probs), key=lambda x: -x[1])
+    out.update(problem_type="single_label_classification", value=None,
+               labels=[{"label": n, "probability": float(p)} for n, p in ranked],
+               predicted=[] if predicted == text_classify.INVALID else [predicted])
     return out
 
 
@@ -237,21 +295,15 @@ def _encoder(loaded: Loaded) -> Any:
     return backbone
 
 
-def embed(checkpoint_dir: str | Path, sentences: Sequence[str], *, pooling: str = "mean") -> dict[str, Any]:
-    """-> {"pooling", "sentences", "similarity": (N, N) cosines, "dimensions", "truncated": [bool]}.
-    mean: the average of the last layer's token vectors (special tokens included, as
-    sentence-transformers' mean pooling does); cls: the first token's vector."""
+def sentence_vectors(loaded: Loaded, texts: Sequence[str], *, pooling: str = "mean") -> tuple[torch.Tensor, list[bool]]:
+    """(unit-length sentence vectors (N, H) of an encoder checkpoint, which texts were cut to the
+    model's length). mean: the average of the last layer's token vectors (special tokens included,
+    as sentence-transformers' mean pooling does); cls: the first token's vector."""
     if pooling not in POOLINGS:
         raise InferenceError(f"pooling must be one of {', '.join(POOLINGS)}, not {pooling!r}.")
-    texts = [s.strip() for s in sentences if isinstance(s, str) and s.strip()]
-    if not 2 <= len(texts) <= MAX_SENTENCES:
-        raise InferenceError(f"Give from 2 to {MAX_SENTENCES} sentences (one per line) to compare; "
-                             f"there {'is' if len(texts) == 1 else 'are'} {len(texts)}.")
-    loaded = load(checkpoint_dir)
     encoder = _encoder(loaded)
-    max_length = _max_length(loaded)
-    tok = _tokenizer(loaded, max_length)
-    encodings = tok.encode_batch(texts)
+    tok = _tokenizer(loaded, _max_length(loaded))
+    encodings = tok.encode_batch(list(texts))
     truncated = [len(loaded.tokenizer.tok.encode(t).ids) > len(e.ids) for t, e in zip(texts, encodings)]
     ids, mask, types = _tensors(encodings, int(loaded.tokenizer.pad_id))
     with loaded.lock, torch.inference_mode():
@@ -262,6 +314,19 @@ def embed(checkpoint_dir: str | Path, sentences: Sequence[str], *, pooling: str 
             weights = mask.unsqueeze(-1).float()
             vectors = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
         unit = torch.nn.functional.normalize(vectors, dim=-1)
-        similarity = (unit @ unit.T).clamp(-1.0, 1.0)
+    return unit, truncated
+
+
+def embed(checkpoint_dir: str | Path, sentences: Sequence[str], *, pooling: str = "mean") -> dict[str, Any]:
+    """-> {"pooling", "sentences", "similarity": (N, N) cosines, "dimensions", "truncated": [bool]}
+    (sentence_vectors says how the sentences become vectors)."""
+    if pooling not in POOLINGS:
+        raise InferenceError(f"pooling must be one of {', '.join(POOLINGS)}, not {pooling!r}.")
+    texts = [s.strip() for s in sentences if isinstance(s, str) and s.strip()]
+    if not 2 <= len(texts) <= MAX_SENTENCES:
+        raise InferenceError(f"Give from 2 to {MAX_SENTENCES} sentences (one per line) to compare; "
+                             f"there {'is' if len(texts) == 1 else 'are'} {len(texts)}.")
+    unit, truncated = sentence_vectors(load(checkpoint_dir), texts, pooling=pooling)
+    similarity = (unit @ unit.T).clamp(-1.0, 1.0)
     return {"pooling": pooling, "sentences": texts, "similarity": [[float(x) for x in row] for row in similarity],
-            "dimensions": int(vectors.shape[-1]), "truncated": truncated}
+            "dimensions": int(unit.shape[-1]), "truncated": truncated}

@@ -18,7 +18,10 @@ is a no-op, so a one-process run is exactly what it was:
   the same on every rank: a checkpoint resumes on any number of devices.
 - Reporting: every rank computes, rank 0 alone reports (the engine gives the others a
   NullSink); training metrics are summed over the ranks at each log step (sum_floats), and a
-  stop request on any rank stops all of them at the same step (any()).
+  stop request on any rank stops all of them at the same step (any()). Validation is shared:
+  each rank scores every N-th validation batch and the sums are added up over the ranks, which
+  gives the one-process values (engine.Loop.validation_share; under FSDP2 a rank with a batch
+  fewer runs one unscored, since each forward gathers the weights together).
 - Checkpoints hold the full state in the one-process format: full_state() gathers FSDP2's
   shards with torch.distributed.checkpoint.state_dict (collective; rank 0 keeps them) and
   numbers the optimizer state by parameter order as Optimizer.state_dict() does; load() puts

@@ -323,7 +323,7 @@ class Loop:
         step = self.state.step
         if step != 1 and step % self.config.log_every and step != self.config.max_steps:
             return
-        iv, tally = self.interval, self.tally.values() if not self.dist.enabled else self.summed_tally()
+        iv, tally = self.interval, self.tally.values() if not self.dist.enabled else self.summed(self.tally)
         summed = self.dist.sum_floats({"loss": iv.get("loss"), "n": iv.micro_batches, "tokens": iv.tokens})
         loss = summed["loss"] / max(1.0, summed["n"])
         self.agree_tokens()
@@ -347,10 +347,10 @@ class Loop:
         self.interval = _Interval()
         self.tally = Tally(weighted=False)
 
-    def summed_tally(self) -> dict[str, float]:
-        """The training Tally's values over the micro-batches of every process."""
-        tally, parts = Tally(weighted=False), {}
-        for kind, table in (("loss", self.tally.losses), ("ratio", self.tally.ratios)):
+    def summed(self, mine: Tally) -> dict[str, float]:
+        """A Tally's values over the (micro-)batches of every process (collective)."""
+        tally, parts = Tally(weighted=mine.weighted), {}
+        for kind, table in (("loss", mine.losses), ("ratio", mine.ratios)):
             for name, (a, b) in table.items():
                 parts[f"{kind}:{name}:0"], parts[f"{kind}:{name}:1"] = _item(a), _item(b)
         for key, value in self.dist.sum_floats(parts).items():
@@ -398,12 +398,16 @@ class Loop:
         model.eval()
         self.forward.start_validation()
         tally = Tally(weighted=True)
-        for batch in self.valid if batches is None else batches:  # another split's (fine-tuning's test)
+        mine, extra, shared = self.validation_share(self.valid if batches is None else batches)  # or the test split
+        for batch in mine:
             batch = batch.to(self.device)
             with self.autocast:
                 tally.add(self.forward(batch, train=False))
+        for batch in extra:  # FSDP2: as many forwards as the others (each gathers the weights), unscored
+            with self.autocast:
+                self.forward(batch.to(self.device), train=False)
         model.train()
-        parts = tally.values()
+        parts = self.summed(tally) if shared else tally.values()
         weights = self.forward.loss_weights
         values = {"loss": sum(weights.get(k, 1.0) * v for k, v in parts.items() if k.endswith("_loss"))}
         values.update(_ordered(parts))
@@ -412,6 +416,22 @@ class Loop:
                 values[name] = math.exp(min(values[source], 50.0))
         values.update(self.forward.finish_validation())
         return values
+
+    def validation_share(self, batches: list[Batch]) -> tuple[list[Batch], list[Batch], bool]:
+        """(the batches this process scores, those it runs unscored, whether the processes share
+        them). With several processes each scores every N-th batch and evaluate() adds the sums
+        up over the processes, which gives the one-process values; under FSDP2 a process with a
+        batch fewer runs one more, unscored, so that every process gathers the weights as often.
+        A Step that carries something from one validation batch to the next (a start_validation
+        or finish_validation of its own: ELECTRA's sampler, Transformer-XL's memory) is validated
+        whole by every process, as one process would."""
+        ctx = self.dist
+        if not ctx.enabled or not shares_validation(self.forward):
+            return list(batches), [], False
+        mine = list(batches[ctx.rank::ctx.world_size])
+        rounds = -(-len(batches) // ctx.world_size)
+        extra = list(batches[:rounds - len(mine)]) if ctx.strategy == "fsdp" else []
+        return mine, extra, True
 
     def save_checkpoint(self) -> Path:
         """Every process calls this at the same step (FSDP2 gathers the shards); rank 0 writes."""
@@ -465,12 +485,14 @@ class Loop:
                            for o in cfg.objectives)
         target_len = getattr(self.stream.collator, "target_len", None)  # encoder-decoder objectives
         targets = f" (decoder targets up to {target_len})" if target_len else ""
+        shared = (f" shared by the {self.dist.world_size} processes"
+                  if self.dist.enabled and shares_validation(self.forward) else "")
         self.sink.log(
             f"Training {cfg.preset} ({n_params / 1e6:.2f}M parameters, vocabulary {self.model.config.vocab_size:,}) "
             f"with {names} on {self.where()}, {optimizer_label(cfg)}: "
             f"{cfg.max_steps:,} steps of {self.batch_label()} sequences of up to {cfg.seq_len} "
             f"tokens{targets}; {self.stream.epoch_size:,} training sequences per epoch, "
-            f"{len(self.valid)} validation batches."
+            f"{len(self.valid)} validation batches{shared}."
         )
         if self.peak is not None and self.flops_per_token:
             self.sink.log(f"MFU counts {self.flops_per_token / 1e6:,.1f} MFLOP per token (forward and backward) "
@@ -488,6 +510,13 @@ class Loop:
         cfg, n = self.config, self.dist.world_size
         label = f"{cfg.batch_size} x {cfg.grad_accum}"
         return label if n == 1 else f"{label} x {n} processes = {cfg.effective_batch(n):,}"
+
+
+def shares_validation(step: Step) -> bool:
+    """Whether processes may split a Step's validation batches: it scores each batch on its own
+    (it keeps Step's start_validation and finish_validation)."""
+    kind = type(step)
+    return kind.start_validation is Step.start_validation and kind.finish_validation is Step.finish_validation
 
 
 def optimizer_label(cfg: RunConfig) -> str:

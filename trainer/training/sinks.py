@@ -2,6 +2,10 @@
 
 `train()` calls a sink; it never knows who listens. The web app implements MetricsSink
 in webapp/runs (saving MetricPoint rows, pushing to the websocket group).
+
+A sink may also have `samples(step, rows)`: a fine-tuning run's generated samples at a
+validation ([{"input", "generated", "reference"}], trainer.finetune.techniques.FinetuneLoop);
+the loop calls it only where a sink has it.
 """
 from __future__ import annotations
 
@@ -56,6 +60,7 @@ class ListSink:
         self.lines: list[str] = []
         self.checkpoints: list[tuple[int, Path, dict]] = []
         self.heartbeats: list[tuple[int, int]] = []
+        self.sample_events: list[tuple[int, list[dict]]] = []
         self.closed = False
 
     def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
@@ -69,6 +74,9 @@ class ListSink:
 
     def heartbeat(self, step: int, tokens_seen: int) -> None:
         self.heartbeats.append((step, tokens_seen))
+
+    def samples(self, step: int, rows: list[dict]) -> None:
+        self.sample_events.append((step, [dict(r) for r in rows]))
 
     def close(self) -> None:
         self.closed = True
@@ -99,6 +107,12 @@ class TeeSink:
     def heartbeat(self, step: int, tokens_seen: int) -> None:
         for s in self.sinks:
             s.heartbeat(step, tokens_seen)
+
+    def samples(self, step: int, rows: list[dict]) -> None:
+        for s in self.sinks:
+            send = getattr(s, "samples", None)
+            if callable(send):
+                send(step, rows)
 
     def close(self) -> None:
         for s in self.sinks:

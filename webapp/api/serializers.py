@@ -16,6 +16,7 @@ from django.core.validators import BaseValidator
 from django.http import QueryDict
 from django.utils.deconstruct import deconstructible
 from rest_framework import serializers
+from rest_framework.relations import PKOnlyObject
 
 # Sent along by an HTML form of the site; never a field of a serializer.
 _IGNORED = frozenset({"csrfmiddlewaretoken"})
@@ -103,3 +104,31 @@ class QuerySerializer(serializers.Serializer):
             if blank:
                 raise serializers.ValidationError(blank)
         return super().to_internal_value(data)
+
+
+class BuiltOnceFields:
+    """For a read-only model serializer on a hot path (the run API is polled by every open
+    dashboard): its fields are built once per class and shared by every instance, instead of
+    once per instance. ModelSerializer otherwise rebuilds them for each object from the model's
+    metadata (field mapping, labels, validators), which was the largest single cost of
+    GET /api/runs/<id>/ (bench/serve_latency.py).
+
+    The representation is the very one of Serializer.to_representation, from the same field
+    objects. Only for serializers whose fields do not read `context` (no request-relative URLs):
+    the shared fields belong to the first instance that built them."""
+
+    def to_representation(self, instance):
+        cls = type(self)
+        fields = cls.__dict__.get("_shared_readable_fields")
+        if fields is None:
+            fields = [field for field in cls().fields.values() if not field.write_only]
+            cls._shared_readable_fields = fields
+        out = {}
+        for field in fields:
+            try:
+                attribute = field.get_attribute(instance)
+            except serializers.SkipField:
+                continue
+            value = attribute.pk if isinstance(attribute, PKOnlyObject) else attribute
+            out[field.field_name] = None if value is None else field.to_representation(attribute)
+        return out

@@ -1,5 +1,6 @@
 """JSON API of the explorer: questions to your checkpoints (fill-mask, sentence pairs, generation,
-span filling, attention, ELMo word similarity), comparisons, masked batches, imports."""
+span filling, attention, ELMo word similarity, the fine-tuned tools, sentence embeddings and
+nearest neighbours within a dataset), comparisons, masked batches, imports."""
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -11,7 +12,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from webapp.explorer import imports, services
+from webapp.datasets.selectors import dataset_get
+from webapp.explorer import imports, neighbours, services
 from webapp.explorer.serializers import (
     AnswerRequestSerializer, AnswerResponseSerializer, ClassifyRequestSerializer, ClassifyResponseSerializer,
     EmbedRequestSerializer, EmbedResponseSerializer, TagRequestSerializer, TagResponseSerializer,
@@ -21,6 +23,8 @@ from webapp.explorer.serializers import (
     GenerateSeq2SeqResponseSerializer, WordSimilarityRequestSerializer, WordSimilarityResponseSerializer,
     decoding_of,
     InspectRequestSerializer, InspectResponseSerializer, ModelImportCreateSerializer, ModelImportSerializer,
+    NeighbourIndexRequestSerializer, NeighbourIndexSerializer, NeighboursRequestSerializer,
+    NeighboursResponseSerializer,
     NextSentenceRequestSerializer, NextSentenceResponseSerializer, PermutationRequestSerializer,
     PermutationResponseSerializer, SentenceOrderRequestSerializer, SentenceOrderResponseSerializer,
 )
@@ -188,6 +192,50 @@ class EmbedView(CheckpointQuestionView):
 
     def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
         return services.embed(checkpoint=checkpoint, sentences=data["sentences"], pooling=data["pooling"])
+
+
+class NeighbourIndexView(APIView):
+    @extend_schema(request=NeighbourIndexRequestSerializer,
+                   responses={200: NeighbourIndexSerializer, 202: NeighbourIndexSerializer, 400: ERROR, 404: ERROR},
+                   summary="Embed a dataset's texts for nearest-neighbour search (a job, cached)",
+                   description="Embeds up to NEIGHBOURS_MAX_TEXTS (2,000 by default) texts of one of your ready "
+                               "labelled datasets with an encoder checkpoint and a pooling, as a job on the short-jobs "
+                               "queue. The embeddings are kept per (checkpoint, dataset, pooling): asking again "
+                               "answers 200 with the ready index, or 202 with the one in progress (follow it with GET "
+                               "/api/explore/neighbours/index/<id>/); a failed or lost one is built again (202).")
+    def post(self, request: Request) -> Response:
+        ser = NeighbourIndexRequestSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        data = ser.validated_data
+        ckpt = owned_checkpoint(request, data["checkpoint"])
+        dataset = _owned(dataset_get, request.user, data["dataset"])
+        index = neighbours.index_start(owner=request.user, checkpoint=ckpt, dataset=dataset, pooling=data["pooling"])
+        index.refresh_from_db()
+        return Response(NeighbourIndexSerializer(index).data,
+                        status=status.HTTP_202_ACCEPTED if index.in_flight else status.HTTP_200_OK)
+
+
+class NeighbourIndexDetailView(APIView):
+    @extend_schema(responses={200: NeighbourIndexSerializer, 404: ERROR},
+                   summary="Where the embedding of a dataset stands (status, progress, error)")
+    def get(self, request: Request, pk) -> Response:
+        return Response(NeighbourIndexSerializer(_owned(neighbours.index_get, request.user, pk)).data)
+
+
+@extend_schema(request=NeighboursRequestSerializer,
+               responses={200: NeighboursResponseSerializer, 400: ERROR, 404: ERROR},
+               summary="The k texts of a dataset nearest a query sentence (cosine of sentence embeddings)",
+               description="Searches the dataset's embeddings under the checkpoint and pooling (POST "
+                           "/api/explore/neighbours/index/ makes them); a dataset not embedded yet, or still being "
+                           "embedded, answers 400 with a sentence saying so. Each neighbour comes with its label "
+                           "when the dataset has one per text.")
+class NeighboursView(CheckpointQuestionView):
+    request_serializer = NeighboursRequestSerializer
+
+    def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
+        dataset = _owned(dataset_get, self.request.user, data["dataset"])
+        return neighbours.search(checkpoint=checkpoint, dataset=dataset, pooling=data["pooling"], text=data["text"],
+                                 k=data["k"])
 
 
 @extend_schema(request=NextSentenceRequestSerializer,

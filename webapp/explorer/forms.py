@@ -1,12 +1,17 @@
 from django import forms
 
 from webapp.explorer import imports
-from webapp.explorer.services import MAX_BEAMS, MAX_GENERATE_TOKENS, MAX_TOP_K, STRATEGIES, TASK_PREFIXES
+from webapp.explorer.incontext import DEFAULT_TEMPLATE, MAX_QUERIES, MAX_SHOTS, MAX_TEMPLATE_CHARS
+from webapp.explorer.neighbours import MAX_K as MAX_NEIGHBOURS
+from webapp.explorer.services import (
+    MAX_BEAMS, MAX_GENERATE_TOKENS, MAX_N_BEST, MAX_TEXT_CHARS, MAX_TOP_K, STRATEGIES, TASK_PREFIXES,
+)
 
 EXAMPLE_SPANS = "The cat <extra_id_0> on the mat, and the dog <extra_id_1> to the park."
 EXAMPLE_SENTENCE_A = "我今天吃了一个苹果"
 EXAMPLE_SENTENCE_B = "我买了一部苹果手机"
 EXAMPLE_WORD = "苹果"
+POOLING_CHOICES = [("mean", "mean of the tokens"), ("cls", "first token ([CLS])")]
 
 
 class ExploreForm(forms.Form):
@@ -15,7 +20,8 @@ class ExploreForm(forms.Form):
     and the answers stand side by side; the others ask the first checkpoint only."""
 
     ACTIONS = ("fill_mask", "next_sentence", "sentence_order", "text_to_text", "fill_spans", "generate",
-               "word_similarity")
+               "word_similarity", "classify", "tag", "answer", "embed", "neighbours_index", "neighbours",
+               "prompt_builder", "incontext_accuracy")
     TASKS = {"fill_mask": "fill-mask", "next_sentence": "next-sentence", "sentence_order": "sentence-order"}
     DECODING_FIELDS = ("strategy", "max_new_tokens", "num_beams", "temperature", "sample_top_k", "top_p", "seed")
     # The fields each action reads; the others' mistakes never block it (the page posts them all).
@@ -27,6 +33,27 @@ class ExploreForm(forms.Form):
         "fill_spans": ("span_text", *DECODING_FIELDS),
         "generate": ("gen_prompt", *DECODING_FIELDS),
         "word_similarity": ("sentence_a", "sentence_b", "word"),
+        "classify": ("classify_text", "classify_text_b"),
+        "tag": ("tag_text",),
+        "answer": ("qa_question", "qa_context", "qa_n_best"),
+        "embed": ("embed_sentences", "embed_pooling"),
+        "neighbours_index": ("nn_dataset", "nn_pooling"),
+        "neighbours": ("nn_dataset", "nn_pooling", "nn_text", "nn_k"),
+        "prompt_builder": ("icl_dataset", "icl_template", "icl_seed", "icl_normalise", "icl_k", "icl_index"),
+        "incontext_accuracy": ("icl_dataset", "icl_template", "icl_seed", "icl_normalise", "icl_kmax",
+                               "icl_queries"),
+    }
+    # What each of these actions needs typed in, and the sentence when it is missing.
+    REQUIRED = {
+        "classify": (("classify_text", "Type a text to classify."),),
+        "tag": (("tag_text", "Type a sentence to tag."),),
+        "answer": (("qa_question", "Type a question."), ("qa_context", "Paste a context that may hold the answer.")),
+        "embed": (("embed_sentences", "Type two to eight sentences, one per line."),),
+        "neighbours_index": (("nn_dataset", "Choose one of your datasets."),),
+        "neighbours": (("nn_dataset", "Choose one of your datasets."),
+                       ("nn_text", "Type a sentence to find its nearest neighbours.")),
+        "prompt_builder": (("icl_dataset", "Choose one of your classification datasets."),),
+        "incontext_accuracy": (("icl_dataset", "Choose one of your classification datasets."),),
     }
     ALWAYS = ("action", "checkpoint", "compare_with")
     # The decoding fields each strategy reads (strategy itself aside).
@@ -75,6 +102,36 @@ class ExploreForm(forms.Form):
     sentence_a = forms.CharField(required=False, label="Sentence A")
     sentence_b = forms.CharField(required=False, label="Sentence B")
     word = forms.CharField(required=False, label="Word", max_length=100)
+    # fine-tuned checkpoints: classify, tag, answer
+    classify_text = forms.CharField(required=False, max_length=MAX_TEXT_CHARS, label="Text (sentence A)",
+                                    widget=forms.Textarea(attrs={"rows": 3}))
+    classify_text_b = forms.CharField(required=False, max_length=MAX_TEXT_CHARS, label="Sentence B",
+                                      widget=forms.Textarea(attrs={"rows": 2}))
+    tag_text = forms.CharField(required=False, max_length=MAX_TEXT_CHARS, label="Sentence",
+                               widget=forms.Textarea(attrs={"rows": 3}))
+    qa_question = forms.CharField(required=False, max_length=MAX_TEXT_CHARS, label="Question")
+    qa_context = forms.CharField(required=False, max_length=MAX_TEXT_CHARS, label="Context",
+                                 widget=forms.Textarea(attrs={"rows": 5}))
+    qa_n_best = forms.IntegerField(required=False, min_value=1, max_value=MAX_N_BEST, initial=5, label="n best")
+    # any encoder: sentence embeddings and nearest neighbours in a dataset
+    embed_sentences = forms.CharField(required=False, max_length=2 * MAX_TEXT_CHARS, label="Sentences",
+                                      widget=forms.Textarea(attrs={"rows": 5}))
+    embed_pooling = forms.ChoiceField(required=False, choices=POOLING_CHOICES, label="Pooling")
+    nn_dataset = forms.UUIDField(required=False, label="Dataset")
+    nn_pooling = forms.ChoiceField(required=False, choices=POOLING_CHOICES, label="Pooling")
+    nn_text = forms.CharField(required=False, max_length=MAX_TEXT_CHARS, label="Query",
+                              widget=forms.Textarea(attrs={"rows": 2}))
+    nn_k = forms.IntegerField(required=False, min_value=1, max_value=MAX_NEIGHBOURS, initial=5, label="k")
+    # GPT: the prompt builder and accuracy against k (webapp.explorer.incontext's bounds)
+    icl_dataset = forms.UUIDField(required=False, label="Dataset")
+    icl_template = forms.CharField(required=False, strip=False, max_length=MAX_TEMPLATE_CHARS, label="Template")
+    icl_seed = forms.IntegerField(required=False, min_value=0, max_value=2**31 - 1, initial=0, label="Seed")
+    icl_normalise = forms.BooleanField(required=False, initial=True, label="Length-normalised")
+    icl_k = forms.IntegerField(required=False, min_value=0, max_value=MAX_SHOTS, initial=2, label="k")
+    icl_index = forms.IntegerField(required=False, min_value=0, initial=0, label="Example")
+    icl_kmax = forms.IntegerField(required=False, min_value=0, max_value=MAX_SHOTS, initial=4, label="k up to")
+    icl_queries = forms.IntegerField(required=False, min_value=1, max_value=MAX_QUERIES, initial=20,
+                                     label="Examples")
 
     def clean(self):
         data = super().clean()
@@ -116,6 +173,21 @@ class ExploreForm(forms.Form):
             for name, label in (("text_a", "sentence A"), ("text_b", "sentence B")):
                 if not data.get(name):
                     self.add_error(name, f"Type {label}.")
+        for name, message in self.REQUIRED.get(action, ()):
+            if name not in self._errors and not str(data.get(name) or "").strip():
+                self.add_error(name, message)
+        if action == "answer":
+            data["qa_n_best"] = data.get("qa_n_best") or 5
+        elif action == "neighbours":
+            data["nn_k"] = data.get("nn_k") or 5
+        if action in ("prompt_builder", "incontext_accuracy"):
+            for name, default in (("icl_seed", 0), ("icl_k", 2), ("icl_index", 0), ("icl_kmax", 4),
+                                  ("icl_queries", 20)):
+                data[name] = default if data.get(name) is None else data[name]
+            data["icl_template"] = data.get("icl_template") or DEFAULT_TEMPLATE
+        if action in ("embed", "neighbours_index", "neighbours"):
+            data["embed_pooling"] = data.get("embed_pooling") or "mean"
+            data["nn_pooling"] = data.get("nn_pooling") or "mean"
         if data.get("compare_with") and data.get("compare_with") == data.get("checkpoint"):
             self.add_error("compare_with", "Choose a different checkpoint to compare with.")
         return data

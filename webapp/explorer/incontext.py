@@ -23,6 +23,7 @@ from webapp.datasets.models import Dataset, DatasetStatus
 from webapp.explorer import services
 from webapp.explorer.api import _owned, owned_checkpoint
 from webapp.explorer.models import InContextResult
+from webapp.runs.models import Checkpoint
 
 # trainer.inference.incontext's bounds and defaults (kept here so this module imports no torch).
 MAX_SHOTS = 32
@@ -56,7 +57,11 @@ class AccuracyRequestSerializer(PromptRequestSerializer):
 
 
 def owned_dataset(request: Request, dataset_id) -> Dataset:
-    dataset = _owned(dataset_selectors.dataset_get, request.user, dataset_id)
+    return check_dataset(_owned(dataset_selectors.dataset_get, request.user, dataset_id))
+
+
+def check_dataset(dataset: Dataset) -> Dataset:
+    """The dataset, when in-context evaluation can read it; InferenceError with a sentence otherwise."""
     if dataset.status != DatasetStatus.READY:
         raise InferenceError(f"The dataset {dataset.name} is not ready yet ({dataset.get_status_display().lower()}).")
     if dataset.task != "classification":
@@ -70,6 +75,31 @@ def _settings(data: dict[str, Any]) -> dict[str, Any]:
             "normalise": data["normalise"]}
 
 
+def score_prompt(*, checkpoint: Checkpoint, dataset: Dataset, settings: dict[str, Any], k: int,
+                 index: int) -> dict[str, Any]:
+    """One k-shot prompt of the checkpoint (yours) on the dataset (yours) and each label's score."""
+    from trainer.inference import incontext  # imports torch
+
+    check_dataset(dataset)
+    out = incontext.score_prompt(services._folder(checkpoint), dataset.data_dir, k=k, index=index, **settings)
+    return {"checkpoint": str(checkpoint.id), "dataset": str(dataset.id), **out}
+
+
+def evaluate(*, owner, checkpoint: Checkpoint, dataset: Dataset, settings: dict[str, Any], k_max: int,
+             n_queries: int) -> dict[str, Any]:
+    """Accuracy against k, saved as an InContextResult of `owner` (its id is the answer's "result")."""
+    from trainer.inference import incontext  # imports torch
+
+    check_dataset(dataset)
+    out = incontext.evaluate(services._folder(checkpoint), dataset.data_dir, k_max=k_max, n_queries=n_queries,
+                             **settings)
+    saved = InContextResult.objects.create(
+        owner=owner, checkpoint=checkpoint, dataset=dataset, template=settings["template"],
+        separator=settings["separator"], k_max=k_max, seed=settings["seed"], normalise=settings["normalise"],
+        n_queries=out["n_queries"], accuracies=[float(a) for a in out["accuracy"]])
+    return {"checkpoint": str(checkpoint.id), "dataset": str(dataset.id), "result": str(saved.id), **out}
+
+
 class PromptBuilderView(APIView):
     @extend_schema(request=PromptRequestSerializer, responses={200: OpenApiResponse(description=(
         '{"checkpoint", "dataset", "prompt": the exact text the model reads before the label, "gap": the '
@@ -77,16 +107,13 @@ class PromptBuilderView(APIView):
         '"predicted", "gold", "k", "index"}')), 400: ERROR, 404: ERROR},
         summary="The prompt builder: one k-shot prompt and each label's score")
     def post(self, request: Request) -> Response:
-        from trainer.inference import incontext  # imports torch
-
         ser = PromptRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
         ckpt = owned_checkpoint(request, data["checkpoint"])
         dataset = owned_dataset(request, data["dataset"])
-        out = incontext.score_prompt(services._folder(ckpt), dataset.data_dir, k=data["k"], index=data["index"],
-                                     **_settings(data))
-        return Response({"checkpoint": str(ckpt.id), "dataset": str(dataset.id), **out})
+        return Response(score_prompt(checkpoint=ckpt, dataset=dataset, settings=_settings(data), k=data["k"],
+                                     index=data["index"]))
 
 
 class IncontextAccuracyView(APIView):
@@ -98,17 +125,10 @@ class IncontextAccuracyView(APIView):
                     "each), then saved: the answer's `result` is its id, and the dataset's leaderboard "
                     "(GET /api/datasets/<id>/leaderboard/, `incontext`) lists it.")
     def post(self, request: Request) -> Response:
-        from trainer.inference import incontext  # imports torch
-
         ser = AccuracyRequestSerializer(data=request.data)
         ser.is_valid(raise_exception=True)
         data = ser.validated_data
         ckpt = owned_checkpoint(request, data["checkpoint"])
         dataset = owned_dataset(request, data["dataset"])
-        out = incontext.evaluate(services._folder(ckpt), dataset.data_dir, k_max=data["k_max"],
-                                 n_queries=data["n_queries"], **_settings(data))
-        saved = InContextResult.objects.create(
-            owner=request.user, checkpoint=ckpt, dataset=dataset, template=data["template"],
-            separator=data["separator"], k_max=data["k_max"], seed=data["seed"], normalise=data["normalise"],
-            n_queries=out["n_queries"], accuracies=[float(a) for a in out["accuracy"]])
-        return Response({"checkpoint": str(ckpt.id), "dataset": str(dataset.id), "result": str(saved.id), **out})
+        return Response(evaluate(owner=request.user, checkpoint=ckpt, dataset=dataset, settings=_settings(data),
+                                 k_max=data["k_max"], n_queries=data["n_queries"]))

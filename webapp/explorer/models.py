@@ -6,11 +6,16 @@ failed, why. A finished import points at the Checkpoint it made (source "import"
 """
 from __future__ import annotations
 
+import shutil
 import uuid
 from pathlib import Path
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
+from django.db.models.signals import post_delete
+from django.dispatch import receiver
+
+from webapp.corpora.models import JobStatus
 
 
 class ImportStatus(models.TextChoices):
@@ -87,3 +92,47 @@ class InContextResult(models.Model):
             return None, None
         k = max(range(len(self.accuracies)), key=lambda i: (self.accuracies[i], -i))
         return k, float(self.accuracies[k])
+
+
+class NeighbourIndex(models.Model):
+    """The sentence vectors of up to `limit` texts of one of the owner's labelled datasets under one
+    encoder checkpoint and one pooling (trainer.inference.neighbours' index, in `folder`), built by
+    a short job (webapp.explorer.tasks.build_neighbour_index) with its progress, then searched for
+    a query's nearest neighbours. One per (checkpoint, dataset, pooling): the cache. It goes, files
+    and all, when the checkpoint or the dataset goes."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="neighbour_indexes")
+    checkpoint = models.ForeignKey("runs.Checkpoint", on_delete=models.CASCADE, related_name="neighbour_indexes")
+    dataset = models.ForeignKey("datasets.Dataset", on_delete=models.CASCADE, related_name="neighbour_indexes")
+    pooling = models.CharField(max_length=10)  # trainer.inference.downstream.POOLINGS
+    status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.PENDING)
+    progress = models.FloatField(default=0.0)  # 0..100
+    error = models.TextField(blank=True)
+    limit = models.PositiveIntegerField()  # the most texts embedded (settings.NEIGHBOURS_MAX_TEXTS when built)
+    count = models.PositiveIntegerField(default=0)  # texts embedded, once ready
+    total = models.PositiveIntegerField(default=0)  # examples in the dataset, once ready
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["checkpoint", "dataset", "pooling"],
+                                               name="one_neighbour_index_per_checkpoint_dataset_pooling")]
+
+    def __str__(self) -> str:
+        return f"{self.dataset} under {self.checkpoint} ({self.pooling})"
+
+    @property
+    def folder(self) -> Path:
+        return Path(settings.STORAGE_ROOT) / "explorer" / "neighbours" / str(self.id)
+
+    @property
+    def in_flight(self) -> bool:
+        return self.status in (JobStatus.PENDING, JobStatus.PROCESSING)
+
+
+@receiver(post_delete, sender=NeighbourIndex)
+def _remove_index_files(sender, instance: NeighbourIndex, **kwargs) -> None:
+    folder = instance.folder
+    transaction.on_commit(lambda: shutil.rmtree(folder, ignore_errors=True))

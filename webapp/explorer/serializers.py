@@ -6,7 +6,8 @@ from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_fiel
 from rest_framework import serializers
 
 from webapp.api.serializers import GreaterThan, RequestSerializer
-from webapp.explorer.models import ModelImport
+from webapp.explorer.models import ModelImport, NeighbourIndex
+from webapp.explorer.neighbours import MAX_K as MAX_NEIGHBOURS
 from webapp.explorer.services import (
     ATTENTION_MAX_TOKENS, MAX_BEAMS, MAX_GENERATE_TOKENS, MAX_N_BEST, MAX_NEW_TOKENS, MAX_SENTENCES, MAX_TEXT_CHARS,
     MAX_TOP_K, POOLINGS, STACKS, STRATEGIES, TASKS,
@@ -288,6 +289,11 @@ class ClassifyResultSerializer(serializers.Serializer):
     threshold = serializers.FloatField(allow_null=True, help_text="Multi-label: a label is predicted above it.")
     truncated = serializers.BooleanField(help_text="The input was cut to max_length tokens.")
     max_length = serializers.IntegerField()
+    generated = serializers.CharField(allow_null=True, help_text=(
+        "A T5 checkpoint fine-tuned to write its labels (classification or regression as text to text): the text "
+        "it generated, read as the label (none predicted when it is no label) or the value (null when it is no "
+        "number); its label probabilities are those of each whole label as the output. Null for a classifier "
+        "head."))
 
 
 class ClassifyResponseSerializer(ClassifyResultSerializer):
@@ -364,6 +370,61 @@ class EmbedResponseSerializer(serializers.Serializer):
                                        help_text="Cosine similarity of every pair (row i, column j).")
     dimensions = serializers.IntegerField()
     truncated = serializers.ListField(child=serializers.BooleanField())
+
+
+# ---------------------------------------------------------------------------- nearest neighbours
+class NeighbourIndexRequestSerializer(RequestSerializer):
+    checkpoint = serializers.UUIDField(help_text=CHECKPOINT_HELP + " Any encoder (pre-trained, fine-tuned or "
+                                                                   "imported, with or without an MLM head).")
+    dataset = serializers.UUIDField(help_text="A ready labelled dataset of yours.")
+    pooling = serializers.ChoiceField(choices=list(POOLINGS), default="mean")
+
+
+class NeighbourIndexSerializer(serializers.ModelSerializer):
+    status_label = serializers.CharField(source="get_status_display", read_only=True)
+    dataset_name = serializers.CharField(source="dataset.name", read_only=True)
+    progress = serializers.FloatField(read_only=True, help_text="0 to 100 while the texts are embedded.")
+    error = serializers.CharField(read_only=True, help_text="Why the job failed (a sentence), else empty.")
+    limit = serializers.IntegerField(read_only=True, help_text="The most texts embedded (the first ones, train "
+                                                              "split first).")
+    count = serializers.IntegerField(read_only=True, help_text="Texts embedded, once ready.")
+    total = serializers.IntegerField(read_only=True, help_text="Examples in the dataset, once ready.")
+
+    class Meta:
+        model = NeighbourIndex
+        fields = ["id", "checkpoint", "dataset", "dataset_name", "pooling", "status", "status_label", "progress",
+                  "error", "limit", "count", "total", "created_at", "finished_at"]
+        read_only_fields = fields
+
+
+class NeighboursRequestSerializer(NeighbourIndexRequestSerializer):
+    text = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
+                                 help_text="The query sentence.")
+    k = serializers.IntegerField(min_value=1, max_value=MAX_NEIGHBOURS, default=5,
+                                 help_text="How many neighbours.")
+
+
+class NeighbourSerializer(serializers.Serializer):
+    rank = serializers.IntegerField()
+    text = serializers.CharField()
+    label = serializers.CharField(allow_null=True, help_text="The example's label (classes joined by commas for "
+                                                             "multi-label; null for tasks without one label per text).")
+    split = serializers.CharField()
+    similarity = serializers.FloatField(help_text="Cosine similarity to the query.")
+
+
+class NeighboursResponseSerializer(serializers.Serializer):
+    checkpoint = serializers.UUIDField()
+    dataset = serializers.UUIDField()
+    index = serializers.UUIDField(help_text="The NeighbourIndex searched.")
+    query = serializers.CharField()
+    pooling = serializers.CharField()
+    count = serializers.IntegerField(help_text="Texts searched.")
+    limit = serializers.IntegerField()
+    total = serializers.IntegerField(help_text="Examples in the dataset.")
+    dimensions = serializers.IntegerField()
+    truncated = serializers.BooleanField(help_text="The query was cut to the model's length.")
+    neighbours = NeighbourSerializer(many=True, help_text="Most similar first.")
 
 
 # ---------------------------------------------------------------------------- comparison

@@ -3,10 +3,12 @@ batches, import Hugging Face models.
 
 The page shows the tools that fit the chosen checkpoint's family: fill-mask and sentence pairs
 for encoders, UniLM's seq2seq, T5's text-to-text and span filling, GPT's generation (streamed
-over /ws/explore/generate/), ELMo's word similarity, and the attention viewer for all but ELMo.
-With JavaScript the pages ask the JSON API and draw the answers in place; without it the
-forms post here and the same answers are rendered on the page (the attention heatmaps and
-streaming need JavaScript).
+over /ws/explore/generate/) and prompt builder, ELMo's word similarity, the attention viewer for
+all but ELMo; for fine-tuned checkpoints classify, tag and answer; for any encoder sentence
+embeddings and nearest neighbours within a dataset. With JavaScript the pages ask the JSON API
+and draw the answers in place; without it the forms post here and the same answers are rendered
+on the page (the attention heatmaps, UniLM's and XLNet's panels, charts and streaming need
+JavaScript).
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from trainer.errors import UserError
 from webapp.corpora.uploads import human_bytes
-from webapp.explorer import imports, services
+from webapp.datasets.selectors import dataset_get
+from webapp.explorer import imports, incontext, neighbours, services
 from webapp.explorer.forms import (
     EXAMPLE_SENTENCE_A, EXAMPLE_SENTENCE_B, EXAMPLE_SPANS, EXAMPLE_WORD, ExploreForm, ImportForm, form_decoding,
 )
@@ -40,6 +43,7 @@ DOWNSTREAM_EXAMPLES = {
                "when the directory has been removed.",
     "sentences": "Return the absolute path of a file.\nGive back the full path of the file.\nOpen a network "
                  "socket to the server.",
+    "query": "Return the absolute path of a file.",
 }
 
 
@@ -56,7 +60,7 @@ def index(request: HttpRequest) -> HttpResponse:
             if data.get("compare_with"):
                 compare_to = checkpoint_get(request.user, data["compare_with"])
             try:
-                result = _answer(data, selected, compare_to)
+                result = _answer(data, selected, compare_to, request.user)
             except UserError as e:
                 error = str(e)
         elif form.cleaned_data.get("checkpoint"):
@@ -72,7 +76,14 @@ def index(request: HttpRequest) -> HttpResponse:
                                     "checkpoint": selected.id if selected else None,
                                     "compare_with": compare_to.id if compare_to else None,
                                     "span_text": EXAMPLE_SPANS, "sentence_a": EXAMPLE_SENTENCE_A,
-                                    "sentence_b": EXAMPLE_SENTENCE_B, "word": EXAMPLE_WORD})
+                                    "sentence_b": EXAMPLE_SENTENCE_B, "word": EXAMPLE_WORD,
+                                    "classify_text": DOWNSTREAM_EXAMPLES["classify"],
+                                    "tag_text": DOWNSTREAM_EXAMPLES["tag"], "qa_question": DOWNSTREAM_EXAMPLES["question"],
+                                    "qa_context": DOWNSTREAM_EXAMPLES["context"], "qa_n_best": 5,
+                                    "embed_sentences": DOWNSTREAM_EXAMPLES["sentences"], "embed_pooling": "mean",
+                                    "nn_pooling": "mean", "nn_k": 5, "nn_text": DOWNSTREAM_EXAMPLES["query"],
+                                    "icl_template": incontext.DEFAULT_TEMPLATE, "icl_k": 2, "icl_index": 0,
+                                    "icl_seed": 0, "icl_normalise": True, "icl_kmax": 4, "icl_queries": 20})
     kind = services.family_kind(services.checkpoint_family(selected)) if selected else ""
     return render(request, "explorer/index.html", {
         "kind": kind,
@@ -90,12 +101,19 @@ def index(request: HttpRequest) -> HttpResponse:
         "action": request.POST.get("action", ""),
         "error": error,
         "icl_datasets": _classification_datasets(request.user),  # the prompt builder's (GPT checkpoints)
+        "nn_datasets": list(neighbours.searchable_datasets(request.user)),
+        "nn_indexes": list(neighbours.indexes_for(request.user, selected)) if selected else [],
+        "nn_max_texts": neighbours.max_texts(),
     })
 
 
-def _answer(data: dict, selected: Checkpoint, compare_to: Checkpoint | None) -> dict[str, Any]:
+def _answer(data: dict, selected: Checkpoint, compare_to: Checkpoint | None, user) -> dict[str, Any]:
     """{"kind": action, "columns": [{"label", "result", "error"}], ...the first answer's keys when alone}."""
     action = data["action"]
+    if action == "classify":
+        return {"kind": action, **_classify(data, selected, compare_to)}
+    if action in DOWNSTREAM_ACTIONS:
+        return {"kind": action, **DOWNSTREAM_ACTIONS[action](data, selected, user)}
     if action not in ExploreForm.TASKS:  # generation and ELMo: the first checkpoint only
         return {"kind": action, **_single(action, data, selected)}
     inputs = {k: data.get(k) for k in ("text", "top_k", "text_a", "text_b")}
@@ -124,6 +142,90 @@ def _single(action: str, data: dict, selected: Checkpoint) -> dict[str, Any]:
         return services.fill_spans(checkpoint=selected, text=data["span_text"], decoding=decoding)
     return services.word_similarity(checkpoint=selected, sentence_a=data["sentence_a"],
                                     sentence_b=data["sentence_b"], word=data["word"])
+
+
+# ---------------------------------------------------------------------------- fine-tuned and encoder panels
+# Without JavaScript their forms post here and the answers are drawn by the template: probabilities
+# as a table, entities and the answer marked in the text, similarities as a table.
+def _classify(data: dict, selected: Checkpoint, compare_to: Checkpoint | None) -> dict[str, Any]:
+    if compare_to is not None:
+        return {"columns": services.compare(checkpoints=[selected, compare_to], task="classify", inputs={
+            "text": data["classify_text"], "text_b": data.get("classify_text_b") or ""})}
+    out = services.classify(checkpoint=selected, text=data["classify_text"], text_b=data.get("classify_text_b") or "")
+    return {**out, "columns": [{"checkpoint": str(selected.id), "label": selected.label, "result": out, "error": None}]}
+
+
+def marked(text: str, spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The text cut into pieces [{"text", "mark": bool, "type"}], the spans (sorted by start, any
+    that overlaps an earlier one left out) marked: what the template wraps in <mark>."""
+    pieces, at = [], 0
+    for span in sorted(spans, key=lambda s: s["start"]):
+        start, end = int(span["start"]), int(span["end"])
+        if start < at or end <= start:
+            continue
+        if start > at:
+            pieces.append({"text": text[at:start], "mark": False, "type": ""})
+        pieces.append({"text": text[start:end], "mark": True, "type": span.get("type", "")})
+        at = end
+    if at < len(text):
+        pieces.append({"text": text[at:], "mark": False, "type": ""})
+    return pieces
+
+
+def _tag(data: dict, selected: Checkpoint, user) -> dict[str, Any]:
+    text = data["tag_text"].strip()
+    out = services.tag(checkpoint=selected, text=text)
+    return {**out, "pieces": marked(text, out["entities"])}
+
+
+def _qa(data: dict, selected: Checkpoint, user) -> dict[str, Any]:
+    context = data["qa_context"].strip()
+    out = services.answer(checkpoint=selected, question=data["qa_question"], context=context,
+                          n_best=data["qa_n_best"])
+    found = out["answer"]
+    return {**out, "pieces": marked(context, [found] if found["text"] else [])}
+
+
+def _embed(data: dict, selected: Checkpoint, user) -> dict[str, Any]:
+    out = services.embed(checkpoint=selected, sentences=data["embed_sentences"].splitlines(),
+                         pooling=data["embed_pooling"])
+    return {**out, "rows": [{"sentence": s, "cells": row} for s, row in zip(out["sentences"], out["similarity"])]}
+
+
+def _neighbours_index(data: dict, selected: Checkpoint, user) -> dict[str, Any]:
+    dataset = dataset_get(user, data["nn_dataset"])  # 404 for another user's
+    index = neighbours.index_start(owner=user, checkpoint=selected, dataset=dataset, pooling=data["nn_pooling"])
+    index.refresh_from_db()
+    return {"index": index}
+
+
+def _neighbours(data: dict, selected: Checkpoint, user) -> dict[str, Any]:
+    dataset = dataset_get(user, data["nn_dataset"])  # 404 for another user's
+    return {**neighbours.search(checkpoint=selected, dataset=dataset, pooling=data["nn_pooling"],
+                                text=data["nn_text"], k=data["nn_k"]), "dataset_name": dataset.name}
+
+
+def _icl_settings(data: dict) -> dict[str, Any]:
+    return {"template": data["icl_template"], "separator": incontext.DEFAULT_SEPARATOR, "seed": data["icl_seed"],
+            "normalise": bool(data.get("icl_normalise"))}
+
+
+def _prompt_builder(data: dict, selected: Checkpoint, user) -> dict[str, Any]:
+    dataset = dataset_get(user, data["icl_dataset"])  # 404 for another user's
+    return incontext.score_prompt(checkpoint=selected, dataset=dataset, settings=_icl_settings(data),
+                                  k=data["icl_k"], index=data["icl_index"])
+
+
+def _incontext_accuracy(data: dict, selected: Checkpoint, user) -> dict[str, Any]:
+    dataset = dataset_get(user, data["icl_dataset"])  # 404 for another user's
+    out = incontext.evaluate(owner=user, checkpoint=selected, dataset=dataset, settings=_icl_settings(data),
+                             k_max=data["icl_kmax"], n_queries=data["icl_queries"])
+    return {**out, "rows": [(k, f"{100 * a:.1f}%") for k, a in zip(out["k"], out["accuracy"])]}
+
+
+DOWNSTREAM_ACTIONS = {"tag": _tag, "answer": _qa, "embed": _embed, "neighbours_index": _neighbours_index,
+                      "neighbours": _neighbours, "prompt_builder": _prompt_builder,
+                      "incontext_accuracy": _incontext_accuracy}
 
 
 def _grouped(checkpoints) -> list[dict[str, Any]]:

@@ -12,11 +12,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from webapp.corpora.models import Corpus, Tokenizer
-from webapp.runs import launch, results, selectors, services
+from webapp.runs import exports, launch, results, selectors, services
 from webapp.runs.models import Checkpoint, Run
 from webapp.runs.serializers import (
-    CheckpointSerializer, FinetuneCreateSerializer, LogLineSerializer, LogQuerySerializer, MetricPointSerializer, MetricsQuerySerializer,
-    MetricsSerializer, RunCloneSerializer, RunCreateSerializer, RunSerializer,
+    CheckpointExportSerializer, CheckpointSerializer, FinetuneCreateSerializer, FinetuneOnSerializer,
+    LogLineSerializer, LogQuerySerializer, MetricPointSerializer, MetricsQuerySerializer, MetricsSerializer,
+    RunCloneSerializer, RunCreateSerializer, RunSamplesSerializer, RunSerializer,
 )
 
 ERROR = OpenApiResponse(description='{"error": "<a sentence>"}')
@@ -185,6 +186,30 @@ class RunCloneView(APIView):
         return Response(RunSerializer(clone).data, status=status.HTTP_201_CREATED)
 
 
+class RunFinetuneOnView(APIView):
+    @extend_schema(request=FinetuneOnSerializer,
+                   responses={201: RunSerializer, 400: ERROR, 404: ERROR, 409: ERROR, 429: ERROR, 507: ERROR},
+                   summary="Fine-tune a multi-task run's checkpoint on one of its datasets alone",
+                   description="T5's multi-task training, then fine-tuning on one task (Raffel et al. 2020, "
+                               "section 3.5.3): a new fine-tuning run from the run's best checkpoint (early "
+                               "stopping's) or else its last, on that dataset as text to text with the task's "
+                               "prefix and the run's settings. Its base_checkpoint is the multi-task run's. 400 "
+                               "for a run that is not multi-task or a dataset that is not one of its tasks; 409 "
+                               "while the run has no checkpoint.")
+    def post(self, request: Request, run_id) -> Response:
+        run = owned_run(request, run_id)
+        ser = FinetuneOnSerializer(data=request.data)
+        ser.is_valid(raise_exception=True)
+        data = dict(ser.validated_data)
+        dataset_id, name = data.pop("dataset"), data.pop("name", "")
+        try:
+            child = services.finetune_on_one(owner=request.user, run=run, dataset_id=dataset_id, training=data,
+                                             name=name)
+        except services.RunStateError as e:
+            raise Conflict(str(e)) from None
+        return Response(RunSerializer(child).data, status=status.HTTP_201_CREATED)
+
+
 class RunConfigYamlView(APIView):
     @extend_schema(responses={(200, "application/yaml"): CONFIG_YAML, 404: ERROR},
                    summary="The run's config as YAML (re-importable)")
@@ -223,6 +248,18 @@ class RunPredictionsView(APIView):
         return response
 
 
+class RunSamplesView(APIView):
+    @extend_schema(responses={200: RunSamplesSerializer, 404: ERROR},
+                   summary="A text-to-text or SFT run's generated samples at each validation",
+                   description="For each validation (oldest first, the newest 50 kept): the step and a few validation "
+                               "examples' input, the text the model generated and the reference. Empty before the "
+                               "first validation, and for runs that generate no text. Live on the run's websocket "
+                               "as {\"type\": \"samples\", \"step\", \"samples\"}.")
+    def get(self, request: Request, run_id) -> Response:
+        run = owned_run(request, run_id)
+        return Response(RunSamplesSerializer({"validations": selectors.validation_samples(run)}).data)
+
+
 class RunTestReportView(APIView):
     @extend_schema(responses={200: OpenApiTypes.OBJECT, 404: ERROR},
                    summary="A fine-tuning run's test split: its metrics, confusion matrix and per-class table "
@@ -241,19 +278,55 @@ class RunTestReportView(APIView):
                                          if selectors.predictions_file(run, fmt) is not None}})
 
 
+def owned_checkpoint(request: Request, checkpoint_id) -> Checkpoint:
+    """The user's checkpoint, or a 404 in the API's words."""
+    try:
+        return selectors.checkpoint_get(request.user, checkpoint_id)
+    except Http404:
+        raise exceptions.NotFound() from None
+
+
+class CheckpointExportJobView(APIView):
+    @extend_schema(request=None, responses={200: CheckpointExportSerializer, 404: ERROR},
+                   summary="Where the Hugging Face export of a checkpoint of yours stands",
+                   description="status (pending, processing, ready, failed), progress (0-100), the error sentence "
+                               "of a failed export, and download_url once it is ready. A 404 until an export "
+                               "was started.")
+    def get(self, request: Request, checkpoint_id) -> Response:
+        checkpoint = owned_checkpoint(request, checkpoint_id)
+        export = exports.export_of(checkpoint)
+        if export is None:
+            raise Missing("This checkpoint has not been exported yet; POST to this address starts the export.")
+        return Response(CheckpointExportSerializer(export).data)
+
+    @extend_schema(request=None, responses={200: CheckpointExportSerializer, 202: CheckpointExportSerializer,
+                                            400: ERROR, 404: ERROR, 507: ERROR},
+                   summary="Export a checkpoint of yours to the Hugging Face transformers format (a background job)",
+                   description="Queues the export on the short-jobs queue (202) and answers where it stands; poll "
+                               "GET on this address, then download download_url (a zip: config.json, "
+                               "model.safetensors, tokenizer.json, tokenizer_config.json and a README; a fine-tuned "
+                               "checkpoint as ...ForSequenceClassification / ForTokenClassification / "
+                               "ForQuestionAnswering with id2label). An export under way, or a ready one made "
+                               "after the weights were last written, is answered as it is (200). 400 with a "
+                               "sentence for a checkpoint whose files are gone or that transformers cannot hold "
+                               "(ELMo; bottleneck adapters, adapter_size), 507 when the server's storage is nearly "
+                               "full.")
+    def post(self, request: Request, checkpoint_id) -> Response:
+        checkpoint = owned_checkpoint(request, checkpoint_id)
+        export, started = exports.export_start(checkpoint=checkpoint)
+        export.refresh_from_db()
+        return Response(CheckpointExportSerializer(export).data,
+                        status=status.HTTP_202_ACCEPTED if started else status.HTTP_200_OK)
+
+
 class CheckpointExportView(APIView):
-    @extend_schema(responses={(200, "application/zip"): OpenApiTypes.BINARY, 400: ERROR, 404: ERROR},
-                   summary="A checkpoint of yours in the Hugging Face transformers format, zipped",
-                   description="config.json, model.safetensors, tokenizer.json, tokenizer_config.json and a README: "
-                               "a fine-tuned checkpoint as ...ForSequenceClassification / ForTokenClassification / "
-                               "ForQuestionAnswering with id2label, a pre-training one as its pre-training class. "
-                               "Made on the first request and kept while the weights are unchanged.")
+    @extend_schema(responses={(200, "application/zip"): OpenApiTypes.BINARY, 404: ERROR, 409: ERROR},
+                   summary="Download the Hugging Face export of a checkpoint of yours (a zip)",
+                   description="Once the export (POST /api/checkpoints/<id>/export/) is ready; 409 with a sentence "
+                               "while it is under way, when it failed, was never started or is out of date.")
     def get(self, request: Request, checkpoint_id) -> HttpResponse:
-        try:
-            checkpoint = selectors.checkpoint_get(request.user, checkpoint_id)
-        except Http404:
-            raise exceptions.NotFound() from None
-        return export_response(checkpoint, services.export_hf(checkpoint=checkpoint))
+        checkpoint = owned_checkpoint(request, checkpoint_id)
+        return export_response(checkpoint, exports.ready_archive(checkpoint))
 
 
 class RegistryView(APIView):
@@ -300,5 +373,5 @@ def predictions_response(run: Run, fmt: str) -> FileResponse | None:
 
 
 def export_response(checkpoint: Checkpoint, archive) -> FileResponse:
-    name = f"{slugify(checkpoint.label) or 'checkpoint'}-hf.zip"
-    return FileResponse(archive.open("rb"), content_type="application/zip", as_attachment=True, filename=name)
+    return FileResponse(archive.open("rb"), content_type="application/zip", as_attachment=True,
+                        filename=exports.download_name(checkpoint))

@@ -106,6 +106,10 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     async def run_checkpoint(self, event) -> None:
         await self.send_json({**_without_type(event), "type": "checkpoint"})
 
+    async def run_samples(self, event) -> None:
+        await self.send_json({"type": "samples", "step": event["step"], "samples": event["samples"],
+                              "sent_at": event.get("sent_at")})
+
     async def run_heartbeat(self, event) -> None:
         await self.send_json({"type": "heartbeat", "step": event["step"], "tokens_seen": event["tokens_seen"],
                               "sent_at": event.get("sent_at")})

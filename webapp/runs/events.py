@@ -2,7 +2,7 @@
 
 Every sender (the metrics sink in a worker, the cancel/reaper services in the web process)
 calls `send_run_event`; the consumer in consumers.py forwards each message by its type:
-run.metrics, run.log, run.status, run.checkpoint, run.heartbeat.
+run.metrics, run.log, run.status, run.checkpoint, run.heartbeat, run.samples.
 """
 from __future__ import annotations
 
@@ -71,7 +71,10 @@ os.register_at_fork(after_in_child=_forget_loop_after_fork)
 
 
 def status_event(run) -> dict[str, Any]:
-    """The run.status message for a Run row (also what the dashboard's status badge shows)."""
+    """The run.status message for a Run row (also what the dashboard's status badge shows).
+    `waiting`: what a queued run waits for (webapp.runs.capacity), shown in the page's note."""
+    from webapp.runs.capacity import waiting
+
     return {
         "type": "run.status",
         "status": run.status,
@@ -81,4 +84,5 @@ def status_event(run) -> dict[str, Any]:
         "max_steps": run.max_steps,
         "cancel_requested": run.cancel_requested,
         "finished": run.is_finished,
+        "waiting": waiting(run),
     }

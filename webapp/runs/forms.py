@@ -393,6 +393,9 @@ FINETUNE_HELP = {
     "lora_dropout": "Dropout on the LoRA adapters' input.",
     "lora_targets": "The projections LoRA adapts, comma-separated: query, key, value, output, ffn_up, ffn_down. An "
                     "encoder's run also writes the adapter in peft's format.",
+    "adapter_size": "Bottleneck adapters (Houlsby et al. 2019): the size d of a small down-ReLU-up layer after "
+                    "every attention and feed-forward layer; only they, the layer norms and the head train. 0: off. "
+                    "Checkpoints keep them, so they have no Hugging Face export.",
     "chat_template": "SFT: how each chat turn is written. {role} is system, user or assistant; {content} the "
                      "message. The model learns the assistant's content and an end-of-text token after it.",
     "task_name": "Multi-task: the main dataset's task in the metric names (exact_match/<task>); empty: from its "
@@ -438,7 +441,8 @@ class FinetuneForm(forms.Form):
     checkpoint = _CheckpointChoice(queryset=Checkpoint.objects.none(),
                                    help_text="The pre-trained (or fine-tuned) model: an encoder (BERT, RoBERTa, "
                                              "ALBERT, ELECTRA, DistilBERT, SpanBERT, UniLM) for the task heads, T5 "
-                                             "or UniLM for text to text, GPT for SFT and GPT-1's classifier, ELMo "
+                                             "or UniLM for text to text (T5 also for classification and regression, "
+                                             "the label written as a word), GPT for SFT and GPT-1's classifier, ELMo "
                                              "for its features (classification, tags).")
     dataset = _DatasetChoice(queryset=Dataset.objects.none(), help_text="A ready labelled dataset; its task "
                              "(classification, regression, tags, QA, text to text, SFT) is what the model learns.")

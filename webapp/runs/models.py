@@ -11,6 +11,8 @@ from pathlib import Path
 from django.conf import settings
 from django.db import models
 
+from webapp.corpora.models import JobStatus
+
 
 class RunStatus(models.TextChoices):
     QUEUED = "queued", "Queued"
@@ -166,3 +168,41 @@ class Checkpoint(models.Model):
     @property
     def folder(self) -> Path:
         return Path(settings.STORAGE_ROOT) / self.path
+
+
+class CheckpointExport(models.Model):
+    """A checkpoint's Hugging Face export, made by a worker on the short-jobs queue
+    (webapp.runs.exports): its status and progress for the page and the API, and the zip once it
+    is ready. The zip lives in the checkpoint's own folder (`path`, relative to STORAGE_ROOT), so
+    it goes with the checkpoint: deleting the checkpoint or its run deletes the row and the files
+    (webapp.runs.exports.remove_export_files)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="checkpoint_exports")
+    checkpoint = models.OneToOneField(Checkpoint, on_delete=models.CASCADE, related_name="hf_export")
+    path = models.CharField(max_length=500)  # the export's folder, relative to STORAGE_ROOT
+    status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.PENDING)
+    progress = models.FloatField(default=0.0)
+    error = models.TextField(blank=True)
+    architecture = models.CharField(max_length=100, blank=True)  # transformers' class, once made
+    size_bytes = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"Export of {self.checkpoint_id}"
+
+    @property
+    def folder(self) -> Path:
+        return Path(settings.STORAGE_ROOT) / self.path
+
+    @property
+    def archive(self) -> Path:
+        return self.folder / "hf.zip"
+
+    @property
+    def in_flight(self) -> bool:
+        return self.status in (JobStatus.PENDING, JobStatus.PROCESSING)

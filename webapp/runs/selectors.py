@@ -40,15 +40,27 @@ def runs_for(user) -> QuerySet[Run]:
     return with_last_checkpoint(Run.objects.filter(owner=user)).order_by("-created_at")
 
 
+def follow_ups(run: Run) -> QuerySet[Run]:
+    """The owner's fine-tuning runs that start from one of this run's checkpoints (the lineage
+    onwards), oldest first."""
+    return Run.objects.filter(owner_id=run.owner_id, base_checkpoint__run=run).select_related(
+        "dataset", "base_checkpoint").order_by("created_at")
+
+
 def run_get(user, run_id) -> Run:
     """One of the user's runs; Http404 for a missing run or another user's."""
     if not user.is_authenticated:
         raise Http404("Not found.")
     pk = _as_uuid(run_id)
     try:
-        return with_last_checkpoint(Run.objects.filter(owner=user)).get(pk=pk)
+        run = Run.objects.get(pk=pk, owner=user)
     except Run.DoesNotExist:
         raise Http404("Not found.") from None
+    # For one run a plain "newest first, limit 1" is cheaper to build and to run than the
+    # windowed prefetch that with_last_checkpoint needs for many, and the API needs only the
+    # corpus's and tokenizer's ids (the run API's hot path; bench/serve_latency.py).
+    run.latest_checkpoints = list(run.checkpoints.order_by("-step")[:1])
+    return run
 
 
 def metrics_since(run: Run, since_step: int | None = None) -> QuerySet[MetricPoint]:
@@ -122,6 +134,35 @@ def test_report(run: Run) -> dict | None:
     except (OSError, ValueError):
         return None
     return report if isinstance(report, dict) else None
+
+
+# The generated samples of a text-to-text or SFT run's validations (trainer.finetune.report.SAMPLES_FILE).
+SAMPLES_FILE = "samples.json"
+GENERATIVE_TASKS = ("text_to_text", "sft")
+
+
+def shows_samples(run: Run) -> bool:
+    """Whether the run writes text at validation (its page has a Samples panel)."""
+    return run.is_finetune and bool(set(run.objectives or []) & set(GENERATIVE_TASKS))
+
+
+def validation_samples(run: Run) -> list[dict]:
+    """[{"step", "samples": [{"input", "generated", "reference"}]}] of the run's validations,
+    oldest first; [] before the first one (or for a run that generates no text)."""
+    if not run.is_finetune:
+        return []
+    try:
+        data = json.loads((Path(run.folder) / SAMPLES_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    found = data.get("validations") if isinstance(data, dict) else None
+    out = []
+    for item in found if isinstance(found, list) else []:
+        if isinstance(item, dict) and isinstance(item.get("step"), int) and isinstance(item.get("samples"), list):
+            rows = [{k: str(r.get(k, "")) for k in ("input", "generated", "reference")}
+                    for r in item["samples"] if isinstance(r, dict)]
+            out.append({"step": item["step"], "samples": rows})
+    return out
 
 
 def predictions_file(run: Run, fmt: str) -> Path | None:

@@ -5,12 +5,12 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from webapp.api.serializers import GreaterThan, QuerySerializer, RequestSerializer
-from webapp.runs import launch
-from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run
+from webapp.api.serializers import BuiltOnceFields, GreaterThan, QuerySerializer, RequestSerializer
+from webapp.runs import capacity, launch
+from webapp.runs.models import Checkpoint, CheckpointExport, LogLine, MetricPoint, Run
 
 
-class CheckpointSerializer(serializers.ModelSerializer):
+class CheckpointSerializer(BuiltOnceFields, serializers.ModelSerializer):
     run = serializers.UUIDField(source="run_id", read_only=True)
     files_present = serializers.SerializerMethodField()
     explore_url = serializers.SerializerMethodField()
@@ -35,11 +35,40 @@ class CheckpointSerializer(serializers.ModelSerializer):
         return reverse("runs:checkpoint-export", args=[obj.id])
 
 
-class RunSerializer(serializers.ModelSerializer):
+class CheckpointExportSerializer(serializers.ModelSerializer):
+    """A checkpoint's Hugging Face export, a job on the short-jobs queue (webapp.runs.exports)."""
+
+    status_label = serializers.CharField(source="get_status_display", read_only=True)
+    error = serializers.CharField(read_only=True, help_text="Why a failed export failed: a sentence ('' otherwise).")
+    progress = serializers.FloatField(read_only=True, help_text="0-100.")
+    download_url = serializers.SerializerMethodField(help_text="The zip, once the export is ready (null before).")
+    page_url = serializers.SerializerMethodField(help_text="The export's page.")
+
+    class Meta:
+        model = CheckpointExport
+        fields = ["id", "checkpoint", "status", "status_label", "progress", "error", "architecture", "size_bytes",
+                  "download_url", "page_url", "created_at", "finished_at"]
+        read_only_fields = fields
+
+    def get_download_url(self, obj: CheckpointExport) -> str | None:
+        from webapp.corpora.models import JobStatus
+
+        if obj.status != JobStatus.READY:
+            return None
+        return reverse("api-checkpoint-export", args=[obj.checkpoint_id])
+
+    def get_page_url(self, obj: CheckpointExport) -> str:
+        return reverse("runs:checkpoint-export", args=[obj.checkpoint_id])
+
+
+class RunSerializer(BuiltOnceFields, serializers.ModelSerializer):
     status_label = serializers.CharField(source="get_status_display", read_only=True)
     progress = serializers.SerializerMethodField()
     last_checkpoint = serializers.SerializerMethodField()
     dashboard_url = serializers.SerializerMethodField()
+    waiting = serializers.SerializerMethodField(
+        help_text="While the run is queued, what it waits for in a sentence (\"Waiting for a worker with 2 GPUs.\"), "
+                  "saying so when no live worker can take it; empty otherwise.")
 
     class Meta:
         model = Run
@@ -47,7 +76,7 @@ class RunSerializer(serializers.ModelSerializer):
             "id", "name", "kind", "status", "status_label", "error", "family", "preset", "objectives", "queue",
             "corpus", "tokenizer", "dataset", "base_checkpoint", "cloned_from", "current_step", "max_steps", "progress", "tokens_seen",
             "cancel_requested", "config", "created_at", "started_at", "finished_at", "heartbeat_at",
-            "last_checkpoint", "dashboard_url",
+            "last_checkpoint", "dashboard_url", "waiting",
         ]
         read_only_fields = fields
 
@@ -62,6 +91,9 @@ class RunSerializer(serializers.ModelSerializer):
 
     def get_dashboard_url(self, obj: Run) -> str:
         return reverse("runs:detail", args=[obj.id])
+
+    def get_waiting(self, obj: Run) -> str:
+        return capacity.waiting(obj)
 
 
 class MetricPointSerializer(serializers.ModelSerializer):
@@ -171,8 +203,9 @@ def _finetune_bounds(name: str) -> dict:
     return {"min_value": low, "max_value": high}
 
 
-def _finetune_int(name: str) -> serializers.IntegerField:
-    return serializers.IntegerField(required=False, **{k: int(v) for k, v in _finetune_bounds(name).items()})
+def _finetune_int(name: str, **kwargs) -> serializers.IntegerField:
+    return serializers.IntegerField(required=False, **{k: int(v) for k, v in _finetune_bounds(name).items()},
+                                    **kwargs)
 
 
 def _finetune_float(name: str) -> serializers.FloatField:
@@ -225,6 +258,9 @@ class FinetuneCreateSerializer(RequestSerializer):
     lora_dropout = _finetune_float("lora_dropout")
     lora_targets = serializers.CharField(required=False, max_length=200,
                                          help_text="Comma-separated: query, key, value, output, ffn_up, ffn_down.")
+    adapter_size = _finetune_int("adapter_size", help_text=(
+        "Bottleneck adapters' size d after every attention and feed-forward layer; only they, the layer norms and "
+        "the head train. 0 (the default): off. Not with lora_r or gradual_unfreeze_every."))
     chat_template = serializers.CharField(required=False, trim_whitespace=False, max_length=1000,
                                           help_text="SFT: one chat turn, with {role} and {content}.")
     device = serializers.ChoiceField(choices=["auto", "cpu", "cuda"], required=False,
@@ -239,3 +275,34 @@ class FinetuneCreateSerializer(RequestSerializer):
                                                "temperature-scaled or equal.")
     mixing_limit = _finetune_int("mixing_limit")
     mixing_temperature = _finetune_float("mixing_temperature")
+
+
+class SampleSerializer(serializers.Serializer):
+    input = serializers.CharField(allow_blank=True, help_text="The validation example's input (its prompt, for SFT).")
+    generated = serializers.CharField(allow_blank=True, help_text="What the model generated for it.")
+    reference = serializers.CharField(allow_blank=True, help_text="The reference text.")
+
+
+class ValidationSamplesSerializer(serializers.Serializer):
+    step = serializers.IntegerField()
+    samples = SampleSerializer(many=True)
+
+
+class RunSamplesSerializer(serializers.Serializer):
+    validations = ValidationSamplesSerializer(many=True, help_text="Oldest first.")
+
+
+class FinetuneOnSerializer(RequestSerializer):
+    """POST /api/runs/<id>/finetune-on/: a multi-task run's checkpoint fine-tuned on one of its
+    datasets alone (the run's settings and that task's prefix; these fields override them)."""
+
+    dataset = serializers.UUIDField(help_text="One of the run's datasets (its main dataset or one of its "
+                                              "extra_datasets).")
+    name = serializers.CharField(required=False, allow_blank=True, max_length=200,
+                                 help_text="Empty: “<run>, then <dataset>”.")
+    max_steps = _finetune_int("max_steps")
+    batch_size = _finetune_int("batch_size")
+    lr = _finetune_float("lr")
+    warmup_ratio = _finetune_float("warmup_ratio")
+    eval_every = _finetune_int("eval_every")
+    early_stopping_patience = _finetune_int("early_stopping_patience")

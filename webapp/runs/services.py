@@ -27,13 +27,13 @@ from django.utils import timezone
 from trainer import families
 from trainer.catalog import validation
 from trainer import objectives
-from trainer.config import RunConfig, resolve_devices
+from trainer.config import RunConfig
 from trainer.errors import ConfigError, UserError
 from webapp.api.storage import check_free_space
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
 from webapp.runs import shutdown
 from webapp.runs.events import send_run_event, status_event
-from webapp.runs import multiproc
+from webapp.runs import capacity, multiproc
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run, RunKind, RunStatus
 from webapp.runs.signals import run_ended
 from webapp.runs.sink import DatabaseChannelsSink, StopCheck
@@ -71,19 +71,7 @@ def build_config(*, family: str, preset: str, objectives, training: dict | None 
         {**training, "family": family, "preset": preset, "objectives": list(objectives or [])}
     )
     validation.validate(config)
-    check_devices(config)
     return config
-
-
-def check_devices(config: RunConfig) -> None:
-    """ConfigError when the run asks for more devices than a worker of this deployment gives one
-    run (settings.RUN_MAX_DEVICES: a GPU worker's GPUs; its worker checks the GPUs it really has
-    again when it starts the run)."""
-    most = int(getattr(settings, "RUN_MAX_DEVICES", 8))
-    if isinstance(config.devices, int) and config.devices > most:
-        raise ConfigError(f"devices is {config.devices}, but a worker here gives one run at most {most} "
-                          f"(RUN_MAX_DEVICES); ask for {most} or fewer and raise grad_accum to keep the "
-                          f"effective batch.")
 
 
 def resolve_teacher(*, owner, value) -> Checkpoint:
@@ -199,13 +187,15 @@ def check_run_limit(*, owner) -> None:
 
 
 def queue_for(config) -> str:
-    """The Celery queue of a run (a RunConfig's or a FinetuneConfig's device): "gpu" for cuda,
-    "cpu" for cpu, RUN_DEFAULT_QUEUE for auto."""
-    if config.device == "cuda":
-        return "gpu"
-    if config.device == "cpu":
-        return "cpu"
-    return getattr(settings, "RUN_DEFAULT_QUEUE", "cpu") or "cpu"
+    """The Celery queue of a run (a RunConfig's or a FinetuneConfig's device and devices): the
+    kind's, "gpu" for cuda, "cpu" for cpu, RUN_DEFAULT_QUEUE for auto, with the device count
+    when it asks for more than one ("gpu.x2"), so that only a worker that can give it that many
+    takes it (webapp.runs.capacity); "all" goes to the kind's queue, resolved by its worker."""
+    if config.device in ("cuda", "cpu"):
+        kind = "gpu" if config.device == "cuda" else "cpu"
+    else:
+        kind = getattr(settings, "RUN_DEFAULT_QUEUE", "cpu") or "cpu"
+    return capacity.run_queue(kind, getattr(config, "devices", 1))
 
 
 def _check_data(*, owner, corpus: Corpus | None, tokenizer: Tokenizer) -> Corpus:
@@ -384,9 +374,11 @@ GENERATION_FIELDS = ("source_prefix", "max_target_length", "target_mask_prob", "
                      "chat_template", "aux_lm_weight")
 # LoRA (trainer/finetune/lora.py), a technique for every family; optional as well.
 LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")
+# Bottleneck adapters (trainer/finetune/adapters.py), the same: 0 (the default) is off.
+ADAPTER_FIELDS = ("adapter_size",)
 # T5 multi-task mixing (trainer/finetune/mixing.py); the extra datasets come as rows (finetune_create).
 MIX_FIELDS = ("task_name", "mixing", "mixing_limit", "mixing_temperature")
-OPTIONAL_FIELDS = GENERATION_FIELDS + LORA_FIELDS + MIX_FIELDS + ("device",)  # device: auto when not sent
+OPTIONAL_FIELDS = GENERATION_FIELDS + LORA_FIELDS + ADAPTER_FIELDS + MIX_FIELDS + ("device",)  # device: auto when not sent
 FINETUNE_FIELDS += OPTIONAL_FIELDS
 
 
@@ -462,6 +454,87 @@ def finetune_create(*, owner, checkpoint: Checkpoint | None, dataset, training: 
     return run
 
 
+# -- multi-task, then fine-tuned on one of its tasks (T5, Raffel et al. 2020, section 3.5.3) -----
+
+def mix_datasets(run: Run) -> list[dict[str, Any]]:
+    """The tasks of a multi-task run, in its order: {"name", "prefix", "dataset": the Dataset row
+    or None where it was deleted, "id"}; [] for any other run."""
+    from trainer.finetune.config import mix_task_names
+    from webapp.datasets.models import Dataset
+
+    config = run.config or {}
+    names = mix_task_names(config) if run.is_finetune else []
+    if not names:
+        return []
+    extras = [e if isinstance(e, dict) else {} for e in config.get("extra_datasets") or []]
+    specs = [{"id": str(run.dataset_id or ""), "prefix": str(config.get("source_prefix") or "")},
+             *({"id": str(e.get("id") or ""), "prefix": str(e.get("prefix") or "")} for e in extras)]
+    rows = {str(d.pk): d for d in Dataset.objects.filter(owner_id=run.owner_id,
+                                                         pk__in=[s["id"] for s in specs if _is_uuid(s["id"])])}
+    return [{"name": name, "prefix": spec["prefix"], "id": spec["id"], "dataset": rows.get(spec["id"])}
+            for name, spec in zip(names, specs)]
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def handed_on_checkpoint(run: Run) -> Checkpoint | None:
+    """The checkpoint a multi-task run hands on: early stopping's best (best.json) when it kept
+    one, else its newest."""
+    try:
+        best = json.loads((run.folder / "best.json").read_text(encoding="utf-8"))
+        found = run.checkpoints.filter(step=int(best["step"])).first()
+        if found is not None:
+            return found
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return run.checkpoints.order_by("-step").first()
+
+
+# What the follow-up run does not take from the multi-task run: the mixing and the main task's prefix.
+_NOT_HANDED_ON = ("source_prefix", "task_name", "mixing", "mixing_limit", "mixing_temperature")
+
+
+def finetune_on_one_settings(run: Run, task: dict[str, Any]) -> dict[str, Any]:
+    """The launch settings of a follow-up run on one task of `run`: the multi-task run's own
+    (FINETUNE_FIELDS) and that task's prefix; what the form is pre-filled with."""
+    config = run.config or {}
+    settings = {k: config[k] for k in FINETUNE_FIELDS if k in config and k not in _NOT_HANDED_ON}
+    return {**settings, "source_prefix": task["prefix"]}
+
+
+def finetune_on_one(*, owner, run: Run, dataset_id, training: dict | None = None, name: str = "") -> Run:
+    """Fine-tune a multi-task run's checkpoint (its best, else its last) on one of its datasets
+    alone, with that task's prefix and the run's settings (`training` overrides them); a
+    classification or regression dataset is T5's label words (trainer.finetune.text_classify), so
+    it is scored like the encoders. One call from the run's page or POST
+    /api/runs/<id>/finetune-on/; the new run's base checkpoint is the multi-task run's, so the
+    lineage shows where it comes from."""
+    if run.owner_id != owner.pk:
+        raise ConfigError("That run does not exist, or it is not yours.")
+    tasks = mix_datasets(run)
+    if not tasks:
+        raise ConfigError("Only a multi-task run (one with extra datasets) can be fine-tuned on one of its datasets; "
+                          "fine-tune this run's checkpoints from their row instead.")
+    task = next((t for t in tasks if t["id"] == str(dataset_id)), None)
+    if task is None:
+        names = ", ".join(t["dataset"].name if t["dataset"] else f"{t['name']} (deleted)" for t in tasks)
+        raise ConfigError(f"That dataset is not one of this run's tasks; it trained on {names}.")
+    if task["dataset"] is None:
+        raise ConfigError(f"The dataset of the task {task['name']!r} was deleted, so it cannot be fine-tuned on.")
+    checkpoint = handed_on_checkpoint(run)
+    if checkpoint is None:
+        raise RunStateError("This run has no checkpoint yet; fine-tune on one of its datasets once it has saved one.")
+    settings = {**finetune_on_one_settings(run, task), **{k: v for k, v in (training or {}).items() if v is not None}}
+    name = (name or "").strip() or f"{run.name}, then {task['dataset'].name}"
+    return finetune_create(owner=owner, checkpoint=checkpoint, dataset=task["dataset"], training=settings, name=name)
+
+
 # -- execution (in a Celery worker) ---------------------------------------------------------
 
 def resume_point(run_folder: Path) -> tuple[int, Path] | None:
@@ -532,7 +605,7 @@ def _train(run: Run, sink: DatabaseChannelsSink, me: str) -> tuple[str, int]:
         sink.log(f"Started on {me} ({run.queue} queue).")
     send_run_event(run.id, {**status_event(run), "resumed_from": resume_from[0] if resume_from else None})
     run.folder.mkdir(parents=True, exist_ok=True)
-    processes = resolve_devices(config.devices, config.device)
+    processes = capacity.devices_here(config)  # what this worker gives the run, or a sentence why not
     if processes > 1:  # torchrun in a process group of its own (webapp.runs.multiproc)
         return multiproc.train(run, config, sink, StopCheck(run.id, claimed_by=me), processes=processes,
                                resume=resume)
@@ -713,41 +786,3 @@ def mark_stale_runs(*, now=None, run_id=None) -> int:
             count += 1
             _announce_crash(run, message)
     return count
-
-
-# -- export to the Hugging Face format ---------------------------------------------------------
-
-def export_folder(checkpoint: Checkpoint) -> Path:
-    """Where a checkpoint's Hugging Face export is kept (outside the run's folder)."""
-    return Path(settings.STORAGE_ROOT) / "exports" / str(checkpoint.id)
-
-
-def export_hf(*, checkpoint: Checkpoint) -> Path:
-    """A zip of the checkpoint in the transformers format (trainer.export), made once and reused
-    while the checkpoint's weights are unchanged. UserError with a sentence when it cannot be."""
-    import zipfile
-
-    from trainer.export import export_checkpoint
-
-    source = checkpoint.folder
-    weights = source / "model.safetensors"
-    if not weights.is_file():
-        raise UserError("This checkpoint's files are no longer on disk, so it cannot be exported.")
-    root = export_folder(checkpoint)
-    archive = root / "hf.zip"
-    if archive.is_file() and archive.stat().st_mtime_ns >= weights.stat().st_mtime_ns:
-        return archive
-    check_free_space(what="exporting this checkpoint")
-    result = export_checkpoint(source, root / "hf", name=checkpoint.label)
-    tmp = archive.with_name(archive.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        for name in result.files:
-            zf.write(result.folder / name, arcname=f"{_export_name(checkpoint)}/{name}")
-    os.replace(tmp, archive)
-    return archive
-
-
-def _export_name(checkpoint: Checkpoint) -> str:
-    from django.utils.text import slugify
-
-    return slugify(checkpoint.label) or "checkpoint"

@@ -29,6 +29,7 @@ FLUSH_EVERY_S = 1.0        # buffered metric points are written at least this of
 FLUSH_POINTS = 50          # ...or as soon as this many are waiting
 HEARTBEAT_EVERY_S = 2.0    # the run row's heartbeat/step/tokens are updated at most this often
 STOP_CHECK_EVERY_S = 1.0   # should_stop() reads cancel_requested at most this often
+SAMPLE_FIELDS = ("input", "generated", "reference")
 
 
 def clean_values(values: dict) -> dict[str, float | None]:
@@ -114,6 +115,12 @@ class DatabaseChannelsSink:
             defaults={"path": storage_relative(path), "metrics": clean_nested(metrics or {})},
         )
         send_run_event(self.run_id, checkpoint_event(ckpt))
+
+    def samples(self, step: int, rows: list[dict]) -> None:
+        """A validation's generated samples: the worker wrote them to the run's samples.json
+        (trainer.finetune.report); the page gets them live, like the metrics."""
+        send_run_event(self.run_id, {"type": "run.samples", "step": int(step),
+                                     "samples": [{k: str(r.get(k, "")) for k in SAMPLE_FIELDS} for r in rows]})
 
     def heartbeat(self, step: int, tokens_seen: int) -> None:
         now = self.clock()

@@ -22,3 +22,11 @@ def train_run(run_id: str) -> None:
 @shared_task(name="webapp.runs.tasks.reap_stale_runs", ignore_result=True)
 def reap_stale_runs() -> int:
     return services.mark_dead_claims() + services.mark_stale_runs()
+
+
+@shared_task(name="webapp.runs.tasks.export_checkpoint", acks_late=True)
+def export_checkpoint(export_id: str) -> None:
+    """Write a checkpoint's Hugging Face export (webapp.runs.exports), on the short-jobs queue."""
+    from webapp.runs import exports
+
+    exports.export_process(export_id=export_id)

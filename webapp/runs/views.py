@@ -9,7 +9,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from trainer import finetune
 from trainer.objectives import charts_for, stats_for
@@ -17,7 +17,7 @@ from trainer.config import RunConfig
 from trainer.finetune.config import mix_task_names
 from trainer.errors import UserError
 from webapp.corpora.models import JobStatus, Tokenizer
-from webapp.runs import launch, results, selectors, services
+from webapp.runs import capacity, exports, launch, results, selectors, services
 from webapp.runs.api import NO_PREDICTIONS, config_text, config_yaml_response, export_response, predictions_response
 from webapp.runs.forms import FinetuneForm, RunForm, YamlImportForm
 from webapp.runs.models import RunStatus
@@ -126,6 +126,15 @@ def finetune_new(request: HttpRequest) -> HttpResponse:
 
 def _finetune_initial(request: HttpRequest) -> dict:
     initial: dict = {}
+    if request.GET.get("then"):  # ?then=<multi-task run>&dataset=<one of its datasets>: "Fine-tune on one"
+        run = selectors.run_get(request.user, request.GET["then"])
+        task = next((t for t in services.mix_datasets(run) if t["id"] == request.GET.get("dataset")), None)
+        checkpoint = services.handed_on_checkpoint(run)
+        if task is not None and task["dataset"] is not None and checkpoint is not None:
+            initial.update(services.finetune_on_one_settings(run, task))
+            initial.update(checkpoint=checkpoint.pk, dataset=task["dataset"].pk,
+                           name=f"{run.name}, then {task['dataset'].name}")
+        return initial
     if request.GET.get("from"):
         run = selectors.run_get(request.user, request.GET["from"])
         if run.is_finetune:
@@ -178,9 +187,15 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
         "test_metrics": selectors.test_metrics(run),
         "test_report": selectors.test_report(run),
         "has_predictions": selectors.predictions_file(run, "jsonl") is not None,
+        "shows_samples": selectors.shows_samples(run),
+        "mix_tasks": services.mix_datasets(run),
+        "handed_on": services.handed_on_checkpoint(run) if run.config.get("extra_datasets") else None,
+        "follow_ups": selectors.follow_ups(run),
+        "latest_samples": (selectors.validation_samples(run) or [None])[-1],
         "config_yaml": config_text(run),
         "batch": batch_summary(run.config),
         "can_resume": run.status in services.RESUMABLE_STATES and bool(checkpoints),
+        "waiting": capacity.waiting(run),
         "dashboard": {
             "run_id": str(run.id), "status": run.status, "status_label": run.get_status_display(),
             "step": run.current_step, "max_steps": run.max_steps, "error": run.error,
@@ -188,6 +203,20 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
             "objectives": run.objectives, "last_log_id": log_lines[-1].id if log_lines else 0,
         },
     })
+
+
+@login_required
+@require_POST
+def run_finetune_on(request: HttpRequest, run_id) -> HttpResponse:
+    """"Fine-tune on one": a multi-task run's checkpoint fine-tuned on one of its datasets alone."""
+    run = selectors.run_get(request.user, run_id)
+    try:
+        child = services.finetune_on_one(owner=request.user, run=run, dataset_id=request.POST.get("dataset", ""))
+    except UserError as e:
+        messages.error(request, str(e))
+        return redirect("runs:detail", run_id=run.id)
+    messages.success(request, f"Fine-tuning run “{child.name}” is queued on the {child.queue} queue.")
+    return redirect("runs:detail", run_id=child.id)
 
 
 @login_required
@@ -252,14 +281,42 @@ def run_compare(request: HttpRequest) -> HttpResponse:
 
 
 @login_required
-@require_GET
+@require_http_methods(["GET", "POST"])
 def checkpoint_export(request: HttpRequest, checkpoint_id) -> HttpResponse:
-    """The checkpoint in the Hugging Face transformers format, as a zip (made on first request)."""
+    """A checkpoint's Hugging Face export: where it stands (a live progress bar while a worker
+    makes it), its download once ready, the sentence when it failed; POST starts it."""
+    from webapp.api.storage import StorageFullError
+
     checkpoint = selectors.checkpoint_get(request.user, checkpoint_id)  # another user's: a 404
+    if request.method == "POST":
+        try:
+            _, started = exports.export_start(checkpoint=checkpoint)
+        except UserError as e:
+            messages.error(request, str(e))
+            status = 507 if isinstance(e, StorageFullError) else 400
+            return render(request, "runs/export.html", _export_context(checkpoint), status=status)
+        if started:
+            messages.success(request, "The export is queued; this page follows it.")
+        return redirect("runs:checkpoint-export", checkpoint_id=checkpoint.id)
+    return render(request, "runs/export.html", _export_context(checkpoint))
+
+
+def _export_context(checkpoint) -> dict:
+    export = exports.export_of(checkpoint)
+    return {"checkpoint": checkpoint, "export": export, "fresh": export is not None and exports.is_fresh(export),
+            "files_present": (checkpoint.folder / "model.safetensors").is_file()}
+
+
+@login_required
+@require_GET
+def checkpoint_export_download(request: HttpRequest, checkpoint_id) -> HttpResponse:
+    """The ready export's zip; while it is not ready, its page (which says why) instead."""
+    checkpoint = selectors.checkpoint_get(request.user, checkpoint_id)
     try:
-        archive = services.export_hf(checkpoint=checkpoint)
-    except UserError as e:
-        return render(request, "error.html", {"code": 400, "title": "Export failed", "message": str(e)}, status=400)
+        archive = exports.ready_archive(checkpoint)
+    except exports.ExportNotReady as e:
+        messages.info(request, str(e))
+        return redirect("runs:checkpoint-export", checkpoint_id=checkpoint.id)
     return export_response(checkpoint, archive)
 
 

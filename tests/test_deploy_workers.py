@@ -1,0 +1,41 @@
+"""The training workers scripts/serve.py and docker-compose.yml start: a CPU worker, and one GPU
+worker per machine with all its GPUs, one run at a time; each is started with its kind's queue
+and adds the queues of the device counts it can give as it starts (webapp.runs.capacity), so no
+device count is configured for it."""
+from __future__ import annotations
+
+import yaml
+
+from tests.livestack import ROOT
+from tests.test_serve_backoff import load_serve
+from webapp.runs import capacity
+
+
+def option(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def test_serve_starts_a_gpu_worker_only_where_there_is_a_driver():
+    serve = load_serve()
+    [cpu] = serve.training_workers({}, gpus=False)
+    assert cpu.name == "worker" and option(cpu.argv, "-Q") == "cpu" and option(cpu.argv, "--concurrency") == "2"
+    cpu, gpu = serve.training_workers({"A": "b"}, gpus=True)
+    assert gpu.name == "gpu worker" and option(gpu.argv, "-Q") == "gpu"
+    assert option(gpu.argv, "--concurrency") == "1"  # one run at a time has the machine's GPUs
+    assert option(cpu.argv, "-n") != option(gpu.argv, "-n") and gpu.env == {"A": "b"}
+    assert {option(c.argv, "-Q") for c in (cpu, gpu)} <= set(capacity.KINDS)
+
+
+def test_compose_runs_one_gpu_worker_per_machine_with_all_its_gpus():
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    gpu = services["worker-gpu"]
+    argv = gpu["command"].split()
+    assert option(argv, "-Q") == "gpu" and option(argv, "--concurrency") == "1"
+    assert gpu["deploy"]["resources"]["reservations"]["devices"] == [
+        {"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}]
+    assert "RUN_MAX_DEVICES" not in gpu["environment"] and "WORKER_GPUS" not in gpu["environment"]  # counted
+    assert option(services["worker-cpu"]["command"].split(), "-Q") == "cpu"
+    assert option(services["worker-jobs"]["command"].split(), "-Q") == "jobs"
+    names = [option(s["command"].split(), "-n") for s in services.values() if "celery" in str(s.get("command"))]
+    assert len(names) == len(set(names)) == 4  # every worker its own node name (its capacity's key)
