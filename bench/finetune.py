@@ -14,17 +14,33 @@ Auto*ForSequenceClassification / ForTokenClassification from equal weights. Both
 weight decay 0.01 off biases and norms, clip 1.0, dropout on) in their own shuffled order, with
 dynamic padding, and score the test split with our metric functions (trainer.finetune.metrics).
 
+Our engine batches by length by default (FinetuneConfig.group_by_length); Trainer's default
+sampler is a plain shuffle. Each seed trains the reference once per --reference-sampling
+(default: "random", Trainer's default, the comparison the issue asks for, and "group_by_length",
+Trainer's own length grouping), and ours once per --ours-grouping (default: on).
+
 Printed: every metric of both and the difference, then training examples/s of each (training
-only: neither side's evaluation is timed) and the ratio ours/theirs, per seed and the mean.
+only: neither side's evaluation is timed) and the ratio ours/theirs, per seed and the mean, by
+the wall clock and by the process's CPU time (which other jobs on a shared machine disturb far
+less; with --threads 1 it is the work done), each with the machine's load average.
+
+Before that, a parity check (--parity-steps N, 0 skips it): both trainers train N steps from the
+same weights on the same batches in the same order (our stream's, fed to Trainer with its
+sequential sampler), with dropout off and a constant lr, and the two per-step training losses are
+printed side by side: they should agree to ~1e-4 at step 1 (the same forward pass) and stay close.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -33,6 +49,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 from trainer.finetune.config import FinetuneConfig  # noqa: E402
 from trainer.finetune.metrics import METRICS  # noqa: E402
 from trainer.training.sinks import ListSink  # noqa: E402
+
+class Timing(NamedTuple):
+    """Training time: wall-clock seconds, and the process's CPU seconds (user + system, all its
+    threads), which other jobs on a shared machine disturb far less than the wall clock."""
+
+    wall: float
+    cpu: float
+
+    @staticmethod
+    def now() -> "Timing":
+        return Timing(time.perf_counter(), time.process_time())
+
+    def __sub__(self, other: "Timing") -> "Timing":  # type: ignore[override]
+        return Timing(self.wall - other.wall, self.cpu - other.cpu)
+
+    def __add__(self, other: "Timing") -> "Timing":  # type: ignore[override]
+        return Timing(self.wall + other.wall, self.cpu + other.cpu)
+
 
 TASKS = {"classification": ("classification", "AutoModelForSequenceClassification"),
          "token_classification": ("token_classification", "AutoModelForTokenClassification")}
@@ -70,25 +104,25 @@ def make_dataset(root: Path, task: str) -> Path:
 
 
 # ----------------------------------------------------------------------------- ours
-def run_ours(config: FinetuneConfig, out: Path) -> tuple[dict, float]:
-    """(test metrics, training seconds) of our engine. The training seconds are the training loop's
+def run_ours(config: FinetuneConfig, out: Path) -> tuple[dict, Timing, ListSink]:
+    """(test metrics, training time, sink) of our engine. The training time is the training loop's
     wall time (FinetuneLoop.run, as transformers' Trainer.train) less its validation passes and
     checkpoint writes; model loading and the test split are outside it, as they are for Trainer."""
     from trainer.finetune import engine
 
     loop_class = engine.techniques.FinetuneLoop
-    spent = {"run": 0.0, "aside": 0.0, "inside": False}
+    spent = {"run": Timing(0.0, 0.0), "aside": Timing(0.0, 0.0), "inside": False}
     originals = {name: getattr(loop_class, name) for name in ("run", "evaluate", "save_checkpoint")}
 
     def timed(name):
         def call(self, *a, **kw):
-            started, outer = time.perf_counter(), name == "run"
+            started, outer = Timing.now(), name == "run"
             if outer:
                 spent["inside"] = True
             try:
                 return originals[name](self, *a, **kw)
             finally:
-                took = time.perf_counter() - started
+                took = Timing.now() - started
                 if outer:
                     spent["run"] += took
                     spent["inside"] = False
@@ -106,7 +140,7 @@ def run_ours(config: FinetuneConfig, out: Path) -> tuple[dict, float]:
             setattr(loop_class, name, fn)
     assert result.status == "succeeded", result
     test = [v for _, split, v in sink.events if split == "test"][-1]
-    return test, spent["run"] - spent["aside"]
+    return test, spent["run"] - spent["aside"], sink
 
 
 def initial_model(config: FinetuneConfig):
@@ -127,9 +161,22 @@ def initial_model(config: FinetuneConfig):
 
 
 # ----------------------------------------------------------------------------- the reference
-def run_theirs(config: FinetuneConfig, task: str, folder: Path, labels: list[str]) -> tuple[dict, float]:
+def run_theirs(config: FinetuneConfig, task: str, folder: Path, labels: list[str], *, sampling: str = "random",
+               order: list[dict] | None = None) -> tuple[dict, Timing, list[float]]:
+    """(test metrics, Trainer.train() seconds, the training loss of every step). sampling: Trainer's
+    train_sampling_strategy; order: train on these examples in this order (sequential sampler)."""
     import transformers
     from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer, TrainingArguments
+
+    losses: list[float] = []
+
+    class Recording(Trainer):
+        def compute_loss(self, model, inputs, *args, **kwargs):
+            out = super().compute_loss(model, inputs, *args, **kwargs)
+            if model.training:
+                loss = out[0] if isinstance(out, tuple) else out
+                losses.append(float(loss.detach()))
+            return out
 
     from trainer.prep.labelled import iter_examples
 
@@ -156,7 +203,7 @@ def run_theirs(config: FinetuneConfig, task: str, folder: Path, labels: list[str
         enc["labels"] = tags
         return dict(enc)
 
-    train = [encode(ex) for ex in iter_examples(Path(config.dataset), "train")]
+    train = [encode(ex) for ex in (order if order is not None else iter_examples(Path(config.dataset), "train"))]
     test_examples = list(iter_examples(Path(config.dataset), "test"))
     test = [encode(ex) for ex in test_examples]
     collator = (DataCollatorWithPadding(tokenizer) if task == "classification"
@@ -166,13 +213,14 @@ def run_theirs(config: FinetuneConfig, task: str, folder: Path, labels: list[str
             output_dir=out, max_steps=config.max_steps, per_device_train_batch_size=config.batch_size,
             per_device_eval_batch_size=config.batch_size, learning_rate=config.lr, weight_decay=config.weight_decay,
             adam_beta1=config.betas[0], adam_beta2=config.betas[1], adam_epsilon=config.eps,
-            warmup_steps=config.warmup_steps, lr_scheduler_type="linear", max_grad_norm=config.clip_grad,
+            warmup_steps=config.warmup_steps, lr_scheduler_type=config.schedule, max_grad_norm=config.clip_grad,
             seed=config.seed, data_seed=config.seed, use_cpu=True, report_to="none", save_strategy="no",
-            eval_strategy="no", logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0)
-        trainer = Trainer(model=model, args=args, train_dataset=train, data_collator=collator)
-        started = time.perf_counter()
+            eval_strategy="no", logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
+            train_sampling_strategy="sequential" if order is not None else sampling)
+        trainer = Recording(model=model, args=args, train_dataset=train, data_collator=collator)
+        started = Timing.now()
         trainer.train()
-        seconds = time.perf_counter() - started
+        seconds = Timing.now() - started
         logits = trainer.predict(test).predictions
     logits = logits[0] if isinstance(logits, tuple) else logits
     if task == "classification":
@@ -185,10 +233,78 @@ def run_theirs(config: FinetuneConfig, task: str, folder: Path, labels: list[str
             picked = [int(p) for p, g in zip(row, enc["labels"]) if g != -100]
             predictions.append([labels[i] for i in picked])
             references.append([labels[i] for i in gold])
-    return METRICS[TASKS[task][0]].compute(predictions, references), seconds
+    return METRICS[TASKS[task][0]].compute(predictions, references), seconds, losses
+
+
+# ----------------------------------------------------------------------------- parity
+def without_dropout(checkpoint: Path, folder: Path) -> Path:
+    """A copy of the checkpoint whose model has no dropout (so that two trainers' losses can match)."""
+    from models_lib.checkpoint import CONFIG_NAME
+
+    shutil.copytree(checkpoint, folder)
+    meta = json.loads((folder / CONFIG_NAME).read_text())
+    for key in ("hidden_dropout", "attention_dropout"):
+        if key in meta["config"]:
+            meta["config"][key] = 0.0
+    (folder / CONFIG_NAME).write_text(json.dumps(meta, indent=2) + "\n")
+    return folder
+
+
+def our_order(config: FinetuneConfig, steps: int) -> list[dict]:
+    """The training examples our engine's stream feeds for `steps` steps, in that order."""
+    from trainer import finetune as tasks
+    from trainer.finetune.engine import ExampleStream
+    from trainer.prep.labelled import iter_examples, read_meta
+    from trainer.prep.tokenization import load_tokenizer
+
+    meta = read_meta(Path(config.dataset))
+    task = tasks.get(meta["task"])
+    labels = [str(x) for x in meta.get("labels") or []]
+    collator = task.build_collator(load_tokenizer(Path(config.checkpoint)), labels, config.max_length, config)
+    stream = ExampleStream(list(iter_examples(Path(config.dataset), "train")), collator,
+                           batch_size=config.batch_size, seed=config.seed, group_by_length=config.group_by_length)
+    return [stream.examples[i] for _ in range(steps) for i in stream.next_indices()]
+
+
+def parity(checkpoint: Path, dataset: Path, root: Path, args: argparse.Namespace) -> None:
+    """Both trainers, N steps on the same batches in the same order, dropout off, constant lr: the
+    per-step training losses side by side."""
+    from models_lib import hf
+    from trainer.export import write_tokenizer_files
+
+    steps, seed = args.parity_steps, args.seeds[0]
+    plain = without_dropout(checkpoint, root / "parity-checkpoint")
+    config = FinetuneConfig(checkpoint=str(plain), dataset=str(dataset), max_steps=steps, batch_size=args.batch_size,
+                            max_length=args.max_length, lr=args.lr, warmup_ratio=0.0, schedule="constant",
+                            eval_every=steps, checkpoint_every=steps, log_every=1, seed=seed, device="cpu",
+                            num_threads=args.threads)
+    model, labels = initial_model(config)
+    start = root / "parity-start"
+    hf.to_pretrained(model, start)
+    write_tokenizer_files(plain, start, max_positions=model.config.max_positions, with_token_types=True)
+    _, _, sink = run_ours(config, root / "parity-ours")
+    ours = [v["loss"] for _, v in sink.split("train")]
+    _, _, theirs = run_theirs(config, args.task, start, labels, order=our_order(config, steps))
+    print(f"parity: {steps} steps of {args.batch_size}, the same batches in our stream's order, dropout off, "
+          f"constant lr {args.lr:g} (seed {seed})")
+    print("  step  ours loss   transformers loss   |diff|")
+    for i, (a, b) in enumerate(zip(ours, theirs), 1):
+        print(f"  {i:4d}  {a:.6f}   {b:.6f}            {abs(a - b):.2e}")
+    diffs = [abs(a - b) for a, b in zip(ours, theirs)]
+    if diffs:
+        print(f"  step 1 |diff| {diffs[0]:.2e}; largest over the {len(diffs)} steps {max(diffs):.2e} "
+              f"(at step {diffs.index(max(diffs)) + 1}); ours logged {len(ours)} steps, transformers {len(theirs)}\n")
 
 
 # ----------------------------------------------------------------------------- main
+def speed(examples: int, t: Timing) -> str:
+    return f"{examples / t.wall:.1f} examples/s ({t.wall:.1f} s wall, {t.cpu:.1f} s CPU)"
+
+
+def ratio(theirs: Timing, ours: Timing) -> str:
+    return f"{theirs.wall / ours.wall:.2f}x wall, {theirs.cpu / ours.cpu:.2f}x CPU"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", choices=list(TASKS), default="classification")
@@ -200,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--parity-steps", type=int, default=30,
+                        help="steps of the same-batches loss comparison before the runs (0: skip it)")
+    parser.add_argument("--reference-sampling", nargs="+", default=["random", "group_by_length"],
+                        choices=["random", "group_by_length"], help="Trainer's train_sampling_strategy, one run each")
+    parser.add_argument("--ours-grouping", nargs="+", default=["on"], choices=["on", "off"],
+                        help="our group_by_length, one run each")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     from models_lib import hf
@@ -209,34 +331,54 @@ def main(argv: list[str] | None = None) -> int:
         root = Path(tmp)
         checkpoint = args.checkpoint or pretrain(root, args.pretrain_steps, args.threads)
         dataset = make_dataset(root, args.task)
-        rows = []
+        if args.parity_steps:
+            parity(Path(checkpoint), dataset, root, args)
+        primary = METRICS[TASKS[args.task][0]].primary
+        examples = args.steps * args.batch_size
+        ours_runs: dict[str, list] = {g: [] for g in args.ours_grouping}      # grouping -> [(metrics, s)]
+        theirs_runs: dict[str, list] = {m: [] for m in args.reference_sampling}
         for seed in args.seeds:
-            config = FinetuneConfig(checkpoint=str(checkpoint), dataset=str(dataset), max_steps=args.steps,
-                                    batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
-                                    warmup_ratio=0.1, eval_every=args.steps, checkpoint_every=args.steps,
-                                    log_every=max(1, args.steps // 5), seed=seed, device="cpu",
-                                    num_threads=args.threads)
-            model, labels = initial_model(config)
+            base = FinetuneConfig(checkpoint=str(checkpoint), dataset=str(dataset), max_steps=args.steps,
+                                  batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
+                                  warmup_ratio=0.1, eval_every=args.steps, checkpoint_every=args.steps,
+                                  log_every=max(1, args.steps // 5), seed=seed, device="cpu",
+                                  num_threads=args.threads)
+            model, labels = initial_model(base)
             start = root / f"start-{seed}"
             hf.to_pretrained(model, start)  # the very weights our engine starts from
             write_tokenizer_files(Path(checkpoint), start, max_positions=model.config.max_positions, with_token_types=True)
-            ours, ours_s = run_ours(config, root / f"ours-{seed}")
-            theirs, theirs_s = run_theirs(config, args.task, start, labels)
-            rows.append((seed, ours, theirs, ours_s, theirs_s))
             print(f"seed {seed}:")
-            for key in sorted(theirs):
-                print(f"  {key:18s} ours {ours.get(key, float('nan')):.4f}  transformers {theirs[key]:.4f}  "
-                      f"diff {ours.get(key, float('nan')) - theirs[key]:+.4f}")
-            examples = args.steps * args.batch_size
-            print(f"  training: ours {examples / ours_s:.1f} examples/s ({ours_s:.1f} s), transformers "
-                  f"{examples / theirs_s:.1f} examples/s ({theirs_s:.1f} s), ratio {theirs_s / ours_s:.2f}x")
-        primary = METRICS[TASKS[args.task][0]].primary
-        ours_mean = statistics.mean(r[1][primary] for r in rows)
-        theirs_mean = statistics.mean(r[2][primary] for r in rows)
-        ratio = statistics.mean(r[4] / r[3] for r in rows)
-        print(f"\n{args.task}, {len(rows)} seed(s), {args.steps} steps x {args.batch_size}: test {primary} ours "
-              f"{ours_mean:.4f}, transformers {theirs_mean:.4f} (diff {100 * (ours_mean - theirs_mean):+.2f} points); "
-              f"training speed ours / transformers {ratio:.2f}x")
+            for grouping in args.ours_grouping:
+                config = base.replace(group_by_length=grouping == "on")
+                load = os.getloadavg()[0]
+                metrics, seconds, _ = run_ours(config, root / f"ours-{seed}-{grouping}")
+                ours_runs[grouping].append((metrics, seconds))
+                print(f"  ours, group_by_length {grouping}: {primary} {metrics[primary]:.4f}, "
+                      f"{speed(examples, seconds)}; load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
+            for sampling in args.reference_sampling:
+                load = os.getloadavg()[0]
+                metrics, seconds, _ = run_theirs(base, args.task, start, labels, sampling=sampling)
+                theirs_runs[sampling].append((metrics, seconds))
+                print(f"  transformers, {sampling}: {primary} {metrics[primary]:.4f}, {speed(examples, seconds)}; "
+                      f"load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
+            for grouping, runs in ours_runs.items():
+                ours = runs[-1][0]
+                for sampling, theirs_list in theirs_runs.items():
+                    theirs = theirs_list[-1][0]
+                    print(f"  ours ({grouping}) - transformers ({sampling}): " + ", ".join(
+                        f"{k} {ours.get(k, float('nan')) - theirs[k]:+.4f}" for k in sorted(theirs))
+                        + f"; speed {ratio(theirs_list[-1][1], runs[-1][1])}")
+        print(f"\n{args.task}, {len(args.seeds)} seed(s), {args.steps} steps x {args.batch_size}, "
+              f"{args.threads} thread(s):")
+        for grouping, runs in ours_runs.items():
+            ours_mean = statistics.mean(m[primary] for m, _ in runs)
+            for sampling, theirs_list in theirs_runs.items():
+                theirs_mean = statistics.mean(m[primary] for m, _ in theirs_list)
+                wall = statistics.mean(t.wall / o.wall for (_, o), (_, t) in zip(runs, theirs_list))
+                cpu = statistics.mean(t.cpu / o.cpu for (_, o), (_, t) in zip(runs, theirs_list))
+                print(f"  ours (group_by_length {grouping}) vs transformers ({sampling}): test {primary} "
+                      f"{ours_mean:.4f} vs {theirs_mean:.4f} (diff {100 * (ours_mean - theirs_mean):+.2f} points); "
+                      f"training speed ours / transformers {wall:.2f}x by the wall clock, {cpu:.2f}x by CPU time")
     return 0
 
 

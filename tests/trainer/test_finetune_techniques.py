@@ -64,6 +64,7 @@ def _no_decay(name: str) -> bool:
     (dict(llrd=float("nan")), r"llrd .* not nan\."),
     (dict(llrd="0.9"), r"llrd .* not '0\.9'\."),
     (dict(freeze_embeddings="yes"), r"freeze_embeddings must be true or false, not 'yes'\."),
+    (dict(group_by_length=1), r"group_by_length must be true or false, not 1\."),
     (dict(freeze_layers=-1), r"freeze_layers must be a whole number from 0 \(off\) to 1,000, not -1\."),
     (dict(freeze_layers=1.5), r"freeze_layers must be a whole number .* not 1\.5\."),
     (dict(freeze_layers=True), r"freeze_layers must be a whole number .* not True\."),

@@ -103,6 +103,8 @@ class FinetuneConfig(FlatRecord):
     gradual_unfreeze_every: int = 0  # steps; ULMFiT: the head first, one layer group more each time; 0 = off
     early_stopping_patience: int = 0  # evaluations without a better primary metric; 0 = off
     class_weights: str = "none"  # "balanced": n_samples / (n_classes * count) from the train split
+    group_by_length: bool = True
+    """Put training examples of similar length in the same batch (each epoch still shuffled), so that dynamic padding pads little: the tasks that tokenise ahead (classification, regression, multi-label, token classification)."""
     # Generative tasks: text to text (T5, UniLM; trainer/finetune/text2text.py) and SFT (GPT;
     # trainer/finetune/sft.py). The other tasks ignore these; check_generation checks them.
     source_prefix: str = ""
@@ -207,8 +209,9 @@ def check_techniques(config: FinetuneConfig) -> None:
     if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or not 0 < f <= 1:
         raise ConfigError(f"llrd (layer-wise lr decay) must be a number above 0 and at most 1 (1 turns it off; "
                           f"0.8 to 0.95 is usual), not {f!r}.")
-    if not isinstance(config.freeze_embeddings, bool):
-        raise ConfigError(f"freeze_embeddings must be true or false, not {config.freeze_embeddings!r}.")
+    for name in ("freeze_embeddings", "group_by_length"):
+        if not isinstance(getattr(config, name), bool):
+            raise ConfigError(f"{name} must be true or false, not {getattr(config, name)!r}.")
     for name, hi in TECHNIQUE_LIMITS.items():
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= hi:

@@ -1,7 +1,8 @@
 """Fine-tune a checkpoint on a labelled dataset with the pre-training loop (trainer.training.engine.Loop).
 
 The checkpoint's encoder gets a fresh task head (models_lib.families.downstream.from_pretraining),
-the dataset's examples are tokenised batch by batch with the checkpoint's tokenizer, validation
+the dataset's examples are tokenised with the checkpoint's tokenizer (the train split once, ahead,
+where the task's collator allows, and batched by length: ExampleStream), validation
 reports the task's metrics (Step.finish_validation), and at the end the test split is scored once
 ("test" metrics, also written to test_metrics.json). Checkpoints are native (they load in the
 explorer and fine-tune again).
@@ -26,16 +27,30 @@ from trainer.training.engine import TrainResult, TrainState, find_resume_point, 
 from trainer.training.sinks import MetricsSink
 
 
+MEGABATCH = 50  # length grouping sorts batches of up to this many batches at a time
+
+
 class ExampleStream:
     """The training examples in a new seeded order every epoch, `batch_size` at a time, as the
-    loop reads a pre-training TrainStream (next_batch, position, epoch_size, collator)."""
+    loop reads a pre-training TrainStream (next_batch, position, epoch_size, collator).
+
+    A collator that encodes ahead (trainer.finetune.tasks.encodes_ahead) has every example
+    tokenised once, here, rather than once per epoch. With `group_by_length` (and those lengths)
+    each epoch's order puts examples of similar length in the same batch (length_grouped_order),
+    so that dynamic padding pads little; without, it is a plain seeded permutation."""
 
     def __init__(self, examples: Sequence[dict], collator: Any, *, batch_size: int, seed: int,
-                 position: DataPosition | None = None):
+                 position: DataPosition | None = None, group_by_length: bool = False):
         """position: where a resumed run stopped (its epoch's order is the same seeded permutation)."""
+        from trainer.finetune.tasks import encodes_ahead
+
         if not examples:
             raise ConfigError("The dataset's train split is empty.")
         self.examples, self.collator, self.batch_size, self.seed = list(examples), collator, batch_size, seed
+        self.encoded = collator.encode(self.examples) if encodes_ahead(collator) else None
+        self.lengths = (np.array([len(e) for e in self.encoded], dtype=np.int64) if self.encoded is not None
+                        else None)
+        self.grouped = bool(group_by_length and self.lengths is not None)
         self.position = position or DataPosition()
         self._order = self._permutation(self.position.epoch)
 
@@ -44,17 +59,76 @@ class ExampleStream:
         return len(self.examples)
 
     def _permutation(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, epoch]).permutation(len(self.examples))
+        rng = np.random.default_rng([self.seed, epoch])
+        order = rng.permutation(len(self.examples))
+        if not self.grouped:
+            return order
+        return length_grouped_order(order, self.lengths, self.batch_size, rng, head=self._head(epoch))
 
-    def next_batch(self) -> Any:
+    def _head(self, epoch: int) -> int:
+        """How many of the epoch's first examples complete the batch that the previous epoch began
+        (the stream never stops at an epoch's end): its own batches start after them."""
+        return (-epoch * len(self.examples)) % self.batch_size
+
+    def next_indices(self) -> list[int]:
+        """The next batch's examples, as indices into `examples`; moves the position on."""
         picked = []
         while len(picked) < self.batch_size:
             if self.position.index >= len(self.examples):
                 self.position = DataPosition(self.position.epoch + 1, 0)
                 self._order = self._permutation(self.position.epoch)
-            picked.append(self.examples[self._order[self.position.index]])
+            picked.append(int(self._order[self.position.index]))
             self.position = DataPosition(self.position.epoch, self.position.index + 1)
-        return self.collator(picked)
+        return picked
+
+    def next_batch(self) -> Any:
+        picked = self.next_indices()
+        examples = [self.examples[i] for i in picked]
+        if self.encoded is None:
+            return self.collator(examples)
+        return self.collator.collate(examples, [self.encoded[i] for i in picked])
+
+    def padding_share(self, order: np.ndarray | None = None) -> float:
+        """The share of padding among the tokens of the current epoch's batches in `order` (default:
+        the epoch's own), those that lie within the epoch; nan without lengths."""
+        if self.lengths is None:
+            return float("nan")
+        order = self._order if order is None else order
+        real = padded = 0
+        for i in range(self._head(self.position.epoch), len(order), self.batch_size):
+            rows = self.lengths[order[i:i + self.batch_size]]
+            real += int(rows.sum())
+            padded += int(rows.max()) * len(rows)
+        return 1.0 - real / max(1, padded)
+
+    def describe_grouping(self) -> str | None:
+        """A log line: the padding of length-grouped batches against a plain shuffle's."""
+        if not self.grouped:
+            return None
+        plain = np.random.default_rng([self.seed, self.position.epoch]).permutation(len(self.examples))
+        return (f"Batches grouped by length (group_by_length): padding is {100 * self.padding_share():.0f}% of "
+                f"the batches' tokens, against {100 * self.padding_share(plain):.0f}% in a plain shuffle.")
+
+
+def length_grouped_order(order: np.ndarray, lengths: np.ndarray, batch_size: int, rng: np.random.Generator, *,
+                         head: int = 0) -> np.ndarray:
+    """`order` (a random permutation) rearranged so that each run of `batch_size` after the first
+    `head` entries holds examples of similar length: cut into megabatches of up to MEGABATCH
+    batches (fewer for a small dataset, so that there are at least four), each sorted by length,
+    longest first, and cut into batches; the whole batches are then shuffled (with `rng`) so that
+    lengths do not rise and fall in a pattern over the epoch. The last, partial batch stays last
+    (the stream completes it from the next epoch). transformers' LengthGroupedSampler does the
+    same but the shuffle (it keeps the megabatches' order and puts the longest batch first)."""
+    head = min(head, len(order))
+    rest = order[head:]
+    mult = max(1, min(len(rest) // (4 * batch_size), MEGABATCH))
+    size = mult * batch_size
+    grouped = [chunk[np.argsort(-lengths[chunk], kind="stable")] for chunk in
+               (rest[i:i + size] for i in range(0, len(rest), size))]
+    flat = np.concatenate(grouped) if grouped else rest
+    whole = len(flat) // batch_size * batch_size
+    batches = flat[:whole].reshape(-1, batch_size)[rng.permutation(whole // batch_size)].reshape(-1)
+    return np.concatenate([order[:head], batches, flat[whole:]])
 
 
 def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
@@ -118,7 +192,10 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
                                              batch_size=config.batch_size, seed=config.seed, position=state.position)
         else:
             stream = ExampleStream(list(iter_examples(dataset, "train")), collator, batch_size=config.batch_size,
-                                   seed=config.seed, position=state.position)
+                                   seed=config.seed, position=state.position, group_by_length=config.group_by_length)
+            grouping = stream.describe_grouping()
+            if grouping:
+                sink.log(grouping)
         valid = _batches(_split(mix, dataset, "validation"), collator, config.batch_size)
         loop = techniques.FinetuneLoop(config, tuning=tuning, metrics=task.metrics, model=model,
                                        forward=forward, stream=stream, valid=valid, state=state, sink=sink,

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from trainer.errors import ConfigError
@@ -49,7 +50,13 @@ class TokenBatch(Batch):
 # ---------------------------------------------------------------------------- collators
 class _Collator:
     """Tokenises with the checkpoint's tokenizer (its post-processor adds [CLS]/[SEP]), cutting
-    to max_length, and pads each batch to its longest row."""
+    to max_length, and pads each batch to its longest row.
+
+    collator(examples) is collate(examples, encode(examples)); the training stream
+    (trainer.finetune.engine.ExampleStream) calls encode once over the whole train split and
+    collate per batch, so an example is tokenised once per run, not once per epoch, and its
+    length is known before batching (length-grouped batches). A subclass that overrides
+    __call__ is tokenised per batch (encodes_ahead)."""
 
     def __init__(self, tokenizer: Any, labels: Sequence[str], max_length: int):
         self.tok = tokenizer.tok.__class__.from_str(tokenizer.tok.to_str())  # a copy to set truncation on
@@ -64,17 +71,31 @@ class _Collator:
     def needs_word_starts(self) -> bool:
         return False
 
-    def _pad(self, encodings: Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        T = max(len(e.ids) for e in encodings)
-        ids = torch.full((len(encodings), T), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(encodings), T), dtype=torch.long)
-        types = torch.zeros((len(encodings), T), dtype=torch.long)
-        for i, e in enumerate(encodings):
+    def __call__(self, examples: Sequence[dict]) -> Batch:
+        return self.collate(examples, self.encode(examples))
+
+    def encode(self, examples: Sequence[dict]) -> list[Encoded]:
+        raise NotImplementedError
+
+    def collate(self, examples: Sequence[dict], encoded: Sequence["Encoded"]) -> Batch:
+        raise NotImplementedError
+
+    @staticmethod
+    def _encoded(encodings: Sequence[Any], words: bool = False) -> list["Encoded"]:
+        return [Encoded(np.asarray(e.ids, dtype=np.int64), np.asarray(e.type_ids, dtype=np.int64),
+                        tuple(e.word_ids) if words else None) for e in encodings]
+
+    def _pad(self, encoded: Sequence["Encoded"]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        T = max(len(e.ids) for e in encoded)
+        ids = np.full((len(encoded), T), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(encoded), T), dtype=np.int64)
+        types = np.zeros((len(encoded), T), dtype=np.int64)
+        for i, e in enumerate(encoded):
             n = len(e.ids)
-            ids[i, :n] = torch.tensor(e.ids)
+            ids[i, :n] = e.ids
             mask[i, :n] = 1
-            types[i, :n] = torch.tensor(e.type_ids)
-        return ids, mask, types
+            types[i, :n] = e.type_ids
+        return torch.from_numpy(ids), torch.from_numpy(mask), torch.from_numpy(types)
 
     def label_id(self, value: Any) -> int:
         try:
@@ -84,17 +105,40 @@ class _Collator:
                               f"({', '.join(self.labels[:10])}).") from None
 
 
+@dataclass(frozen=True)
+class Encoded:
+    """One tokenised example, as a collator keeps it between encode and collate."""
+
+    ids: np.ndarray                              # (n,) token ids, [CLS]/[SEP] included, cut to max_length
+    type_ids: np.ndarray                         # (n,) 0 = first text, 1 = second
+    word_ids: tuple[int | None, ...] | None = None  # per token, its word (token classification)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+def encodes_ahead(collator: Any) -> bool:
+    """Whether `collator`'s batches are collate(examples, encode(examples)), so that the examples
+    can be encoded once ahead of batching (GPT-1's collator, say, tokenises its own way)."""
+    return isinstance(collator, _Collator) and type(collator).__call__ is _Collator.__call__
+
+
 class SequenceCollator(_Collator):
     def __init__(self, tokenizer: Any, labels: Sequence[str], max_length: int, problem: str):
         super().__init__(tokenizer, labels, max_length)
         self.problem = problem
 
-    def __call__(self, examples: Sequence[dict]) -> SequenceBatch:
+    def encode(self, examples: Sequence[dict]) -> list[Encoded]:
+        if not examples:
+            return []
         if "text" in examples[0]:
             encodings = self.tok.encode_batch([ex["text"] for ex in examples])
         else:
             encodings = self.tok.encode_batch([(ex["sentence1"], ex["sentence2"]) for ex in examples])
-        ids, mask, types = self._pad(encodings)
+        return self._encoded(encodings)
+
+    def collate(self, examples: Sequence[dict], encoded: Sequence[Encoded]) -> SequenceBatch:
+        ids, mask, types = self._pad(encoded)
         if self.problem == "regression":
             labels = torch.tensor([float(ex["label"]) for ex in examples], dtype=torch.float)
         elif self.problem == "multi_label_classification":
@@ -108,14 +152,19 @@ class SequenceCollator(_Collator):
 
 
 class TokenCollator(_Collator):
-    def __call__(self, examples: Sequence[dict]) -> TokenBatch:
+    def encode(self, examples: Sequence[dict]) -> list[Encoded]:
+        if not examples:
+            return []
         encodings = self.tok.encode_batch([list(ex["tokens"]) for ex in examples], is_pretokenized=True)
-        ids, mask, types = self._pad(encodings)
+        return self._encoded(encodings, words=True)
+
+    def collate(self, examples: Sequence[dict], encoded: Sequence[Encoded]) -> TokenBatch:
+        ids, mask, types = self._pad(encoded)
         labels = torch.full(ids.shape, IGNORE_INDEX, dtype=torch.long)
         words = []
-        for i, (ex, enc) in enumerate(zip(examples, encodings)):
+        for i, (ex, enc) in enumerate(zip(examples, encoded)):
             seen = set()
-            for t, w in enumerate(enc.word_ids):
+            for t, w in enumerate(enc.word_ids or ()):
                 if w is not None and w not in seen:  # the first sub-token of each word
                     seen.add(w)
                     labels[i, t] = self.label_id(ex["tags"][w])

@@ -1,4 +1,5 @@
-"""Fine-tuning techniques (issue 9, section 3). Each is a FinetuneConfig setting, off by default:
+"""Fine-tuning techniques (issue 9, section 3). Each is a FinetuneConfig setting, off by default but
+length grouping:
 
     llrd                     layer-wise lr decay f in (0, 1]: over model.layer_groups()
                              ([embeddings, layer 0, ..., layer L-1, head]) the head trains at lr,
@@ -22,6 +23,10 @@
                              label counts (classification, token classification: tags per word),
                              passed to the loss as the model's class_weights, in training and
                              validation alike.
+    group_by_length          (on by default) each epoch's shuffled order is rearranged so that a
+                             batch holds examples of similar length (trainer.finetune.engine.
+                             length_grouped_order), and dynamic padding pads little; the tasks
+                             whose collators tokenise ahead (tasks.encodes_ahead) use it.
 
     tuning = prepare(model, config, sink)     # freezing, the optimizer and its schedule, unfreezing
     loop = FinetuneLoop(config, tuning=tuning, metrics=task.metrics, model=..., ...)

@@ -378,6 +378,8 @@ FINETUNE_HELP = {
                                "checkpoint is restored before the test split (0: off).",
     "class_weights": "Balanced: weigh each class's loss by how rare it is in the train split (classification and "
                      "token classification).",
+    "group_by_length": "Batch training examples of similar length together (each epoch still shuffled), so that "
+                       "little of each batch is padding: faster training for the same examples.",
     "source_prefix": "Text to text: put before every input, as T5's task prefixes (“summarize: ”, “sst2 sentence: ”).",
     "max_target_length": "Text to text: target tokens kept for training and generated when scoring; SFT: tokens "
                          "of the sample replies.",

@@ -244,6 +244,8 @@ class FinetuneCreateSerializer(RequestSerializer):
     gradual_unfreeze_every = _finetune_int("gradual_unfreeze_every")
     early_stopping_patience = _finetune_int("early_stopping_patience")
     class_weights = serializers.ChoiceField(choices=["none", "balanced"], required=False)
+    group_by_length = serializers.BooleanField(required=False, default=None, allow_null=True,
+                                               help_text="Batch examples of similar length together (default: on).")
     source_prefix = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, max_length=1000,
                                           help_text="Text to text: put before every input (T5's task prefix).")
     max_target_length = _finetune_int("max_target_length")

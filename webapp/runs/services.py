@@ -367,7 +367,7 @@ def run_clone(*, run: Run, owner, name: str | None = None) -> Run:
 # the checkpoint, dataset and task come from the rows the user chose.
 FINETUNE_FIELDS = ("max_length", "max_steps", "batch_size", "lr", "warmup_ratio", "eval_every", "llrd",
                    "freeze_embeddings", "freeze_layers", "gradual_unfreeze_every", "early_stopping_patience",
-                   "class_weights")
+                   "class_weights", "group_by_length")
 # The settings of the tasks on T5, UniLM and GPT (text to text, SFT, GPT-1's classifier); every
 # task takes them and the others ignore them; a form may leave them out (their defaults).
 GENERATION_FIELDS = ("source_prefix", "max_target_length", "target_mask_prob", "num_beams", "samples_shown",
