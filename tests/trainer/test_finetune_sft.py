@@ -133,7 +133,7 @@ def test_sft_trains_reports_response_perplexity_and_logs_greedy_replies(gpt_base
 
 def test_after_sft_the_model_writes_the_replies_it_learnt(gpt_base, chats, tmp_path):
     _, before = _tune(gpt_base, chats, tmp_path / "before", max_steps=1, lr=1e-8, eval_every=1, batch_size=12)
-    _, after = _tune(gpt_base, chats, tmp_path / "after", max_steps=200, eval_every=200, checkpoint_every=200,
+    _, after = _tune(gpt_base, chats, tmp_path / "after", max_steps=400, eval_every=400, checkpoint_every=400,
                      batch_size=12, warmup_ratio=0.0, samples_shown=12, lr=5e-3)
     (_, start), = before.split("test")
     (_, end), = after.split("test")
