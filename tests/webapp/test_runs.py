@@ -343,6 +343,30 @@ def test_the_heartbeat_writes_at_most_every_two_seconds(alice):
     now[0] = 12.5
     sink.heartbeat(3, 30)
     assert Run.objects.get(pk=run.pk).current_step == 3
+    now[0] = 13.0
+    sink.heartbeat(4, 40)  # held back by the interval ...
+    assert Run.objects.get(pk=run.pk).tokens_seen == 30
+    sink.close()  # ... and written as the run ends: a run shorter than the interval still counts its tokens
+    run.refresh_from_db()
+    assert (run.current_step, run.tokens_seen) == (4, 40)
+
+
+def test_rank_zero_reports_its_last_heartbeat_when_it_closes():
+    """A multi-device run's task learns its tokens from rank 0's heartbeat lines; a run that ended
+    within the interval of its first beat recorded 0 tokens (seen in CI on a quiet machine)."""
+    import io
+    import json
+
+    from trainer.training.sinks import JsonLinesSink
+
+    out = io.StringIO()
+    sink = JsonLinesSink(out, heartbeat_every_s=3600)
+    sink.heartbeat(1, 64)
+    sink.heartbeat(2, 128)
+    sink.heartbeat(3, 192)
+    sink.close()
+    beats = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(b["step"], b["tokens_seen"]) for b in beats] == [(1, 64), (3, 192)]
 
 
 def test_should_stop_reads_the_row_at_most_once_a_second(alice, django_assert_num_queries):

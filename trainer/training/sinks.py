@@ -125,12 +125,14 @@ class JsonLinesSink:
     webapp/runs/multiproc.py). Lines:
       {"event": "metrics", "step", "split", "values"}     {"event": "log", "text"}
       {"event": "checkpoint", "step", "path", "metrics"}  {"event": "heartbeat", "step", "tokens_seen"}
-    Heartbeats are written at most every `heartbeat_every_s` seconds."""
+    Heartbeats are written at most every `heartbeat_every_s` seconds, and the last one held back
+    when the sink closes (so the reader learns the run's final step and tokens)."""
 
     def __init__(self, stream: IO[str] | None = None, *, heartbeat_every_s: float = 1.0):
         self.stream = stream or sys.stdout
         self.heartbeat_every_s = heartbeat_every_s
         self._beat_at = -math.inf
+        self._held_beat: dict | None = None
 
     def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
         self._write({"event": "metrics", "step": step, "split": split, "values": values})
@@ -142,12 +144,18 @@ class JsonLinesSink:
         self._write({"event": "checkpoint", "step": step, "path": str(path), "metrics": metrics})
 
     def heartbeat(self, step: int, tokens_seen: int) -> None:
+        beat = {"event": "heartbeat", "step": step, "tokens_seen": tokens_seen}
         now = time.monotonic()
         if now - self._beat_at >= self.heartbeat_every_s:
-            self._beat_at = now
-            self._write({"event": "heartbeat", "step": step, "tokens_seen": tokens_seen})
+            self._beat_at, self._held_beat = now, None
+            self._write(beat)
+        else:
+            self._held_beat = beat
 
     def close(self) -> None:
+        if self._held_beat is not None:
+            self._write(self._held_beat)
+            self._held_beat = None
         self.stream.flush()
 
     def _write(self, record: dict) -> None:

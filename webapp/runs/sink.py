@@ -90,6 +90,7 @@ class DatabaseChannelsSink:
         self._buffer: list[MetricPoint] = []
         self._last_flush = clock()
         self._last_heartbeat = -math.inf
+        self._held_beat: tuple[int, int] | None = None  # the newest heartbeat the interval held back
 
     # -- MetricsSink ---------------------------------------------------------------------
     def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
@@ -126,8 +127,12 @@ class DatabaseChannelsSink:
         now = self.clock()
         self._maybe_flush(now)
         if now - self._last_heartbeat < self.heartbeat_every_s:
+            self._held_beat = (int(step), int(tokens_seen))  # written by close() if no later beat is
             return
-        self._last_heartbeat = now
+        self._last_heartbeat, self._held_beat = now, None
+        self._beat(step, tokens_seen)
+
+    def _beat(self, step: int, tokens_seen: int) -> None:
         # A run the reaper wrongly marked crashed (a very long step) comes back to life here;
         # a run another worker has claimed since (resumed elsewhere) is left alone.
         Run.objects.filter(
@@ -140,6 +145,9 @@ class DatabaseChannelsSink:
 
     def close(self) -> None:
         self.flush()
+        if self._held_beat is not None:  # a run shorter than the interval still records its last step and tokens
+            self._beat(*self._held_beat)
+            self._held_beat = None
 
     # -- batching --------------------------------------------------------------------------
     def _maybe_flush(self, now: float | None = None) -> None:
