@@ -72,6 +72,16 @@ def wait_for(session, url: str, field: str, done: set[str], timeout: float, stac
     pytest.fail(f"{url} did not reach {done} in {timeout}s; last: {body}\n{stack.logs()}")
 
 
+def wait_until(what: str, check, timeout: float, logs, poll: float = 0.2) -> None:
+    """Poll check() until it is true; past `timeout`, fail with the processes' log tail."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if check():
+            return
+        time.sleep(poll)
+    pytest.fail(f"{what} did not happen in {timeout} s\n{logs()[-8000:]}")
+
+
 def token_session(user_model, username: str) -> requests.Session:
     """A new user and a requests session that sends its API token."""
     from rest_framework.authtoken.models import Token

@@ -5,11 +5,9 @@ worker takes the next queued run. (With kombu's Redis transport as it is, the wo
 stopped there with "Unrecoverable error: AttributeError" and took no more tasks; webapp/broker.py.)"""
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from tests.livestack import RedisServer, send_train_task, start_worker, stop_process
+from tests.livestack import RedisServer, send_train_task, start_worker, stop_process, wait_until
 from tests.webapp.runs_helpers import TINY_TRAINING, make_data, make_run
 from trainer.config import RunConfig
 from webapp.runs import services
@@ -17,14 +15,6 @@ from webapp.runs.models import Run, RunStatus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-
-def wait_until(what: str, check, timeout: float, logs) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    pytest.fail(f"{what} did not happen in {timeout} s\n{logs()[-8000:]}")
 
 
 def test_a_worker_training_a_run_rides_out_a_redis_restart_and_takes_the_next_run(alice, tmp_path):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.livestack import RedisServer, send_train_task, start_worker, stop_process
+from tests.livestack import RedisServer, send_train_task, start_worker, stop_process, wait_until
 from tests.webapp.runs_helpers import TINY_TRAINING, make_data, make_run
 from trainer.config import RunConfig
 from webapp.runs import capacity
@@ -17,14 +17,6 @@ from webapp.runs.models import Run, RunStatus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-
-def wait_until(what: str, check, timeout: float, logs) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    pytest.fail(f"{what} did not happen in {timeout} s\n{logs()}")
 
 
 def parent_of(pid: int) -> int:

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.livestack import RedisServer, send_train_task, start_worker, stop_process
+from tests.livestack import RedisServer, send_train_task, start_worker, stop_process, wait_until
 from tests.webapp.runs_helpers import TINY_TRAINING, make_data, make_run
 from trainer.config import RunConfig
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run, RunStatus
@@ -20,14 +20,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 STEPS = 150
 
-
-def wait_until(what: str, check, timeout: float, logs) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"{what} did not happen in {timeout} s\n{logs()}")
 
 
 def test_sigterm_requeues_the_run_from_a_checkpoint_and_the_next_worker_finishes_it(alice, tmp_path):
@@ -48,7 +40,7 @@ def test_sigterm_requeues_the_run_from_a_checkpoint_and_the_next_worker_finishes
     second = None
     try:
         send_train_task(run.id, "cpu", broker.url)
-        wait_until("the first worker training the run", lambda: row().current_step >= 1, 180, read_logs)
+        wait_until("the first worker training the run", lambda: row().current_step >= 1, 180, read_logs, poll=0.1)
         first.send_signal(signal.SIGTERM)
         told = time.monotonic()
         try:
@@ -66,7 +58,7 @@ def test_sigterm_requeues_the_run_from_a_checkpoint_and_the_next_worker_finishes
         assert any("shutting down" in t and f"step {step}" in t for t in texts), texts
 
         second = start_worker("shutdown-b", logs["b"], redis_url=broker.url, queues="cpu")
-        wait_until("the second worker finishing the run", lambda: row().is_finished, 300, read_logs)
+        wait_until("the second worker finishing the run", lambda: row().is_finished, 300, read_logs, poll=0.1)
         done = row()
         assert done.status == RunStatus.SUCCEEDED and done.current_step == STEPS, (done.status, done.error)
         texts = list(LogLine.objects.filter(run=run).values_list("text", flat=True))

@@ -114,20 +114,27 @@ class GPT1Step(SequenceStep):
         return StepOutput(out.loss, losses, weights)
 
 
+def check_base(base: Any, config: Any, head: str) -> None:
+    """What both of GPT-1's task heads need of the model they sit on: a GPT, with the positions
+    for the run's max_length."""
+    from models_lib.families.gpt import GPTLMHeadModel
+
+    if not isinstance(base, GPTLMHeadModel):
+        raise ValueError(f"GPT-1's {head} sits on a GPT model, not a {type(base).__name__}")
+    if config is not None and config.max_length > base.max_positions:
+        raise ConfigError(f"max_length {config.max_length} is more than this GPT model's {base.max_positions} "
+                          f"positions; lower it.")
+
+
 @dataclass(frozen=True)
 class GPT1Task(Task):
     """Classification or regression on a GPT checkpoint (see the module docstring)."""
 
     def build_model(self, base: Any, labels: Sequence[str], config: Any = None) -> Any:
         from models_lib.families.downstream import TaskConfig
-        from models_lib.families.gpt import GPTLMHeadModel
         from models_lib.families.gpt_tasks import GPTForSequenceClassification
 
-        if not isinstance(base, GPTLMHeadModel):
-            raise ValueError(f"GPT-1's task head sits on a GPT model, not a {type(base).__name__}")
-        if config is not None and config.max_length > base.max_positions:
-            raise ConfigError(f"max_length {config.max_length} is more than this GPT model's {base.max_positions} "
-                              f"positions; lower it.")
+        check_base(base, config, "task head")
         spec = TaskConfig("sequence_classification", self.num_labels(labels),
                           list(labels) if self.has_classes else None, self.problem)
         return GPTForSequenceClassification.from_lm(base, spec)
@@ -215,14 +222,9 @@ class GPT1ChoiceTask(GPT1Task):
 
     def build_model(self, base: Any, labels: Sequence[str], config: Any = None) -> Any:
         from models_lib.families.downstream import TaskConfig
-        from models_lib.families.gpt import GPTLMHeadModel
         from models_lib.families.gpt_tasks import GPTForMultipleChoice
 
-        if not isinstance(base, GPTLMHeadModel):
-            raise ValueError(f"GPT-1's multiple-choice head sits on a GPT model, not a {type(base).__name__}")
-        if config is not None and config.max_length > base.max_positions:
-            raise ConfigError(f"max_length {config.max_length} is more than this GPT model's {base.max_positions} "
-                              f"positions; lower it.")
+        check_base(base, config, "multiple-choice head")
         return GPTForMultipleChoice.from_lm(base, TaskConfig("multiple_choice", 1))
 
     def build_collator(self, tokenizer: Any, labels: Sequence[str], max_length: int, config: Any = None) -> Any:

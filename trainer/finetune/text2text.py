@@ -204,6 +204,11 @@ class GenerativeStep(TaskStep):
     def decode(self, rows: torch.Tensor) -> list[str]:
         return [self.tokenizer.decode(row.tolist()).strip() for row in rows]
 
+    def keep_samples(self, sources: Sequence[str], generated: Sequence[str], references: Sequence[str]) -> None:
+        """A batch's (input, generated, reference) triples, up to samples_shown in all."""
+        room = self.samples_shown - len(self.samples)
+        self.samples += list(zip(sources, generated, references))[:max(room, 0)]
+
     def log_samples(self, what: str = "input") -> None:
         if self.sink is None:
             return
@@ -226,8 +231,7 @@ class Text2TextStep(GenerativeStep):
         self.predictions += generated
         self.references += list(batch.targets)
         self.tasks += list(batch.tasks)
-        room = self.samples_shown - len(self.samples)
-        self.samples += list(zip(batch.sources, generated, batch.targets))[:max(room, 0)]
+        self.keep_samples(batch.sources, generated, batch.targets)
 
     def finish_validation(self) -> dict[str, float]:
         if not self.references:

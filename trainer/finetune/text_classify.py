@@ -130,8 +130,7 @@ class LabelWordStep(T5Step):
             self.predictions += labels
             self.invalid += labels.count(INVALID)
         self.references += list(batch.gold)
-        room = self.samples_shown - len(self.samples)
-        self.samples += list(zip(batch.sources, generated, batch.targets))[:max(room, 0)]
+        self.keep_samples(batch.sources, generated, batch.targets)
 
     def finish_validation(self) -> dict[str, float]:
         if not self.references:
