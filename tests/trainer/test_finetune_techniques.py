@@ -295,7 +295,9 @@ def test_early_stopping_ends_at_the_right_evaluation_and_scores_the_test_split_w
     (_, _, test), = [e for e in sink.events if e[1] == "test"]
     assert test == json.loads((out / "test_metrics.json").read_text())
     assert test["loss"] == pytest.approx(_test_loss(best_folder, datasets["classification"]), rel=1e-5)
-    assert test["loss"] != pytest.approx(_test_loss(result.last_checkpoint, datasets["classification"]), rel=1e-3)
+    # ... and the last weights score the test split differently at that same tolerance (the tiny model is near
+    # uniform, so the two losses can be within 0.05% of each other: CI saw 1.63815 against 1.63749)
+    assert test["loss"] != pytest.approx(_test_loss(result.last_checkpoint, datasets["classification"]), rel=1e-5)
     assert "Scoring the test split with the best checkpoint, step-00000020 (accuracy 0.6000 at step 20)." in sink.lines
 
 
