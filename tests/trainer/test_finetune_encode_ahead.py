@@ -148,6 +148,20 @@ def test_grouped_batches_pad_less_than_a_plain_shuffle(cases, name):
     assert stream.describe_grouping().startswith("Batches grouped by length")
 
 
+def test_multi_task_mixing_encodes_each_task_once_and_draws_the_same_batches(cases):
+    from trainer.finetune.mixing import MixedStream
+
+    make, old_batch, examples = cases["t5"]
+    tasks = [examples[:40], examples[40:]]
+    collator, old = make(), make()
+    stream = MixedStream(tasks, [0.7, 0.3], collator, batch_size=8, seed=2)
+    assert stream.encoded is not None and [len(e) for e in stream.encoded] == [40, 24]
+    per_batch = MixedStream(tasks, [0.7, 0.3], lambda batch: old_batch(old, batch), batch_size=8, seed=2)
+    assert per_batch.encoded is None
+    for _ in range(12):  # past both tasks' first epochs
+        _same(stream.next_batch(), per_batch.next_batch())
+
+
 def test_t5_inputs_and_targets_are_padded_apart():
     from trainer.finetune.text2text import EncodedText
 
