@@ -33,7 +33,7 @@ import torch
 from trainer.errors import ConfigError
 from trainer.finetune import metrics as metric_fns
 from trainer.finetune.tasks import IGNORE_INDEX, Task
-from trainer.finetune.text2text import T5Batch, T5Collator, T5Step
+from trainer.finetune.text2text import EncodedText, T5Batch, T5Collator, T5Step
 
 INVALID = "(invalid)"   # the prediction when the generated text is none of the labels
 INVALID_SCORE = -1.0    # a regression output that is not a number (T5's string_to_float default)
@@ -92,10 +92,16 @@ class LabelWordCollator(T5Collator):
         super().__init__(tokenizer, max_length, config)
         self.task = task
 
-    def __call__(self, examples: Sequence[dict]) -> LabelWordBatch:
+    def texts(self, examples: Sequence[dict]) -> list[dict]:
         from trainer.finetune.mixing import as_text
 
-        batch = super().__call__([as_text(ex, self.task) for ex in examples])
+        return [as_text(ex, self.task) for ex in examples]
+
+    def encode(self, examples: Sequence[dict]) -> list[EncodedText]:
+        return super().encode(self.texts(examples))
+
+    def collate(self, examples: Sequence[dict], encoded: Sequence[EncodedText]) -> LabelWordBatch:
+        batch = super().collate(self.texts(examples), encoded)
         gold = [float(ex["label"]) if self.task == "regression" else str(ex["label"]) for ex in examples]
         return LabelWordBatch(**{f.name: getattr(batch, f.name) for f in dataclasses.fields(T5Batch)}, gold=gold)
 
