@@ -189,7 +189,9 @@
       const text = box.querySelector("[data-output]").parentElement;
       const output = box.querySelector("[data-output]");
       const promptText = $("id_gen_prompt").value.trim();
-      const body = { checkpoint: select.value, prompt: promptText, ...decoding() };
+      const chatBox = $("id_gen_chat");
+      const chat = Boolean(chatBox && chatBox.checked && !chatBox.closest("[data-tasks]").hidden);
+      const body = { checkpoint: select.value, prompt: promptText, chat, ...decoding() };
       box.querySelector("[data-prompt]").textContent = promptText;
       output.textContent = "";
       box.querySelector("[data-stopped]").textContent = "";

@@ -31,7 +31,7 @@ class ExploreForm(forms.Form):
         "sentence_order": ("text_a", "text_b"),
         "text_to_text": ("task_prefix", "prompt", *DECODING_FIELDS),
         "fill_spans": ("span_text", *DECODING_FIELDS),
-        "generate": ("gen_prompt", *DECODING_FIELDS),
+        "generate": ("gen_prompt", "gen_chat", *DECODING_FIELDS),
         "word_similarity": ("sentence_a", "sentence_b", "word"),
         "classify": ("classify_text", "classify_text_b"),
         "choose": ("choose_context", "choose_choices"),
@@ -89,6 +89,7 @@ class ExploreForm(forms.Form):
     # GPT generation
     gen_prompt = forms.CharField(required=False, label="Prompt", widget=forms.Textarea(
         attrs={"rows": 3, "placeholder": "The weather was cold that morning, so"}))
+    gen_chat = forms.BooleanField(required=False, initial=True, label="As a chat turn")
     # decoding (T5 and GPT)
     strategy = forms.ChoiceField(choices=[(s, s) for s in STRATEGIES], initial="greedy", required=False,
                                  label="Decoding")

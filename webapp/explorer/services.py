@@ -112,13 +112,15 @@ def _decoding(decoding: dict[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (decoding or {}).items() if k in fields and v is not None and v != ""}
 
 
-def generate(*, checkpoint: Checkpoint, prompt: str, decoding: dict[str, Any] | None = None) -> dict[str, Any]:
+def generate(*, checkpoint: Checkpoint, prompt: str, decoding: dict[str, Any] | None = None,
+             chat: bool = False) -> dict[str, Any]:
     """A T5 (text-to-text), GPT (continuation) or UniLM (seq2seq) checkpoint writes text:
-    {"family", "text", "tokens", "ids", "stopped", "prompt_tokens", "decoding"}."""
+    {"family", "text", "tokens", "ids", "stopped", "prompt_tokens", "decoding"}. `chat`: an SFT
+    checkpoint answers the prompt as a user turn of its chat template."""
     from trainer.inference import generate as generation  # imports torch
 
     prompt = _text(prompt, "The prompt")
-    return generation.generate(_folder(checkpoint), prompt, **_decoding(decoding))
+    return generation.generate(_folder(checkpoint), prompt, chat=bool(chat), **_decoding(decoding))
 
 
 def fill_spans(*, checkpoint: Checkpoint, text: str, decoding: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -129,14 +131,14 @@ def fill_spans(*, checkpoint: Checkpoint, text: str, decoding: dict[str, Any] | 
     return generation.fill_spans(_folder(checkpoint), text, **_decoding(decoding))
 
 
-def stream_generate(*, checkpoint: Checkpoint, prompt: str,
-                    decoding: dict[str, Any] | None = None) -> Generator[str, None, dict[str, Any]]:
+def stream_generate(*, checkpoint: Checkpoint, prompt: str, decoding: dict[str, Any] | None = None,
+                    chat: bool = False) -> Generator[str, None, dict[str, Any]]:
     """`generate` as a generator of text pieces (its return value is generate's answer). The
     request is checked now; advancing it runs the model, so do that off the event loop."""
     from trainer.inference import generate as generation  # imports torch
 
     prompt = _text(prompt, "The prompt")
-    return generation.stream_generate(_folder(checkpoint), prompt, **_decoding(decoding))
+    return generation.stream_generate(_folder(checkpoint), prompt, chat=bool(chat), **_decoding(decoding))
 
 
 def attention(*, checkpoint: Checkpoint, text: str, target: str | None = None, stack: str | None = None,

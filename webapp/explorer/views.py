@@ -141,8 +141,10 @@ def _single(action: str, data: dict, selected: Checkpoint) -> dict[str, Any]:
     if action == "text_to_text":
         return services.generate(checkpoint=selected, prompt=data["prompt"], decoding=decoding)
     if action == "generate":
-        out = services.generate(checkpoint=selected, prompt=data["gen_prompt"], decoding=decoding)
-        return {**out, "prompt": data["gen_prompt"].strip()}
+        # The box is offered (and ticked) for SFT checkpoints only; elsewhere a ticked box is not a question.
+        chat = bool(data.get("gen_chat")) and services.checkpoint_task(selected) == "sft"
+        out = services.generate(checkpoint=selected, prompt=data["gen_prompt"], decoding=decoding, chat=chat)
+        return {**out, "prompt": data["gen_prompt"].strip(), "chat": chat}
     if action == "fill_spans":
         return services.fill_spans(checkpoint=selected, text=data["span_text"], decoding=decoding)
     return services.word_similarity(checkpoint=selected, sentence_a=data["sentence_a"],
