@@ -289,6 +289,10 @@ class Text2TextStep(GenerativeStep):
 class T5Step(Text2TextStep):
     """Teacher forcing: cross-entropy of every target token given the ones before it."""
 
+    def gather_generated(self, generated: torch.Tensor, batch: T5Batch) -> None:
+        """A validation batch's generated ids (B, n), the decoder start token left out."""
+        self.gather(self.decode(generated), batch)
+
     def __call__(self, batch: T5Batch, *, train: bool) -> StepOutput:
         from models_lib.families.t5 import shift_right
 
@@ -300,7 +304,7 @@ class T5Step(Text2TextStep):
         if not train:
             generated = self.model.generate(batch.input_ids, batch.attention_mask, max_new_tokens=self.max_new_tokens,
                                             num_beams=self.num_beams)
-            self.gather(self.decode(generated[:, 1:]), batch)  # after the decoder start token
+            self.gather_generated(generated[:, 1:], batch)  # after the decoder start token
         n = float((batch.labels != IGNORE_INDEX).sum())
         return StepOutput(loss, {"task_loss": loss.detach().float()}, {"task_loss": n})
 

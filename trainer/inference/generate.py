@@ -220,15 +220,26 @@ def generate_seq2seq(checkpoint_dir: str | Path, source_text: str, max_new_token
     {"text": the generated text, "tokens": [token strings], "ids": [ids], "stopped": "end" (it wrote
     [SEP]) | "length" (max_new_tokens or the model's positions ran out)}. `generate` with the
     greedy strategy; T5 and GPT checkpoints answer too."""
-    loaded = load(checkpoint_dir)
-    if not loaded.family.generates:
-        raise InferenceError(f"Only UniLM checkpoints generate text; this one holds a {loaded.model.config.label} "
-                             f"model, trained without UniLM's seq2seq attention. Pick a checkpoint of a UniLM run.")
+    _require_seq2seq(load(checkpoint_dir))
     source_text = nonempty(source_text, "Type a source text to continue.")
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or not 1 <= max_new_tokens:
         raise InferenceError("max_new_tokens must be a whole number of at least 1.")
     out = generate(checkpoint_dir, source_text, strategy="greedy", max_new_tokens=min(max_new_tokens, MAX_NEW_TOKENS))
     return {k: out[k] for k in ("text", "tokens", "ids", "stopped")}
+
+
+def generate_target(checkpoint_dir: str | Path, source_text: str, **decoding: Any) -> dict[str, Any]:
+    """The explorer's UniLM panel: a UniLM checkpoint writes a seq2seq target for `source_text`,
+    decoded as `decoding` says (decoding_options); `generate`'s answer. Other families are refused
+    with generate_seq2seq's sentence."""
+    _require_seq2seq(load(checkpoint_dir))
+    return generate(checkpoint_dir, nonempty(source_text, "Type a source text to continue."), **decoding)
+
+
+def _require_seq2seq(loaded: Any) -> None:
+    if not loaded.family.generates:
+        raise InferenceError(f"Only UniLM checkpoints generate text; this one holds a {loaded.model.config.label} "
+                             f"model, trained without UniLM's seq2seq attention. Pick a checkpoint of a UniLM run.")
 
 
 def fill_spans(checkpoint_dir: str | Path, text: str, **decoding: Any) -> dict[str, Any]:

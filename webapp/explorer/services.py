@@ -106,6 +106,15 @@ def generate_seq2seq(*, checkpoint: Checkpoint, source: str, max_new_tokens: int
 
 
 # ---------------------------------------------------------------------------- generation
+def generate_target(*, checkpoint: Checkpoint, source: str, decoding: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A UniLM checkpoint writes a target for `source`, decoded as `decoding` says (the panel's
+    answer without JavaScript; `generate`'s keys); other families get a sentence."""
+    from trainer.inference import generate as generation  # imports torch
+
+    source = _text(source, "The source")
+    return generation.generate_target(_folder(checkpoint), source, **_decoding(decoding))
+
+
 def _decoding(decoding: dict[str, Any] | None) -> dict[str, Any]:
     """The decoding fields a request gave (None = default); trainer.inference.generate checks them."""
     fields = ("strategy", "max_new_tokens", "num_beams", "temperature", "top_k", "top_p", "seed")
