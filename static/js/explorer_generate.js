@@ -79,6 +79,21 @@
     prompt.focus();
   });
 
+  // A checkpoint of a text-to-text fine-tuning run: its inputs began with the run's task prefix.
+  const runPrefix = $("run-prefix");
+  let lastRunPrefix = runPrefix ? runPrefix.querySelector("[data-prefix]").textContent : "";
+  if (select && prompt && runPrefix) select.addEventListener("change", () => {
+    const option = select.selectedOptions[0];
+    const now = option ? option.dataset.prefix || "" : "";
+    const typed = prompt.value.trimStart();
+    if (!typed || (lastRunPrefix && typed.startsWith(lastRunPrefix.trim()))) {
+      prompt.value = now + (lastRunPrefix ? typed.slice(lastRunPrefix.trim().length).trimStart() : typed);
+    }
+    runPrefix.querySelector("[data-prefix]").textContent = now;
+    runPrefix.hidden = !now;
+    lastRunPrefix = now;
+  });
+
   function withPrefix() {
     const text = prompt.value.trim();
     const p = prefix && prefix.value;

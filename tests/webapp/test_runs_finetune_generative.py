@@ -56,6 +56,15 @@ def test_text_to_text_on_t5_through_the_api_trains_and_charts_rouge_and_bleu(
     assert {s["metric"] for s in charts["ft_text"]["series"]} == {"rouge1", "rouge2", "rouge_l", "exact_match"}
     assert 'data-test-metric="rouge_l"' in html
 
+    # The explorer's text-to-text box starts with the run's task prefix (the page says so); not for the base.
+    tuned = run.checkpoints.order_by("-step").first()
+    page = alice_client.get(reverse("explorer:index") + f"?checkpoint={tuned.id}").content.decode()
+    assert '<textarea name="prompt"' in page and ">\nsummarize: </textarea>" in page
+    assert '<p class="helptext" id="run-prefix">' in page and "<code data-prefix>summarize: </code>" in page
+    assert f'value="{tuned.id}"' in page and 'data-prefix="summarize: "' in page
+    base_page = alice_client.get(reverse("explorer:index") + f"?checkpoint={base.id}").content.decode()
+    assert '<p class="helptext" id="run-prefix" hidden>' in base_page
+
 
 def test_sft_on_gpt_through_the_page_keeps_the_chat_template_as_typed(
         alice, alice_client, alice_api, eager, django_capture_on_commit_callbacks):

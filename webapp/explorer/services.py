@@ -242,6 +242,15 @@ def embed(*, checkpoint: Checkpoint, sentences: list[str], pooling: str = "mean"
     return downstream.embed(_folder(checkpoint), texts, pooling=pooling)
 
 
+def checkpoint_prefix(checkpoint: Checkpoint) -> str:
+    """The task prefix (source_prefix) a text-to-text fine-tuning run put before its inputs: what the
+    explorer's text-to-text box starts with for its checkpoints; "" for any other."""
+    run = checkpoint.run if checkpoint.run_id is not None else None
+    if run is None or not run.is_finetune:
+        return ""
+    return str((run.config or {}).get("source_prefix") or "")
+
+
 def checkpoint_task(checkpoint: Checkpoint) -> str:
     """The fine-tuning task of a fine-tuning run's checkpoint ("classification", "token_classification",
     ...), or "" for a pre-training run's or an imported model's."""

@@ -77,6 +77,7 @@ def index(request: HttpRequest) -> HttpResponse:
         form = ExploreForm(initial={"text": EXAMPLE_TEXT, "top_k": 5,
                                     "checkpoint": selected.id if selected else None,
                                     "compare_with": compare_to.id if compare_to else None,
+                                    "prompt": services.checkpoint_prefix(selected) if selected else "",
                                     "span_text": EXAMPLE_SPANS, "sentence_a": EXAMPLE_SENTENCE_A,
                                     "sentence_b": EXAMPLE_SENTENCE_B, "word": EXAMPLE_WORD,
                                     "classify_text": DOWNSTREAM_EXAMPLES["classify"],
@@ -93,6 +94,7 @@ def index(request: HttpRequest) -> HttpResponse:
     return render(request, "explorer/index.html", {
         "kind": kind,
         "task": services.checkpoint_task(selected) if selected else "",
+        "selected_prefix": services.checkpoint_prefix(selected) if selected else "",
         "tools": {"classify": ("classification", "regression", "multilabel")},
         "examples": DOWNSTREAM_EXAMPLES,
         "attention_max_tokens": services.ATTENTION_MAX_TOKENS,
@@ -265,6 +267,7 @@ def _grouped(checkpoints) -> list[dict[str, Any]]:
             "pair": services.pair_head(objectives),
             "mlm": "mlm" in objectives,
             "task": services.checkpoint_task(ckpt),
+            "prefix": services.checkpoint_prefix(ckpt),
             "origin_name": ckpt.run.name if ckpt.run_id else ckpt.label,
             "origin_url": _origin_url(ckpt),
         })
