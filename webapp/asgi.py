@@ -2,10 +2,17 @@
 import gc
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-django_http = get_asgi_application()  # sets Django up before the imports below touch models
+# The HTTP handler runs requests on a few lasting threads (webapp.api.handler): each keeps its
+# database connection, checked before reuse, instead of connecting for every request.
+os.environ.setdefault("DB_CONN_MAX_AGE", "60")
+django.setup(set_prefix=False)  # before the imports below touch models
+
+from webapp.api.handler import PooledASGIHandler  # noqa: E402
+
+django_http = PooledASGIHandler()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402

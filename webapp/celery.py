@@ -4,7 +4,7 @@ CELERY_BEAT_SCHEDULE) sends the periodic ones, e.g. the crashed-run reaper."""
 import os
 
 from celery import Celery
-from celery.signals import celeryd_after_setup, worker_init
+from celery.signals import celeryd_after_setup, worker_init, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
@@ -41,4 +41,5 @@ from webapp.runs import shutdown  # noqa: E402,F401 - connects its receivers to 
 from webapp.runs import capacity  # noqa: E402
 
 celeryd_after_setup.connect(capacity.on_worker_setup)
+worker_process_init.connect(capacity.on_child_start)
 app.steps["worker"].add(capacity.Advertise)

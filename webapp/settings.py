@@ -61,8 +61,6 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # First: at most WEB_REQUEST_THREADS requests of this process run at once (see the module).
-    "webapp.api.sync_chain.RequestThreadLimit",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -71,12 +69,10 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    # Last: the whole chain above runs in one thread per request under ASGI (see the module).
-    "webapp.api.sync_chain.SyncMiddlewareChain",
 ]
 
-# How many requests one web process runs at once (webapp/api/sync_chain.py: RequestThreadLimit);
-# the others wait their turn without taking CPU from the websockets' event loop.
+# How many requests one web process runs at once: the lasting request threads of its HTTP handler
+# (webapp/api/handler.py). The others wait on the event loop, taking no CPU from the websockets.
 WEB_REQUEST_THREADS = int(os.environ.get("WEB_REQUEST_THREADS", "4"))
 
 ROOT_URLCONF = "webapp.urls"
@@ -101,6 +97,7 @@ DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL", f"sqlite:///{STORAGE_ROOT / 'db.sqlite3'}"),
         conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "0")),
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):

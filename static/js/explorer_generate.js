@@ -55,23 +55,13 @@
   }
 
   // ---- UniLM: source -> target, with the same decoding controls ----------------------------------
-  const generateButton = $("generate-button");
-  if (generateButton) generateButton.addEventListener("click", async () => {
-    const result = $("generate-result");
-    generateButton.disabled = true;
-    showError("generate_seq2seq", "");
-    try {
-      const data = await postJSON(form.dataset.generate, { checkpoint: select.value, prompt: $("id_source").value, ...decoding() });
-      $("generate-text").textContent = shownText(data);
-      $("generate-stopped").textContent = stoppedText(data, "target");
-      result.hidden = false;
-    } catch (e) {
-      showError("generate_seq2seq", e.message);
-      result.hidden = true;
-    } finally {
-      generateButton.disabled = false;
-    }
-  });
+  // (its button submits the form: without this file the page answers, webapp/explorer/views.py)
+  async function generateTarget() {
+    const data = await postJSON(form.dataset.generate, { checkpoint: select.value, prompt: $("id_source").value, ...decoding() });
+    $("generate-text").textContent = shownText(data);
+    $("generate-stopped").textContent = stoppedText(data, "target");
+    $("generate-result").hidden = false;
+  }
 
   // ---- T5: task prefixes and sentinels ------------------------------------------------------------
   const prefix = $("id_task_prefix");
@@ -189,7 +179,9 @@
       const text = box.querySelector("[data-output]").parentElement;
       const output = box.querySelector("[data-output]");
       const promptText = $("id_gen_prompt").value.trim();
-      const body = { checkpoint: select.value, prompt: promptText, ...decoding() };
+      const chatBox = $("id_gen_chat");
+      const chat = Boolean(chatBox && chatBox.checked && !chatBox.closest("[data-tasks]").hidden);
+      const body = { checkpoint: select.value, prompt: promptText, chat, ...decoding() };
       box.querySelector("[data-prompt]").textContent = promptText;
       output.textContent = "";
       box.querySelector("[data-stopped]").textContent = "";
@@ -253,9 +245,10 @@
   });
 
   // ---- asking -----------------------------------------------------------------------------------
-  const HANDLERS = { text_to_text: textToText, fill_spans: fillSpans, word_similarity: wordSimilarity, generate };
+  const HANDLERS = { text_to_text: textToText, fill_spans: fillSpans, word_similarity: wordSimilarity, generate,
+                     generate_seq2seq: generateTarget };
   const RESULTS = { text_to_text: "text-to-text-result", fill_spans: "fill-spans-result",
-                    word_similarity: "word-similarity-result" };
+                    word_similarity: "word-similarity-result", generate_seq2seq: "generate-result" };
 
   form.addEventListener("submit", async (event) => {
     const action = event.submitter && event.submitter.value;

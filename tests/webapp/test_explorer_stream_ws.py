@@ -102,7 +102,7 @@ def test_models_that_do_not_generate_and_unknown_messages_are_refused(alice, ali
 def test_stop_ends_a_generation_with_what_was_shown(alice, alice_client, monkeypatch):
     from webapp.explorer import services
 
-    def slow(*, checkpoint, prompt, decoding=None):
+    def slow(*, checkpoint, prompt, decoding=None, chat=False):
         def pieces():
             for i in range(200):
                 time.sleep(0.02)

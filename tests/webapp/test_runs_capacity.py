@@ -5,7 +5,12 @@ worker can take it), and the task checks again when it starts."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+import weakref
+from pathlib import Path
 
 import pytest
 from celery import Celery
@@ -16,6 +21,8 @@ from trainer.config import RunConfig
 from trainer.errors import ConfigError
 from webapp.runs import capacity, services
 from webapp.runs.models import Run, RunStatus
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.django_db
 
@@ -65,14 +72,21 @@ def test_a_run_goes_to_the_queue_of_its_device_count(alice, enqueued, settings, 
     assert create(alice, tokenizer, device="auto", devices=4).queue == "gpu.x4"
 
 
-def test_a_worker_consumes_the_queues_of_the_device_counts_it_can_give():
+def test_a_worker_consumes_the_queues_of_the_device_counts_it_can_give(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     one_gpu = selected(queues=["gpu"])
     assert capacity.serve_queues(one_gpu.amqp.queues, gpus=1)["queues"] == ["gpu"]
     assert "gpu.x2" not in one_gpu.amqp.queues.consume_from  # a 2-device run never reaches it
 
     four = selected(queues=["gpu"])
     advertised = capacity.serve_queues(four.amqp.queues, gpus=4)
-    assert advertised == {"gpus": 4, "cpu_processes": None, "queues": ["gpu", "gpu.x2", "gpu.x3", "gpu.x4"]}
+    assert advertised == {"gpus": 4, "cpu_processes": None, "queues": ["gpu", "gpu.x2", "gpu.x3", "gpu.x4"],
+                          "gpu_slices": ["0,1,2,3"]}
+
+    shared = selected(queues=["gpu"])  # two pool processes: two runs at once, each on two GPUs of its own
+    advertised = capacity.serve_queues(shared.amqp.queues, gpus=4, processes=2)
+    assert advertised["gpus"] == 2 and advertised["gpu_slices"] == ["0,1", "2,3"]
+    assert advertised["queues"] == ["gpu", "gpu.x2"]
 
     both = selected(queues=["cpu", "gpu"])
     assert capacity.serve_queues(both.amqp.queues, gpus=2, cpu_processes=3)["queues"] == [
@@ -93,6 +107,46 @@ def test_a_gpu_worker_counts_its_gpus_or_takes_worker_gpus(monkeypatch, settings
     settings.RUN_MAX_DEVICES = 2
     app = selected(queues=["cpu"])
     assert capacity.serve_queues(app.amqp.queues)["queues"] == ["cpu", "cpu.x2"]
+
+
+def test_each_pool_process_of_a_gpu_worker_gets_gpus_of_its_own(monkeypatch):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert capacity.gpu_slices(4, 2) == ["0,1", "2,3"]
+    assert capacity.gpu_slices(3, 2) == ["0", "1"]
+    assert capacity.gpu_slices(8, 1) == ["0,1,2,3,4,5,6,7"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,6,7")  # the worker's own share of the machine
+    assert capacity.gpu_slices(4, 2) == ["3,5", "6,7"]
+    assert capacity.gpu_slices(2, 2) == ["3", "5"]  # WORKER_GPUS=2: the first two it sees
+    with pytest.raises(ConfigError, match=r"has 3 pool processes \(--concurrency 3\) but gives 2 GPUs: each process "
+                                          r"trains one run on GPUs of its own. Start it with --concurrency 2 or fewer."):
+        capacity.gpu_slices(2, 3)
+
+    import billiard.process
+
+    class Child:
+        index = 1
+
+    monkeypatch.setattr(capacity, "ADVERTISED", {"name": "gpu@m", "gpu_slices": ["3,5", "6,7"], "gpus": 2})
+    monkeypatch.setattr(billiard.process, "current_process", lambda: Child())
+    capacity.on_child_start()
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "6,7"
+
+    from celery.signals import worker_process_init
+
+    import webapp.celery  # noqa: F401 - connects the receivers
+
+    connected = [ref() if isinstance(ref, weakref.ReferenceType) else ref for _, ref in worker_process_init.receivers]
+    assert capacity.on_child_start in connected
+
+
+def test_a_gpu_worker_with_more_processes_than_gpus_does_not_start():
+    """A real worker: Celery swallows an exception from a signal handler, so the refusal must exit."""
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="webapp.settings", WORKER_GPUS="1")
+    out = subprocess.run([sys.executable, "-m", "celery", "-A", "webapp", "worker", "-Q", "gpu", "--concurrency", "2",
+                          "--loglevel", "INFO", "-n", f"gpu-refused-{os.getpid()}@%h"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    assert "(--concurrency 2) but gives 1 GPU: each process trains one run on GPUs of its own" in out.stdout + out.stderr
 
 
 def test_the_queue_names_read_back():

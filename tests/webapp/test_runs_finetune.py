@@ -126,6 +126,66 @@ def test_the_page_refuses_with_sentences(alice, alice_client, eager, enqueued, d
     assert not Run.objects.filter(kind=RunKind.FINETUNE).exists() and not enqueued
 
 
+def option_tag(html: str, select_id: str, value) -> str:
+    """The <option ...> opening tag of `value` inside the select `select_id`."""
+    start = html.index(f'id="{select_id}"')
+    end = html.index("</select>", start)
+    at = html.index(f'value="{value}"', start, end)
+    return html[html.rindex("<option", start, at):html.index(">", at) + 1]
+
+
+def test_the_form_offers_only_the_datasets_the_checkpoint_fine_tunes_on(alice, alice_client, bob):
+    """The options say what fits (data-tasks, data-task); with a checkpoint given (or posted) the
+    server disables the datasets it cannot fine-tune on, and those not ready always; the refusal stays."""
+    bert, gpt, t5 = (family_stub(alice, f) for f in ("bert", "gpt", "t5"))
+    make = lambda name, task, status=DatasetStatus.READY: Dataset.objects.create(  # noqa: E731
+        owner=alice, name=name, task=task, status=status)
+    labels, tags, chats = make("labels", "classification"), make("tags", "token_classification"), make("chats", "sft")
+    waiting = make("half done", "classification", DatasetStatus.MAPPING)
+    Dataset.objects.create(owner=bob, name="bob's", status=DatasetStatus.READY, task="sft")
+
+    offer = services.finetune_choices(alice)
+    assert offer["checkpoints"][str(bert.id)]["tasks"] == [
+        "classification", "regression", "multilabel", "token_classification", "extractive_qa"]
+    assert offer["checkpoints"][str(gpt.id)]["tasks"] == ["classification", "regression", "sft", "multiple_choice"]
+    assert offer["checkpoints"][str(t5.id)]["tasks"] == ["classification", "regression", "text_to_text"]
+    assert offer["datasets"] == {
+        str(labels.id): {"task": "classification", "ready": True, "mixable": True},
+        str(tags.id): {"task": "token_classification", "ready": True, "mixable": False},
+        str(chats.id): {"task": "sft", "ready": True, "mixable": False},
+        str(waiting.id): {"task": "classification", "ready": False, "mixable": True}}  # bob's is not there
+
+    html = alice_client.get(reverse("runs:finetune")).content.decode()  # no checkpoint yet: every ready one
+    assert 'data-tasks="classification regression sft multiple_choice"' in option_tag(html, "id_checkpoint", gpt.id)
+    assert 'data-note="A GPT checkpoint fine-tunes on classification, regression, supervised fine-tuning or ' \
+           'multiple choice datasets."' in option_tag(html, "id_checkpoint", gpt.id)
+    for d in (labels, tags, chats):
+        tag = option_tag(html, "id_dataset", d.id)
+        assert f'data-task="{d.task}"' in tag and "disabled" not in tag
+    assert "disabled" in option_tag(html, "id_dataset", waiting.id)
+    assert "js/finetune_choices.js" in html
+
+    html = alice_client.get(reverse("runs:finetune") + f"?checkpoint={gpt.id}").content.decode()
+    assert "disabled" not in option_tag(html, "id_dataset", labels.id)
+    assert "disabled" not in option_tag(html, "id_dataset", chats.id)
+    assert "disabled" in option_tag(html, "id_dataset", tags.id)  # GPT has no token classification
+    assert "disabled" in option_tag(html, "id_dataset", waiting.id)
+    assert "2 of your ready datasets fit it." in html
+    html = alice_client.get(reverse("runs:finetune") + f"?checkpoint={bert.id}").content.decode()
+    assert "disabled" in option_tag(html, "id_dataset", chats.id) and "disabled" not in option_tag(
+        html, "id_dataset", tags.id)
+
+    # posted without JavaScript anyway: refused with the sentence, the chosen one left enabled to show it
+    response = alice_client.post(reverse("runs:finetune"), {
+        "checkpoint": bert.id, "dataset": chats.id, **FAST, "llrd": 1.0, "freeze_layers": 0,
+        "gradual_unfreeze_every": 0, "early_stopping_patience": 0, "class_weights": "none"})
+    html = response.content.decode()
+    assert response.status_code == 200 and "BERT checkpoint cannot be fine-tuned for" in html
+    assert "disabled" not in option_tag(html, "id_dataset", chats.id)
+    assert "disabled" in option_tag(html, "id_dataset", waiting.id)
+    assert not Run.objects.filter(kind=RunKind.FINETUNE).exists()
+
+
 def test_the_api_launches_and_refuses_with_sentences(alice, alice_api, bob, eager, enqueued, settings,
                                                      django_capture_on_commit_callbacks):
     dataset = ready_demo(alice, django_capture_on_commit_callbacks)

@@ -58,7 +58,7 @@ def test_text_to_text_on_t5_through_the_api_trains_and_charts_rouge_and_bleu(
 
 
 def test_sft_on_gpt_through_the_page_keeps_the_chat_template_as_typed(
-        alice, alice_client, eager, django_capture_on_commit_callbacks):
+        alice, alice_client, alice_api, eager, django_capture_on_commit_callbacks):
     dataset = ready_demo(alice, django_capture_on_commit_callbacks, "sft")
     base = family_checkpoint(alice, "gpt", run=True)
     page = alice_client.get(reverse("runs:finetune") + f"?checkpoint={base.id}&dataset={dataset.id}")
@@ -80,6 +80,26 @@ def test_sft_on_gpt_through_the_page_keeps_the_chat_template_as_typed(
     detail = alice_client.get(reverse("runs:detail", args=[run.id])).content.decode()
     series = {s["metric"] for c in script_data(detail, "dashboard-charts") for s in c["series"]}
     assert "perplexity" in series
+
+    # The explorer chats with the fine-tuned checkpoint in the run's template: offered (ticked) on the page,
+    # by the API on request, and refused with a sentence for a checkpoint that learnt no template.
+    tuned = run.checkpoints.order_by("-step").first()
+    page = alice_client.get(reverse("explorer:index") + f"?checkpoint={tuned.id}").content.decode()
+    assert 'name="gen_chat"' in page and 'data-tasks="sft">' in page
+    ask = {"checkpoint": str(tuned.id), "prompt": "Name the object.", "max_new_tokens": 3}
+    chatted = alice_api.post(reverse("api-explore-generate"), {**ask, "chat": True}, format="json")
+    plain = alice_api.post(reverse("api-explore-generate"), ask, format="json")
+    assert chatted.status_code == plain.status_code == 200, chatted.content
+    assert chatted.json()["chat"] is True and plain.json()["chat"] is False
+    assert chatted.json()["prompt_tokens"] > plain.json()["prompt_tokens"]  # "### user:" ... "### assistant:"
+    refused = alice_api.post(reverse("api-explore-generate"), {**ask, "checkpoint": str(base.id), "chat": True},
+                             format="json")
+    assert refused.status_code == 400
+    assert "Chat needs a GPT checkpoint of a supervised fine-tuning (SFT) run" in refused.json()["error"]
+    answered = alice_client.post(reverse("explorer:index"), {
+        "checkpoint": tuned.id, "action": "generate", "gen_prompt": "Name the object.", "gen_chat": "on",
+        "strategy": "greedy", "max_new_tokens": 3}).content.decode()
+    assert "A reply in the chat template;" in answered
 
 
 def test_a_classifier_form_posted_without_the_generation_fields_keeps_their_defaults(

@@ -1,6 +1,6 @@
 """What keeps the web server quick while a run trains and many people watch it (issue 11, point 8;
 the timings themselves are bench/serve_latency.py's): a fixed number of queries per run API
-read, a middleware chain that runs in one thread, events published over one lasting connection,
+read, requests run in one call on a few lasting threads with lasting database connections, events published over one lasting connection,
 and workers that give the web server the CPU first."""
 from __future__ import annotations
 
@@ -44,22 +44,134 @@ def test_run_list_api_does_not_query_once_per_run(alice, alice_api, django_asser
     assert newest == {str(run.id): (10 * (i + 1) if i < 4 else None) for i, run in enumerate(runs)}
 
 
-def test_middleware_chain_runs_in_one_thread_under_asgi():
-    """One hand-off into the request's thread; no middleware runs async (an async MiddlewareMixin
-    moves each of its hooks into that thread and back)."""
-    from django.core.handlers.asgi import ASGIHandler
+def _asgi_get(app, path: str, headers: list[tuple[bytes, bytes]] = ()) -> tuple[int, bytes]:
+    """One GET through an ASGI app, as uvicorn would send it: (status, body)."""
+    messages = []
 
-    node = ASGIHandler()._middleware_chain
-    assert isinstance(node, SyncToAsync)
-    node, middlewares = node.func, []
-    while not isinstance(node, AsyncToSync):  # down to the view's handler
-        node = getattr(node, "__wrapped__", None) or node.get_response  # convert_exception_to_response's wrapper
-        if not isinstance(node, AsyncToSync):
-            middlewares.append(node)
-            node = node.get_response
-    names = [type(m).__name__ for m in middlewares]
-    assert "SessionMiddleware" in names and "WhiteNoiseMiddleware" in names
-    assert not [type(m).__name__ for m in middlewares if iscoroutinefunction(m)]
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        messages.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+             "headers": [(b"host", b"localhost"), *headers], "client": ("127.0.0.1", 5000),
+             "server": ("127.0.0.1", 8000)}
+    async_to_sync(app)(scope, receive, send)
+    start = next(m for m in messages if m["type"] == "http.response.start")
+    return start["status"], b"".join(m.get("body", b"") for m in messages if m["type"] == "http.response.body")
+
+
+def test_the_http_handler_runs_the_middleware_and_the_view_in_one_synchronous_call():
+    """Django's ASGI handler hands each request between the event loop and the request's thread about
+    four times; here no middleware of the chain is async, nor adapted to or from async."""
+    from webapp.api.handler import PooledASGIHandler
+
+    handler = PooledASGIHandler()
+    try:
+        node, names = handler._middleware_chain, []
+        while node is not None:
+            node = getattr(node, "__wrapped__", node)  # convert_exception_to_response's wrapper
+            assert not isinstance(node, (SyncToAsync, AsyncToSync)) and not iscoroutinefunction(node), node
+            names.append(type(node).__name__)
+            node = getattr(node, "get_response", None)
+        assert "SessionMiddleware" in names and "WhiteNoiseMiddleware" in names
+    finally:
+        handler.close()
+    from webapp.asgi import django_http
+
+    assert isinstance(django_http, PooledASGIHandler)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_requests_reuse_their_threads_and_database_connections(alice, settings):
+    """Each request of Django's handler had a new thread and connected to the database anew; here a few
+    lasting threads keep theirs (CONN_MAX_AGE, checked before reuse)."""
+    from django.core.signals import request_finished
+    from django.db import connection
+    from rest_framework.authtoken.models import Token
+
+    from webapp.api.handler import PooledASGIHandler
+
+    settings.WEB_REQUEST_THREADS = 1
+    run = make_run(alice, status=RunStatus.RUNNING)
+    token = Token.objects.create(user=alice).key
+    seen = []
+
+    def remember(**kwargs):  # connected before request_finished may close it
+        seen.append((threading.get_ident(), connection.connection))
+
+    connection.settings_dict["CONN_MAX_AGE"] = 60  # what webapp/asgi.py sets for the web process
+    request_finished.connect(remember, weak=False)
+    handler = PooledASGIHandler()
+    try:
+        answers = [_asgi_get(handler, f"/api/runs/{run.id}/", [(b"authorization", f"Token {token}".encode())])
+                   for _ in range(4)]
+    finally:
+        request_finished.disconnect(remember)
+        handler.close()
+        connection.settings_dict["CONN_MAX_AGE"] = 0
+    assert [status for status, _ in answers] == [200] * 4
+    assert all(b'"id":"%s"' % str(run.id).encode() in body.replace(b" ", b"") for _, body in answers)
+    assert len(seen) == 4 and seen[0][1] is not None
+    assert len({ident for ident, _ in seen}) == 1 and threading.get_ident() not in {ident for ident, _ in seen}
+    assert len({id(raw) for _, raw in seen}) == 1, "the thread connected again"
+
+
+def test_at_most_the_setting_of_requests_run_at_once_and_the_rest_wait(settings):
+    from django.http import HttpResponse
+
+    from webapp.api.handler import PooledASGIHandler
+
+    settings.WEB_REQUEST_THREADS = 2
+    lock, running, most = threading.Lock(), [0], [0]
+
+    def slow_view(request):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.2)
+        with lock:
+            running[0] -= 1
+        return HttpResponse(request.path)
+
+    handler = PooledASGIHandler()
+    handler.get_response = slow_view
+    try:
+        async def six_at_once():
+            import asyncio
+
+            return await asyncio.gather(*(SyncToAsync(_asgi_get, thread_sensitive=False)(handler, f"/x{i}/")
+                                          for i in range(6)))
+
+        answers = async_to_sync(six_at_once)()
+    finally:
+        handler.close()
+    assert sorted(answers) == [(200, f"/x{i}/".encode()) for i in range(6)]
+    assert most[0] == 2 and running[0] == 0
+
+
+def test_a_streamed_file_is_sent_whole_and_closed(tmp_path):
+    from django.http import FileResponse
+
+    from webapp.api.handler import PooledASGIHandler
+
+    data = os.urandom(300_000)
+    (tmp_path / "blob.bin").write_bytes(data)
+    opened = []
+
+    def download(request):
+        opened.append(open(tmp_path / "blob.bin", "rb"))
+        return FileResponse(opened[-1])
+
+    handler = PooledASGIHandler()
+    handler.get_response = download
+    try:
+        assert _asgi_get(handler, "/download/") == (200, data)
+    finally:
+        handler.close()
+    assert opened[0].closed
 
 
 @pytest.mark.django_db(transaction=True)
@@ -118,37 +230,6 @@ def test_a_worker_lowers_its_cpu_priority_when_it_starts(setting, expected):
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout.split()[-1]) == max(expected, os.getpriority(os.PRIO_PROCESS, 0))
-
-
-def test_request_thread_limit_runs_at_most_the_setting_at_once(settings):
-    from webapp.api.sync_chain import RequestThreadLimit
-
-    settings.WEB_REQUEST_THREADS = 2
-    lock, running, most, release = threading.Lock(), [0], [0], threading.Event()
-
-    def view(request):
-        with lock:
-            running[0] += 1
-            most[0] = max(most[0], running[0])
-        release.wait(5)
-        with lock:
-            running[0] -= 1
-        return request
-
-    limit = RequestThreadLimit(view)
-    threads = [threading.Thread(target=limit, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + 5
-    while most[0] < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.2)  # the other four are waiting on the lock by now
-    assert running[0] == 2
-    release.set()
-    for t in threads:
-        t.join(5)
-    assert most[0] == 2 and running[0] == 0
-    assert "webapp.api.sync_chain.RequestThreadLimit" == settings.MIDDLEWARE[0]
 
 
 def test_the_asgi_application_loads_every_view_before_its_first_request():

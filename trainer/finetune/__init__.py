@@ -115,30 +115,53 @@ def has_unanswerable(dataset) -> bool:
     return any(int(n) > 0 for n in counts.values())
 
 
-def check_checkpoint(folder, name: str) -> str:
-    """The family of the checkpoint in `folder` when task `name` fine-tunes it (an encoder with a
-    task head, or the families a generative task names); else a ConfigError with a sentence."""
+def checkpoint_family(folder) -> str:
+    """The model family of the checkpoint in `folder`; a ConfigError with a sentence when its files
+    cannot be read."""
     from models_lib.checkpoint import read_model_config
+
+    try:
+        return str(read_model_config(folder).get("family", ""))
+    except ValueError:
+        raise ConfigError("That checkpoint's files cannot be read, so it cannot be fine-tuned.") from None
+
+
+def refusal(family: str, name: str) -> str:
+    """Why task `name` does not fine-tune a `family` checkpoint, as a sentence; "" when it does (an
+    encoder with a task head, a family a generative task names, or a VARIANTS entry)."""
     from models_lib.families.downstream import BACKBONE_NAMES
     from trainer import families
 
     task = get(name)
-    try:
-        family = str(read_model_config(folder).get("family", ""))
-    except ValueError:
-        raise ConfigError("That checkpoint's files cannot be read, so it cannot be fine-tuned.") from None
     if (name, family) in VARIANTS:
-        return family
+        return ""
+    label = families.get(family).label if family in families.names() else family or "unknown"
+    what = task.label.split(" (")[0].lower()
     if task.families:
-        if family not in task.families:
-            label = families.get(family).label if family in families.names() else family or "unknown"
-            fits = " or ".join(families.get(f).label if f in families.names() else f for f in task.families)
-            raise ConfigError(f"A {label} checkpoint cannot be fine-tuned for {task.label.split(' (')[0].lower()}: "
-                              f"that task trains a {fits} model. Choose a checkpoint of one of those.")
-        return family
-    if family not in BACKBONE_NAMES:
-        label = families.get(family).label if family in families.names() else family
-        encoders = ", ".join(families.get(f).label if f in families.names() else f for f in BACKBONE_NAMES)
-        raise ConfigError(f"A {label} checkpoint cannot be fine-tuned for {task.label.split(' (')[0].lower()}: "
-                          f"the task heads sit on an encoder ({encoders}). Choose a checkpoint of one of those.")
+        if family in task.families:
+            return ""
+        fits = " or ".join(families.get(f).label if f in families.names() else f for f in task.families)
+        return (f"A {label} checkpoint cannot be fine-tuned for {what}: that task trains a {fits} model. Choose a "
+                f"checkpoint of one of those.")
+    if family in BACKBONE_NAMES:
+        return ""
+    encoders = ", ".join(families.get(f).label if f in families.names() else f for f in BACKBONE_NAMES)
+    return (f"A {label} checkpoint cannot be fine-tuned for {what}: the task heads sit on an encoder ({encoders}). "
+            f"Choose a checkpoint of one of those.")
+
+
+def tasks_for_family(family: str) -> list[str]:
+    """The dataset tasks a `family` checkpoint fine-tunes on, in the registry's order (what the
+    fine-tuning form offers beside a checkpoint of that family)."""
+    return [name for name in REGISTRY if not refusal(family, name)]
+
+
+def check_checkpoint(folder, name: str) -> str:
+    """The family of the checkpoint in `folder` when task `name` fine-tunes it (an encoder with a
+    task head, or the families a generative task names); else a ConfigError with a sentence."""
+    get(name)  # an unknown task is refused before the checkpoint is read
+    family = checkpoint_family(folder)
+    why = refusal(family, name)
+    if why:
+        raise ConfigError(why)
     return family

@@ -104,7 +104,9 @@ class FinetuneConfig(FlatRecord):
     early_stopping_patience: int = 0  # evaluations without a better primary metric; 0 = off
     class_weights: str = "none"  # "balanced": n_samples / (n_classes * count) from the train split
     group_by_length: bool = True
-    """Put training examples of similar length in the same batch (each epoch still shuffled), so that dynamic padding pads little: the tasks that tokenise ahead (classification, regression, multi-label, token classification)."""
+    """Put training examples of similar length in the same batch (each epoch still shuffled), so that dynamic padding pads little (every task but multi-task mixing). A resumed run keeps the order it started with."""
+    batch_order: str = field(default="", repr=False)
+    """Filled in by trainer.finetune.engine: the order the run's training examples are drawn in, "length_grouped" or "shuffled"; a resumed run goes on in the order its checkpoint records."""
     # Generative tasks: text to text (T5, UniLM; trainer/finetune/text2text.py) and SFT (GPT;
     # trainer/finetune/sft.py). The other tasks ignore these; check_generation checks them.
     source_prefix: str = ""
@@ -198,6 +200,7 @@ class FinetuneConfig(FlatRecord):
 
 # -------------------------------------------------------------------------- techniques
 CLASS_WEIGHTS = ("none", "balanced")
+BATCH_ORDERS = ("", "length_grouped", "shuffled")  # trainer.finetune.engine.batch_order
 TECHNIQUE_LIMITS = {"freeze_layers": 1000, "gradual_unfreeze_every": 10_000_000, "early_stopping_patience": 1000}
 
 
@@ -216,6 +219,9 @@ def check_techniques(config: FinetuneConfig) -> None:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= hi:
             raise ConfigError(f"{name} must be a whole number from 0 (off) to {hi:,}, not {value!r}.")
+    if config.batch_order not in BATCH_ORDERS:
+        raise ConfigError(f"batch_order must be one of {', '.join(BATCH_ORDERS[1:])} (or empty), not "
+                          f"{config.batch_order!r}.")
     if config.class_weights not in CLASS_WEIGHTS:
         raise ConfigError(f"class_weights must be one of {', '.join(CLASS_WEIGHTS)}, not {config.class_weights!r}.")
 

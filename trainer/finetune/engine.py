@@ -90,13 +90,22 @@ class ExampleStream:
 
     def padding_share(self, order: np.ndarray | None = None) -> float:
         """The share of padding among the tokens of the current epoch's batches in `order` (default:
-        the epoch's own), those that lie within the epoch; nan without lengths."""
+        the epoch's own), those that lie within the epoch; nan without lengths. Examples with
+        several rows or tensors (their `pad_rows`) count each as it is padded (tasks.padded_tokens)."""
+        from trainer.finetune.tasks import padded_tokens
+
         if self.lengths is None:
             return float("nan")
         order = self._order if order is None else order
+        rows_apart = self.encoded is not None and hasattr(self.encoded[0], "pad_rows")
         real = padded = 0
         for i in range(self._head(self.position.epoch), len(order), self.batch_size):
-            rows = self.lengths[order[i:i + self.batch_size]]
+            picked = order[i:i + self.batch_size]
+            if rows_apart:
+                r, p = padded_tokens([self.encoded[j] for j in picked])
+                real, padded = real + r, padded + p
+                continue
+            rows = self.lengths[picked]
             real += int(rows.sum())
             padded += int(rows.max()) * len(rows)
         return 1.0 - real / max(1, padded)
@@ -129,6 +138,30 @@ def length_grouped_order(order: np.ndarray, lengths: np.ndarray, batch_size: int
     whole = len(flat) // batch_size * batch_size
     batches = flat[:whole].reshape(-1, batch_size)[rng.permutation(whole // batch_size)].reshape(-1)
     return np.concatenate([order[:head], batches, flat[whole:]])
+
+
+GROUPED, SHUFFLED = "length_grouped", "shuffled"  # FinetuneConfig.batch_order
+
+
+def batch_order(config: FinetuneConfig, collator: Any, resume_from: Path | None) -> str:
+    """The order of the run's training examples: GROUPED (group_by_length, for a collator that
+    encodes ahead) or SHUFFLED (a plain seeded permutation each epoch).
+
+    A resumed run keeps the order it started with, or its data position would name other
+    examples: the one its checkpoint's config records (batch_order), whatever group_by_length
+    says now. A checkpoint written before the order was recorded was grouped only if its config
+    says group_by_length: true (a run from before grouping has no such key, and was plain) and
+    its collator grouped then: the encoders' SequenceCollator and TokenCollator (QA, text to text,
+    SFT and GPT-1's collators batched in a plain shuffle until they encoded ahead)."""
+    from trainer.finetune.tasks import SequenceCollator, TokenCollator, encodes_ahead
+
+    if resume_from is None:
+        return GROUPED if config.group_by_length and encodes_ahead(collator) else SHUFFLED
+    saved = checkpoints.read_state(resume_from).get("config") or {}
+    if saved.get("batch_order") in (GROUPED, SHUFFLED):
+        return saved["batch_order"]
+    grouped_then = type(collator) in (SequenceCollator, TokenCollator)
+    return GROUPED if saved.get("group_by_length") is True and grouped_then else SHUFFLED
 
 
 def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
@@ -190,9 +223,16 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             sink.log(mixing.describe(mix, rates, config.mixing))
             stream: Any = mixing.MixedStream([t.splits["train"] for t in mix], rates, collator,
                                              batch_size=config.batch_size, seed=config.seed, position=state.position)
+            config = config.replace(batch_order=SHUFFLED)  # mixing has its own order (MixedStream)
         else:
+            order = batch_order(config, collator, resume_from)
+            if resume_from is not None and order != batch_order(config, collator, None):
+                began = "grouped by length" if order == GROUPED else "in a plain shuffle (not grouped by length)"
+                sink.log(f"This run started with its training examples {began}, so it goes on in that order: its "
+                         f"place in the data counts in it.")
             stream = ExampleStream(list(iter_examples(dataset, "train")), collator, batch_size=config.batch_size,
-                                   seed=config.seed, position=state.position, group_by_length=config.group_by_length)
+                                   seed=config.seed, position=state.position, group_by_length=order == GROUPED)
+            config = config.replace(batch_order=GROUPED if stream.grouped else SHUFFLED)  # what checkpoints record
             grouping = stream.describe_grouping()
             if grouping:
                 sink.log(grouping)

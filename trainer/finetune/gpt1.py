@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from trainer.errors import ConfigError
@@ -46,8 +47,38 @@ class GPT1Batch(Batch):
         return int(self.input_ids.shape[0])
 
 
+@dataclass(frozen=True)
+class EncodedRows:
+    """One GPT-1 example between encode and collate (EncodesAhead): its rows with the start,
+    delimiter and extract tokens in place (one; two for a pair read in both orders; one per
+    choice). Its length, what length-grouped batches sort by, is its longest row: the batch pads
+    every row to the longest of all its examples' rows."""
+
+    rows: tuple[np.ndarray, ...]
+
+    def __len__(self) -> int:
+        return max(len(r) for r in self.rows)
+
+    @property
+    def pad_rows(self) -> tuple[tuple[int, ...]]:
+        return (tuple(len(r) for r in self.rows),)
+
+
+def _pad_rows(encoded: Sequence[EncodedRows], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, k, T) ids and mask, right-padded to the longest row (padding: any real id, hidden by the mask)."""
+    T = max(len(e) for e in encoded)
+    ids = np.zeros((len(encoded), k, T), dtype=np.int64)
+    mask = np.zeros((len(encoded), k, T), dtype=np.int64)
+    for i, e in enumerate(encoded):
+        for j, r in enumerate(e.rows):
+            ids[i, j, :len(r)] = r
+            mask[i, j, :len(r)] = 1
+    return torch.from_numpy(ids), torch.from_numpy(mask)
+
+
 class GPT1Collator(SequenceCollator):
-    """Examples {"text"} or {"sentence1", "sentence2"} with a label -> a GPT1Batch."""
+    """Examples {"text"} or {"sentence1", "sentence2"} with a label -> a GPT1Batch. It encodes
+    ahead (EncodesAhead, as SequenceCollator: the train split is tokenised once; EncodedRows)."""
 
     def __init__(self, tokenizer: Any, labels: Sequence[str], max_length: int, problem: str, vocab_size: int):
         super().__init__(tokenizer, labels, max_length, problem)
@@ -65,7 +96,9 @@ class GPT1Collator(SequenceCollator):
             (a if len(a) >= len(b) else b).pop()
         return [self.start, *a, self.delimiter, *b, self.extract]
 
-    def __call__(self, examples: Sequence[dict]) -> GPT1Batch:
+    def encode(self, examples: Sequence[dict]) -> list[EncodedRows]:
+        if not examples:
+            return []
         if "text" in examples[0]:
             rows = [[[self.start, *ids[: self.seq_len - 2], self.extract]] for ids in self.ids(
                 [ex["text"] for ex in examples])]
@@ -75,14 +108,11 @@ class GPT1Collator(SequenceCollator):
                 rows = [[self.pair(a, b), self.pair(b, a)] for a, b in zip(first, second)]
             else:
                 rows = [[self.pair(a, b)] for a, b in zip(first, second)]
-        K, T = len(rows[0]), max(len(r) for row in rows for r in row)
-        ids = torch.zeros((len(rows), K, T), dtype=torch.long)  # padding: any real id, hidden by the mask
-        mask = torch.zeros((len(rows), K, T), dtype=torch.long)
-        for i, row in enumerate(rows):
-            for k, r in enumerate(row):
-                ids[i, k, :len(r)] = torch.tensor(r, dtype=torch.long)
-                mask[i, k, :len(r)] = 1
-        if K == 1:
+        return [EncodedRows(tuple(np.asarray(r, dtype=np.int32) for r in row)) for row in rows]
+
+    def collate(self, examples: Sequence[dict], encoded: Sequence[EncodedRows]) -> GPT1Batch:
+        ids, mask = _pad_rows(encoded, len(encoded[0].rows))
+        if ids.shape[1] == 1:
             ids, mask = ids[:, 0], mask[:, 0]
         return GPT1Batch(ids, mask, self.labels_of(examples))
 
@@ -168,21 +198,20 @@ class GPT1ChoiceCollator(GPT1Collator):
         first = first[max(len(first) - (room - len(choice)), 0):]  # the context loses its first tokens
         return [self.start, *first, self.delimiter, *choice, self.extract]
 
-    def __call__(self, examples: Sequence[dict]) -> GPT1Batch:
-        k = len(examples[0]["choices"])
-        if any(len(ex["choices"]) != k for ex in examples):
+    def encode(self, examples: Sequence[dict]) -> list[EncodedRows]:
+        if not examples:
+            return []
+        firsts = self.ids([" ".join(ex[key] for key in ("context", "question") if key in ex) for ex in examples])
+        choices = iter(self.ids([c for ex in examples for c in ex["choices"]]))
+        return [EncodedRows(tuple(np.asarray(self.choice_row(first, next(choices)), dtype=np.int32)
+                                  for _ in ex["choices"])) for ex, first in zip(examples, firsts)]
+
+    def collate(self, examples: Sequence[dict], encoded: Sequence[EncodedRows]) -> GPT1Batch:
+        k = len(encoded[0].rows)
+        if any(len(e.rows) != k for e in encoded):
             raise ConfigError("Every example of a multiple-choice batch needs as many choices; ingest the dataset "
                               "again.")
-        firsts = self.ids([" ".join(ex[key] for key in ("context", "question") if key in ex) for ex in examples])
-        choices = self.ids([c for ex in examples for c in ex["choices"]])
-        rows = [[self.choice_row(first, choices[i * k + j]) for j in range(k)] for i, first in enumerate(firsts)]
-        T = max(len(r) for row in rows for r in row)
-        ids = torch.zeros((len(rows), k, T), dtype=torch.long)  # padding: any real id, hidden by the mask
-        mask = torch.zeros((len(rows), k, T), dtype=torch.long)
-        for i, row in enumerate(rows):
-            for j, r in enumerate(row):
-                ids[i, j, :len(r)] = torch.tensor(r, dtype=torch.long)
-                mask[i, j, :len(r)] = 1
+        ids, mask = _pad_rows(encoded, k)
         labels = torch.tensor([int(ex["label"]) for ex in examples], dtype=torch.long)
         if bool(((labels < 0) | (labels >= k)).any()):
             raise ConfigError(f"A multiple-choice label is outside its {k} choices; ingest the dataset again.")

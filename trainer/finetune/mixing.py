@@ -120,13 +120,22 @@ def describe(tasks: Sequence[MixTask], rates: Sequence[float], strategy: str) ->
 # ---------------------------------------------------------------------------- the sampler
 class MixedStream:
     """Training batches whose examples come from the tasks at `rates` (what the loop reads like
-    engine.ExampleStream: next_batch, position, epoch_size, collator)."""
+    engine.ExampleStream: next_batch, position, epoch_size, collator).
+
+    A collator that encodes ahead (trainer.finetune.tasks.encodes_ahead) has every task's examples
+    tokenised once, here. The batches are not grouped by length: the order is the tasks' draws,
+    each batch the next `batch_size` of them, so that the number drawn is the whole place a resumed
+    run goes on from; grouping would have to sort a window of future draws, moving examples across
+    that count (group_by_length does not apply to multi-task runs)."""
 
     def __init__(self, tasks: Sequence[Sequence[dict]], rates: Sequence[float], collator: Any, *, batch_size: int,
                  seed: int, position: DataPosition | None = None):
         if len(tasks) != len(rates) or not tasks or any(not t for t in tasks):
             raise ConfigError("Every task of a multi-task run needs training examples.")
+        from trainer.finetune.tasks import encodes_ahead
+
         self.tasks, self.collator, self.batch_size, self.seed = [list(t) for t in tasks], collator, batch_size, seed
+        self.encoded = [collator.encode(t) for t in self.tasks] if encodes_ahead(collator) else None
         p = np.asarray(rates, dtype=np.float64)
         self.rates = p / p.sum()
         position = position or DataPosition()
@@ -160,16 +169,25 @@ class MixedStream:
             self._orders[key] = np.random.default_rng([self.seed, task, epoch]).permutation(len(self.tasks[task]))
         return self._orders[key]
 
-    def next_example(self) -> dict:
+    def next_pick(self) -> tuple[int, int]:
+        """(task, index of its example) of the next example drawn; moves the place on."""
         task = int(self._draws(self.drawn // BLOCK)[self.drawn % BLOCK])
         count, n = int(self.counts[task]), len(self.tasks[task])
-        example = self.tasks[task][int(self._order(task, count // n)[count % n])]
+        index = int(self._order(task, count // n)[count % n])
         self.counts[task] += 1
         self.drawn += 1
-        return example
+        return task, index
+
+    def next_example(self) -> dict:
+        task, index = self.next_pick()
+        return self.tasks[task][index]
 
     def next_batch(self) -> Any:
-        return self.collator([self.next_example() for _ in range(self.batch_size)])
+        picked = [self.next_pick() for _ in range(self.batch_size)]
+        examples = [self.tasks[t][i] for t, i in picked]
+        if self.encoded is None:
+            return self.collator(examples)
+        return self.collator.collate(examples, [self.encoded[t][i] for t, i in picked])
 
 
 # ---------------------------------------------------------------------------- per-task scores

@@ -12,7 +12,8 @@ the label of every window of an unanswerable question (SQuAD 2.0).
 
 Training. The collator turns a batch of examples into their windows, so a batch has at least
 as many rows as examples (long contexts give more); the model (EncoderForQuestionAnswering)
-takes start_positions and end_positions.
+takes start_positions and end_positions. The train split is cut into windows once, ahead, and
+batched by each example's longest window (EncodedQA).
 
 Prediction. For each example, every window proposes the pairs of its `n_best` highest start
 logits and `n_best` highest end logits that lie in the context, end at or after the start and
@@ -41,7 +42,7 @@ import torch
 
 from trainer.errors import ConfigError
 from trainer.finetune import metrics as metric_fns
-from trainer.finetune.tasks import Task, TaskStep
+from trainer.finetune.tasks import EncodesAhead, Task, TaskStep
 from trainer.objectives.base import Batch, StepOutput
 
 CLS_POSITION = 0  # where the post-processor puts [CLS] (RoBERTa's <s>): the "no answer" label
@@ -97,10 +98,11 @@ class QABatch(Batch):
         return int(self.input_ids.shape[0])
 
 
-class QACollator:
+class QACollator(EncodesAhead):
     """Examples {"question", "context", "answers": [{"text", "answer_start"}, ...]} -> a QABatch
     of their windows, padded to the longest. Training reads the first answer; every answer's text
-    is kept for scoring. One collator per thread (it sets the tokenizer's truncation per example)."""
+    is kept for scoring. One collator per thread (it sets the tokenizer's truncation per example).
+    It encodes ahead (EncodesAhead: the train split is cut into windows once; EncodedQA)."""
 
     def __init__(self, tokenizer: Any, max_length: int, *, doc_stride: int = 0):
         source = tokenizer.tok.to_str()
@@ -152,26 +154,68 @@ class QACollator:
             out.append(window)
         return out
 
-    def __call__(self, examples: Sequence[dict]) -> QABatch:
+    def encode(self, examples: Sequence[dict]) -> list["EncodedQA"]:
+        """Every example's windows (EncodesAhead), kept as arrays: a train split of long contexts
+        holds many windows."""
+        return [EncodedQA.of(self.windows(ex["question"], ex["context"], ex.get("answers") or ())) for ex in examples]
+
+    def collate(self, examples: Sequence[dict], encoded: Sequence["EncodedQA"]) -> QABatch:
         rows: list[Window] = []
         row_example: list[int] = []
-        for i, ex in enumerate(examples):
-            windows = self.windows(ex["question"], ex["context"], ex.get("answers") or ())
+        for i, enc in enumerate(encoded):
+            windows = enc.windows()
             rows += windows
             row_example += [i] * len(windows)
         T = max(len(w.ids) for w in rows)
-        ids = torch.full((len(rows), T), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), T), dtype=torch.long)
-        types = torch.zeros((len(rows), T), dtype=torch.long)
+        ids = np.full((len(rows), T), self.pad_id, dtype=np.int64)
+        mask = np.zeros((len(rows), T), dtype=np.int64)
+        types = np.zeros((len(rows), T), dtype=np.int64)
         for r, w in enumerate(rows):
-            ids[r, : len(w.ids)] = torch.tensor(w.ids)
+            ids[r, : len(w.ids)] = w.ids
             mask[r, : len(w.ids)] = 1
-            types[r, : len(w.ids)] = torch.tensor(w.type_ids)
+            types[r, : len(w.ids)] = w.type_ids
         starts = torch.tensor([w.start_position for w in rows], dtype=torch.long)
         ends = torch.tensor([w.end_position for w in rows], dtype=torch.long)
-        return QABatch(ids, mask, types, starts, ends, row_example, [w.offsets for w in rows],
-                       [ex["context"] for ex in examples],
+        return QABatch(torch.from_numpy(ids), torch.from_numpy(mask), torch.from_numpy(types), starts, ends,
+                       row_example, [w.offsets for w in rows], [ex["context"] for ex in examples],
                        [[a["text"] for a in ex.get("answers") or ()] for ex in examples])
+
+
+@dataclass(frozen=True)
+class EncodedQA:
+    """One example's windows between encode and collate: per window its ids, type ids, offsets
+    ((n, 2), -1 outside the context) and answer positions.
+
+    Its length, what length-grouped batches sort by, is its longest window: a batch is padded to
+    the longest window of its examples, so that is what decides its padding. An example whose
+    context takes several windows has every window but the last at max_length, and so sorts with
+    the other long contexts. (Its total tokens would sort examples by how many windows they have,
+    which evens out the rows per batch, not the padding within them.)"""
+
+    ids: tuple[np.ndarray, ...]
+    type_ids: tuple[np.ndarray, ...]
+    offsets: tuple[np.ndarray, ...]
+    starts: tuple[int, ...]
+    ends: tuple[int, ...]
+
+    @classmethod
+    def of(cls, windows: Sequence[Window]) -> "EncodedQA":
+        return cls(tuple(np.asarray(w.ids, dtype=np.int32) for w in windows),
+                   tuple(np.asarray(w.type_ids, dtype=np.int8) for w in windows),
+                   tuple(np.array([o if o is not None else (-1, -1) for o in w.offsets], dtype=np.int32).reshape(-1, 2)
+                         for w in windows),
+                   tuple(w.start_position for w in windows), tuple(w.end_position for w in windows))
+
+    def windows(self) -> list[Window]:
+        return [Window(ids.tolist(), types.tolist(), [None if a < 0 else (a, b) for a, b in offsets.tolist()], s, e)
+                for ids, types, offsets, s, e in zip(self.ids, self.type_ids, self.offsets, self.starts, self.ends)]
+
+    def __len__(self) -> int:
+        return max(len(ids) for ids in self.ids)
+
+    @property
+    def pad_rows(self) -> tuple[tuple[int, ...]]:
+        return (tuple(len(ids) for ids in self.ids),)
 
 
 def answer_positions(offsets: Offsets, answer: dict) -> tuple[int, int]:

@@ -17,12 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from trainer.errors import ConfigError
 from trainer.finetune import chat
 from trainer.finetune import metrics as metric_fns
-from trainer.finetune.tasks import IGNORE_INDEX, Task
+from trainer.finetune.tasks import IGNORE_INDEX, EncodesAhead, Task
 from trainer.finetune.text2text import GenerativeStep
 from trainer.objectives.base import Batch, StepOutput
 
@@ -40,8 +41,23 @@ class SFTBatch(Batch):
         return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "labels": self.labels}
 
 
-class SFTCollator:
-    """Examples {"prompt", "response"} or {"messages"} -> an SFTBatch, right-padded."""
+@dataclass(frozen=True)
+class EncodedChat:
+    """One SFT example between encode and collate (EncodesAhead): its row's ids and labels, cut to
+    max_length, and the ids of the prompt its samples are generated from. Its length (what
+    length-grouped batches sort by) is its row's."""
+
+    ids: np.ndarray
+    labels: np.ndarray
+    prompt: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+class SFTCollator(EncodesAhead):
+    """Examples {"prompt", "response"} or {"messages"} -> an SFTBatch, right-padded. It encodes
+    ahead (EncodesAhead: the train split is tokenised once; EncodedChat)."""
 
     def __init__(self, tokenizer: Any, max_length: int, config: Any, eos_id: int):
         self.tok = tokenizer.tok.__class__.from_str(tokenizer.tok.to_str())
@@ -54,7 +70,7 @@ class SFTCollator:
     def needs_word_starts(self) -> bool:
         return False
 
-    def encode(self, pieces: Sequence[chat.Piece]) -> tuple[list[int], list[int]]:
+    def encode_pieces(self, pieces: Sequence[chat.Piece]) -> tuple[list[int], list[int]]:
         """(ids, labels) of rendered pieces, uncut."""
         texts = [p.text for p in pieces]
         encoded = self.tok.encode_batch(texts, add_special_tokens=False) if texts else []
@@ -69,28 +85,36 @@ class SFTCollator:
         return ids, labels
 
     def prompt_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
-        return self.encode(chat.prompt_pieces(messages, self.template))[0]
+        return self.encode_pieces(chat.prompt_pieces(messages, self.template))[0]
 
-    def __call__(self, examples: Sequence[dict]) -> SFTBatch:
-        rows, prompts, asks, replies = [], [], [], []
+    def encode(self, examples: Sequence[dict]) -> list[EncodedChat]:
+        out = []
         for ex in examples:
             messages = chat.messages_of(ex)
-            ids, labels = self.encode(chat.render(messages, self.template))
-            rows.append((ids[: self.seq_len], labels[: self.seq_len]))
-            prompts.append(self.prompt_ids(messages))
+            ids, labels = self.encode_pieces(chat.render(messages, self.template))
+            out.append(EncodedChat(np.asarray(ids[: self.seq_len], dtype=np.int32),
+                                   np.asarray(labels[: self.seq_len], dtype=np.int32),
+                                   np.asarray(self.prompt_ids(messages), dtype=np.int32)))
+        return out
+
+    def collate(self, examples: Sequence[dict], encoded: Sequence[EncodedChat]) -> SFTBatch:
+        asks, replies = [], []
+        for ex in examples:
+            messages = chat.messages_of(ex)
             last = chat.last_reply(messages)
             asked = [m["content"] for m in messages[:last] if m["role"] == "user"]
             asks.append(asked[-1] if asked else "")
             replies.append(messages[last]["content"])
-        T = max(len(ids) for ids, _ in rows)
-        input_ids = torch.full((len(rows), T), self.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(rows), T), dtype=torch.long)
-        labels = torch.full((len(rows), T), IGNORE_INDEX, dtype=torch.long)
-        for i, (ids, row_labels) in enumerate(rows):
-            input_ids[i, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-            attention_mask[i, :len(ids)] = 1
-            labels[i, :len(ids)] = torch.tensor(row_labels, dtype=torch.long)
-        return SFTBatch(input_ids, attention_mask, labels, prompts, asks, replies)
+        T = max(len(e.ids) for e in encoded)
+        input_ids = np.full((len(encoded), T), self.pad_id, dtype=np.int64)
+        attention_mask = np.zeros((len(encoded), T), dtype=np.int64)
+        labels = np.full((len(encoded), T), IGNORE_INDEX, dtype=np.int64)
+        for i, e in enumerate(encoded):
+            input_ids[i, :len(e.ids)] = e.ids
+            attention_mask[i, :len(e.ids)] = 1
+            labels[i, :len(e.ids)] = e.labels
+        return SFTBatch(torch.from_numpy(input_ids), torch.from_numpy(attention_mask), torch.from_numpy(labels),
+                        [e.prompt.tolist() for e in encoded], asks, replies)
 
 
 class SFTStep(GenerativeStep):

@@ -48,15 +48,44 @@ class TokenBatch(Batch):
 
 
 # ---------------------------------------------------------------------------- collators
-class _Collator:
-    """Tokenises with the checkpoint's tokenizer (its post-processor adds [CLS]/[SEP]), cutting
-    to max_length, and pads each batch to its longest row.
+class EncodesAhead:
+    """A collator whose batches are collate(examples, encode(examples)).
 
-    collator(examples) is collate(examples, encode(examples)); the training stream
-    (trainer.finetune.engine.ExampleStream) calls encode once over the whole train split and
-    collate per batch, so an example is tokenised once per run, not once per epoch, and its
-    length is known before batching (length-grouped batches). A subclass that overrides
-    __call__ is tokenised per batch (encodes_ahead)."""
+    The training stream (trainer.finetune.engine.ExampleStream, and mixing.MixedStream) calls
+    encode once over the whole train split and collate per batch, so an example is tokenised once
+    per run, not once per epoch, and its length is known before batching (length-grouped
+    batches). What encode returns per example is the collator's own; `len()` of it is the length
+    that batches are grouped by, and it may have `pad_rows` (see padded_tokens) where one
+    length does not tell the batch's padding. A subclass that overrides __call__ is tokenised per
+    batch (encodes_ahead)."""
+
+    def __call__(self, examples: Sequence[dict]) -> Any:
+        return self.collate(examples, self.encode(examples))
+
+    def encode(self, examples: Sequence[dict]) -> list[Any]:
+        raise NotImplementedError
+
+    def collate(self, examples: Sequence[dict], encoded: Sequence[Any]) -> Any:
+        raise NotImplementedError
+
+
+def padded_tokens(encoded: Sequence[Any]) -> tuple[int, int]:
+    """(real, padded) tokens of one batch of encoded examples. An example's `pad_rows` lists, for
+    each tensor that is padded on its own (T5's inputs and its targets), the lengths of the rows it
+    adds to it (QA: one per window; GPT-1: one per order or choice); without it, one row of len()."""
+    parts: list[list[int]] = []
+    for e in encoded:
+        rows = getattr(e, "pad_rows", None) or ((len(e),),)
+        parts += [[] for _ in range(len(rows) - len(parts))]
+        for part, lengths in zip(parts, rows):
+            part += lengths
+    real = sum(sum(part) for part in parts)
+    return real, sum(len(part) * max(part) for part in parts if part)
+
+
+class _Collator(EncodesAhead):
+    """Tokenises with the checkpoint's tokenizer (its post-processor adds [CLS]/[SEP]), cutting
+    to max_length, and pads each batch to its longest row; it encodes ahead (EncodesAhead)."""
 
     def __init__(self, tokenizer: Any, labels: Sequence[str], max_length: int):
         self.tok = tokenizer.tok.__class__.from_str(tokenizer.tok.to_str())  # a copy to set truncation on
@@ -70,15 +99,6 @@ class _Collator:
     @property
     def needs_word_starts(self) -> bool:
         return False
-
-    def __call__(self, examples: Sequence[dict]) -> Batch:
-        return self.collate(examples, self.encode(examples))
-
-    def encode(self, examples: Sequence[dict]) -> list[Encoded]:
-        raise NotImplementedError
-
-    def collate(self, examples: Sequence[dict], encoded: Sequence["Encoded"]) -> Batch:
-        raise NotImplementedError
 
     @staticmethod
     def _encoded(encodings: Sequence[Any], words: bool = False) -> list["Encoded"]:
@@ -119,8 +139,9 @@ class Encoded:
 
 def encodes_ahead(collator: Any) -> bool:
     """Whether `collator`'s batches are collate(examples, encode(examples)), so that the examples
-    can be encoded once ahead of batching (GPT-1's collator, say, tokenises its own way)."""
-    return isinstance(collator, _Collator) and type(collator).__call__ is _Collator.__call__
+    can be encoded once ahead of batching (a subclass that tokenises its own way in __call__ is
+    not)."""
+    return isinstance(collator, EncodesAhead) and type(collator).__call__ is EncodesAhead.__call__
 
 
 class SequenceCollator(_Collator):

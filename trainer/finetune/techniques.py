@@ -25,8 +25,10 @@ length grouping:
                              validation alike.
     group_by_length          (on by default) each epoch's shuffled order is rearranged so that a
                              batch holds examples of similar length (trainer.finetune.engine.
-                             length_grouped_order), and dynamic padding pads little; the tasks
-                             whose collators tokenise ahead (tasks.encodes_ahead) use it.
+                             length_grouped_order), and dynamic padding pads little; every
+                             task's collator tokenises ahead (tasks.encodes_ahead) and uses it,
+                             but multi-task mixing keeps its draws' order. A resumed run goes on
+                             in the order it started with (engine.batch_order).
 
     tuning = prepare(model, config, sink)     # freezing, the optimizer and its schedule, unfreezing
     loop = FinetuneLoop(config, tuning=tuning, metrics=task.metrics, model=..., ...)

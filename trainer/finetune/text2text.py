@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from trainer.errors import ConfigError
 from trainer.finetune import metrics as metric_fns
-from trainer.finetune.tasks import IGNORE_INDEX, Task, TaskStep
+from trainer.finetune.tasks import IGNORE_INDEX, EncodesAhead, Task, TaskStep
 from trainer.objectives.base import Batch, StepOutput
 
 FAMILIES = ("t5", "unilm")
@@ -79,19 +79,46 @@ class UniLMSeq2SeqBatch(Batch):
 
 
 def _pad(rows: Sequence[Sequence[int]], value: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids, mask), right-padded to the longest row."""
+    """(ids, mask), right-padded to the longest row (rows: lists or arrays of ids)."""
     T = max(len(r) for r in rows)
-    ids = torch.full((len(rows), T), value, dtype=torch.long)
-    mask = torch.zeros((len(rows), T), dtype=torch.long)
+    ids = np.full((len(rows), T), value, dtype=np.int64)
+    mask = np.zeros((len(rows), T), dtype=np.int64)
     for i, r in enumerate(rows):
-        ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
+        ids[i, :len(r)] = r
         mask[i, :len(r)] = 1
-    return ids, mask
+    return torch.from_numpy(ids), torch.from_numpy(mask)
+
+
+@dataclass(frozen=True)
+class EncodedText:
+    """One text-to-text example between encode and collate (EncodesAhead): its source and target
+    ids as the batch holds them (T5: "prefix input </s>" and "target </s>"; UniLM: "[CLS] prefix
+    input [SEP]" and "target [SEP]", before masking).
+
+    Its length, what length-grouped batches sort by, is source + target tokens. For UniLM that is
+    its row. For T5 the encoder's inputs and the decoder's targets are padded apart (pad_rows),
+    so a batch costs its longest source plus its longest target per row; sorting by the sum puts
+    examples of similar total work together and, as the targets of most datasets vary far less
+    than the inputs (label words, short summaries), sorts by the input where that is what varies."""
+
+    source: np.ndarray
+    target: np.ndarray
+    one_row: bool = False  # UniLM: source and target are one row
+
+    def __len__(self) -> int:
+        return len(self.source) + len(self.target)
+
+    @property
+    def pad_rows(self) -> tuple[tuple[int, ...], ...]:
+        if self.one_row:
+            return ((len(self),),)
+        return (len(self.source),), (len(self.target),)
 
 
 # ---------------------------------------------------------------------------- collators
-class _TextCollator:
-    """Tokenises texts without special tokens (they are placed here) and without truncation."""
+class _TextCollator(EncodesAhead):
+    """Tokenises texts without special tokens (they are placed here) and without truncation; it
+    encodes ahead (EncodesAhead: the train split is tokenised once; EncodedText)."""
 
     def __init__(self, tokenizer: Any, max_length: int, config: Any):
         self.tok = tokenizer.tok.__class__.from_str(tokenizer.tok.to_str())
@@ -123,11 +150,17 @@ class T5Collator(_TextCollator):
         if max_length < 2:
             raise ConfigError("max_length must leave room for at least one input token and </s>.")
 
-    def __call__(self, examples: Sequence[dict]) -> T5Batch:
+    def encode(self, examples: Sequence[dict]) -> list[EncodedText]:
+        if not examples:
+            return []
         sources = [ids[: self.seq_len - 1] + [self.eos_id] for ids in self.ids(self.source_texts(examples))]
         targets = [ids[: self.max_target - 1] + [self.eos_id] for ids in self.ids([ex["target"] for ex in examples])]
-        input_ids, attention_mask = _pad(sources, self.pad_id)
-        labels, _ = _pad(targets, IGNORE_INDEX)
+        return [EncodedText(np.asarray(s, dtype=np.int32), np.asarray(t, dtype=np.int32))
+                for s, t in zip(sources, targets)]
+
+    def collate(self, examples: Sequence[dict], encoded: Sequence[EncodedText]) -> T5Batch:
+        input_ids, attention_mask = _pad([e.source for e in encoded], self.pad_id)
+        labels, _ = _pad([e.target for e in encoded], IGNORE_INDEX)
         return T5Batch(input_ids, attention_mask, labels, [ex["input"] for ex in examples],
                        [ex["target"] for ex in examples], [ex.get("task", "") for ex in examples])
 
@@ -151,18 +184,26 @@ class UniLMSeq2SeqCollator(_TextCollator):
         """"[CLS] prefix input [SEP]" per example, the input cut to leave the target its room."""
         return [[self.cls_id, *ids[: self.source_room], self.sep_id] for ids in self.ids(self.source_texts(examples))]
 
-    def __call__(self, examples: Sequence[dict]) -> UniLMSeq2SeqBatch:
+    def encode(self, examples: Sequence[dict]) -> list[EncodedText]:
+        if not examples:
+            return []
         sources = self.sources(examples)
         targets = [ids[: self.max_target - 1] + [self.sep_id] for ids in self.ids([ex["target"] for ex in examples])]
+        return [EncodedText(np.asarray(s, dtype=np.int32), np.asarray(t, dtype=np.int32), one_row=True)
+                for s, t in zip(sources, targets)]
+
+    def collate(self, examples: Sequence[dict], encoded: Sequence[EncodedText]) -> UniLMSeq2SeqBatch:
+        """Masks each target afresh (the collator's generator moves on batch by batch)."""
+        sources = [e.source for e in encoded]
         rows, labels = [], []
-        for source, target in zip(sources, targets):
-            n = len(target)
+        for e in encoded:
+            n = len(e.target)
             picked = self.rng.random(n) < self.mask_prob
             if not picked.any():
                 picked[self.rng.integers(n)] = True  # every example predicts at least one token
-            masked = [self.mask_id if p else t for t, p in zip(target, picked)]
-            rows.append(source + masked)
-            labels.append([IGNORE_INDEX] * len(source) + [t if p else IGNORE_INDEX for t, p in zip(target, picked)])
+            rows.append(np.concatenate([e.source, np.where(picked, self.mask_id, e.target)]))
+            learnt = np.where(picked, e.target, IGNORE_INDEX)
+            labels.append(np.concatenate([np.full(len(e.source), IGNORE_INDEX), learnt]))
         input_ids, attention_mask = _pad(rows, self.pad_id)
         mlm_labels, _ = _pad(labels, IGNORE_INDEX)
         lengths = torch.tensor([len(s) for s in sources], dtype=torch.long)
@@ -248,6 +289,10 @@ class Text2TextStep(GenerativeStep):
 class T5Step(Text2TextStep):
     """Teacher forcing: cross-entropy of every target token given the ones before it."""
 
+    def gather_generated(self, generated: torch.Tensor, batch: T5Batch) -> None:
+        """A validation batch's generated ids (B, n), the decoder start token left out."""
+        self.gather(self.decode(generated), batch)
+
     def __call__(self, batch: T5Batch, *, train: bool) -> StepOutput:
         from models_lib.families.t5 import shift_right
 
@@ -259,7 +304,7 @@ class T5Step(Text2TextStep):
         if not train:
             generated = self.model.generate(batch.input_ids, batch.attention_mask, max_new_tokens=self.max_new_tokens,
                                             num_beams=self.num_beams)
-            self.gather(self.decode(generated[:, 1:]), batch)  # after the decoder start token
+            self.gather_generated(generated[:, 1:], batch)  # after the decoder start token
         n = float((batch.labels != IGNORE_INDEX).sum())
         return StepOutput(loss, {"task_loss": loss.detach().float()}, {"task_loss": n})
 

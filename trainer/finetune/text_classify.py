@@ -18,6 +18,13 @@ forcing (text2text.T5Step). At validation and on the test split each example's o
 - regression: the generated text as a number; a text that is not one scores INVALID_SCORE (T5's
   default for STS-B), scored against the dataset's unrounded values by Pearson, Spearman and MSE.
 
+The test split's predictions file (trainer.finetune.report: input, gold, predicted, score) scores
+each output as the model sees it (LabelWordStep.gather_generated): for classification the
+probability of the label it wrote, as the whole output "label </s>" renormalised over the labels
+(label_probabilities, the probabilities the explorer's classify shows), empty for an output that is
+no label; for regression the probability of the whole generated output (the value's text and
+</s>, by teacher forcing), how sure the model was of the number it wrote.
+
 The run's config records the labels (label_words) and the prefix, so the explorer can ask the
 checkpoint (trainer.inference.downstream.classify).
 """
@@ -33,7 +40,7 @@ import torch
 from trainer.errors import ConfigError
 from trainer.finetune import metrics as metric_fns
 from trainer.finetune.tasks import IGNORE_INDEX, Task
-from trainer.finetune.text2text import T5Batch, T5Collator, T5Step
+from trainer.finetune.text2text import EncodedText, T5Batch, T5Collator, T5Step
 
 INVALID = "(invalid)"   # the prediction when the generated text is none of the labels
 INVALID_SCORE = -1.0    # a regression output that is not a number (T5's string_to_float default)
@@ -92,10 +99,16 @@ class LabelWordCollator(T5Collator):
         super().__init__(tokenizer, max_length, config)
         self.task = task
 
-    def __call__(self, examples: Sequence[dict]) -> LabelWordBatch:
+    def texts(self, examples: Sequence[dict]) -> list[dict]:
         from trainer.finetune.mixing import as_text
 
-        batch = super().__call__([as_text(ex, self.task) for ex in examples])
+        return [as_text(ex, self.task) for ex in examples]
+
+    def encode(self, examples: Sequence[dict]) -> list[EncodedText]:
+        return super().encode(self.texts(examples))
+
+    def collate(self, examples: Sequence[dict], encoded: Sequence[EncodedText]) -> LabelWordBatch:
+        batch = super().collate(self.texts(examples), encoded)
         gold = [float(ex["label"]) if self.task == "regression" else str(ex["label"]) for ex in examples]
         return LabelWordBatch(**{f.name: getattr(batch, f.name) for f in dataclasses.fields(T5Batch)}, gold=gold)
 
@@ -111,6 +124,7 @@ class LabelWordStep(T5Step):
         self.regression = task.problem == "regression"
         self.forms = {} if self.regression else label_forms(labels, self.written)
         self.invalid = 0
+        self.targets: list[list[int]] | None = None  # each label's "label </s>" ids, once
 
     def written(self, label: str) -> str:
         ids = self.tokenizer.tok.encode(label, add_special_tokens=False).ids
@@ -132,6 +146,26 @@ class LabelWordStep(T5Step):
         self.references += list(batch.gold)
         self.keep_samples(batch.sources, generated, batch.targets)
 
+    def gather_generated(self, generated: torch.Tensor, batch: LabelWordBatch) -> None:
+        """Read the outputs (gather), then score each (the predictions file's score): classification,
+        the probability of the label written, as the whole output renormalised over the labels
+        (what the explorer's classify shows; none for an output that is no label); regression, the
+        probability of the whole generated output, its value."""
+        start = len(self.predictions)
+        self.gather(self.decode(generated), batch)
+        del self.scores[start:]  # gather gives none; a batch's scores line up with its predictions
+        eos = int(self.tokenizer.sep_id)
+        if self.regression:
+            self.scores += generated_probabilities(self.model, batch.input_ids, batch.attention_mask, generated, eos)
+            return
+        if self.targets is None:
+            self.targets = [self.tokenizer.tok.encode(str(label), add_special_tokens=False).ids + [eos]
+                            for label in self.labels]
+        probs = batch_label_probabilities(self.model, batch.input_ids, batch.attention_mask, self.targets).tolist()
+        index = {str(label): i for i, label in enumerate(self.labels)}
+        self.scores += [None if label == INVALID else row[index[label]]
+                        for label, row in zip(self.predictions[start:], probs)]
+
     def finish_validation(self) -> dict[str, float]:
         if not self.references:
             return {}
@@ -146,24 +180,58 @@ class LabelWordStep(T5Step):
 
 
 # ---------------------------------------------------------------------------- label scores
+def output_log_probs(model: Any, encoder_states: torch.Tensor, attention_mask: torch.Tensor,
+                     labels: torch.Tensor) -> torch.Tensor:
+    """The summed log-probability (N,) of each row of labels (N, L) ("output </s>" ids, -100 after
+    it) as the whole output for the input whose encoder states (N, S, d) and mask (N, S) share its
+    row, by teacher forcing."""
+    from models_lib.families.t5 import shift_right
+
+    c = model.config
+    decoder_input_ids = shift_right(labels, c.decoder_start_token_id, c.pad_token_id)
+    logits = model(None, attention_mask, decoder_input_ids=decoder_input_ids,
+                   encoder_hidden_states=encoder_states).logits
+    logp = torch.log_softmax(logits.float(), -1)
+    taken = logp.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1) * (labels != IGNORE_INDEX)
+    return taken.sum(-1)
+
+
+def _target_rows(targets: Sequence[Sequence[int]], device: Any) -> torch.Tensor:
+    width = max(len(t) for t in targets)
+    labels = torch.full((len(targets), width), IGNORE_INDEX, dtype=torch.long, device=device)
+    for i, t in enumerate(targets):
+        labels[i, :len(t)] = torch.tensor(list(t), dtype=torch.long)
+    return labels
+
+
+def batch_label_probabilities(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                              targets: Sequence[Sequence[int]]) -> torch.Tensor:
+    """(B, K): for each of B inputs (B, S), the probability of each of the K targets ("label </s>"
+    ids) as the whole output, renormalised over the targets: exp of each target's summed
+    log-probability by teacher forcing (the encoder run once per input), then a softmax over them."""
+    k, b = len(targets), input_ids.shape[0]
+    labels = _target_rows(targets, input_ids.device).repeat(b, 1)  # input 0's K targets, then input 1's ...
+    states = model.encode(input_ids, attention_mask).repeat_interleave(k, 0)
+    logp = output_log_probs(model, states, attention_mask.repeat_interleave(k, 0), labels)
+    return torch.softmax(logp.view(b, k), -1)
+
+
 def label_probabilities(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                         targets: Sequence[Sequence[int]]) -> list[float]:
     """The probability of each target ("label </s>" ids) as the whole output for one input
-    (1, S), renormalised over the targets: exp of each target's summed log-probability by teacher
-    forcing, then a softmax over them."""
-    from models_lib.families.t5 import shift_right
+    (1, S), renormalised over the targets (batch_label_probabilities)."""
+    return batch_label_probabilities(model, input_ids, attention_mask, targets)[0].tolist()
 
-    k = len(targets)
-    width = max(len(t) for t in targets)
-    labels = torch.full((k, width), IGNORE_INDEX, dtype=torch.long, device=input_ids.device)
-    for i, t in enumerate(targets):
-        labels[i, :len(t)] = torch.tensor(list(t), dtype=torch.long)
-    c = model.config
-    decoder_input_ids = shift_right(labels, c.decoder_start_token_id, c.pad_token_id)
-    logits = model(input_ids.expand(k, -1), attention_mask.expand(k, -1), decoder_input_ids=decoder_input_ids).logits
-    logp = torch.log_softmax(logits.float(), -1)
-    taken = logp.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1) * (labels != IGNORE_INDEX)
-    return torch.softmax(taken.sum(-1), -1).tolist()
+
+def generated_probabilities(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                            generated: torch.Tensor, eos_id: int) -> list[float]:
+    """The probability of each generated output (B, n) ids, the decoder start token left out, as
+    the whole output for its input: its tokens up to and including the first eos (all of them
+    when it has none), by teacher forcing."""
+    after_eos = (generated == eos_id).long().cumsum(-1) - (generated == eos_id).long() > 0
+    labels = generated.masked_fill(after_eos, IGNORE_INDEX)
+    states = model.encode(input_ids, attention_mask)
+    return output_log_probs(model, states, attention_mask, labels).double().exp().tolist()
 
 
 # ---------------------------------------------------------------------------- the tasks

@@ -8,6 +8,11 @@ it out in training (Family.generation_prompt: T5 reads "text EOS", GPT plain tex
 "[CLS] source [SEP]") and says what its model's generate needs besides (generate_kwargs:
 UniLM's mask id). EOS is the tokenizer's separator ([SEP], or </s> for byte-level BPE); T5's
 decoder starts from the pad id.
+
+Chat (`chat=True`, GPT checkpoints of an SFT run): the prompt is one user turn in the chat template
+the run was fine-tuned with (its trainer_state.json's config), laid out exactly as SFT's collator
+lays out a prompt (trainer.finetune.sft.SFTCollator.prompt_ids), and the model writes the
+assistant's reply until its end-of-text.
 """
 from __future__ import annotations
 
@@ -118,15 +123,48 @@ def _number(value: Any, name: str) -> float:
 
 
 # ---------------------------------------------------------------------------- one prompt
-def prepare(loaded: Loaded, prompt: Any, max_new_tokens: int, *, what: str = "a prompt") -> GenerationPrompt:
-    """The prompt laid out by the checkpoint's Family; InferenceError for a family that does not
-    generate or a prompt that does not fit."""
+def prepare(loaded: Loaded, prompt: Any, max_new_tokens: int, *, what: str = "a prompt",
+            chat: bool = False) -> GenerationPrompt:
+    """The prompt laid out by the checkpoint's Family (with `chat`, as a user turn of its SFT chat
+    template); InferenceError for a family that does not generate or a prompt that does not fit."""
     family = loaded.family
     if not family.generates:
         raise InferenceError(f"A {loaded.label} model does not generate text. Pick a checkpoint of a T5, GPT or UniLM "
                              "run (or an imported T5 or GPT-2 model).")
     text = nonempty(prompt, f"Type {what}.")
+    if chat:
+        return _chat_prompt(loaded, text, max_new_tokens)
     return family.generation_prompt(loaded, text, max_new_tokens)
+
+
+def chat_template(loaded: Loaded) -> str | None:
+    """The chat template of the SFT run that fine-tuned this checkpoint, or None for any other."""
+    config = loaded.state.get("config") or {}
+    if config.get("task") != "sft":
+        return None
+    from trainer.finetune.chat import DEFAULT_CHAT_TEMPLATE
+
+    return str(config.get("chat_template") or DEFAULT_CHAT_TEMPLATE)
+
+
+def _chat_prompt(loaded: Loaded, text: str, max_new_tokens: int) -> GenerationPrompt:
+    from types import SimpleNamespace
+
+    from trainer.finetune.sft import SFTCollator
+
+    template = chat_template(loaded)
+    if template is None:
+        raise InferenceError("Chat needs a GPT checkpoint of a supervised fine-tuning (SFT) run: it writes the prompt "
+                             "in the chat template that run learnt. This checkpoint has none; generate without chat to "
+                             "continue the text as it is.")
+    tok = loaded.tokenizer
+    collator = SFTCollator(tok, loaded.max_positions, SimpleNamespace(chat_template=template), tok.sep_id)
+    ids = collator.prompt_ids([{"role": "user", "content": text}, {"role": "assistant", "content": ""}])
+    room = loaded.max_positions - len(ids)
+    if room < 1:
+        raise InferenceError(f"The prompt in its chat template is {len(ids)} tokens long, but this model reads at most "
+                             f"{loaded.max_positions} in all, which leaves no room for a reply. Shorten it.")
+    return GenerationPrompt(ids, len(ids), min(max_new_tokens, room), ids)
 
 
 def run(loaded: Loaded, p: GenerationPrompt, opts: Decoding) -> tuple[list[int], bool]:
@@ -163,16 +201,16 @@ def _answer(loaded: Loaded, p: GenerationPrompt, opts: Decoding, new: list[int],
 
 
 # ---------------------------------------------------------------------------- the tools
-def generate(checkpoint_dir: str | Path, prompt: str, **decoding: Any) -> dict[str, Any]:
+def generate(checkpoint_dir: str | Path, prompt: str, *, chat: bool = False, **decoding: Any) -> dict[str, Any]:
     """A T5, GPT or UniLM checkpoint writes text for `prompt`: T5 its output (text-to-text, e.g.
     "summarize: ..."), GPT the continuation, UniLM a seq2seq target. `decoding`: see
     decoding_options. -> {"family", "text" (GPT: what follows the prompt, leading space
     included), "tokens", "ids", "stopped": "end" (the model wrote EOS) | "length"
     (max_new_tokens or the model's positions ran out), "prompt_tokens", "decoding" (the fields
-    used; a sample's seed draws the same text again)}."""
+    used; a sample's seed draws the same text again)}. `chat`: see the module's docstring."""
     loaded = load(checkpoint_dir)
     opts = decoding_options(**decoding)
-    p = prepare(loaded, prompt, opts.max_new_tokens)
+    p = prepare(loaded, prompt, opts.max_new_tokens, chat=chat)
     new, ended = run(loaded, p, opts)
     return _answer(loaded, p, opts, new, ended)
 
@@ -182,15 +220,26 @@ def generate_seq2seq(checkpoint_dir: str | Path, source_text: str, max_new_token
     {"text": the generated text, "tokens": [token strings], "ids": [ids], "stopped": "end" (it wrote
     [SEP]) | "length" (max_new_tokens or the model's positions ran out)}. `generate` with the
     greedy strategy; T5 and GPT checkpoints answer too."""
-    loaded = load(checkpoint_dir)
-    if not loaded.family.generates:
-        raise InferenceError(f"Only UniLM checkpoints generate text; this one holds a {loaded.model.config.label} "
-                             f"model, trained without UniLM's seq2seq attention. Pick a checkpoint of a UniLM run.")
+    _require_seq2seq(load(checkpoint_dir))
     source_text = nonempty(source_text, "Type a source text to continue.")
     if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or not 1 <= max_new_tokens:
         raise InferenceError("max_new_tokens must be a whole number of at least 1.")
     out = generate(checkpoint_dir, source_text, strategy="greedy", max_new_tokens=min(max_new_tokens, MAX_NEW_TOKENS))
     return {k: out[k] for k in ("text", "tokens", "ids", "stopped")}
+
+
+def generate_target(checkpoint_dir: str | Path, source_text: str, **decoding: Any) -> dict[str, Any]:
+    """The explorer's UniLM panel: a UniLM checkpoint writes a seq2seq target for `source_text`,
+    decoded as `decoding` says (decoding_options); `generate`'s answer. Other families are refused
+    with generate_seq2seq's sentence."""
+    _require_seq2seq(load(checkpoint_dir))
+    return generate(checkpoint_dir, nonempty(source_text, "Type a source text to continue."), **decoding)
+
+
+def _require_seq2seq(loaded: Any) -> None:
+    if not loaded.family.generates:
+        raise InferenceError(f"Only UniLM checkpoints generate text; this one holds a {loaded.model.config.label} "
+                             f"model, trained without UniLM's seq2seq attention. Pick a checkpoint of a UniLM run.")
 
 
 def fill_spans(checkpoint_dir: str | Path, text: str, **decoding: Any) -> dict[str, Any]:
@@ -245,7 +294,7 @@ def fill_spans(checkpoint_dir: str | Path, text: str, **decoding: Any) -> dict[s
             "decoding": opts.as_dict()}
 
 
-def stream_generate(checkpoint_dir: str | Path, prompt: str,
+def stream_generate(checkpoint_dir: str | Path, prompt: str, *, chat: bool = False,
                     **decoding: Any) -> Generator[str, None, dict[str, Any]]:
     """`generate`, token by token: a generator of text pieces as the model produces them; its
     return value (StopIteration.value) is what `generate` answers ("text" there is the final
@@ -259,7 +308,7 @@ def stream_generate(checkpoint_dir: str | Path, prompt: str,
     only while it runs, so the generator may be advanced from any thread."""
     loaded = load(checkpoint_dir)
     opts = decoding_options(**decoding)
-    p = prepare(loaded, prompt, opts.max_new_tokens)
+    p = prepare(loaded, prompt, opts.max_new_tokens, chat=chat)
     if opts.strategy == "beam":
         return _all_at_once(loaded, p, opts)
     return _step_by_step(loaded, p, opts)

@@ -98,8 +98,10 @@ class GenerateView(CheckpointQuestionView):
     request_serializer = GenerateRequestSerializer
 
     def answer(self, checkpoint: Checkpoint, data: dict) -> dict:
-        out = services.generate(checkpoint=checkpoint, prompt=data["prompt"], decoding=decoding_of(data))
-        return {k: out[k] for k in ("family", "text", "tokens", "stopped", "prompt_tokens", "decoding")}
+        out = services.generate(checkpoint=checkpoint, prompt=data["prompt"], decoding=decoding_of(data),
+                                chat=data["chat"])
+        return {**{k: out[k] for k in ("family", "text", "tokens", "stopped", "prompt_tokens", "decoding")},
+                "chat": data["chat"]}
 
 
 @extend_schema(request=FillSpansRequestSerializer,

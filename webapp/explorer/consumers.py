@@ -117,7 +117,7 @@ class GenerateConsumer(AsyncJsonWebsocketConsumer):
             shown = []
             try:
                 pieces = services.stream_generate(checkpoint=checkpoint, prompt=data["prompt"],
-                                                  decoding=decoding_of(data))
+                                                  decoding=decoding_of(data), chat=data["chat"])
                 while True:
                     if stop.is_set():
                         pieces.close()

@@ -20,6 +20,7 @@ class ExploreForm(forms.Form):
     and the answers stand side by side; the others ask the first checkpoint only."""
 
     ACTIONS = ("fill_mask", "next_sentence", "sentence_order", "text_to_text", "fill_spans", "generate",
+               "generate_seq2seq",
                "word_similarity", "classify", "choose", "tag", "answer", "embed", "neighbours_index", "neighbours",
                "prompt_builder", "incontext_accuracy")
     TASKS = {"fill_mask": "fill-mask", "next_sentence": "next-sentence", "sentence_order": "sentence-order"}
@@ -31,7 +32,8 @@ class ExploreForm(forms.Form):
         "sentence_order": ("text_a", "text_b"),
         "text_to_text": ("task_prefix", "prompt", *DECODING_FIELDS),
         "fill_spans": ("span_text", *DECODING_FIELDS),
-        "generate": ("gen_prompt", *DECODING_FIELDS),
+        "generate": ("gen_prompt", "gen_chat", *DECODING_FIELDS),
+        "generate_seq2seq": ("source", *DECODING_FIELDS),
         "word_similarity": ("sentence_a", "sentence_b", "word"),
         "classify": ("classify_text", "classify_text_b"),
         "choose": ("choose_context", "choose_choices"),
@@ -89,7 +91,11 @@ class ExploreForm(forms.Form):
     # GPT generation
     gen_prompt = forms.CharField(required=False, label="Prompt", widget=forms.Textarea(
         attrs={"rows": 3, "placeholder": "The weather was cold that morning, so"}))
-    # decoding (T5 and GPT)
+    gen_chat = forms.BooleanField(required=False, initial=True, label="As a chat turn")
+    # UniLM source -> target
+    source = forms.CharField(required=False, label="Source", widget=forms.Textarea(
+        attrs={"rows": 3, "placeholder": "Source, e.g. a title"}))
+    # decoding (T5, GPT and UniLM)
     strategy = forms.ChoiceField(choices=[(s, s) for s in STRATEGIES], initial="greedy", required=False,
                                  label="Decoding")
     max_new_tokens = forms.IntegerField(min_value=1, max_value=MAX_GENERATE_TOKENS, initial=32, required=False,
@@ -151,7 +157,7 @@ class ExploreForm(forms.Form):
             for name in list(self._errors):
                 if name not in reads and name not in self.ALWAYS and name != "__all__":
                     del self._errors[name]
-        if action in ("text_to_text", "fill_spans", "generate") and data.get("strategy") == "sample":
+        if action in ("text_to_text", "fill_spans", "generate", "generate_seq2seq") and data.get("strategy") == "sample":
             if data.get("temperature") is not None and not data["temperature"] > 0:
                 self.add_error("temperature", "Must be greater than 0.")
             if data.get("top_p") is not None and not 0 < data["top_p"] <= 1:
@@ -167,6 +173,8 @@ class ExploreForm(forms.Form):
             self.add_error("span_text", "Type a text with <extra_id_0> where a span is missing.")
         elif action == "generate" and not (data.get("gen_prompt") or "").strip():
             self.add_error("gen_prompt", "Type a prompt for the model to continue.")
+        elif action == "generate_seq2seq" and not (data.get("source") or "").strip():
+            self.add_error("source", "Type a source (e.g. a title) for the model to write a target for.")
         elif action == "word_similarity":
             for name, label in (("sentence_a", "sentence A"), ("sentence_b", "sentence B"),
                                 ("word", "the word to compare")):

@@ -133,6 +133,10 @@ class GenerateRequestSerializer(DecodingSerializer):
     prompt = serializers.CharField(max_length=MAX_TEXT_CHARS, error_messages=TOO_LONG,
         help_text=f"T5: the input with its task prefix (e.g. 'summarize: ...'); GPT: the text to continue; "
                   f"UniLM: the source. At most {MAX_TEXT_CHARS:,} characters.")
+    chat = serializers.BooleanField(required=False, default=False,
+        help_text="GPT checkpoints of a supervised fine-tuning (SFT) run: the prompt is a user turn in the chat "
+                  "template the run learnt, and the model writes the assistant's reply. Other checkpoints answer "
+                  "400.")
 
 
 class DecodingUsedSerializer(serializers.Serializer):
@@ -156,6 +160,7 @@ class GenerateResponseSerializer(serializers.Serializer):
                                       help_text="end: the model wrote its end-of-sequence token; length: "
                                                 "max_new_tokens or the model's positions ran out.")
     prompt_tokens = serializers.IntegerField(help_text="How many tokens the model read.")
+    chat = serializers.BooleanField(help_text="Whether the prompt was read as a chat turn.")
     decoding = DecodingUsedSerializer()
 
 

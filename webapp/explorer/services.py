@@ -106,19 +106,30 @@ def generate_seq2seq(*, checkpoint: Checkpoint, source: str, max_new_tokens: int
 
 
 # ---------------------------------------------------------------------------- generation
+def generate_target(*, checkpoint: Checkpoint, source: str, decoding: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A UniLM checkpoint writes a target for `source`, decoded as `decoding` says (the panel's
+    answer without JavaScript; `generate`'s keys); other families get a sentence."""
+    from trainer.inference import generate as generation  # imports torch
+
+    source = _text(source, "The source")
+    return generation.generate_target(_folder(checkpoint), source, **_decoding(decoding))
+
+
 def _decoding(decoding: dict[str, Any] | None) -> dict[str, Any]:
     """The decoding fields a request gave (None = default); trainer.inference.generate checks them."""
     fields = ("strategy", "max_new_tokens", "num_beams", "temperature", "top_k", "top_p", "seed")
     return {k: v for k, v in (decoding or {}).items() if k in fields and v is not None and v != ""}
 
 
-def generate(*, checkpoint: Checkpoint, prompt: str, decoding: dict[str, Any] | None = None) -> dict[str, Any]:
+def generate(*, checkpoint: Checkpoint, prompt: str, decoding: dict[str, Any] | None = None,
+             chat: bool = False) -> dict[str, Any]:
     """A T5 (text-to-text), GPT (continuation) or UniLM (seq2seq) checkpoint writes text:
-    {"family", "text", "tokens", "ids", "stopped", "prompt_tokens", "decoding"}."""
+    {"family", "text", "tokens", "ids", "stopped", "prompt_tokens", "decoding"}. `chat`: an SFT
+    checkpoint answers the prompt as a user turn of its chat template."""
     from trainer.inference import generate as generation  # imports torch
 
     prompt = _text(prompt, "The prompt")
-    return generation.generate(_folder(checkpoint), prompt, **_decoding(decoding))
+    return generation.generate(_folder(checkpoint), prompt, chat=bool(chat), **_decoding(decoding))
 
 
 def fill_spans(*, checkpoint: Checkpoint, text: str, decoding: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -129,14 +140,14 @@ def fill_spans(*, checkpoint: Checkpoint, text: str, decoding: dict[str, Any] | 
     return generation.fill_spans(_folder(checkpoint), text, **_decoding(decoding))
 
 
-def stream_generate(*, checkpoint: Checkpoint, prompt: str,
-                    decoding: dict[str, Any] | None = None) -> Generator[str, None, dict[str, Any]]:
+def stream_generate(*, checkpoint: Checkpoint, prompt: str, decoding: dict[str, Any] | None = None,
+                    chat: bool = False) -> Generator[str, None, dict[str, Any]]:
     """`generate` as a generator of text pieces (its return value is generate's answer). The
     request is checked now; advancing it runs the model, so do that off the event loop."""
     from trainer.inference import generate as generation  # imports torch
 
     prompt = _text(prompt, "The prompt")
-    return generation.stream_generate(_folder(checkpoint), prompt, **_decoding(decoding))
+    return generation.stream_generate(_folder(checkpoint), prompt, chat=bool(chat), **_decoding(decoding))
 
 
 def attention(*, checkpoint: Checkpoint, text: str, target: str | None = None, stack: str | None = None,

@@ -7,8 +7,8 @@ over /ws/explore/generate/) and prompt builder, ELMo's word similarity, the atte
 all but ELMo; for fine-tuned checkpoints classify, tag and answer; for any encoder sentence
 embeddings and nearest neighbours within a dataset. With JavaScript the pages ask the JSON API
 and draw the answers in place; without it the forms post here and the same answers are rendered
-on the page (the attention heatmaps, UniLM's and XLNet's panels, charts and streaming need
-JavaScript).
+on the page, UniLM's source -> target generation too (the attention heatmaps, XLNet's panel,
+charts and streaming need JavaScript).
 """
 from __future__ import annotations
 
@@ -141,8 +141,12 @@ def _single(action: str, data: dict, selected: Checkpoint) -> dict[str, Any]:
     if action == "text_to_text":
         return services.generate(checkpoint=selected, prompt=data["prompt"], decoding=decoding)
     if action == "generate":
-        out = services.generate(checkpoint=selected, prompt=data["gen_prompt"], decoding=decoding)
-        return {**out, "prompt": data["gen_prompt"].strip()}
+        # The box is offered (and ticked) for SFT checkpoints only; elsewhere a ticked box is not a question.
+        chat = bool(data.get("gen_chat")) and services.checkpoint_task(selected) == "sft"
+        out = services.generate(checkpoint=selected, prompt=data["gen_prompt"], decoding=decoding, chat=chat)
+        return {**out, "prompt": data["gen_prompt"].strip(), "chat": chat}
+    if action == "generate_seq2seq":  # UniLM's target for a source, decoded as the Decoding card says
+        return services.generate_target(checkpoint=selected, source=data["source"], decoding=decoding)
     if action == "fill_spans":
         return services.fill_spans(checkpoint=selected, text=data["span_text"], decoding=decoding)
     return services.word_similarity(checkpoint=selected, sentence_a=data["sentence_a"],

@@ -11,7 +11,10 @@ A training worker is started with its kinds' queues (`-Q gpu`, `-Q cpu`: scripts
 docker-compose.yml). As it starts (celeryd_after_setup, webapp/celery.py) it counts what it can
 give one run and adds the queues of the device counts it can serve:
 - a GPU worker: its GPUs, WORKER_GPUS when set, else torch.cuda.device_count() asked in a
-  subprocess (the worker itself must not initialise CUDA before it forks its pool);
+  subprocess (the worker itself must not initialise CUDA before it forks its pool), shared out
+  between its pool processes: with --concurrency C each process (so each run it trains at once)
+  gets its own G // C GPUs through CUDA_VISIBLE_DEVICES (gpu_slices, set in the child as it
+  starts: on_child_start), and a worker with more processes than GPUs refuses to start;
 - a CPU worker: settings.RUN_MAX_DEVICES processes over gloo.
 It then writes {queues, gpus, cpu_processes} to the Redis key KEY_PREFIX + its node name every
 BEAT_S seconds (the Advertise bootstep), which expires TTL_S seconds after its last beat, and
@@ -91,14 +94,36 @@ def count_gpus() -> int:
         return 0
 
 
-def serve_queues(queues: Any, *, gpus: int | None = None, cpu_processes: int | None = None) -> dict[str, Any]:
+def gpu_slices(total: int, processes: int) -> list[str]:
+    """CUDA_VISIBLE_DEVICES for each of a GPU worker's `processes` pool processes: the first `total`
+    GPUs this worker sees (its own CUDA_VISIBLE_DEVICES, else 0, 1, ...) cut into `processes`
+    disjoint slices of total // processes. ConfigError with a sentence when there are fewer GPUs
+    than processes (two runs would share a GPU)."""
+    if total < processes:
+        raise ConfigError(f"This GPU worker has {processes} pool processes (--concurrency {processes}) but gives "
+                          f"{total} GPU{'s' if total != 1 else ''}: each process trains one run on GPUs of its own. "
+                          f"Start it with --concurrency {max(1, total)} or fewer.")
+    seen = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    names = (seen or [str(i) for i in range(total)])[:total]
+    each = total // processes
+    return [",".join(names[i * each:(i + 1) * each]) for i in range(processes)]
+
+
+def serve_queues(queues: Any, *, gpus: int | None = None, cpu_processes: int | None = None,
+                 processes: int = 1) -> dict[str, Any]:
     """Add to a worker's selected queues (app.amqp.queues, as -Q left them) the queues of the
     device counts it can give one run; returns what it advertises. A kind it was not started
-    with stays out: a CPU worker takes no GPU run, however many processes it may start."""
+    with stays out: a CPU worker takes no GPU run, however many processes it may start.
+    `processes`: the worker's pool size; a GPU worker gives each its own share of its GPUs."""
     selected = set(queues.consume_from)
     offer: dict[str, Any] = {"gpus": None, "cpu_processes": None}
     if "gpu" in selected:
-        offer["gpus"] = count_gpus() if gpus is None else gpus
+        total = count_gpus() if gpus is None else gpus
+        if total:
+            offer["gpu_slices"] = gpu_slices(total, max(1, processes))
+            offer["gpus"] = total // max(1, processes)
+        else:
+            offer["gpus"] = total
     if "cpu" in selected:
         offer["cpu_processes"] = int(settings.RUN_MAX_DEVICES) if cpu_processes is None else cpu_processes
     for kind, most in (("gpu", offer["gpus"]), ("cpu", offer["cpu_processes"])):
@@ -111,12 +136,30 @@ def serve_queues(queues: Any, *, gpus: int | None = None, cpu_processes: int | N
 def on_worker_setup(sender: str, instance: Any, **_: Any) -> None:
     """celeryd_after_setup: the worker's queues (see the module's docstring), before its pool forks."""
     global ADVERTISED
-    offer = serve_queues(instance.app.amqp.queues)
+    try:
+        offer = serve_queues(instance.app.amqp.queues, processes=int(getattr(instance, "concurrency", 1) or 1))
+    except ConfigError as e:  # Celery logs and swallows an Exception from a signal handler: exit instead
+        log.critical("%s", e)
+        raise SystemExit(str(e)) from None
     ADVERTISED = {**offer, "name": str(sender)}
     trained = [q for q in offer["queues"] if parse_queue(q)[0] in KINDS]
     if trained:
         log.info("Training runs from %s (GPUs: %s, CPU processes: %s).", ", ".join(trained),
                  offer["gpus"], offer["cpu_processes"])
+
+
+def on_child_start(**_: Any) -> None:
+    """worker_process_init: a GPU worker's pool process sees only its own GPUs (gpu_slices), so
+    two runs trained at once never share one. Billiard gives a process that replaces a dead one
+    the same index, hence the same GPUs."""
+    slices = (ADVERTISED or {}).get("gpu_slices")
+    if not slices:
+        return
+    from billiard.process import current_process
+
+    index = getattr(current_process(), "index", 0) or 0
+    os.environ["CUDA_VISIBLE_DEVICES"] = slices[index % len(slices)]
+    log.info("This pool process trains on GPUs %s.", os.environ["CUDA_VISIBLE_DEVICES"])
 
 
 class Advertise(bootsteps.StartStopStep):

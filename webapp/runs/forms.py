@@ -412,6 +412,27 @@ FINETUNE_HELP = {
 DEVICE_CHOICES = [("auto", "Auto"), ("cpu", "CPU"), ("cuda", "CUDA GPU")]
 
 
+class _OptionAttrs:
+    """A choice widget whose options carry attributes of their own: `option_attrs` {value: {attr:
+    value}} (a True value is a bare attribute such as disabled)."""
+
+    option_attrs: dict[str, dict[str, Any]]
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)  # type: ignore[misc]
+        extra = getattr(self, "option_attrs", {}).get(str(value), {})
+        option["attrs"] = {**option["attrs"], **{k: v for k, v in extra.items() if v is not False}}
+        return option
+
+
+class _OptionsSelect(_OptionAttrs, forms.Select):
+    pass
+
+
+class _OptionsCheckboxes(_OptionAttrs, forms.CheckboxSelectMultiple):
+    pass
+
+
 class _CheckpointChoice(forms.ModelChoiceField):
     def label_from_instance(self, obj: Checkpoint) -> str:
         return obj.label
@@ -432,22 +453,44 @@ MIXING_CHOICES = [("proportional", "examples-proportional (cap K)"), ("temperatu
                   ("equal", "equal")]
 
 
+def fit_note(checkpoint: dict[str, Any]) -> str:
+    """What a checkpoint (services.finetune_choices) fine-tunes on, as the form says it."""
+    from trainer.prep.labelled.tasks import TASKS
+
+    names = [TASKS[t].title.lower() if t in TASKS else t.replace("_", " ") for t in checkpoint["tasks"]]
+    if not names:
+        return f"A {checkpoint['family_label']} checkpoint cannot be fine-tuned here."
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+    return f"A {checkpoint['family_label']} checkpoint fine-tunes on {listed} datasets."
+
+
+def fit_count(n: int) -> str:
+    """The second half of the note (static/js/finetune_choices.js writes the same)."""
+    if n == 0:
+        return "None of your ready datasets fits it."
+    return f"{n} of your ready datasets {'fits' if n == 1 else 'fit'} it."
+
+
 class FinetuneForm(forms.Form):
     """Fine-tune one of the user's checkpoints on one of their datasets. Every checkpoint and
-    dataset of theirs is listed; services.finetune_create refuses those that cannot be used
-    (another family than an encoder's, a dataset not ready) with a sentence."""
+    dataset of theirs is listed, each option with what it fits (services.finetune_choices):
+    a checkpoint's data-tasks (the dataset tasks its family fine-tunes on), a dataset's data-task.
+    A dataset that is not ready is disabled; once a checkpoint is chosen (given, or posted), the
+    datasets it cannot fine-tune on are disabled too, the one chosen aside, and
+    static/js/finetune_choices.js does the same in the page as the checkpoint changes.
+    services.finetune_create still refuses a pair that does not fit, with a sentence."""
 
     name = forms.CharField(max_length=200, required=False, help_text="Empty: “<checkpoint> on <dataset>”.")
-    checkpoint = _CheckpointChoice(queryset=Checkpoint.objects.none(),
+    checkpoint = _CheckpointChoice(queryset=Checkpoint.objects.none(), widget=_OptionsSelect,
                                    help_text="The pre-trained (or fine-tuned) model: an encoder (BERT, RoBERTa, "
                                              "ALBERT, ELECTRA, DistilBERT, SpanBERT, UniLM) for the task heads, T5 "
                                              "or UniLM for text to text (T5 also for classification and regression, "
                                              "the label written as a word), GPT for SFT and GPT-1's classifier, ELMo "
                                              "for its features (classification, tags).")
-    dataset = _DatasetChoice(queryset=Dataset.objects.none(), help_text="A ready labelled dataset; its task "
+    dataset = _DatasetChoice(queryset=Dataset.objects.none(), widget=_OptionsSelect, help_text="A ready labelled dataset; its task "
                              "(classification, regression, tags, QA, text to text, SFT) is what the model learns.")
     extra_datasets = _DatasetsChoice(queryset=Dataset.objects.none(), required=False,
-                                     widget=forms.CheckboxSelectMultiple,
+                                     widget=_OptionsCheckboxes,
                                      help_text="T5 multi-task: more of your datasets (text to text, classification, "
                                                "regression) trained in the same text-to-text run, labels written as "
                                                "words. None: a single-task run.")
@@ -466,6 +509,8 @@ class FinetuneForm(forms.Form):
         self.fields["checkpoint"].queryset = checkpoints_for(user)
         self.fields["dataset"].queryset = datasets_for(user)
         self.fields["extra_datasets"].queryset = datasets_for(user)  # only the user's can be chosen
+        self.choices = services.finetune_choices(user)
+        self._mark_choices()
         defaults = {f: getattr(FinetuneConfig, f) for f in services.FINETUNE_FIELDS}
         for name in services.FINETUNE_FIELDS:
             default, help_text = defaults[name], FINETUNE_HELP[name]
@@ -493,6 +538,34 @@ class FinetuneForm(forms.Form):
             else:
                 field = forms.FloatField(initial=default, help_text=help_text, required=required)
             self.fields[name] = field
+
+    def _chosen(self, name: str) -> str:
+        value = self[name].value()
+        return "" if value is None else str(value)
+
+    def _mark_choices(self) -> None:
+        """The options' data attributes, and the disabled ones (the class docstring)."""
+        checkpoints, datasets = self.choices["checkpoints"], self.choices["datasets"]
+        self.fields["checkpoint"].widget.option_attrs = {
+            pk: {"data-tasks": " ".join(c["tasks"]), "data-note": fit_note(c)} for pk, c in checkpoints.items()}
+        chosen = checkpoints.get(self._chosen("checkpoint"))
+        self.chosen_checkpoint = chosen
+        dataset, picked = self._chosen("dataset"), {str(v) for v in (self["extra_datasets"].value() or [])}
+        marks, extras = {}, {}
+        for pk, d in datasets.items():
+            fits = d["ready"] and (chosen is None or d["task"] in chosen["tasks"])
+            marks[pk] = {"data-task": d["task"], "data-ready": "1" if d["ready"] else "0",
+                         "disabled": not fits and pk != dataset}
+            mixes = d["ready"] and d["mixable"] and (chosen is None or "text_to_text" in chosen["tasks"])
+            extras[pk] = {"data-task": d["task"], "data-ready": "1" if d["ready"] else "0",
+                          "data-mixable": "1" if d["mixable"] else "0", "disabled": not mixes and pk not in picked}
+        self.fields["dataset"].widget.option_attrs = marks
+        self.fields["extra_datasets"].widget.option_attrs = extras
+        if chosen is not None:
+            fitting = sum(1 for d in datasets.values() if d["ready"] and d["task"] in chosen["tasks"])
+            self.fit_note = fit_note(chosen) + " " + fit_count(fitting)
+        else:
+            self.fit_note = ""
 
     KEEP_IF_EMPTY = ("chat_template", "lora_targets", "device", "mixing")  # empty: the default it showed
 

@@ -416,6 +416,36 @@ def _check_dataset(owner, dataset) -> None:
                           f"fine-tuning reads a dataset once its columns are mapped and it is ingested.")
 
 
+def finetune_choices(owner) -> dict[str, dict[str, dict[str, Any]]]:
+    """What the fine-tuning form offers the owner, so that it lists only pairs
+    check_finetune_sources accepts: {"checkpoints": {id: {"family", "family_label", "tasks": the
+    dataset tasks its family fine-tunes on (trainer.finetune.tasks_for_family)}}, "datasets": {id:
+    {"task", "ready", "mixable": whether multi-task mixing takes it}}}. A checkpoint whose files cannot
+    be read fine-tunes on nothing. Checkpoints of one run share a family (read once per run)."""
+    from trainer import finetune
+    from trainer.finetune.config import MIX_DATASET_TASKS
+    from webapp.datasets.models import DatasetStatus
+    from webapp.datasets.selectors import datasets_for
+    from webapp.runs.selectors import checkpoints_for
+
+    by_run: dict[Any, str] = {}
+    checkpoints: dict[str, dict[str, Any]] = {}
+    for checkpoint in checkpoints_for(owner):
+        key = checkpoint.run_id or checkpoint.pk
+        if key not in by_run:
+            try:
+                by_run[key] = finetune.checkpoint_family(checkpoint.folder)
+            except ConfigError:
+                by_run[key] = ""
+        family = by_run[key]
+        checkpoints[str(checkpoint.pk)] = {
+            "family": family, "tasks": finetune.tasks_for_family(family) if family else [],
+            "family_label": families.get(family).label if family in families.names() else family or "unreadable"}
+    datasets = {str(d.pk): {"task": d.task, "ready": d.status == DatasetStatus.READY,
+                            "mixable": d.task in MIX_DATASET_TASKS} for d in datasets_for(owner)}
+    return {"checkpoints": checkpoints, "datasets": datasets}
+
+
 def build_finetune_config(*, checkpoint: Checkpoint, dataset, training: dict | None = None,
                           extra_datasets: Sequence[dict] = ()):
     """A validated FinetuneConfig: the user's settings (FINETUNE_FIELDS only) over the defaults,
