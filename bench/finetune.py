@@ -3,16 +3,34 @@ starting weights, data, seed and settings, metric for metric, with the time each
 
     .venv/bin/python bench/finetune.py                               # classification, seeds 0 1 2
     .venv/bin/python bench/finetune.py --task token_classification --seeds 0
+    .venv/bin/python bench/finetune.py --task text_to_text --pretrain-dir /tmp/t5   # keeps the T5 start
     .venv/bin/python bench/finetune.py --checkpoint PATH/TO/CHECKPOINT --steps 300
 
-The starting point is a pre-training checkpoint: --checkpoint, or (by default) a tiny BERT
-(hidden 128, 2 layers, WordPiece 4000 on the demo corpus) pre-trained here for --pretrain-steps
-MLM + NSP steps. Per seed, our engine builds its model (the checkpoint's encoder and a fresh head,
-initialised under the seed) and that very model is exported (models_lib.hf) to start transformers'
-Auto*ForSequenceClassification / ForTokenClassification from equal weights. Both then train
---steps AdamW updates of --batch-size examples (lr with linear warm-up over 10% and linear decay,
-weight decay 0.01 off biases and norms, clip 1.0, dropout on) in their own shuffled order, with
-dynamic padding, and score the test split with our metric functions (trainer.finetune.metrics).
+Tasks (--task), each on its demo dataset (trainer.prep.labelled.DEMOS) against transformers' class:
+  classification, pair_classification, regression   BertForSequenceClassification
+  token_classification                              BertForTokenClassification
+  extractive_qa                                     BertForQuestionAnswering
+  text_to_text                                      T5ForConditionalGeneration (teacher forcing)
+What differs between them is one BenchTask each (TASKS): the demo, the family of the start, the
+reference's class, its training features and its collator; the flow below is shared.
+
+The starting point is a pre-training checkpoint: --checkpoint, or (by default) a tiny model
+pre-trained here for --pretrain-steps steps (--pretrain-dir keeps it): a BERT (hidden 128, 2
+layers, WordPiece 4000, MLM + NSP) or, for text_to_text, t5-tiny (Unigram 4000 with T5's
+sentinels, span corruption). Per seed, our engine builds its model (the checkpoint's encoder and a
+fresh head initialised under the seed; T5 itself) and that very model is exported (models_lib.hf)
+to start transformers' Auto* class from equal weights. Both then train --steps AdamW updates of
+--batch-size examples (lr with linear warm-up over 10% and linear decay, weight decay 0.01 off
+biases and norms, clip 1.0, dropout on) in their own shuffled order, with dynamic padding.
+
+The reference's features: the sequence and token tasks are tokenised by transformers (its fast
+tokenizer on the checkpoint's tokenizer.json) and padded by its collators; extractive QA is fed
+the very windows our collator cuts (one item per question: all its windows, so that a batch holds
+--batch-size questions on both sides) and text_to_text our collator's "input </s>" / "target </s>"
+ids, padded by DataCollatorForSeq2Seq (which also shifts the targets right, as our step does).
+Scoring: the reference's trained model is read back into ours (models_lib.hf) and both sides'
+test splits go through the same code, our task's step and trainer.finetune.metrics (QA's span
+post-processing, T5's greedy generation up to --max-target-length tokens), so only training differs.
 
 Our engine batches by length by default (FinetuneConfig.group_by_length); Trainer's default
 sampler is a plain shuffle. Each seed trains the reference once per --reference-sampling
@@ -26,8 +44,9 @@ less; with --threads 1 it is the work done), each with the machine's load averag
 
 Before that, a parity check (--parity-steps N, 0 skips it): both trainers train N steps from the
 same weights on the same batches in the same order (our stream's, fed to Trainer with its
-sequential sampler), with dropout off and a constant lr, and the two per-step training losses are
-printed side by side: they should agree to ~1e-4 at step 1 (the same forward pass) and stay close.
+sequential sampler), with dropout off and a constant lr; the two per-step training losses are
+printed side by side (they should agree to ~1e-6), then both test scores (equal: the same
+weights, so it checks the read-back too).
 """
 from __future__ import annotations
 
@@ -40,7 +59,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import torch
 
@@ -68,39 +87,193 @@ class Timing(NamedTuple):
         return Timing(self.wall + other.wall, self.cpu + other.cpu)
 
 
-TASKS = {"classification": ("classification", "AutoModelForSequenceClassification"),
-         "token_classification": ("token_classification", "AutoModelForTokenClassification")}
+# ----------------------------------------------------------------------------- the tasks
+class Reference(NamedTuple):
+    """What the reference's side of a task is built from: the run's settings, transformers'
+    tokenizer and model of the exported start, the dataset's labels and problem type, and our
+    task's collator (QA's windows and T5's rows are taken from it, so that only training differs)."""
+
+    config: FinetuneConfig
+    tokenizer: Any
+    model: Any
+    labels: list[str]
+    problem: str | None
+    ours: Any
+
+
+def sequence_items(examples: list[dict], ref: Reference) -> list[dict]:
+    """One sentence or a pair per example, tokenised by transformers, with its class id (its float
+    score for regression)."""
+    index = {label: i for i, label in enumerate(ref.labels)}
+    out = []
+    for ex in examples:
+        texts = (ex["text"],) if "text" in ex else (ex["sentence1"], ex["sentence2"])
+        enc = dict(ref.tokenizer(*texts, truncation=True, max_length=ref.config.max_length))
+        enc["labels"] = float(ex["label"]) if ref.problem == "regression" else index[str(ex["label"])]
+        out.append(enc)
+    return out
+
+
+def token_items(examples: list[dict], ref: Reference) -> list[dict]:
+    """Pre-split words tokenised by transformers; each word's tag on its first sub-token."""
+    index = {label: i for i, label in enumerate(ref.labels)}
+    out = []
+    for ex in examples:
+        enc = ref.tokenizer(list(ex["tokens"]), is_split_into_words=True, truncation=True,
+                            max_length=ref.config.max_length)
+        tags, seen = [], set()
+        for w in enc.word_ids():
+            tags.append(index[ex["tags"][w]] if w is not None and w not in seen else -100)
+            if w is not None:
+                seen.add(w)
+        out.append({**dict(enc), "labels": tags})
+    return out
+
+
+def our_rows(example: dict, ref: Reference, scalars: tuple[str, ...] = ()) -> list[dict]:
+    """The rows our collator makes of one example (QA: its windows; T5: source and target), as
+    transformers' features: each row's tokens without padding, and the per-row `scalars`."""
+    batch = ref.ours([example])
+    tensors = {name: getattr(batch, name) for name in ("input_ids", "token_type_ids", "attention_mask", "labels")
+               if isinstance(getattr(batch, name, None), torch.Tensor)}
+    rows = []
+    for r in range(batch.input_ids.shape[0]):
+        n = int(batch.attention_mask[r].sum())
+        row = {k: v[r, :n].tolist() for k, v in tensors.items() if k != "labels"}
+        if "labels" in tensors:
+            row["labels"] = [t for t in tensors["labels"][r].tolist() if t != -100]
+        row.update({k: int(getattr(batch, k)[r]) for k in scalars})
+        rows.append(row)
+    return rows
+
+
+def window_items(examples: list[dict], ref: Reference) -> list[dict]:
+    """One item per question: every window our QA collator cuts from it, with the answer's first
+    and last token per window ([CLS] when it is not inside). "input_ids" (all its windows' tokens)
+    is what Trainer's length grouping measures."""
+    out = []
+    for ex in examples:
+        windows = our_rows(ex, ref, ("start_positions", "end_positions"))
+        out.append({"input_ids": [t for w in windows for t in w["input_ids"]], "windows": windows})
+    return out
+
+
+def text_items(examples: list[dict], ref: Reference) -> list[dict]:
+    """T5: our collator's "input </s>" and "target </s>" ids per example."""
+    return [our_rows(ex, ref)[0] for ex in examples]
+
+
+class Windows:
+    """Transformers' padding collator over the windows of a batch of questions (each question's
+    windows in order, as our collator batches them)."""
+
+    def __init__(self, tokenizer: Any):
+        from transformers import DataCollatorWithPadding
+
+        self.pad = DataCollatorWithPadding(tokenizer)
+
+    def __call__(self, items: list[dict]) -> dict:
+        return self.pad([w for item in items for w in item["windows"]])
+
+
+def padding(ref: Reference) -> Any:
+    from transformers import DataCollatorWithPadding
+
+    return DataCollatorWithPadding(ref.tokenizer)
+
+
+def token_padding(ref: Reference) -> Any:
+    from transformers import DataCollatorForTokenClassification
+
+    return DataCollatorForTokenClassification(ref.tokenizer)
+
+
+def seq2seq_padding(ref: Reference) -> Any:
+    """Pads sources and targets (-100), and shifts the targets right into decoder_input_ids (T5's
+    teacher forcing, as our step does)."""
+    from transformers import DataCollatorForSeq2Seq
+
+    return DataCollatorForSeq2Seq(ref.tokenizer, model=ref.model)
+
+
+class BenchTask(NamedTuple):
+    """What differs between the tasks; the flow (start, parity, timed runs, scoring) is shared."""
+
+    demo: str          # trainer.prep.labelled.DEMOS: the demo dataset
+    family: str        # what the default starting checkpoint is pre-trained as
+    reference: str     # transformers' Auto class of the reference model
+    items: Callable[[list[dict], Reference], list[dict]]  # the reference's training features
+    collator: Callable[[Reference], Any]                  # ... and how it batches them
+
+
+TASKS: dict[str, BenchTask] = {
+    "classification": BenchTask("classification", "bert", "AutoModelForSequenceClassification", sequence_items,
+                                padding),
+    "pair_classification": BenchTask("pair_classification", "bert", "AutoModelForSequenceClassification",
+                                     sequence_items, padding),
+    "regression": BenchTask("regression", "bert", "AutoModelForSequenceClassification", sequence_items, padding),
+    "token_classification": BenchTask("token_classification", "bert", "AutoModelForTokenClassification",
+                                      token_items, token_padding),
+    "extractive_qa": BenchTask("extractive_qa", "bert", "AutoModelForQuestionAnswering", window_items,
+                               lambda ref: Windows(ref.tokenizer)),
+    "text_to_text": BenchTask("text_to_text", "t5", "AutoModelForSeq2SeqLM", text_items, seq2seq_padding),
+}
 
 
 # ----------------------------------------------------------------------------- the starting point
-def pretrain(root: Path, steps: int, threads: int) -> Path:
-    """A tiny BERT pre-trained for `steps` MLM + NSP steps on the demo corpus; its last checkpoint."""
+def pretrain(root: Path, steps: int, threads: int, family: str = "bert") -> Path:
+    """A tiny model pre-trained for `steps` steps on the demo corpus; its last checkpoint. bert: hidden
+    128, 2 layers, WordPiece 4000, MLM + NSP. t5: t5-tiny (d_model 64, 2 + 2 layers), Unigram 4000
+    with T5's 100 sentinels, span corruption (T5's Adafactor, lr 0.01, inverse square root)."""
     from trainer.config import RunConfig
     from trainer.prep.corpus import CleaningOptions, ingest, write_demo_corpus
     from trainer.prep.shards import encode_corpus
     from trainer.prep.tokenization import train_tokenizer
     from trainer.training.engine import train
 
-    raw = write_demo_corpus(root / "demo.txt")
-    corpus, tok = root / "corpus", root / "tokenizer"
+    raw = root / "demo.txt"
+    if not raw.is_file():
+        write_demo_corpus(raw)
+    corpus, tok = root / f"corpus-{family}", root / f"tokenizer-{family}"
     ingest(raw, corpus, original_filename="demo.txt", options=CleaningOptions(), valid_fraction=0.05, seed=0)
-    train_tokenizer(corpus, tok, algorithm="wordpiece", vocab_size=4000, lowercase=True)
+    common = dict(max_steps=steps, batch_size=32, seq_len=128, warmup_steps=max(1, steps // 20), eval_every=steps,
+                  eval_batches=4, checkpoint_every=steps, log_every=max(1, steps // 5), seed=0, device="cpu",
+                  num_threads=threads)
+    if family == "t5":
+        train_tokenizer(corpus, tok, algorithm="unigram", vocab_size=4000, lowercase=True, extra_ids=100)
+        config = RunConfig(family="t5", preset="t5-tiny", objectives=["span_corruption"], lr=0.01,
+                           schedule="inverse_sqrt", weight_decay=0.0, **common)
+    else:
+        train_tokenizer(corpus, tok, algorithm="wordpiece", vocab_size=4000, lowercase=True)
+        config = RunConfig(preset="bert-tiny", model_overrides={"hidden_size": 128, "num_heads": 2, "num_layers": 2},
+                           objectives=["mlm", "nsp"], lr=1e-3, **common)
     encode_corpus(corpus, tok)
-    config = RunConfig(preset="bert-tiny", model_overrides={"hidden_size": 128, "num_heads": 2, "num_layers": 2},
-                       objectives=["mlm", "nsp"], max_steps=steps, batch_size=32, seq_len=128, lr=1e-3,
-                       warmup_steps=max(1, steps // 20), eval_every=steps, eval_batches=4, checkpoint_every=steps,
-                       log_every=max(1, steps // 5), seed=0, device="cpu", num_threads=threads)
-    result = train(config, data_dir=tok, out_dir=root / "pretrain", sink=ListSink())
+    result = train(config, data_dir=tok, out_dir=root / f"pretrain-{family}", sink=ListSink())
     return Path(result.last_checkpoint)
 
 
 def make_dataset(root: Path, task: str) -> Path:
     from trainer.prep.labelled import DEMOS, ingest, sniff, write_demo_dataset
 
-    source = write_demo_dataset(task, root / DEMOS[task].filename)
+    demo = TASKS[task].demo
+    source = write_demo_dataset(demo, root / DEMOS[demo].filename)
     preview = sniff(source, source.name)
     ingest(source, root / f"data-{task}", original_filename=source.name, task=preview.task, mapping=preview.mapping)
     return root / f"data-{task}"
+
+
+def prepared(config: FinetuneConfig) -> tuple[Any, list[str], FinetuneConfig]:
+    """(our Task, the dataset's labels, the config as our engine completes it: task and family),
+    the same choices trainer.finetune.engine.finetune makes."""
+    from models_lib.checkpoint import read_model_config
+    from trainer import finetune as tasks
+    from trainer.prep.labelled import read_meta
+
+    meta = read_meta(Path(config.dataset))
+    family = str(read_model_config(Path(config.checkpoint)).get("family", ""))
+    task = tasks.for_family(meta["task"], family)
+    labels = [str(x) for x in meta.get("labels") or []]
+    return task, labels, config.replace(task=task.name, family=family)
 
 
 # ----------------------------------------------------------------------------- ours
@@ -143,30 +316,61 @@ def run_ours(config: FinetuneConfig, out: Path) -> tuple[dict, Timing, ListSink]
     return test, spent["run"] - spent["aside"], sink
 
 
-def initial_model(config: FinetuneConfig):
+def initial_model(config: FinetuneConfig) -> Any:
     """The model our engine starts from for this config (the same seed, the same calls in order)."""
     from models_lib.checkpoint import load_model
-    from models_lib.families.downstream import from_pretraining
-    from trainer import finetune as tasks
-    from trainer.prep.labelled import read_meta
     from trainer.training.engine import setup_runtime
 
-    meta = read_meta(Path(config.dataset))
-    task = tasks.get(meta["task"])
-    labels = [str(x) for x in meta.get("labels") or []]
+    task, labels, config = prepared(config)
     setup_runtime(config)
     base = load_model(Path(config.checkpoint), map_location="cpu")
-    return from_pretraining(base, task.head, task.num_labels(labels), labels=labels if task.has_classes else None,
-                            problem_type=task.problem), labels
+    return task.build_model(base, labels, config)
+
+
+def export_start(model: Any, checkpoint: Path, folder: Path) -> Path:
+    """`model` (our engine's start) as a transformers folder, with the checkpoint's tokenizer."""
+    from models_lib import hf
+    from trainer.export import write_tokenizer_files
+
+    hf.to_pretrained(model, folder)
+    t5 = model.config.family == "t5"
+    write_tokenizer_files(checkpoint, folder, max_positions=getattr(model.config, "max_positions", 512),
+                          with_token_types=not t5)
+    return folder
+
+
+def score(model: Any, config: FinetuneConfig) -> dict:
+    """The test split's metrics of `model` (one of ours), computed as our engine computes its own:
+    our collator's test batches through our task's step (its predictions, QA's post-processing,
+    T5's greedy generation) into trainer.finetune.metrics."""
+    from trainer.finetune.engine import _batches
+    from trainer.prep.labelled import iter_examples
+    from trainer.prep.tokenization import load_tokenizer
+
+    task, labels, config = prepared(config)
+    collator = task.build_collator(load_tokenizer(Path(config.checkpoint)), labels, config.max_length, config)
+    step = task.step(config, model, "cpu", task=task, labels=labels)
+    model.eval()
+    step.start_validation()
+    with torch.no_grad():
+        for batch in _batches(list(iter_examples(Path(config.dataset), "test")), collator, config.batch_size):
+            step(batch, train=False)
+    return step.finish_validation()
 
 
 # ----------------------------------------------------------------------------- the reference
-def run_theirs(config: FinetuneConfig, task: str, folder: Path, labels: list[str], *, sampling: str = "random",
+def run_theirs(config: FinetuneConfig, task: str, folder: Path, *, sampling: str = "random",
                order: list[dict] | None = None) -> tuple[dict, Timing, list[float]]:
     """(test metrics, Trainer.train() seconds, the training loss of every step). sampling: Trainer's
-    train_sampling_strategy; order: train on these examples in this order (sequential sampler)."""
+    train_sampling_strategy; order: train on these examples in this order (sequential sampler).
+    The trained model is read back into ours (models_lib.hf) and scored by `score`, so both sides'
+    predictions are turned into metrics by the same code."""
     import transformers
-    from transformers import DataCollatorForTokenClassification, DataCollatorWithPadding, Trainer, TrainingArguments
+    from transformers import Trainer, TrainingArguments
+
+    from models_lib import hf
+    from trainer.prep.labelled import iter_examples
+    from trainer.prep.tokenization import load_tokenizer
 
     losses: list[float] = []
 
@@ -178,36 +382,13 @@ def run_theirs(config: FinetuneConfig, task: str, folder: Path, labels: list[str
                 losses.append(float(loss.detach()))
             return out
 
-    from trainer.prep.labelled import iter_examples
-
-    tokenizer = transformers.AutoTokenizer.from_pretrained(folder)
-    model = getattr(transformers, TASKS[task][1]).from_pretrained(folder)
-    index = {label: i for i, label in enumerate(labels)}
-
-    def encode(example: dict) -> dict:
-        if task == "classification":
-            if "text" in example:
-                enc = tokenizer(example["text"], truncation=True, max_length=config.max_length)
-            else:
-                enc = tokenizer(example["sentence1"], example["sentence2"], truncation=True,
-                                max_length=config.max_length)
-            enc["labels"] = index[str(example["label"])]
-            return dict(enc)
-        enc = tokenizer(list(example["tokens"]), is_split_into_words=True, truncation=True,
-                        max_length=config.max_length)
-        tags, seen = [], set()
-        for w in enc.word_ids():
-            tags.append(index[example["tags"][w]] if w is not None and w not in seen else -100)
-            if w is not None:
-                seen.add(w)
-        enc["labels"] = tags
-        return dict(enc)
-
-    train = [encode(ex) for ex in (order if order is not None else iter_examples(Path(config.dataset), "train"))]
-    test_examples = list(iter_examples(Path(config.dataset), "test"))
-    test = [encode(ex) for ex in test_examples]
-    collator = (DataCollatorWithPadding(tokenizer) if task == "classification"
-                else DataCollatorForTokenClassification(tokenizer))
+    spec = TASKS[task]
+    ours_task, labels, full = prepared(config)
+    model = getattr(transformers, spec.reference).from_pretrained(folder)
+    ref = Reference(config, transformers.AutoTokenizer.from_pretrained(folder), model, labels, ours_task.problem,
+                    ours_task.build_collator(load_tokenizer(Path(config.checkpoint)), labels, config.max_length, full))
+    examples = order if order is not None else list(iter_examples(Path(config.dataset), "train"))
+    train = spec.items(examples, ref)
     with tempfile.TemporaryDirectory() as out:
         args = TrainingArguments(
             output_dir=out, max_steps=config.max_steps, per_device_train_batch_size=config.batch_size,
@@ -216,24 +397,16 @@ def run_theirs(config: FinetuneConfig, task: str, folder: Path, labels: list[str
             warmup_steps=config.warmup_steps, lr_scheduler_type=config.schedule, max_grad_norm=config.clip_grad,
             seed=config.seed, data_seed=config.seed, use_cpu=True, report_to="none", save_strategy="no",
             eval_strategy="no", logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
+            remove_unused_columns=False,  # QA's items carry their windows; every task's collator builds the inputs
             train_sampling_strategy="sequential" if order is not None else sampling)
-        trainer = Recording(model=model, args=args, train_dataset=train, data_collator=collator)
+        trainer = Recording(model=model, args=args, train_dataset=train, data_collator=spec.collator(ref),
+                            processing_class=ref.tokenizer)
         started = Timing.now()
         trainer.train()
         seconds = Timing.now() - started
-        logits = trainer.predict(test).predictions
-    logits = logits[0] if isinstance(logits, tuple) else logits
-    if task == "classification":
-        predictions = [labels[i] for i in logits.argmax(-1).tolist()]
-        references = [str(ex["label"]) for ex in test_examples]
-    else:
-        predictions, references = [], []
-        for row, enc in zip(logits.argmax(-1), test):
-            gold = [i for i in enc["labels"] if i != -100]
-            picked = [int(p) for p, g in zip(row, enc["labels"]) if g != -100]
-            predictions.append([labels[i] for i in picked])
-            references.append([labels[i] for i in gold])
-    return METRICS[TASKS[task][0]].compute(predictions, references), seconds, losses
+        trainer.save_model(Path(out) / "trained")
+        trained = hf.from_pretrained(Path(out) / "trained", task=None if full.family == "t5" else "auto")
+    return score(trained, config), seconds, losses
 
 
 # ----------------------------------------------------------------------------- parity
@@ -243,7 +416,7 @@ def without_dropout(checkpoint: Path, folder: Path) -> Path:
 
     shutil.copytree(checkpoint, folder)
     meta = json.loads((folder / CONFIG_NAME).read_text())
-    for key in ("hidden_dropout", "attention_dropout"):
+    for key in ("hidden_dropout", "attention_dropout", "dropout_rate"):  # the encoders', T5's
         if key in meta["config"]:
             meta["config"][key] = 0.0
     (folder / CONFIG_NAME).write_text(json.dumps(meta, indent=2) + "\n")
@@ -252,48 +425,52 @@ def without_dropout(checkpoint: Path, folder: Path) -> Path:
 
 def our_order(config: FinetuneConfig, steps: int) -> list[dict]:
     """The training examples our engine's stream feeds for `steps` steps, in that order."""
-    from trainer import finetune as tasks
     from trainer.finetune.engine import ExampleStream
-    from trainer.prep.labelled import iter_examples, read_meta
+    from trainer.prep.labelled import iter_examples
     from trainer.prep.tokenization import load_tokenizer
 
-    meta = read_meta(Path(config.dataset))
-    task = tasks.get(meta["task"])
-    labels = [str(x) for x in meta.get("labels") or []]
+    task, labels, config = prepared(config)
     collator = task.build_collator(load_tokenizer(Path(config.checkpoint)), labels, config.max_length, config)
     stream = ExampleStream(list(iter_examples(Path(config.dataset), "train")), collator,
                            batch_size=config.batch_size, seed=config.seed, group_by_length=config.group_by_length)
     return [stream.examples[i] for _ in range(steps) for i in stream.next_indices()]
 
 
-def parity(checkpoint: Path, dataset: Path, root: Path, args: argparse.Namespace) -> None:
+def parity(checkpoint: Path, dataset: Path, root: Path, args: argparse.Namespace) -> list[float]:
     """Both trainers, N steps on the same batches in the same order, dropout off, constant lr: the
-    per-step training losses side by side."""
-    from models_lib import hf
-    from trainer.export import write_tokenizer_files
-
+    per-step training losses side by side, then both test scores. Returns the per-step |diff|."""
     steps, seed = args.parity_steps, args.seeds[0]
     plain = without_dropout(checkpoint, root / "parity-checkpoint")
-    config = FinetuneConfig(checkpoint=str(plain), dataset=str(dataset), max_steps=steps, batch_size=args.batch_size,
-                            max_length=args.max_length, lr=args.lr, warmup_ratio=0.0, schedule="constant",
-                            eval_every=steps, checkpoint_every=steps, log_every=1, seed=seed, device="cpu",
-                            num_threads=args.threads)
-    model, labels = initial_model(config)
-    start = root / "parity-start"
-    hf.to_pretrained(model, start)
-    write_tokenizer_files(plain, start, max_positions=model.config.max_positions, with_token_types=True)
-    _, _, sink = run_ours(config, root / "parity-ours")
+    config = settings(args, plain, dataset, seed).replace(max_steps=steps, warmup_ratio=0.0, schedule="constant",
+                                                          eval_every=steps, checkpoint_every=steps, log_every=1)
+    start = export_start(initial_model(config), plain, root / "parity-start")
+    ours_metrics, _, sink = run_ours(config, root / "parity-ours")
     ours = [v["loss"] for _, v in sink.split("train")]
-    _, _, theirs = run_theirs(config, args.task, start, labels, order=our_order(config, steps))
-    print(f"parity: {steps} steps of {args.batch_size}, the same batches in our stream's order, dropout off, "
-          f"constant lr {args.lr:g} (seed {seed})")
+    theirs_metrics, _, theirs = run_theirs(config, args.task, start, order=our_order(config, steps))
+    print(f"parity ({args.task}): {steps} steps of {args.batch_size}, the same batches in our stream's order, "
+          f"dropout off, constant lr {args.lr:g} (seed {seed})")
     print("  step  ours loss   transformers loss   |diff|")
     for i, (a, b) in enumerate(zip(ours, theirs), 1):
         print(f"  {i:4d}  {a:.6f}   {b:.6f}            {abs(a - b):.2e}")
     diffs = [abs(a - b) for a, b in zip(ours, theirs)]
     if diffs:
         print(f"  step 1 |diff| {diffs[0]:.2e}; largest over the {len(diffs)} steps {max(diffs):.2e} "
-              f"(at step {diffs.index(max(diffs)) + 1}); ours logged {len(ours)} steps, transformers {len(theirs)}\n")
+              f"(at step {diffs.index(max(diffs)) + 1}); ours logged {len(ours)} steps, transformers {len(theirs)}")
+    print("  test metrics after these steps, ours / transformers' (read back, scored by the same code): "
+          + ", ".join(f"{k} {ours_metrics.get(k, float('nan')):.4f} / {v:.4f}" for k, v in sorted(theirs_metrics.items()))
+          + "\n")
+    if len(ours) != len(theirs):
+        diffs.append(float("inf"))
+    return diffs
+
+
+def settings(args: argparse.Namespace, checkpoint: Path, dataset: Path, seed: int) -> FinetuneConfig:
+    """The timed runs' FinetuneConfig (parity changes the schedule and the logging)."""
+    return FinetuneConfig(checkpoint=str(checkpoint), dataset=str(dataset), max_steps=args.steps,
+                          batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
+                          max_target_length=args.max_target_length, warmup_ratio=0.1, eval_every=args.steps,
+                          checkpoint_every=args.steps, log_every=max(1, args.steps // 5), seed=seed, device="cpu",
+                          num_threads=args.threads)
 
 
 # ----------------------------------------------------------------------------- main
@@ -308,11 +485,16 @@ def ratio(theirs: Timing, ours: Timing) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", choices=list(TASKS), default="classification")
-    parser.add_argument("--checkpoint", type=Path, help="a pre-training checkpoint folder (default: pre-train one)")
+    parser.add_argument("--checkpoint", type=Path, help="a pre-training checkpoint folder (default: pre-train one; "
+                        "a T5 one for text_to_text, a BERT one for the others)")
     parser.add_argument("--pretrain-steps", type=int, default=300)
+    parser.add_argument("--pretrain-dir", type=Path,
+                        help="pre-train into this folder and keep it (its checkpoint can be --checkpoint later)")
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-length", type=int, default=128)
+    parser.add_argument("--max-target-length", type=int, default=64, help="text_to_text: target tokens, and the "
+                        "most tokens greedy generation writes")
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--threads", type=int, default=2)
@@ -324,29 +506,27 @@ def main(argv: list[str] | None = None) -> int:
                         help="our group_by_length, one run each")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    from models_lib import hf
-    from trainer.export import write_tokenizer_files
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        checkpoint = args.checkpoint or pretrain(root, args.pretrain_steps, args.threads)
+        if args.checkpoint:
+            checkpoint = args.checkpoint
+        else:
+            where = args.pretrain_dir or root
+            where.mkdir(parents=True, exist_ok=True)
+            checkpoint = pretrain(where, args.pretrain_steps, args.threads, TASKS[args.task].family)
+            print(f"pre-trained {TASKS[args.task].family} ({args.pretrain_steps} steps): {checkpoint}")
         dataset = make_dataset(root, args.task)
         if args.parity_steps:
             parity(Path(checkpoint), dataset, root, args)
-        primary = METRICS[TASKS[args.task][0]].primary
         examples = args.steps * args.batch_size
         ours_runs: dict[str, list] = {g: [] for g in args.ours_grouping}      # grouping -> [(metrics, s)]
         theirs_runs: dict[str, list] = {m: [] for m in args.reference_sampling}
+        primary = "?"
         for seed in args.seeds:
-            base = FinetuneConfig(checkpoint=str(checkpoint), dataset=str(dataset), max_steps=args.steps,
-                                  batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
-                                  warmup_ratio=0.1, eval_every=args.steps, checkpoint_every=args.steps,
-                                  log_every=max(1, args.steps // 5), seed=seed, device="cpu",
-                                  num_threads=args.threads)
-            model, labels = initial_model(base)
-            start = root / f"start-{seed}"
-            hf.to_pretrained(model, start)  # the very weights our engine starts from
-            write_tokenizer_files(Path(checkpoint), start, max_positions=model.config.max_positions, with_token_types=True)
+            base = settings(args, Path(checkpoint), dataset, seed)
+            primary = METRICS[prepared(base)[0].metrics].primary
+            start = export_start(initial_model(base), Path(checkpoint), root / f"start-{seed}")  # ours' very start
             print(f"seed {seed}:")
             for grouping in args.ours_grouping:
                 config = base.replace(group_by_length=grouping == "on")
@@ -357,7 +537,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{speed(examples, seconds)}; load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
             for sampling in args.reference_sampling:
                 load = os.getloadavg()[0]
-                metrics, seconds, _ = run_theirs(base, args.task, start, labels, sampling=sampling)
+                metrics, seconds, _ = run_theirs(base, args.task, start, sampling=sampling)
                 theirs_runs[sampling].append((metrics, seconds))
                 print(f"  transformers, {sampling}: {primary} {metrics[primary]:.4f}, {speed(examples, seconds)}; "
                       f"load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
