@@ -1,0 +1,173 @@
+"""Each fine-tuning task type end to end (issue 9, point 9), with real processes: the task's demo
+dataset created and ingested through the API, a fine-tuning run launched with POST /api/finetune/
+on a tiny checkpoint of the right family, trained by the live stack's Celery worker, and its test
+split scored clearly above chance, read back over HTTP (token auth) from GET /api/runs/<id>/, the
+test report and the test predictions.
+
+The base checkpoints are the suite's real tiny ones on the standard-library corpus's 1,000-token
+WordPiece tokenizer (the one the demo datasets' text comes from), registered as rows of the test
+database that the live stack shares: BERT is runs_helpers' 20-step pre-trained bert-tiny (hidden
+64, two layers); T5, GPT and ELMo are tiny random models of inference_generate_helpers (hidden 32,
+two layers). Every run trains with the same seed (FinetuneConfig's default, 0: the API does not
+take one), so each threshold below was set from that setting trained in-process at seeds 0, 1 and
+2 (the values in the comments, "seeds 0/1/2"); the worst of them clears the threshold with room.
+
+Left out: pair classification (consecutive paragraphs of one module against a random paragraph of
+another): at 300 steps the tiny BERT stayed at chance (test accuracy 0.49 / 0.57 / 0.53 at seeds
+0/1/2 against a majority share of 0.53), so no honest threshold fits this file's time budget. Text to text on T5 (a paragraph's first
+sentence): the tiny random T5 reached test ROUGE-L 0.111 / 0.120 / 0.102 at seeds 0/1/2 after 300
+steps, below what one fixed output scores on the same targets ("return a the of is to .": 0.168),
+so it is not above chance either. Multi-label (five keyword topics): micro F1 0.807 / 0.537 / 0.644
+at seeds 0/1/2 (max_length 64, lr 2e-3) against 0.521 for the best fixed label set given to every
+test example, so its worst seed is not clearly above chance; a longer max_length (128, lr 3e-3)
+gave 0.601 at seed 0 and could not be measured further within the time given. GPT-1's classifier
+on GPT was not calibrated in that time either (its multiple choice is checked above chance, eagerly,
+in tests/webapp/test_finetune_multiple_choice.py).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.livestack import wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+DONE = {"succeeded", "failed", "crashed", "cancelled"}
+ENCODER = dict(max_length=64, max_steps=300, batch_size=32, lr=2e-3, warmup_ratio=0.1, eval_every=300)
+GENERATIVE = dict(ENCODER, lr=3e-3, max_target_length=32, samples_shown=0)
+
+# task -> (demo dataset, base family, settings); the checks are in CHECKS below.
+TASKS = {
+    "classification": ("classification", "bert", ENCODER),
+    "regression": ("regression", "bert", ENCODER),
+    "token_classification": ("token_classification", "bert", ENCODER),
+    "extractive_qa": ("extractive_qa", "bert", ENCODER),
+    "sft": ("sft", "gpt", GENERATIVE),
+    "elmo_classification": ("classification", "elmo", GENERATIVE),
+}
+
+
+# ---------------------------------------------------------------- chance levels, from the test split's gold
+def majority_share(gold: list) -> float:
+    """Accuracy of always answering the test split's most frequent label."""
+    return Counter(json.dumps(g) for g in gold).most_common(1)[0][1] / len(gold)
+
+
+def unanswerable_share(gold: list[list[str]]) -> float:
+    """SQuAD 2.0 F1 of always answering "no answer": the share of unanswerable questions."""
+    return sum(1 for answers in gold if not answers) / len(gold)
+
+
+# task -> (metric, chance level from the test split's gold answers, margin above it)
+CHECKS = {
+    # 5 packages; majority share 0.257 (asyncio or xml, 26 of 101). Accuracy seeds 0/1/2: 0.634 / 0.693 / 0.545.
+    "classification": ("accuracy", majority_share, 0.15),
+    # A constant predicts with Pearson 0. Seeds 0/1/2: 0.793 / 0.775 / 0.794.
+    "regression": ("pearson", lambda gold: 0.0, 0.5),
+    # Tagging every word "O" finds no entity: entity F1 0. Seeds 0/1/2: 0.260 / 0.251 / 0.258.
+    "token_classification": ("entity_f1", lambda gold: 0.0, 0.15),
+    # Always "no answer" scores the unanswerable share: 0.260 (19 of 73). F1 seeds 0/1: 0.673 / 0.641 (seed 2 not measured in time).
+    "extractive_qa": ("f1", unanswerable_share, 0.2),
+    # A model that knows nothing gives each of the tokenizer's 1,000 tokens 1/1000: perplexity 1000 (lower is
+    # better; it must be under 400). Seed 0: 177.8 (seeds 1 and 2 not measured, see the module's doc).
+    "sft": ("perplexity", lambda gold: 1000.0, 600.0),
+    # ELMo's features (the random tiny biLM frozen, a scalar mix, a BiLSTM): the same majority share, 0.257.
+    # Seeds 0/1/2: 0.436 / 0.505 / 0.475.
+    "elmo_classification": ("accuracy", majority_share, 0.1),
+}
+
+
+# ---------------------------------------------------------------- base checkpoints
+def base_checkpoint(owner, family: str):
+    """A Checkpoint row of `owner`'s: a copy of the suite's tiny `family` checkpoint (see the module's doc)."""
+    from django.conf import settings
+
+    from tests.trainer.inference_generate_helpers import make_checkpoint as write_checkpoint
+    from tests.webapp.runs_helpers import cache_dir, make_checkpoint, make_run, prepared_data
+    from webapp.runs.models import Checkpoint, RunStatus
+
+    if family == "bert":
+        return make_checkpoint(make_run(owner, status=RunStatus.SUCCEEDED, name="tiny bert"), step=20, real=True)
+    source = cache_dir() / f"fte2e-{family}"
+    if not (source / "model_config.json").is_file():
+        tmp = source.with_name(source.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        write_checkpoint(family, tmp, prepared_data()[1])
+        tmp.rename(source)
+    run = make_run(owner, status=RunStatus.SUCCEEDED, name=f"tiny {family}", family=family)
+    rel = Path("runs") / str(run.id) / "checkpoints" / "step-00000010"
+    shutil.copytree(source, Path(settings.STORAGE_ROOT) / rel)
+    return Checkpoint.objects.create(run=run, step=10, path=str(rel), metrics={})
+
+
+# ---------------------------------------------------------------- all runs at once (the worker trains two at a time)
+@pytest.fixture(scope="module")
+def finished(live_stack, django_db_blocker):
+    """{task: (the run, its test report, the gold answers of its test predictions)} once every run has ended."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    api = live_stack.url + "/api"
+    with django_db_blocker.unblock():
+        user = get_user_model().objects.create_user(username="fte2e", password="fte2e-password-123")
+        s = requests.Session()
+        s.headers["Authorization"] = f"Token {Token.objects.create(user=user).key}"
+        bases = {family: str(base_checkpoint(user, family).id) for family in {f for _, f, _ in TASKS.values()}}
+
+    datasets = {}
+    for demo in {d for d, _, _ in TASKS.values()}:
+        r = s.post(f"{api}/datasets/demos/", json={"name": demo})
+        assert r.status_code == 201, r.text
+        datasets[demo] = r.json()["id"]
+    for demo, dataset_id in datasets.items():
+        ready = wait_for(s, f"{api}/datasets/{dataset_id}/", "status", {"ready", "failed"}, 180, live_stack)
+        assert ready["status"] == "ready", (demo, ready)
+
+    runs, pending = {}, list(TASKS)
+    deadline = time.time() + 600
+    while pending and time.time() < deadline:  # at most MAX_ACTIVE_RUNS_PER_USER (8) queued or running at once
+        task = pending[0]
+        demo, family, training = TASKS[task]
+        r = s.post(f"{api}/finetune/", json={"checkpoint": bases[family], "dataset": datasets[demo],
+                                             "name": task, "device": "cpu", **training})
+        if r.status_code == 429:
+            time.sleep(1)
+            continue
+        assert r.status_code == 201, (task, r.text)
+        runs[task] = r.json()["id"]
+        pending.pop(0)
+    assert not pending, pending
+
+    out = {}
+    for task, run_id in runs.items():
+        run = wait_for(s, f"{api}/runs/{run_id}/", "status", DONE, 600, live_stack)
+        report = s.get(f"{api}/runs/{run_id}/test-report/")
+        predictions = s.get(f"{api}/runs/{run_id}/predictions.jsonl")
+        gold = [json.loads(line)["gold"] for line in predictions.text.splitlines() if line.strip()] \
+            if predictions.status_code == 200 else []
+        out[task] = (run, report.json() if report.status_code == 200 else {"error": report.text}, gold)
+    yield out, live_stack
+
+
+@pytest.mark.parametrize("task", list(TASKS))
+def test_the_task_trains_on_a_real_worker_and_beats_chance_on_its_test_split(finished, task):
+    results, stack = finished
+    run, report, gold = results[task]
+    assert run["status"] == "succeeded", (task, run, stack.logs())
+    assert run["kind"] == "finetune", run
+    metric, chance_of, margin = CHECKS[task]
+    assert "metrics" in report, (task, report)
+    value = report["metrics"][metric]
+    assert gold or task == "sft", (task, "no test predictions")
+    chance = chance_of(gold)
+    if metric == "perplexity":  # lower is better
+        assert value < chance - margin, (task, metric, value, chance, report["metrics"])
+    else:
+        assert value > chance + margin, (task, metric, value, chance, report["metrics"])
