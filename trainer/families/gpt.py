@@ -22,11 +22,17 @@ class GPTFamily(Family):
         return "GPT: the context length of the packed sequences (at most the preset's positions)."
 
     def generation_prompt(self, loaded: "Loaded", text: str, max_new_tokens: int) -> GenerationPrompt:
-        ids = self.prompt_ids(loaded.tokenizer, text)
+        return self.prompt_of_ids(loaded, self.prompt_ids(loaded.tokenizer, text), max_new_tokens)
+
+    @staticmethod
+    def prompt_of_ids(loaded: "Loaded", ids: list[int], max_new_tokens: int, *, what: str = "The prompt",
+                      output: str = "to generate") -> GenerationPrompt:
+        """Prompt ids made ready: max_new_tokens cut to the room the model's positions leave
+        (InferenceError when none: `what` is N tokens long ... no room `output`)."""
         room = loaded.max_positions - len(ids)
         if room < 1:
-            raise InferenceError(f"The prompt is {len(ids)} tokens long, but this model reads at most "
-                                 f"{loaded.max_positions} in all, which leaves no room to generate. Shorten it.")
+            raise InferenceError(f"{what} is {len(ids)} tokens long, but this model reads at most "
+                                 f"{loaded.max_positions} in all, which leaves no room {output}. Shorten it.")
         # The output repeats the prompt; decoding the new ids after it keeps their spacing.
         return GenerationPrompt(ids, len(ids), min(max_new_tokens, room), ids)
 

@@ -24,7 +24,7 @@ from trainer.errors import ConfigError
 from trainer.finetune import chat
 from trainer.finetune import metrics as metric_fns
 from trainer.finetune.tasks import IGNORE_INDEX, EncodesAhead, Task
-from trainer.finetune.text2text import GenerativeStep
+from trainer.finetune.text2text import GenerativeStep, _pad
 from trainer.objectives.base import Batch, StepOutput
 
 FAMILIES = ("gpt",)
@@ -105,16 +105,9 @@ class SFTCollator(EncodesAhead):
             asked = [m["content"] for m in messages[:last] if m["role"] == "user"]
             asks.append(asked[-1] if asked else "")
             replies.append(messages[last]["content"])
-        T = max(len(e.ids) for e in encoded)
-        input_ids = np.full((len(encoded), T), self.pad_id, dtype=np.int64)
-        attention_mask = np.zeros((len(encoded), T), dtype=np.int64)
-        labels = np.full((len(encoded), T), IGNORE_INDEX, dtype=np.int64)
-        for i, e in enumerate(encoded):
-            input_ids[i, :len(e.ids)] = e.ids
-            attention_mask[i, :len(e.ids)] = 1
-            labels[i, :len(e.ids)] = e.labels
-        return SFTBatch(torch.from_numpy(input_ids), torch.from_numpy(attention_mask), torch.from_numpy(labels),
-                        [e.prompt.tolist() for e in encoded], asks, replies)
+        input_ids, attention_mask = _pad([e.ids for e in encoded], self.pad_id)
+        labels, _ = _pad([e.labels for e in encoded], IGNORE_INDEX)
+        return SFTBatch(input_ids, attention_mask, labels, [e.prompt.tolist() for e in encoded], asks, replies)
 
 
 class SFTStep(GenerativeStep):

@@ -40,7 +40,7 @@ import torch
 from trainer.errors import ConfigError
 from trainer.finetune import metrics as metric_fns
 from trainer.finetune.tasks import IGNORE_INDEX, Task
-from trainer.finetune.text2text import EncodedText, T5Batch, T5Collator, T5Step
+from trainer.finetune.text2text import EncodedText, T5Batch, T5Collator, T5Step, _pad
 
 INVALID = "(invalid)"   # the prediction when the generated text is none of the labels
 INVALID_SCORE = -1.0    # a regression output that is not a number (T5's string_to_float default)
@@ -196,21 +196,13 @@ def output_log_probs(model: Any, encoder_states: torch.Tensor, attention_mask: t
     return taken.sum(-1)
 
 
-def _target_rows(targets: Sequence[Sequence[int]], device: Any) -> torch.Tensor:
-    width = max(len(t) for t in targets)
-    labels = torch.full((len(targets), width), IGNORE_INDEX, dtype=torch.long, device=device)
-    for i, t in enumerate(targets):
-        labels[i, :len(t)] = torch.tensor(list(t), dtype=torch.long)
-    return labels
-
-
 def batch_label_probabilities(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                               targets: Sequence[Sequence[int]]) -> torch.Tensor:
     """(B, K): for each of B inputs (B, S), the probability of each of the K targets ("label </s>"
     ids) as the whole output, renormalised over the targets: exp of each target's summed
     log-probability by teacher forcing (the encoder run once per input), then a softmax over them."""
     k, b = len(targets), input_ids.shape[0]
-    labels = _target_rows(targets, input_ids.device).repeat(b, 1)  # input 0's K targets, then input 1's ...
+    labels = _pad(targets, IGNORE_INDEX)[0].to(input_ids.device).repeat(b, 1)  # input 0's K targets, then input 1's ...
     states = model.encode(input_ids, attention_mask).repeat_interleave(k, 0)
     logp = output_log_probs(model, states, attention_mask.repeat_interleave(k, 0), labels)
     return torch.softmax(logp.view(b, k), -1)

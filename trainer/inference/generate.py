@@ -160,11 +160,8 @@ def _chat_prompt(loaded: Loaded, text: str, max_new_tokens: int) -> GenerationPr
     tok = loaded.tokenizer
     collator = SFTCollator(tok, loaded.max_positions, SimpleNamespace(chat_template=template), tok.sep_id)
     ids = collator.prompt_ids([{"role": "user", "content": text}, {"role": "assistant", "content": ""}])
-    room = loaded.max_positions - len(ids)
-    if room < 1:
-        raise InferenceError(f"The prompt in its chat template is {len(ids)} tokens long, but this model reads at most "
-                             f"{loaded.max_positions} in all, which leaves no room for a reply. Shorten it.")
-    return GenerationPrompt(ids, len(ids), min(max_new_tokens, room), ids)
+    return loaded.family.prompt_of_ids(loaded, ids, max_new_tokens, what="The prompt in its chat template",
+                                       output="for a reply")
 
 
 def run(loaded: Loaded, p: GenerationPrompt, opts: Decoding) -> tuple[list[int], bool]:
