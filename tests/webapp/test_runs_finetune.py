@@ -110,6 +110,30 @@ def test_the_page_launches_a_finetune_run_and_the_list_shows_both_kinds(
     assert f"{reverse('runs:finetune')}?dataset={dataset.id}" in dataset_page
 
 
+def test_the_page_shows_every_setting_the_service_takes_and_launches_with_them(
+        alice, alice_client, eager, enqueued, django_capture_on_commit_callbacks):
+    """A setting the form has but the page does not render would post as empty: an unticked box
+    is False, so group_by_length (on by default) was silently off for every run launched here."""
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks)
+    base = tiny_checkpoint(alice)
+    html = alice_client.get(reverse("runs:finetune")).content.decode()
+    missing = [name for name in services.FINETUNE_FIELDS if f'name="{name}"' not in html]
+    assert not missing, missing
+    box = html[html.index('name="group_by_length"'):]
+    assert box[:box.index(">")].endswith(" checked")  # on by default
+    with django_capture_on_commit_callbacks(execute=True):
+        alice_client.post(reverse("runs:finetune"), {
+            "checkpoint": base.id, "dataset": dataset.id, "name": "seeded", **FAST, "llrd": 1.0, "freeze_layers": 0,
+            "gradual_unfreeze_every": 0, "early_stopping_patience": 0, "class_weights": "none",
+            "seed": 7, "num_threads": 1, "group_by_length": "on"})
+        alice_client.post(reverse("runs:finetune"), {
+            "checkpoint": base.id, "dataset": dataset.id, "name": "defaults", **FAST, "llrd": 1.0,
+            "freeze_layers": 0, "gradual_unfreeze_every": 0, "early_stopping_patience": 0, "class_weights": "none"})
+    seeded, defaults = (Run.objects.get(owner=alice, name=n) for n in ("seeded", "defaults"))
+    assert (seeded.config["seed"], seeded.config["num_threads"], seeded.config["group_by_length"]) == (7, 1, True)
+    assert (defaults.config["seed"], defaults.config["num_threads"]) == (0, 0)  # left out: the defaults
+
+
 def test_the_page_refuses_with_sentences(alice, alice_client, eager, enqueued, django_capture_on_commit_callbacks):
     dataset = ready_demo(alice, django_capture_on_commit_callbacks)
     xlnet = family_stub(alice, "xlnet")  # T5 writes the labels as words (test_runs_finetune_t5_classify.py)
@@ -198,6 +222,16 @@ def test_the_api_launches_and_refuses_with_sentences(alice, alice_api, bob, eage
     body = created.json()
     assert body["kind"] == "finetune" and body["base_checkpoint"] == str(base.id) and body["dataset"] == str(dataset.id)
     assert body["config"]["checkpoint"] == str(base.folder) and len(enqueued) == 1
+
+    # the run's seed and CPU threads are settings like the others, bounds included
+    with django_capture_on_commit_callbacks(execute=True):
+        seeded = alice_api.post(url, {"checkpoint": str(base.id), "dataset": str(dataset.id), **FAST, "seed": 3,
+                                      "num_threads": 1}, format="json")
+    assert seeded.status_code == 201, seeded.content
+    assert (seeded.json()["config"]["seed"], seeded.json()["config"]["num_threads"]) == (3, 1)
+    refused = alice_api.post(url, {"checkpoint": str(base.id), "dataset": str(dataset.id), "seed": -1}, format="json")
+    assert refused.status_code == 400 and "seed" in refused.content.decode()
+    Run.objects.filter(pk=seeded.json()["id"]).delete()
 
     # someone else's checkpoint or dataset: not found among yours
     bobs_dataset = Dataset.objects.create(owner=bob, name="bob's", status=DatasetStatus.READY, task="classification")

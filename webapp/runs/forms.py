@@ -406,6 +406,10 @@ FINETUNE_HELP = {
                     "(0: no limit).",
     "mixing_temperature": "Multi-task: T of temperature mixing (1: proportional; large: nearly equal; 2 in the "
                           "T5 study).",
+    "seed": "Seeds the data order, the new head's initial weights and dropout: the same seed and settings train "
+            "the same run again. Change it to see how much a result owes to chance.",
+    "num_threads": "CPU threads the run's PyTorch uses (0: PyTorch's default, one per core). Two runs side by side on "
+                   "one machine train faster with a share each.",
     "device": "CUDA GPU runs on the gpu queue (a worker with a GPU), CPU on the cpu queue; Auto on the default "
               "queue, on a GPU when its worker has one.",
 }

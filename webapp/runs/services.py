@@ -378,7 +378,10 @@ LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")
 ADAPTER_FIELDS = ("adapter_size",)
 # T5 multi-task mixing (trainer/finetune/mixing.py); the extra datasets come as rows (finetune_create).
 MIX_FIELDS = ("task_name", "mixing", "mixing_limit", "mixing_temperature")
-OPTIONAL_FIELDS = GENERATION_FIELDS + LORA_FIELDS + ADAPTER_FIELDS + MIX_FIELDS + ("device",)  # device: auto when not sent
+# The run's seed (data order, head initialisation, dropout) and CPU threads (0: torch's default).
+RUNTIME_FIELDS = ("seed", "num_threads")
+OPTIONAL_FIELDS = (GENERATION_FIELDS + LORA_FIELDS + ADAPTER_FIELDS + MIX_FIELDS + RUNTIME_FIELDS
+                   + ("device",))  # device: auto when not sent
 FINETUNE_FIELDS += OPTIONAL_FIELDS
 
 
