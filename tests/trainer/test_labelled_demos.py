@@ -55,6 +55,21 @@ def test_regression_scores_are_the_share_of_long_words(demo_files):
         assert row["score"] == round(sum(len(w) >= LONG_WORD for w in words) / len(words), 4)
 
 
+def test_the_pairs_of_one_first_paragraph_share_a_split(demo_files, tmp_path):
+    """Each first paragraph comes once with its module's next paragraph and once with another
+    module's: split apart, a model that remembers first paragraphs would be trained toward the
+    wrong answer for every held-out pair."""
+    path = demo_files["pair_classification"]
+    preview = sniff(path, path.name)
+    assert preview.mapping["split"] == "split"
+    ingest(path, tmp_path / "pairs", original_filename=path.name, task="classification", mapping=preview.mapping)
+    firsts = {split: [e["sentence1"] for e in iter_examples(tmp_path / "pairs", split)]
+              for split in ("train", "validation", "test")}
+    assert {split: len(set(f)) for split, f in firsts.items()} == {"train": 600, "validation": 75, "test": 75}
+    assert all(len(f) == 2 * len(set(f)) for f in firsts.values())  # both pairs of each first paragraph
+    assert not set(firsts["train"]) & (set(firsts["validation"]) | set(firsts["test"]))
+
+
 def test_token_classification_tags_modules_exceptions_and_code(demo_files, tmp_path):
     path = demo_files["token_classification"]
     result = ingest(path, tmp_path / "out", original_filename=path.name, task="token_classification",

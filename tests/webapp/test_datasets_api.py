@@ -253,8 +253,9 @@ def test_the_demos_are_listed_and_one_is_written_and_ingested_in_one_go(alice_ap
     body = alice_api.get(f"{API}{response.json()['id']}/").json()
     assert body["status"] == "ready", body["error"]
     assert body["demo"] == "pair_classification" and body["original_filename"] == "stdlib_same_module.tsv"
-    assert body["mapping"] == {"sentence1": "sentence1", "sentence2": "sentence2", "label": "label"}
-    assert body["labels"] == ["different_module", "same_module"] and sum(body["sizes"].values()) > 1000
+    assert body["mapping"] == {"sentence1": "sentence1", "sentence2": "sentence2", "label": "label", "split": "split"}
+    assert body["labels"] == ["different_module", "same_module"]
+    assert body["sizes"] == {"train": 1200, "validation": 150, "test": 150}  # from its split column
 
 
 def test_an_unknown_demo_is_refused(alice_api):

@@ -66,7 +66,10 @@ DEMOS: dict[str, DemoDataset] = {
         DemoDataset("pair_classification", "classification", "stdlib_same_module.tsv", 1500,
                     "TSV sentence1,sentence2,label: 750 pairs of consecutive paragraphs of one module "
                     '("same_module"; every third such pair) and as many pairs of the same first paragraph with a '
-                    'paragraph of another module, drawn with a fixed seed ("different_module").'),
+                    'paragraph of another module, drawn with a fixed seed ("different_module"); a split column '
+                    "keeps both pairs of a first paragraph in one split (600 / 75 / 75 of them, seeded): a random "
+                    "split would put a first paragraph in training with one label and in validation with the other, "
+                    "where a model that remembers first paragraphs scores below chance."),
         DemoDataset("regression", "regression", "stdlib_long_words.jsonl", 1905,
                     'JSONL text,score: every other paragraph (of at least 8 words); score = the share of its words '
                     f"of {LONG_WORD} letters or more, rounded to 4 decimals (words: runs of letters)."),
@@ -175,15 +178,18 @@ def _pair_classification(docs: list[DemoDocstring]) -> str:
     rng = random.Random(DEMO_SEED)
     positives = [(doc_a.module, a, b) for (doc_a, a), (doc_b, b) in zip(paragraphs, paragraphs[1:])
                  if doc_a.module == doc_b.module]
+    chosen = positives[::3][:750]
+    splits = ["train"] * (len(chosen) - 2 * (len(chosen) // 10)) + ["validation", "test"] * (len(chosen) // 10)
+    random.Random(DEMO_SEED + 1).shuffle(splits)
     rows = []
-    for module, first, second in positives[::3][:750]:
+    for (module, first, second), split in zip(chosen, splits):
         while True:
             doc, other = paragraphs[rng.randrange(len(paragraphs))]
             if doc.module != module:
                 break
-        rows.append([first, second, "same_module"])
-        rows.append([first, other, "different_module"])
-    return _tsv(["sentence1", "sentence2", "label"], rows)
+        rows.append([first, second, "same_module", split])
+        rows.append([first, other, "different_module", split])
+    return _tsv(["sentence1", "sentence2", "label", "split"], rows)
 
 
 def _regression(docs: list[DemoDocstring]) -> str:
