@@ -47,6 +47,19 @@ def test_no_weight_decay_on_biases_and_norms():
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
 
 
+def test_t5s_relative_position_biases_take_no_weight_decay():
+    from models_lib.families.t5 import T5Config, T5ForConditionalGeneration
+
+    model = T5ForConditionalGeneration(T5Config.from_preset("t5-tiny", vocab_size=100, d_model=32, d_ff=64, d_kv=8,
+                                                            num_heads=2, num_layers=1, num_decoder_layers=1))
+    decay, no_decay = param_groups(model, 0.01)
+    names = {id(p): n for n, p in model.named_parameters()}
+    tables = [n for n in names.values() if "relative_attention_bias" in n]
+    assert tables and set(tables) <= {names[id(p)] for p in no_decay["params"]}
+    assert all("bias" not in names[id(p)] and "norm" not in names[id(p)] for p in decay["params"])
+    assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
+
+
 def test_clipping_returns_the_norm_before_clipping():
     model = torch.nn.Linear(3, 1, bias=False)
     model.weight.grad = torch.tensor([[3.0, 4.0, 0.0]])

@@ -32,12 +32,16 @@ from trainer.config import OptimArgs
 
 
 def no_decay_ids(model: nn.Module) -> set[int]:
-    """The ids of the biases and normalisation weights, which take no weight decay (as in BERT)."""
+    """The ids of the biases and normalisation weights, which take no weight decay (as in BERT).
+    A bias is a parameter named bias or *_bias, or any parameter of a module so named: T5's
+    relative_attention_bias is an embedding table of biases added to the attention scores
+    (transformers' Trainer leaves it undecayed too: its rule is every name containing "bias")."""
     ids: set[int] = set()
-    for module in model.modules():
+    for qualname, module in model.named_modules():
         is_norm = isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d)) or "norm" in type(module).__name__.lower()
+        is_bias = qualname.rsplit(".", 1)[-1].endswith("_bias")
         for name, p in module.named_parameters(recurse=False):
-            if is_norm or name == "bias" or name.endswith("_bias"):
+            if is_norm or is_bias or name == "bias" or name.endswith("_bias"):
                 ids.add(id(p))
     return ids
 
