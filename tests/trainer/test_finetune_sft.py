@@ -121,7 +121,7 @@ def test_sft_trains_reports_response_perplexity_and_logs_greedy_replies(gpt_base
     (_, test), = sink.split("test")
     for values in (valid, test):
         assert math.isfinite(values["perplexity"]) and values["perplexity"] > 1
-        assert values["perplexity"] == pytest.approx(math.exp(values["loss"]), rel=1e-6)  # per response token
+        assert values["perplexity"] == pytest.approx(math.exp(values["loss"]), rel=1e-5)  # per response token (float32 sums apart)
     samples = [line for line in sink.lines if line.startswith("Sample ")]
     assert len(samples) == 4 and samples[0].startswith("Sample 1: prompt «What ")
     (step, rows), = sink.sample_events  # the validation's replies, for the run's page
