@@ -184,21 +184,18 @@ def base_checkpoint(owner, family: str):
 
 def tiny_t5(folder: Path, tokenizer_dir: Path) -> Path:
     """A random t5-tiny (its preset: d_model 64, d_ff 256, four heads of 16, two + two layers, dropout
-    0.1) for the tokenizer, saved as inference_generate_helpers.make_checkpoint saves its models."""
+    0.1) for the tokenizer, saved by inference_generate_helpers.make_checkpoint."""
     import torch
 
-    from models_lib.checkpoint import save_model
     from models_lib.families.t5 import T5Config, T5ForConditionalGeneration
+    from tests.trainer.inference_generate_helpers import make_checkpoint
     from trainer.prep.tokenization import load_tokenizer
 
     tok = load_tokenizer(tokenizer_dir)
     torch.manual_seed(0)
     config = T5Config.from_preset("t5-tiny", vocab_size=tok.vocab_size, pad_token_id=tok.pad_id,
                                   eos_token_id=tok.sep_id, dropout_rate=0.1)
-    save_model(T5ForConditionalGeneration(config).eval(), folder)
-    for name in ("tokenizer.json", "tokenizer_meta.json"):
-        shutil.copy(Path(tokenizer_dir) / name, Path(folder) / name)
-    return folder
+    return make_checkpoint("t5", folder, tokenizer_dir, model=T5ForConditionalGeneration(config).eval())
 
 
 # ---------------------------------------------------------------- all runs at once (the worker trains two at a time)

@@ -118,6 +118,11 @@ def family_config(family: str, **changes):
     return RunConfig(**base)
 
 
+# T5's own pre-training recipe at its preset's size (Adafactor's lr 0.01, the inverse square root
+# schedule, no weight decay): what the tests that fine-tune a pre-trained T5 start from.
+T5_RECIPE = dict(lr=0.01, schedule="inverse_sqrt", weight_decay=0.0, model_overrides={})
+
+
 @pytest.fixture(scope="session")
 def make_family_config():
     """family_config as a fixture."""

@@ -99,12 +99,13 @@ def tiny_model(family: str, tokenizer_dir: Path, *, seed: int = 0):
 
 
 def make_checkpoint(family: str, folder: Path, tokenizer_dir: Path, *, seed: int = 0,
-                    objectives: list[str] | None = None) -> Path:
-    """save_model(tiny_model(...)) + the tokenizer files (+ trainer_state.json with `objectives`)."""
+                    objectives: list[str] | None = None, model=None) -> Path:
+    """save_model(`model`, by default tiny_model(...)) + the tokenizer files (+ trainer_state.json
+    with `objectives`)."""
     from models_lib.checkpoint import save_model
 
     folder = Path(folder)
-    save_model(tiny_model(family, tokenizer_dir, seed=seed), folder)
+    save_model(tiny_model(family, tokenizer_dir, seed=seed) if model is None else model, folder)
     for name in ("tokenizer.json", "tokenizer_meta.json"):
         shutil.copy(Path(tokenizer_dir) / name, folder / name)
     if objectives is not None:

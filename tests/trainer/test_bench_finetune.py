@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.trainer.conftest import T5_RECIPE
+
 pytest.importorskip("transformers")
 
 BENCH = Path(__file__).resolve().parents[2] / "bench" / "finetune.py"
@@ -30,8 +32,8 @@ def t5_checkpoint(tmp_path_factory, sentinel_tokenizer_dir, make_family_config):
     from trainer.training.engine import train
     from trainer.training.sinks import ListSink
 
-    config = make_family_config("t5", max_steps=4, checkpoint_every=4, eval_every=4, warmup_steps=1, lr=0.01,
-                                schedule="inverse_sqrt", weight_decay=0.0, model_overrides={})
+    config = make_family_config("t5", max_steps=4, checkpoint_every=4, eval_every=4, warmup_steps=1,
+                                **T5_RECIPE)
     return train(config, data_dir=sentinel_tokenizer_dir, out_dir=tmp_path_factory.mktemp("t5"),
                  sink=ListSink()).last_checkpoint
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.trainer.conftest import T5_RECIPE
 from trainer.training.sinks import ListSink
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -32,9 +33,7 @@ def runs_root(tmp_path_factory, tokenizer_dir, sentinel_tokenizer_dir, bpe_token
     root = tmp_path_factory.mktemp("examples")
     data = {"t5": sentinel_tokenizer_dir, "gpt": bpe_tokenizer_dir}
     for family in sorted({family_of(yaml.safe_load(p.read_text())) for p in FINETUNE_EXAMPLES}):
-        changes = {"lr": 0.01, "schedule": "inverse_sqrt", "weight_decay": 0.0} if family == "t5" else {}
-        if family in ("t5", "elmo"):
-            changes["model_overrides"] = {}
+        changes = dict(T5_RECIPE) if family == "t5" else {"model_overrides": {}} if family == "elmo" else {}
         config = make_family_config(family, max_steps=2, warmup_steps=1, checkpoint_every=2, eval_every=2, **changes)
         train(config, data_dir=data.get(family, tokenizer_dir), out_dir=root / "runs" / f"{family}-tiny",
               sink=ListSink())

@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 
+from tests.trainer.conftest import T5_RECIPE
 from trainer.errors import ConfigError
 from trainer.finetune.config import FinetuneConfig
 from trainer.finetune.mixing import MixedStream, as_text, mixing_rates
@@ -88,8 +89,7 @@ def test_the_sampler_goes_through_each_task_before_repeating_and_resumes_where_i
 def t5_base(tmp_path_factory, sentinel_tokenizer_dir, make_family_config):
     from trainer.training.engine import train
 
-    config = make_family_config("t5", max_steps=30, checkpoint_every=30, eval_every=30, lr=0.01,
-                                schedule="inverse_sqrt", weight_decay=0.0, model_overrides={})
+    config = make_family_config("t5", max_steps=30, checkpoint_every=30, eval_every=30, **T5_RECIPE)
     return train(config, data_dir=sentinel_tokenizer_dir, out_dir=tmp_path_factory.mktemp("t5"),
                  sink=ListSink()).last_checkpoint
 

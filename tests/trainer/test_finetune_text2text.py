@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from tests.trainer.conftest import T5_RECIPE
 from trainer.errors import ConfigError
 from trainer.finetune.config import FinetuneConfig
 from trainer.finetune.engine import finetune
@@ -27,8 +28,7 @@ def bases(tmp_path_factory, sentinel_tokenizer_dir, tokenizer_dir, make_family_c
     def get(family: str):
         if family not in cache:
             data = sentinel_tokenizer_dir if family == "t5" else tokenizer_dir
-            changes = ({"lr": 0.01, "schedule": "inverse_sqrt", "weight_decay": 0.0, "model_overrides": {}}
-                       if family == "t5" else {})
+            changes = T5_RECIPE if family == "t5" else {}
             config = make_family_config(family, max_steps=30, checkpoint_every=30, eval_every=30, **changes)
             result = train(config, data_dir=data, out_dir=tmp_path_factory.mktemp(family), sink=ListSink())
             cache[family] = result.last_checkpoint

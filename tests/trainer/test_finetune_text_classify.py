@@ -11,6 +11,7 @@ import pytest
 import torch
 from sklearn import metrics as skm
 
+from tests.trainer.conftest import T5_RECIPE
 from trainer import finetune as tasks
 from trainer.errors import ConfigError
 from trainer.finetune import text_classify
@@ -26,8 +27,7 @@ def t5_base(tmp_path_factory, sentinel_tokenizer_dir, make_family_config):
     """The checkpoint of a 30-step tiny T5 pre-training run."""
     from trainer.training.engine import train
 
-    config = make_family_config("t5", max_steps=30, checkpoint_every=30, eval_every=30, lr=0.01,
-                                schedule="inverse_sqrt", weight_decay=0.0, model_overrides={})
+    config = make_family_config("t5", max_steps=30, checkpoint_every=30, eval_every=30, **T5_RECIPE)
     return train(config, data_dir=sentinel_tokenizer_dir, out_dir=tmp_path_factory.mktemp("t5"),
                  sink=ListSink()).last_checkpoint
 
