@@ -55,19 +55,30 @@ def test_regression_scores_are_the_share_of_long_words(demo_files):
         assert row["score"] == round(sum(len(w) >= LONG_WORD for w in words) / len(words), 4)
 
 
-def test_the_pairs_of_one_first_paragraph_share_a_split(demo_files, tmp_path):
-    """Each first paragraph comes once with its module's next paragraph and once with another
-    module's: split apart, a model that remembers first paragraphs would be trained toward the
-    wrong answer for every held-out pair."""
+def test_the_pairs_are_a_docstrings_first_two_paragraphs_in_order_or_swapped(demo_files, tmp_path):
+    """Sentence-order prediction: each pair is a docstring's summary and second paragraph, as they
+    come or swapped, about half of each split swapped, and every pair of one summary in one split (a
+    summary in training with one follower and in test with another would teach its text's place)."""
+    from trainer.prep.demo import demo_docstrings
+
     path = demo_files["pair_classification"]
     preview = sniff(path, path.name)
     assert preview.mapping["split"] == "split"
     ingest(path, tmp_path / "pairs", original_filename=path.name, task="classification", mapping=preview.mapping)
-    firsts = {split: [e["sentence1"] for e in iter_examples(tmp_path / "pairs", split)]
-              for split in ("train", "validation", "test")}
-    assert {split: len(set(f)) for split, f in firsts.items()} == {"train": 600, "validation": 75, "test": 75}
-    assert all(len(f) == 2 * len(set(f)) for f in firsts.values())  # both pairs of each first paragraph
-    assert not set(firsts["train"]) & (set(firsts["validation"]) | set(firsts["test"]))
+    order = {(d.paragraphs[0], d.paragraphs[1]) for d in demo_docstrings() if len(d.paragraphs) >= 2}
+    summaries = {}
+    for split in ("train", "validation", "test"):
+        examples = list(iter_examples(tmp_path / "pairs", split))
+        labels = [e["label"] for e in examples]
+        assert 0.4 <= labels.count("swapped") / len(labels) <= 0.6, split
+        pairs = [(e["sentence1"], e["sentence2"]) if e["label"] == "in_order" else (e["sentence2"], e["sentence1"])
+                 for e in examples]
+        assert set(pairs) <= order and len(set(pairs)) == len(pairs)
+        summaries[split] = {first for first, _ in pairs}
+    assert not summaries["train"] & (summaries["validation"] | summaries["test"])
+    assert not summaries["validation"] & summaries["test"]
+    total = sum(len(s) for s in summaries.values())
+    assert all(0.07 * total <= len(summaries[split]) <= 0.13 * total for split in ("validation", "test"))
 
 
 def test_token_classification_tags_modules_exceptions_and_code(demo_files, tmp_path):

@@ -240,9 +240,9 @@ def test_delete_removes_the_dataset_and_its_files(alice_api, confirm, django_cap
 
 
 # ---------------------------------------------------------------------------- demos
-def test_the_demos_are_listed_and_one_is_written_and_ingested_in_one_go(alice_api, eager,
+def test_the_demos_are_listed_and_one_is_written_and_ingested_in_one_go(alice_api, eager, tmp_path,
                                                                         django_capture_on_commit_callbacks):
-    from trainer.prep.labelled import DEMOS
+    from trainer.prep.labelled import DEMOS, write_demo_dataset
 
     listed = alice_api.get(f"{API}demos/").json()
     assert [d["name"] for d in listed] == list(DEMOS)
@@ -252,10 +252,12 @@ def test_the_demos_are_listed_and_one_is_written_and_ingested_in_one_go(alice_ap
     assert response.status_code == 201 and response.json()["status"] == "pending"
     body = alice_api.get(f"{API}{response.json()['id']}/").json()
     assert body["status"] == "ready", body["error"]
-    assert body["demo"] == "pair_classification" and body["original_filename"] == "stdlib_same_module.tsv"
+    assert body["demo"] == "pair_classification" and body["original_filename"] == "stdlib_paragraph_order.tsv"
     assert body["mapping"] == {"sentence1": "sentence1", "sentence2": "sentence2", "label": "label", "split": "split"}
-    assert body["labels"] == ["different_module", "same_module"]
-    assert body["sizes"] == {"train": 1200, "validation": 150, "test": 150}  # from its split column
+    assert body["labels"] == ["in_order", "swapped"]
+    split_column = [line.split("\t")[3] for line in
+                    write_demo_dataset("pair_classification", tmp_path).read_text().splitlines()[1:]]
+    assert body["sizes"] == {split: split_column.count(split) for split in ("train", "validation", "test")}
 
 
 def test_an_unknown_demo_is_refused(alice_api):

@@ -18,6 +18,7 @@ import os
 import random
 import re
 import tempfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,13 +64,13 @@ DEMOS: dict[str, DemoDataset] = {
         DemoDataset("classification", "classification", "stdlib_package.csv", 1012,
                     "CSV text,label: each distinct docstring paragraph of the modules of five packages "
                     f"({', '.join(CLASS_PACKAGES)}), labelled with its package."),
-        DemoDataset("pair_classification", "classification", "stdlib_same_module.tsv", 1500,
-                    "TSV sentence1,sentence2,label: 750 pairs of consecutive paragraphs of one module "
-                    '("same_module"; every third such pair) and as many pairs of the same first paragraph with a '
-                    'paragraph of another module, drawn with a fixed seed ("different_module"); a split column '
-                    "keeps both pairs of a first paragraph in one split (600 / 75 / 75 of them, seeded): a random "
-                    "split would put a first paragraph in training with one label and in validation with the other, "
-                    "where a model that remembers first paragraphs scores below chance."),
+        DemoDataset("pair_classification", "classification", "stdlib_paragraph_order.tsv", 1397,
+                    "TSV sentence1,sentence2,label: sentence-order prediction (ALBERT's SOP) on docstrings: each "
+                    "docstring's first paragraph (its summary) and its second paragraph, in that order "
+                    '("in_order") or swapped ("swapped"), one distinct pair per line. A split column puts the '
+                    "summaries, shuffled with a fixed seed, 80 / 10 / 10 into train / validation / test (every pair "
+                    "of one summary in one split), and every other pair of a split is swapped, so each split's "
+                    "labels are balanced."),
         DemoDataset("regression", "regression", "stdlib_long_words.jsonl", 1905,
                     'JSONL text,score: every other paragraph (of at least 8 words); score = the share of its words '
                     f"of {LONG_WORD} letters or more, rounded to 4 decimals (words: runs of letters)."),
@@ -174,22 +175,26 @@ def _classification(docs: list[DemoDocstring]) -> str:
 
 
 def _pair_classification(docs: list[DemoDocstring]) -> str:
-    paragraphs = _paragraphs(docs)
-    rng = random.Random(DEMO_SEED)
-    positives = [(doc_a.module, a, b) for (doc_a, a), (doc_b, b) in zip(paragraphs, paragraphs[1:])
-                 if doc_a.module == doc_b.module]
-    chosen = positives[::3][:750]
-    splits = ["train"] * (len(chosen) - 2 * (len(chosen) // 10)) + ["validation", "test"] * (len(chosen) // 10)
-    random.Random(DEMO_SEED + 1).shuffle(splits)
-    rows = []
-    for (module, first, second), split in zip(chosen, splits):
-        while True:
-            doc, other = paragraphs[rng.randrange(len(paragraphs))]
-            if doc.module != module:
-                break
-        rows.append([first, second, "same_module", split])
-        rows.append([first, other, "different_module", split])
+    rows, seen = [], set()
+    for doc in docs:
+        if len(doc.paragraphs) < 2 or doc.paragraphs[0] == doc.paragraphs[1]:
+            continue
+        summary, second = doc.paragraphs[:2]
+        if (summary, second) in seen:
+            continue
+        seen.add((summary, second))
+        split = ("validation", "test", *["train"] * 8)[_stable_hash(summary) % 10]  # a summary's pairs in one split
+        if _stable_hash(summary + "\n" + second) % 2:
+            rows.append([second, summary, "swapped", split])
+        else:
+            rows.append([summary, second, "in_order", split])
     return _tsv(["sentence1", "sentence2", "label", "split"], rows)
+
+
+def _stable_hash(text: str) -> int:
+    """The same number for the same text in every process and on every machine (unlike hash()), so
+    a docstring that one Python version lacks moves no other row to another split or label."""
+    return zlib.crc32(text.encode("utf-8"))
 
 
 def _regression(docs: list[DemoDocstring]) -> str:
