@@ -32,6 +32,22 @@ def answers(host: str, port: int) -> bool:
         return False
 
 
+def wait_for_web(children: list["Child"], host: str, port: int, timeout: float) -> bool:
+    """Whether the web server answers within `timeout` seconds. It can take a while to start when the
+    workers import torch beside it on a busy machine; an exited web process ends the wait at once."""
+    web = next(child for child in children if child.name == "web")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and web.proc is not None and web.proc.poll() is None:
+        if answers(host, port):
+            return True
+        time.sleep(0.2)
+    return answers(host, port)
+
+
+def announce(host: str, port: int) -> None:
+    print(f"\n  LM Workbench is running at http://{host}:{port}/  (Ctrl-C stops it)\n", flush=True)
+
+
 def free_port(preferred: int) -> int:
     if not answers("127.0.0.1", preferred):
         return preferred
@@ -64,6 +80,7 @@ class Child:
 FIRST_DELAY_S = 1.0
 MAX_DELAY_S = 60.0
 HEALTHY_AFTER_S = 60.0
+STARTUP_WAIT_S = 120  # how long the "is running" line waits for the web server to answer
 
 
 def restart_delay(quick_deaths: int) -> float:
@@ -192,12 +209,13 @@ def main() -> None:
         for child in children:
             if child.proc is None:
                 child.start()
-        for _ in range(100):
-            if answers(args.host, args.port):
-                break
-            time.sleep(0.1)
         shown = "localhost" if args.host in ("127.0.0.1", "0.0.0.0") else args.host
-        print(f"\n  LM Workbench is running at http://{shown}:{args.port}/  (Ctrl-C stops it)\n", flush=True)
+        announced = wait_for_web(children, args.host, args.port, STARTUP_WAIT_S)
+        if announced:
+            announce(shown, args.port)
+        else:
+            print(f"\n  The web server has not answered on port {args.port} after {STARTUP_WAIT_S} s (its lines above "
+                  "say why); still waiting for it (Ctrl-C stops it).\n", flush=True)
 
         stopping = False
 
@@ -209,6 +227,9 @@ def main() -> None:
         signal.signal(signal.SIGTERM, on_signal)
         while not stopping:
             supervise(children)
+            if not announced and answers(args.host, args.port):
+                announced = True
+                announce(shown, args.port)
             time.sleep(0.5)
     finally:
         print("Stopping...", flush=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import time
 
 from tests.livestack import ROOT
 
@@ -44,3 +45,32 @@ def test_the_line_says_how_it_ended():
     assert serve.how_it_ended(1) == "exited with status 1"
     assert subprocess.run([sys.executable, str(ROOT / "scripts" / "serve.py"), "--help"],
                           capture_output=True, text=True).returncode == 0
+
+
+def test_the_running_line_waits_for_a_web_server_that_starts_slowly_and_not_for_one_that_exited():
+    """The web server can take more than ten seconds to answer when the workers import torch beside
+    it on a busy machine (seen in CI): "is running" must wait for it, and a web process that exited
+    must not hold the wait."""
+    import socket
+
+    serve = load_serve()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    slow = serve.Child("web", [sys.executable, "-c", (
+        "import socket, time; time.sleep(3); s = socket.socket(); "
+        f"s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', {port})); s.listen(); "
+        "time.sleep(30)")], env={})
+    slow.start()
+    try:
+        assert not serve.answers("127.0.0.1", port)
+        assert serve.wait_for_web([slow], "127.0.0.1", port, timeout=60)
+    finally:
+        slow.proc.kill()
+        slow.proc.wait()
+    dead = serve.Child("web", [sys.executable, "-c", "raise SystemExit(1)"], env={})
+    dead.start()
+    dead.proc.wait(timeout=30)
+    started = time.monotonic()
+    assert not serve.wait_for_web([dead], "127.0.0.1", port, timeout=60)
+    assert time.monotonic() - started < 5
