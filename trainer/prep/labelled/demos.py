@@ -67,10 +67,10 @@ DEMOS: dict[str, DemoDataset] = {
         DemoDataset("pair_classification", "classification", "stdlib_paragraph_order.tsv", 1397,
                     "TSV sentence1,sentence2,label: sentence-order prediction (ALBERT's SOP) on docstrings: each "
                     "docstring's first paragraph (its summary) and its second paragraph, in that order "
-                    '("in_order") or swapped ("swapped"), one distinct pair per line. A split column puts the '
-                    "summaries, shuffled with a fixed seed, 80 / 10 / 10 into train / validation / test (every pair "
-                    "of one summary in one split), and every other pair of a split is swapped, so each split's "
-                    "labels are balanced."),
+                    '("in_order") or swapped ("swapped"), one distinct pair per line. Which pairs are swapped (about '
+                    "one in two) and the split column (about 80 / 10 / 10 of the summaries into train / validation / "
+                    "test, every pair of one summary in one split) come from a CRC-32 of the text, the same on "
+                    "every machine."),
         DemoDataset("regression", "regression", "stdlib_long_words.jsonl", 1905,
                     'JSONL text,score: every other paragraph (of at least 8 words); score = the share of its words '
                     f"of {LONG_WORD} letters or more, rounded to 4 decimals (words: runs of letters)."),
