@@ -33,7 +33,7 @@ def runs_root(tmp_path_factory, tokenizer_dir, sentinel_tokenizer_dir, bpe_token
     root = tmp_path_factory.mktemp("examples")
     data = {"t5": sentinel_tokenizer_dir, "gpt": bpe_tokenizer_dir}
     for family in sorted({family_of(yaml.safe_load(p.read_text())) for p in FINETUNE_EXAMPLES}):
-        changes = dict(T5_RECIPE) if family == "t5" else {"model_overrides": {}} if family == "elmo" else {}
+        changes = {"t5": T5_RECIPE, "elmo": {"model_overrides": {}}}.get(family, {})  # their presets' own sizes
         config = make_family_config(family, max_steps=2, warmup_steps=1, checkpoint_every=2, eval_every=2, **changes)
         train(config, data_dir=data.get(family, tokenizer_dir), out_dir=root / "runs" / f"{family}-tiny",
               sink=ListSink())
