@@ -138,9 +138,17 @@ def test_the_step_carries_the_memory_between_batches(tokenizer_dir):
         step.start_validation()
         first = step(batches[0], train=False)
         assert step.valid_mems is not None and step.mems is None  # validation keeps its own
+        memory = step.valid_mems
         second = step(batches[1], train=False)
-        # with memory the second segment scores differently than alone
-        assert abs(float(second.losses["lm_loss"] - second.losses["lm_loss_no_memory"])) > 1e-3
+        # the second segment is scored reading the first one's memory ...
+        ids, labels = batches[1].input_ids, batches[1].labels
+        with_memory = model(ids, labels=labels, mems=memory, use_mems=True)
+        torch.testing.assert_close(second.losses["lm_loss"], with_memory.loss.float())
+        # ... which changes its predictions (logits, not the mean loss: a mean can differ by little)
+        alone = model(ids, labels=labels, mems=None, use_mems=False)
+        assert (with_memory.logits - alone.logits).abs().max() > 0.1
+        torch.testing.assert_close(second.losses["lm_loss_no_memory"], alone.loss.float())
+        assert second.losses["lm_loss"] != second.losses["lm_loss_no_memory"]
         # the first segment has no memory to read: both scores are equal
         torch.testing.assert_close(first.losses["lm_loss"], first.losses["lm_loss_no_memory"])
 
