@@ -32,6 +32,13 @@ Scoring: the reference's trained model is read back into ours (models_lib.hf) an
 test splits go through the same code, our task's step and trainer.finetune.metrics (QA's span
 post-processing, T5's greedy generation up to --max-target-length tokens), so only training differs.
 
+The learning-rate schedules differ by one update in the warm-up: transformers' linear warm-up
+gives the k-th update (k = 1, 2, ...) the factor (k - 1) / W, so its first update has lr 0, where
+ours (trainer.training.optim.lr_factor) gives k / W; after the warm-up both give
+(max_steps - k + 1) / (max_steps - W). --reference-schedule ours hands Trainer our schedule (a
+LambdaLR over lr_factor), so that only the order of the examples and the dropout masks differ;
+the default, transformers, is Trainer as its users get it.
+
 Our engine batches by length by default (FinetuneConfig.group_by_length); Trainer's default
 sampler is a plain shuffle. Each seed trains the reference once per --reference-sampling
 (default: "random", Trainer's default, the comparison the issue asks for, and "group_by_length",
@@ -359,10 +366,20 @@ def score(model: Any, config: FinetuneConfig) -> dict:
 
 
 # ----------------------------------------------------------------------------- the reference
+def our_schedule(optimizer: torch.optim.Optimizer, config: FinetuneConfig) -> torch.optim.lr_scheduler.LambdaLR:
+    """Our lr schedule for Trainer's optimizer: a LambdaLR is stepped after each update, so its
+    step s (0 for the first update) is our update k = s + 1."""
+    from trainer.training.optim import lr_factor
+
+    factor = lr_factor(config.schedule, config.warmup_steps, config.max_steps)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: factor(s + 1))
+
+
 def run_theirs(config: FinetuneConfig, task: str, folder: Path, *, sampling: str = "random",
-               order: list[dict] | None = None) -> tuple[dict, Timing, list[float]]:
+               order: list[dict] | None = None, schedule: str = "transformers") -> tuple[dict, Timing, list[float]]:
     """(test metrics, Trainer.train() seconds, the training loss of every step). sampling: Trainer's
-    train_sampling_strategy; order: train on these examples in this order (sequential sampler).
+    train_sampling_strategy; order: train on these examples in this order (sequential sampler);
+    schedule: "transformers" (Trainer's own) or "ours" (our_schedule).
     The trained model is read back into ours (models_lib.hf) and scored by `score`, so both sides'
     predictions are turned into metrics by the same code."""
     import transformers
@@ -381,6 +398,11 @@ def run_theirs(config: FinetuneConfig, task: str, folder: Path, *, sampling: str
                 loss = out[0] if isinstance(out, tuple) else out
                 losses.append(float(loss.detach()))
             return out
+
+        def create_scheduler(self, num_training_steps, optimizer=None):
+            if schedule == "ours" and self.lr_scheduler is None:
+                self.lr_scheduler = our_schedule(optimizer or self.optimizer, config)
+            return super().create_scheduler(num_training_steps, optimizer)
 
     spec = TASKS[task]
     ours_task, labels, full = prepared(config)
@@ -502,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="steps of the same-batches loss comparison before the runs (0: skip it)")
     parser.add_argument("--reference-sampling", nargs="+", default=["random", "group_by_length"],
                         choices=["random", "group_by_length"], help="Trainer's train_sampling_strategy, one run each")
+    parser.add_argument("--reference-schedule", choices=["transformers", "ours"], default="transformers",
+                        help="Trainer's lr schedule: its own (default) or ours (they differ in the warm-up by one update)")
     parser.add_argument("--ours-grouping", nargs="+", default=["on"], choices=["on", "off"],
                         help="our group_by_length, one run each")
     args = parser.parse_args(argv)
@@ -537,9 +561,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"{speed(examples, seconds)}; load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
             for sampling in args.reference_sampling:
                 load = os.getloadavg()[0]
-                metrics, seconds, _ = run_theirs(base, args.task, start, sampling=sampling)
+                metrics, seconds, _ = run_theirs(base, args.task, start, sampling=sampling,
+                                                 schedule=args.reference_schedule)
                 theirs_runs[sampling].append((metrics, seconds))
-                print(f"  transformers, {sampling}: {primary} {metrics[primary]:.4f}, {speed(examples, seconds)}; "
+                print(f"  transformers, {sampling}, schedule {args.reference_schedule}: {primary} {metrics[primary]:.4f}, {speed(examples, seconds)}; "
                       f"load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
             for grouping, runs in ours_runs.items():
                 ours = runs[-1][0]

@@ -59,3 +59,35 @@ def test_the_bench_trains_both_sides_of_each_task_with_equal_losses_on_equal_bat
     assert pairs and all(a == b or abs(float(a) - float(b)) <= 1e-3 for _, a, b in pairs), scores
     assert re.search(rf"{task}, 1 seed\(s\), 2 steps x 4, 1 thread\(s\):\n  ours \(group_by_length on\) vs "
                      r"transformers \(random\): test \w+ \S+ vs \S+ .* training speed ours / transformers", out), out
+
+
+def test_the_reference_can_train_on_our_schedule_which_differs_from_its_own_in_the_warm_up(
+        bench, trained_run, monkeypatch, capsys):
+    import torch
+    from transformers import get_scheduler
+
+    from trainer.finetune.config import FinetuneConfig
+
+    config = FinetuneConfig(checkpoint="unused", dataset="unused", max_steps=10, warmup_ratio=0.2, lr=1e-3)
+    lrs = {}
+    for name in ("ours", "transformers"):
+        optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=config.lr)
+        scheduler = (bench.our_schedule(optimizer, config) if name == "ours" else
+                     get_scheduler("linear", optimizer, num_warmup_steps=config.warmup_steps, num_training_steps=10))
+        lrs[name] = []
+        for _ in range(10):  # Trainer's order: the update at the current lr, then the scheduler's step
+            lrs[name].append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+    assert lrs["ours"] == pytest.approx([5e-4, 1e-3, 1e-3, 8.75e-4, 7.5e-4, 6.25e-4, 5e-4, 3.75e-4, 2.5e-4, 1.25e-4])
+    assert lrs["transformers"][0] == 0.0 and lrs["transformers"][1] == pytest.approx(5e-4)  # one update behind
+    assert lrs["transformers"][2:] == pytest.approx(lrs["ours"][2:])
+
+    made = []
+    real = bench.our_schedule
+    monkeypatch.setattr(bench, "our_schedule", lambda *a: made.append(real(*a)) or made[-1])
+    assert bench.main(["--task", "classification", "--checkpoint", str(trained_run[0].last_checkpoint), "--steps", "3",
+                       "--batch-size", "4", "--max-length", "48", "--seeds", "0", "--parity-steps", "0",
+                       "--threads", "1", "--reference-sampling", "random", "--reference-schedule", "ours"]) == 0
+    assert len(made) == 1 and made[0].last_epoch == 3  # Trainer stepped our schedule once per update
+    assert "transformers, random, schedule ours:" in capsys.readouterr().out
