@@ -51,9 +51,10 @@ less; with --threads 1 it is the work done), each with the machine's load averag
 
 Before that, a parity check (--parity-steps N, 0 skips it): both trainers train N steps from the
 same weights on the same batches in the same order (our stream's, fed to Trainer with its
-sequential sampler), with dropout off and a constant lr; the two per-step training losses are
-printed side by side (they should agree to ~1e-6), then both test scores (equal: the same
-weights, so it checks the read-back too).
+sequential sampler), with dropout off and a constant lr (--parity-schedule run: the runs' warm-up
+and decay, with Trainer on --reference-schedule); the two per-step training losses are printed
+side by side (they should agree to ~1e-6), then both test scores (equal: the same weights, so it
+checks the read-back too).
 """
 from __future__ import annotations
 
@@ -459,18 +460,27 @@ def our_order(config: FinetuneConfig, steps: int) -> list[dict]:
 
 
 def parity(checkpoint: Path, dataset: Path, root: Path, args: argparse.Namespace) -> list[float]:
-    """Both trainers, N steps on the same batches in the same order, dropout off, constant lr: the
-    per-step training losses side by side, then both test scores. Returns the per-step |diff|."""
+    """Both trainers, N steps on the same batches in the same order, dropout off, constant lr (or,
+    with --parity-schedule run, the timed runs' warm-up and decay over the N steps, Trainer on
+    --reference-schedule): the per-step training losses side by side, then both test scores.
+    Returns the per-step |diff|."""
     steps, seed = args.parity_steps, args.seeds[0]
     plain = without_dropout(checkpoint, root / "parity-checkpoint")
-    config = settings(args, plain, dataset, seed).replace(max_steps=steps, warmup_ratio=0.0, schedule="constant",
-                                                          eval_every=steps, checkpoint_every=steps, log_every=1)
+    config = settings(args, plain, dataset, seed).replace(max_steps=steps, eval_every=steps, checkpoint_every=steps,
+                                                          log_every=1)
+    if args.parity_schedule == "constant":
+        config = config.replace(warmup_ratio=0.0, schedule="constant")
+        lr = f"constant lr {args.lr:g}"
+    else:
+        whose = "our" if args.reference_schedule == "ours" else "its own"
+        lr = f"lr {args.lr:g}, warm-up {config.warmup_steps} steps, {config.schedule} decay, Trainer on {whose} schedule"
     start = export_start(initial_model(config), plain, root / "parity-start")
     ours_metrics, _, sink = run_ours(config, root / "parity-ours")
     ours = [v["loss"] for _, v in sink.split("train")]
-    theirs_metrics, _, theirs = run_theirs(config, args.task, start, order=our_order(config, steps))
+    theirs_metrics, _, theirs = run_theirs(config, args.task, start, order=our_order(config, steps),
+                                           schedule=args.reference_schedule)
     print(f"parity ({args.task}): {steps} steps of {args.batch_size}, the same batches in our stream's order, "
-          f"dropout off, constant lr {args.lr:g} (seed {seed})")
+          f"dropout off, {lr} (seed {seed})")
     print("  step  ours loss   transformers loss   |diff|")
     for i, (a, b) in enumerate(zip(ours, theirs), 1):
         print(f"  {i:4d}  {a:.6f}   {b:.6f}            {abs(a - b):.2e}")
@@ -522,6 +532,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--parity-steps", type=int, default=30,
                         help="steps of the same-batches loss comparison before the runs (0: skip it)")
+    parser.add_argument("--parity-schedule", choices=["constant", "run"], default="constant",
+                        help="the parity check's lr: constant (default) or the runs' warm-up and decay")
     parser.add_argument("--reference-sampling", nargs="+", default=["random", "group_by_length"],
                         choices=["random", "group_by_length"], help="Trainer's train_sampling_strategy, one run each")
     parser.add_argument("--reference-schedule", choices=["transformers", "ours"], default="transformers",

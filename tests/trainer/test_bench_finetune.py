@@ -63,6 +63,8 @@ def test_the_bench_trains_both_sides_of_each_task_with_equal_losses_on_equal_bat
 
 def test_the_reference_can_train_on_our_schedule_which_differs_from_its_own_in_the_warm_up(
         bench, trained_run, monkeypatch, capsys):
+    """Trainer's linear warm-up is one update behind ours (its first update has lr 0); the bench can
+    hand it ours, and then, dropout off, the two trainers' losses agree through warm-up and decay."""
     import torch
     from transformers import get_scheduler
 
@@ -87,7 +89,13 @@ def test_the_reference_can_train_on_our_schedule_which_differs_from_its_own_in_t
     real = bench.our_schedule
     monkeypatch.setattr(bench, "our_schedule", lambda *a: made.append(real(*a)) or made[-1])
     assert bench.main(["--task", "classification", "--checkpoint", str(trained_run[0].last_checkpoint), "--steps", "3",
-                       "--batch-size", "4", "--max-length", "48", "--seeds", "0", "--parity-steps", "0",
-                       "--threads", "1", "--reference-sampling", "random", "--reference-schedule", "ours"]) == 0
-    assert len(made) == 1 and made[0].last_epoch == 3  # Trainer stepped our schedule once per update
-    assert "transformers, random, schedule ours:" in capsys.readouterr().out
+                       "--batch-size", "4", "--max-length", "48", "--lr", "1e-3", "--seeds", "0", "--parity-steps", "10",
+                       "--parity-schedule", "run", "--threads", "1", "--reference-sampling", "random",
+                       "--reference-schedule", "ours"]) == 0
+    # the parity run, then the timed one: Trainer stepped our schedule once per update
+    assert [s.last_epoch for s in made] == [10, 3]
+    out = capsys.readouterr().out
+    assert "dropout off, lr 0.001, warm-up 1 steps, linear decay, Trainer on our schedule" in out
+    diff = float(re.search(r"largest over the 10 steps (\S+)", out).group(1))
+    assert diff < 1e-5  # on one schedule, warm-up and decay included, the same losses step for step
+    assert "transformers, random, schedule ours:" in out
