@@ -151,3 +151,15 @@ def test_a_stopped_run_resumes_where_it_stopped_and_ends_as_one_that_never_stopp
     assert test(sink.events)["accuracy"] == pytest.approx(test(whole_sink.events)["accuracy"])
     best = json.loads((tmp_path / "parts" / "best.json").read_text())
     assert best == json.loads((tmp_path / "whole" / "best.json").read_text())
+
+
+def test_one_seed_trains_one_way_whether_or_not_the_process_has_trained_before(base_checkpoint, datasets, tmp_path):
+    """A worker process trains run after run: the first one measures the CPU's peak for MFU (later
+    ones read it from a cache), and that must not move the seeded dropout masks."""
+    from trainer.training import flops
+
+    flops._measured.cache_clear()
+    sinks = [_tune(base_checkpoint, datasets["classification"], tmp_path / str(i), max_steps=5, log_every=1,
+                   eval_every=5, checkpoint_every=5)[1] for i in range(2)]
+    first, second = ([v["loss"] for _, v in sink.split("train")] for sink in sinks)
+    assert len(first) == 5 and first == second

@@ -281,8 +281,11 @@ def peak_for(device: str, precision: str) -> Peak:
 
 @functools.lru_cache(maxsize=None)
 def _measured(device: str, dtype: torch.dtype, threads: int, size: int, seconds: float) -> float:
-    a = torch.randn(size, size, device=device).to(dtype)
-    b = torch.randn(size, size, device=device).to(dtype)
+    # Its own generator: drawing from the global one would move a run's dropout masks (the first run
+    # in a process measures, later ones read the cache, so one seed would train two ways).
+    generator = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(size, size, device=device, generator=generator).to(dtype)
+    b = torch.randn(size, size, device=device, generator=generator).to(dtype)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     torch.mm(a, b)  # warm-up (kernel choice, allocation)
     sync()
