@@ -473,7 +473,8 @@ def parity(checkpoint: Path, dataset: Path, root: Path, args: argparse.Namespace
         lr = f"constant lr {args.lr:g}"
     else:
         whose = "our" if args.reference_schedule == "ours" else "its own"
-        lr = f"lr {args.lr:g}, warm-up {config.warmup_steps} steps, {config.schedule} decay, Trainer on {whose} schedule"
+        lr = (f"lr {args.lr:g}, warm-up {config.warmup_steps} steps, {config.schedule} decay, "
+              f"Trainer on {whose} schedule")
     start = export_start(initial_model(config), plain, root / "parity-start")
     ours_metrics, _, sink = run_ours(config, root / "parity-ours")
     ours = [v["loss"] for _, v in sink.split("train")]
@@ -537,7 +538,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-sampling", nargs="+", default=["random", "group_by_length"],
                         choices=["random", "group_by_length"], help="Trainer's train_sampling_strategy, one run each")
     parser.add_argument("--reference-schedule", choices=["transformers", "ours"], default="transformers",
-                        help="Trainer's lr schedule: its own (default) or ours (they differ in the warm-up by one update)")
+                        help="Trainer's lr schedule: its own (default) or ours (they differ in the warm-up by "
+                        "one update)")
     parser.add_argument("--ours-grouping", nargs="+", default=["on"], choices=["on", "off"],
                         help="our group_by_length, one run each")
     args = parser.parse_args(argv)
@@ -576,8 +578,9 @@ def main(argv: list[str] | None = None) -> int:
                 metrics, seconds, _ = run_theirs(base, args.task, start, sampling=sampling,
                                                  schedule=args.reference_schedule)
                 theirs_runs[sampling].append((metrics, seconds))
-                print(f"  transformers, {sampling}, schedule {args.reference_schedule}: {primary} {metrics[primary]:.4f}, {speed(examples, seconds)}; "
-                      f"load average {load:.2f} before, {os.getloadavg()[0]:.2f} after")
+                print(f"  transformers, {sampling}, schedule {args.reference_schedule}: {primary} "
+                      f"{metrics[primary]:.4f}, {speed(examples, seconds)}; load average {load:.2f} before, "
+                      f"{os.getloadavg()[0]:.2f} after")
             for grouping, runs in ours_runs.items():
                 ours = runs[-1][0]
                 for sampling, theirs_list in theirs_runs.items():
