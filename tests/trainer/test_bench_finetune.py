@@ -90,8 +90,8 @@ def test_the_reference_can_train_on_our_schedule_which_differs_from_its_own_in_t
     monkeypatch.setattr(bench, "our_schedule", lambda *a: made.append(real(*a)) or made[-1])
     assert bench.main(["--task", "classification", "--checkpoint", str(trained_run[0].last_checkpoint), "--steps", "3",
                        "--batch-size", "4", "--max-length", "48", "--lr", "1e-3", "--seeds", "0",
-                       "--parity-steps", "10", "--parity-schedule", "run", "--threads", "1", "--reference-sampling", "random",
-                       "--reference-schedule", "ours"]) == 0
+                       "--parity-steps", "10", "--parity-schedule", "run", "--threads", "1",
+                       "--reference-sampling", "random", "--reference-schedule", "ours"]) == 0
     # the parity run, then the timed one: Trainer stepped our schedule once per update
     assert [s.last_epoch for s in made] == [10, 3]
     out = capsys.readouterr().out
