@@ -142,6 +142,7 @@ CHARTS: dict[str, ChartSpec] = {c.id: c for c in (
     ChartSpec("tokens_per_s", "Tokens per second", unit="tokens/s", order=170, legend="metric"),
     ChartSpec("mfu", "Model FLOPs utilisation (share of the device's peak)", order=175, scale="percent",
               legend="metric"),
+    ChartSpec("fill", "Fill (real tokens / positions computed)", order=177, scale="percent", legend="metric"),
     ChartSpec("memory_mb", "Memory (MB)", unit="MB", order=180, legend="metric"),
 )}
 
@@ -152,6 +153,7 @@ COMMON_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("grad_norm", "gradient norm", chart="grad_norm", splits=TRAIN),
     MetricSpec("tokens_per_s", "tokens / s", unit="tokens/s", chart="tokens_per_s", splits=TRAIN),
     MetricSpec("mfu", "MFU", chart="mfu", splits=TRAIN),  # trainer.training.flops
+    MetricSpec("fill", "fill", chart="fill", splits=TRAIN),  # padding computed lowers it (trainer.objectives.packing)
     MetricSpec("memory_mb", "MB", unit="MB", chart="memory_mb", splits=TRAIN),
 )
 
@@ -171,6 +173,7 @@ COMMON_STATS: tuple[StatSpec, ...] = (
     StatSpec("perplexity", "validation perplexity", metric="perplexity", digits=1, order=30),
     StatSpec("tokens_per_s", "tokens / s", metric="tokens_per_s", splits=TRAIN, format="integer", order=90),
     StatSpec("mfu", "MFU", metric="mfu", splits=TRAIN, format="percent", digits=1, order=95),
+    StatSpec("fill", "fill", metric="fill", splits=TRAIN, format="percent", digits=0, order=96),
 )
 
 LM_STATS: tuple[StatSpec, ...] = (

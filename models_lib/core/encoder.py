@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from models_lib.core.layers import FeedForward, KVCache, SelfAttention, build_attention_mask
+from models_lib.core.packing import Packed, check_packed
 from models_lib.core.recompute import RecomputedStack
 
 if TYPE_CHECKING:
@@ -58,8 +59,12 @@ class Embeddings(nn.Module):
         self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout)
 
-    def position_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """(T,) for plain positions; (B, T) when they are counted from the padding (RoBERTa)."""
+    def position_ids(self, input_ids: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        """(T,) for plain positions; (B, T) when they are counted from the padding (RoBERTa) or
+        given: `positions` (B, T), each token's place in its example (a packed batch's)."""
+        if positions is not None:
+            first = self.position_offset if self.pad_token_id is None else self.pad_token_id + 1
+            return positions + first
         T = input_ids.shape[1]
         if self.pad_token_id is None:
             return torch.arange(self.position_offset, self.position_offset + T, device=input_ids.device)
@@ -68,11 +73,12 @@ class Embeddings(nn.Module):
         real = input_ids.ne(self.pad_token_id)
         return torch.cumsum(real, dim=1) * real + self.pad_token_id  # (B, T)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
         T = input_ids.shape[1]
         if T > self.max_positions:
             raise ValueError(f"the sequence has {T} tokens but this model accepts at most {self.max_positions}.")
-        x = self.word(input_ids) + self.position(self.position_ids(input_ids))  # (B, T, E) + (T or B,T, E)
+        x = self.word(input_ids) + self.position(self.position_ids(input_ids, positions))  # (B, T, E) + (T or B,T, E)
         if self.token_type is not None:
             # No segment ids means everything is segment 0; adding row 0 skips a (B, T) gather.
             x = x + (self.token_type(token_type_ids) if token_type_ids is not None else self.token_type.weight[0])
@@ -152,6 +158,14 @@ class Encoder(RecomputedStack):
         return tuple(states) if output_hidden_states else x
 
 
+def _compute_dtype(weight: torch.Tensor) -> torch.dtype:
+    """The dtype attention scores are computed in: autocast's where it is on, else the weights'."""
+    kind = weight.device.type
+    if torch.is_autocast_enabled(kind):
+        return torch.get_autocast_dtype(kind)
+    return weight.dtype
+
+
 class Pooler(nn.Module):
     """dense + tanh on the first ([CLS]) position: the sentence vector NSP/SOP classify."""
 
@@ -159,8 +173,9 @@ class Pooler(nn.Module):
         super().__init__()
         self.dense = nn.Linear(hidden_size, hidden_size)
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.dense(hidden[:, 0]))  # (B, H)
+    def forward(self, hidden: torch.Tensor, packed: Packed | None = None) -> torch.Tensor:
+        first = hidden[:, 0] if packed is None else packed.first_tokens(hidden)  # (B, H)
+        return torch.tanh(self.dense(first))  # (B, H)
 
 
 class EncoderOutput(NamedTuple):
@@ -198,18 +213,31 @@ class TransformerEncoder(nn.Module):
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                token_type_ids: torch.Tensor | None = None,
-               output_hidden_states: bool = False) -> torch.Tensor | tuple[torch.Tensor, ...]:
+               output_hidden_states: bool = False, *,
+               packed: Packed | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """Final hidden states (B, T, H). attention_mask: (B, T) 1/0 padding, or (B, T, T) /
         (B, 1, T, T) with True where a query may see a key (UniLM, see models_lib.core.masks).
+        `packed` (models_lib.core.packing): the rows hold several examples each; attention stays
+        inside each (and inside a (B, T, T) attention_mask, when one is given too) and positions
+        start again at each example's first token.
 
         With output_hidden_states: a tuple of L + 1 tensors (B, T, H), the embedding output
         (after the projection) and each layer's output; the last is the final hidden states.
         """
-        if attention_mask is not None and attention_mask.dim() == 2 and bool(attention_mask.all()):
-            # Nothing is padded: drop the mask so attention can take its unmasked fast path.
-            attention_mask = None
-        mask = build_attention_mask(attention_mask)
-        x = self.embeddings(input_ids, token_type_ids)  # (B, T, E)
+        positions = None
+        if packed is not None:
+            check_packed(packed, input_ids)
+            positions = packed.positions
+            if attention_mask is not None and attention_mask.dim() == 3:  # per-example visibility (UniLM)
+                mask = build_attention_mask(attention_mask) & packed.visibility()
+            else:
+                mask = packed.attention_bias(_compute_dtype(self.embeddings.word.weight))
+        else:
+            if attention_mask is not None and attention_mask.dim() == 2 and bool(attention_mask.all()):
+                # Nothing is padded: drop the mask so attention can take its unmasked fast path.
+                attention_mask = None
+            mask = build_attention_mask(attention_mask)
+        x = self.embeddings(input_ids, token_type_ids, positions)  # (B, T, E)
         if self.embeddings_project is not None:
             x = self.embeddings_project(x)  # (B, T, H)
         return self.encoder(x, mask, output_hidden_states)

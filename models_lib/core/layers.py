@@ -97,7 +97,8 @@ class Attention(nn.Module):
     `scaled=False` drops the 1/sqrt(D) of the scores (T5 folds it into the initialisation).
 
     forward(x, mask=None, *, bias=None, causal=False, context=None, cache=None):
-      mask     bool, broadcastable to (B, N, T, S), True = may attend (build_attention_mask)
+      mask     bool, broadcastable to (B, N, T, S), True = may attend (build_attention_mask); or
+               float, added to the scores as it is (models_lib.core.packing.Packed.attention_bias)
       bias     float, broadcastable to (B, N, T, S), added to the scores (T5's position bias)
       causal   query i sees keys <= i (counted after the cached ones)
       context  (B, S, H) states to attend to (cross-attention)
@@ -161,8 +162,11 @@ class Attention(nn.Module):
             # a query that sees no key at all then gets a uniform average instead of NaN.
             additive = bias.to(q.dtype) if bias is not None else None
             if mask is not None:
-                hidden = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(
-                    ~mask, torch.finfo(q.dtype).min)
+                if mask.dtype == torch.bool:
+                    hidden = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(
+                        ~mask, torch.finfo(q.dtype).min)
+                else:  # already additive (a packed batch's, built once for every layer)
+                    hidden = mask.to(q.dtype)
                 additive = hidden if additive is None else additive + hidden
         p = self.dropout if self.training else 0.0
         if self.record_weights:

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models_lib.core.config import ElectraConfig
+from models_lib.core.packing import Packed
 from models_lib.heads.pretraining import RTDHead
 from models_lib.families.pretraining import IGNORE_INDEX, EncoderForPreTraining, EncoderWithHeads
 
@@ -32,8 +33,8 @@ class ElectraDiscriminator(EncoderWithHeads):
         return {"rtd_head": RTDHead(config)}
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None) -> torch.Tensor:
-        return self.rtd_head(self.encode(input_ids, attention_mask, token_type_ids))  # (B, T)
+                token_type_ids: torch.Tensor | None = None, *, packed: Packed | None = None) -> torch.Tensor:
+        return self.rtd_head(self.encode(input_ids, attention_mask, token_type_ids, packed=packed))  # (B, T)
 
 
 class ElectraGenerator(EncoderForPreTraining):
@@ -89,14 +90,15 @@ class ElectraForPreTraining(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, mlm_labels: torch.Tensor | None = None,
                 *, generator_sampling: bool = True, rtd_weight: float = 50.0,
-                generator: torch.Generator | None = None) -> ElectraPreTrainingOutput:
+                generator: torch.Generator | None = None, packed: Packed | None = None) -> ElectraPreTrainingOutput:
         """input_ids (B, T): the masked input from an MLM collator; mlm_labels (B, T): the original
         tokens where masked, -100 elsewhere. generator_sampling=False takes the generator's argmax
-        instead of a sample; `generator` (on the input's device) makes the sampling reproducible."""
+        instead of a sample; `generator` (on the input's device) makes the sampling reproducible.
+        packed: several examples per row (models_lib.core.packing), for both encoders."""
         if mlm_labels is None:
             raise ValueError("ELECTRA pre-training needs mlm_labels: the generator learns from them and "
                              "the discriminator's labels come from them.")
-        gen = self.generator(input_ids, attention_mask, token_type_ids, mlm_labels)
+        gen = self.generator(input_ids, attention_mask, token_type_ids, mlm_labels, packed=packed)
         selected = mlm_labels != IGNORE_INDEX  # (B, T)
         if attention_mask is not None and attention_mask.dim() == 2:
             real = attention_mask.bool()  # (B, T)
@@ -110,7 +112,7 @@ class ElectraForPreTraining(nn.Module):
             # A sample equal to the original token counts as original.
             rtd_labels = (corrupted != original) & real  # (B, T)
 
-        rtd_logits = self.discriminator(corrupted, attention_mask, token_type_ids)  # (B, T)
+        rtd_logits = self.discriminator(corrupted, attention_mask, token_type_ids, packed=packed)  # (B, T)
         rtd_loss = F.binary_cross_entropy_with_logits(rtd_logits[real].float(), rtd_labels[real].float())
         predicted = (rtd_logits > 0) & real
         return ElectraPreTrainingOutput(

@@ -15,6 +15,7 @@ from torch import nn
 
 from models_lib.core.config import FAMILY_LABELS, EncoderConfig
 from models_lib.core.encoder import Embeddings, TransformerEncoder, init_weights
+from models_lib.core.packing import Packed
 from models_lib.heads.pretraining import MLMHead
 
 IGNORE_INDEX = -100  # label value for positions that are not predicted
@@ -76,16 +77,20 @@ class EncoderWithHeads(nn.Module):
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                token_type_ids: torch.Tensor | None = None,
-               output_hidden_states: bool = False) -> torch.Tensor | tuple[torch.Tensor, ...]:
-        """Final hidden states (B, T, H), or all L + 1 of them with output_hidden_states."""
-        return self.backbone.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
+               output_hidden_states: bool = False, *,
+               packed: Packed | None = None) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """Final hidden states (B, T, H), or all L + 1 of them with output_hidden_states.
+        `packed`: several examples per row (models_lib.core.packing)."""
+        return self.backbone.encode(input_ids, attention_mask, token_type_ids, output_hidden_states, packed=packed)
 
     def run_backbone(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                     token_type_ids: torch.Tensor | None, output_hidden_states: bool = False):
-        """-> (final hidden (B, T, H), pooled (B, H) or None, all hidden states or None)."""
-        states = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states)
+                     token_type_ids: torch.Tensor | None, output_hidden_states: bool = False, *,
+                     packed: Packed | None = None):
+        """-> (final hidden (B, T, H), pooled (B, H) or None, all hidden states or None). With
+        `packed`, pooled has one row per example (its first token), in the examples' order."""
+        states = self.encode(input_ids, attention_mask, token_type_ids, output_hidden_states, packed=packed)
         hidden = states[-1] if output_hidden_states else states
-        pooled = self.backbone.pooler(hidden) if self.backbone.pooler is not None else None
+        pooled = self.backbone.pooler(hidden, packed) if self.backbone.pooler is not None else None
         return hidden, pooled, (states if output_hidden_states else None)
 
     @property
@@ -128,10 +133,11 @@ class EncoderForPreTraining(EncoderWithHeads):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, mlm_labels: torch.Tensor | None = None,
-                *, output_hidden_states: bool = False) -> PreTrainingOutput:
+                *, output_hidden_states: bool = False, packed: Packed | None = None) -> PreTrainingOutput:
         """input_ids (B, T); attention_mask (B, T) padding or (B, T, T) visibility; mlm_labels (B, T),
-        -100 where nothing is predicted."""
-        hidden, _, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states)
+        -100 where nothing is predicted; packed: several examples per row (models_lib.core.packing)."""
+        hidden, _, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states,
+                                              packed=packed)
         return self.masked_lm(hidden, mlm_labels, hidden_states=states)
 
     def masked_lm(self, hidden: torch.Tensor, mlm_labels: torch.Tensor | None,

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from models_lib.core.config import SpanBertConfig
+from models_lib.core.packing import Packed
 from models_lib.heads.pretraining import SBOHead
 from models_lib.families.pretraining import EncoderForPreTraining, PreTrainingOutput, token_loss
 
@@ -24,10 +25,13 @@ class SpanBertForPreTraining(EncoderForPreTraining):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, mlm_labels: torch.Tensor | None = None,
                 sbo_pairs: torch.Tensor | None = None, sbo_labels: torch.Tensor | None = None,
-                *, output_hidden_states: bool = False) -> PreTrainingOutput:
+                *, output_hidden_states: bool = False, packed: Packed | None = None) -> PreTrainingOutput:
         """mlm_labels (B, T), -100 = not predicted; sbo_pairs (N, 5) long; sbo_labels (N,) the token
-        at each pair's target position (read from mlm_labels when None). loss = mlm + sbo."""
-        hidden, _, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states)
+        at each pair's target position (read from mlm_labels when None). loss = mlm + sbo.
+        packed: several examples per row (models_lib.core.packing); sbo_pairs then index rows
+        and columns of the packed batch."""
+        hidden, _, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states,
+                                              packed=packed)
         out = self.masked_lm(hidden, mlm_labels, hidden_states=states)
         if sbo_pairs is not None:
             if sbo_pairs.dim() != 2 or sbo_pairs.shape[1] != 5:

@@ -15,9 +15,9 @@ from trainer import objectives
 from trainer.charts import ChartSpec, MetricSpec, StatSpec
 from trainer.objectives import charts_for, encoder, stats_for
 
-COMMON_CHARTS = ["lr", "grad_norm", "tokens_per_s", "mfu", "memory_mb"]
+COMMON_CHARTS = ["lr", "grad_norm", "tokens_per_s", "mfu", "fill", "memory_mb"]
 # What the engine records for every run besides the objectives' own keys (trainer/training/engine.py).
-ENGINE_KEYS = {"loss", "lr", "grad_norm", "tokens_per_s", "mfu", "memory_mb", "progress", "eta_s"}
+ENGINE_KEYS = {"loss", "lr", "grad_norm", "tokens_per_s", "mfu", "fill", "memory_mb", "progress", "eta_s"}
 
 
 def ids(result):
@@ -155,10 +155,10 @@ def test_stats_per_family():
     def stat_ids(objectives):
         return [s["id"] for s in stats_for(objectives)]
 
-    assert stat_ids(["mlm", "nsp"]) == ["loss", "valid_loss", "perplexity", "mlm_acc", "tokens_per_s", "mfu"]
-    assert stat_ids(["span_corruption"]) == ["loss", "valid_loss", "perplexity", "lm_acc", "tokens_per_s", "mfu"]
+    assert stat_ids(["mlm", "nsp"]) == ["loss", "valid_loss", "perplexity", "mlm_acc", "tokens_per_s", "mfu", "fill"]
+    assert stat_ids(["span_corruption"]) == ["loss", "valid_loss", "perplexity", "lm_acc", "tokens_per_s", "mfu", "fill"]
     assert stat_ids(["bilm"]) == ["loss", "valid_loss", "perplexity", "forward_perplexity", "backward_perplexity",
-                                  "tokens_per_s", "mfu"]
+                                  "tokens_per_s", "mfu", "fill"]
     mlm_acc = stats_for(["mlm"])[3]
     assert mlm_acc == {"id": "mlm_acc", "label": "MLM accuracy", "metric": "mlm_acc", "splits": ["valid", "train"],
                        "format": "percent", "digits": 1}

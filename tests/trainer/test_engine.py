@@ -14,7 +14,7 @@ from trainer.training.sinks import ListSink
 from tests.trainer.conftest import tiny_config
 
 TRAIN_KEYS = {"loss", "mlm_loss", "nsp_loss", "mlm_acc", "nsp_acc", "lr", "grad_norm", "tokens_per_s",
-              "mfu", "memory_mb", "progress", "eta_s"}
+              "mfu", "fill", "memory_mb", "progress", "eta_s"}
 VALID_KEYS = {"loss", "mlm_loss", "nsp_loss", "perplexity", "mlm_acc", "nsp_acc"}
 
 

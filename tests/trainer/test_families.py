@@ -15,7 +15,7 @@ from trainer.training.engine import train
 from trainer.errors import InferenceError
 from trainer.training.sinks import ListSink
 
-COMMON_TRAIN = {"loss", "lr", "grad_norm", "tokens_per_s", "mfu", "memory_mb", "progress", "eta_s"}
+COMMON_TRAIN = {"loss", "lr", "grad_norm", "tokens_per_s", "mfu", "fill", "memory_mb", "progress", "eta_s"}
 FAMILY_METRICS = {
     "roberta": {"mlm_loss", "mlm_acc"},
     "albert": {"mlm_loss", "mlm_acc", "sop_loss", "sop_acc"},

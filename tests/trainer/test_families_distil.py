@@ -53,7 +53,7 @@ def test_distillation_trains_with_the_three_weighted_losses(student_run):
     assert result.status == "succeeded" and result.final_step == 50
     events = sink.split("train")
     keys = {"soft_loss", "mlm_loss", "cos_loss", "mlm_acc"}
-    assert all(set(v) == {"loss", "lr", "grad_norm", "tokens_per_s", "mfu", "memory_mb", "progress", "eta_s"} | keys
+    assert all(set(v) == {"loss", "lr", "grad_norm", "tokens_per_s", "mfu", "fill", "memory_mb", "progress", "eta_s"} | keys
                for _, v in events)
     for _, v in events:  # loss = 5 x soft + 2 x MLM + 1 x cosine
         assert v["loss"] == pytest.approx(5 * v["soft_loss"] + 2 * v["mlm_loss"] + v["cos_loss"], rel=1e-5)

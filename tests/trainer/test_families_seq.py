@@ -20,7 +20,7 @@ from trainer.errors import ConfigError
 from trainer.training.sinks import ListSink
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMON_TRAIN = {"loss", "lr", "grad_norm", "tokens_per_s", "mfu", "memory_mb", "progress", "eta_s"}
+COMMON_TRAIN = {"loss", "lr", "grad_norm", "tokens_per_s", "mfu", "fill", "memory_mb", "progress", "eta_s"}
 TRAIN_METRICS = {
     "t5": {"lm_loss", "lm_acc"},
     "gpt": {"lm_loss", "lm_acc"},

@@ -57,6 +57,10 @@ class T5Batch(Batch):
     def n_tokens(self) -> int:
         return int(self.attention_mask.sum()) + int((self.labels != IGNORE_INDEX).sum())
 
+    @property
+    def n_positions(self) -> int:
+        return int(self.input_ids.numel()) + int(self.labels.numel())
+
 
 @dataclass
 class UniLMSeq2SeqBatch(Batch):

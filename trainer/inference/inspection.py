@@ -69,7 +69,8 @@ def sample_batch(config_dict: dict[str, Any], tokenizer_dir: str | Path, n_examp
     bundle = load_tokenizer(Path(tokenizer_dir))
     special = SpecialIds.from_tokenizer(bundle)
     try:
-        stream = data.build_train_stream(config, Path(tokenizer_dir), special, data.DataPosition(epoch=seed))
+        stream = data.build_train_stream(config, Path(tokenizer_dir), special, data.DataPosition(epoch=seed),
+                                         pack=False)
         batch = stream.next_batch()
     except NotImplementedError:
         raise InferenceError(_cannot_inspect(config)) from None

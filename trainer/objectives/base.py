@@ -65,6 +65,11 @@ class Batch:
         return int(self.attention_mask.sum())
 
     @property
+    def n_positions(self) -> int:
+        """Positions the model computes, padding included (n_tokens / n_positions is the fill)."""
+        return int(self.input_ids.numel())
+
+    @property
     def size(self) -> int:
         return int(self.input_ids.shape[0])
 
@@ -153,6 +158,8 @@ class Objective:
     families: tuple[str, ...] = ()       # families that may train it besides those that list it
                                          # (a new objective for an existing family says so here)
     needs_sentinels: bool = False        # reads T5's sentinel tokens (<extra_id_0>, ...) from the tokenizer
+    packs: bool = False                  # its step takes packed batches (trainer.objectives.packing): the
+                                         # run's batches are packed, so padding is not computed
     settings: dict[str, tuple[float, float]] = field(default_factory=dict)  # the RunConfig fields it reads
                                          # (beyond the common ones) -> their inclusive bounds
     collator_settings: tuple[str, ...] = ()  # RunConfig fields (of `settings`) its collator takes by name

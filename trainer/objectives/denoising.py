@@ -214,6 +214,11 @@ class Seq2SeqBatch(Batch):
         """The encoder's and the decoder's real tokens (what tokens/s counts)."""
         return int(self.attention_mask.sum()) + int(self.decoder_attention_mask.sum())
 
+    @property
+    def n_positions(self) -> int:
+        """The encoder's and the decoder's positions, padding included."""
+        return int(self.input_ids.numel()) + int(self.decoder_input_ids.numel())
+
 
 # ---------------------------------------------------------------------------- collators
 @dataclass

@@ -39,10 +39,10 @@ class DistillationStep(Step):
 
         cfg = self.config
         student = self.model(batch.input_ids, batch.attention_mask, None, batch.mlm_labels,
-                             output_hidden_states=True)
+                             output_hidden_states=True, packed=batch.packed)
         with torch.no_grad():
             teacher = self.teacher(batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.mlm_labels,
-                                   output_hidden_states=True)
+                                   output_hidden_states=True, packed=batch.packed)
         # Soft targets over the masked positions (the (N, V) logits of both models, same order).
         soft, cos = distillation_losses(student.mlm_logits, teacher.mlm_logits, student.hidden_states[-1],
                                         teacher.hidden_states[-1], batch.attention_mask,
@@ -106,6 +106,7 @@ DISTILL = Objective(
     help="A student with half the teacher's layers learns the teacher's soft predictions at a "
          "temperature, the true tokens (MLM) and the direction of its hidden states (DistilBERT).",
     collator=MLMCollator, step=DistillationStep, units=ALL_UNITS, requires=("mlm",), combines=("mlm",),
+    packs=True,
     metrics=("soft_loss", "cos_loss"),
     settings={"distill_temperature": (0.5, 20.0), "distill_soft_weight": (0.0, 100.0),
               "distill_mlm_weight": (0.0, 100.0), "distill_cos_weight": (0.0, 100.0)},  # DistilBERT: 2, 5, 2, 1

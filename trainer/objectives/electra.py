@@ -124,6 +124,7 @@ RTD = Objective(
     help="A small generator fills the masked positions with sampled tokens; the discriminator tells "
          "for every token whether it was replaced. Loss = generator MLM + rtd_weight x RTD (ELECTRA).",
     collator=MLMCollator, step=ElectraStep, units=ALL_UNITS, combines=("mlm",),
+    packs=True,
     metrics=("rtd_loss", "rtd_acc", "rtd_precision", "rtd_recall"),
     settings={"rtd_weight": (0.0, 1000.0)},  # ELECTRA: 50
     collator_label="MLM + RTD (ELECTRA)",

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import torch
 
+from models_lib.core.packing import Packed
 from trainer.errors import ConfigError
 from trainer.charts import MetricSpec, StatSpec
 from trainer.objectives.base import Batch, Objective, Step, StepOutput
@@ -44,11 +45,30 @@ class MaskedBatch(Batch):
     span_ids: torch.Tensor | None = None  # (B, T) long: masked unit (word, phrase, n-gram, span)
                                           # of each token, numbered per row; -1 = none. Not a
                                           # model input (for inspection).
+    # Set when the batch is packed (trainer.objectives.packing): its B examples lie end to end in
+    # R rows, and the fields above are (R, L); see models_lib.core.packing.Packed.
+    segments: torch.Tensor | None = None   # (R, L) long: 0 = padding, k = the k-th example of its row
+    positions: torch.Tensor | None = None  # (R, L) long: position within the example
+    starts: torch.Tensor | None = None     # (B,) long: flat index of each example's first token
+
+    @property
+    def packed(self) -> Packed | None:
+        """The packing the model takes (`packed=`), or None for a padded batch."""
+        return None if self.segments is None else Packed(self.segments, self.positions, self.starts)
+
+    @property
+    def size(self) -> int:
+        """Examples in the batch (a packed batch has fewer rows)."""
+        return int(self.starts.shape[0]) if self.starts is not None else int(self.input_ids.shape[0])
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
-        """input_ids, attention_mask, token_type_ids and mlm_labels (models_lib names)."""
-        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask,
-                "token_type_ids": self.token_type_ids, "mlm_labels": self.mlm_labels}
+        """input_ids, attention_mask, token_type_ids and mlm_labels (models_lib names), and
+        `packed` for a packed batch."""
+        inputs = {"input_ids": self.input_ids, "attention_mask": self.attention_mask,
+                  "token_type_ids": self.token_type_ids, "mlm_labels": self.mlm_labels}
+        if self.segments is not None:
+            inputs["packed"] = self.packed
+        return inputs
 
 
 @dataclass
@@ -402,6 +422,7 @@ MLM = Objective(
     help="15% of the tokens are chosen; of those 80% become [MASK], 10% a random token and "
          "10% stay unchanged. The model predicts the original tokens.",
     collator=MLMCollator, step=PreTrainingStep, units=ALL_UNITS, base=True,
+    packs=True,
     metrics=("mlm_loss", "mlm_acc", "perplexity"),
     collator_label="MLM (BERT without NSP, RoBERTa)",
     charts=(
@@ -419,6 +440,7 @@ NSP = Objective(
     help="Inputs are pairs [CLS] A [SEP] B [SEP]; half the time B really follows A in the "
          "document, half the time it comes from another document. The model tells which.",
     collator=NSPCollator, step=PreTrainingStep, units=ALL_UNITS, pairs="nsp", requires=("mlm",), combines=("mlm",),
+    packs=True,
     metrics=("nsp_loss", "nsp_acc"),
     collator_label="MLM + NSP (BERT)",
     charts=(
@@ -432,6 +454,7 @@ SOP = Objective(
     help="Inputs are two consecutive segments of one document, [CLS] A [SEP] B [SEP]; half the "
          "time they are swapped. The model tells whether they are in their original order (ALBERT).",
     collator=SOPCollator, step=PreTrainingStep, units=ALL_UNITS, pairs="sop", requires=("mlm",), combines=("mlm",),
+    packs=True,
     metrics=("sop_loss", "sop_acc"),
     collator_label="MLM + SOP (ALBERT)",
     charts=(
@@ -445,6 +468,7 @@ SBO = Objective(
     help="Whole spans of words are masked (lengths ~ Geometric(0.2), at most 10); each span token is "
          "also predicted from the two tokens just outside the span and its place in it (SpanBERT).",
     collator=SpanBERTCollator, step=PreTrainingStep, units=("span",), requires=("mlm",), combines=("mlm",),
+    packs=True,
     metrics=("sbo_loss", "sbo_acc"),
     collator_label="MLM + SBO (SpanBERT)",
     charts=(
@@ -459,6 +483,7 @@ UNILM = Objective(
     help="Each example is trained with one self-attention mask: bidirectional (1/3), seq2seq (1/3, "
          "source fully visible, target left to right), left-to-right or right-to-left (1/6 each).",
     collator=UniLMCollator, step=PreTrainingStep, units=ALL_UNITS, pairs="consecutive", combines=("mlm",),
+    packs=True,
     metrics=(),
     collator_label="UniLM attention modes",
 )

@@ -339,14 +339,27 @@ def open_split(tokenizer_dir: Path, split: str) -> ShardIndex:
     return ShardIndex.from_shards(open_shards(Path(tokenizer_dir), split))
 
 
+def packing(config: RunConfig, collator: Collator, special: SpecialIds) -> Collator:
+    """The collator whose batches the model computes: packed (trainer.objectives.packing) when
+    the run's objective takes packed batches, so that padding is not computed."""
+    if objectives.resolve(config.objectives).packs:
+        from trainer.objectives.packing import PackingCollator
+
+        return PackingCollator(collator, special.pad)
+    return collator
+
+
 def build_train_stream(config: RunConfig, tokenizer_dir: Path, special: SpecialIds,
-                       position: DataPosition | None = None, shard: tuple[int, int] = (0, 1)) -> TrainStream:
+                       position: DataPosition | None = None, shard: tuple[int, int] = (0, 1), *,
+                       pack: bool = True) -> TrainStream:
+    """The run's training batches from `position` on; `pack=False` keeps them padded, one
+    example a row (the masking inspector shows them so)."""
     tokenizer = _tokenizer_if_needed(config, tokenizer_dir)
     collator = make_collator(config, special, tokenizer)
     source = make_source(config, open_split(tokenizer_dir, "train"), special, collator,
                          static=config.masking == "static", tokenizer=tokenizer)
-    return TrainStream(source, collator, batch_size=config.batch_size, seed=config.seed, position=position,
-                       shard=shard)
+    return TrainStream(source, packing(config, collator, special) if pack else collator,
+                       batch_size=config.batch_size, seed=config.seed, position=position, shard=shard)
 
 
 def build_valid_batches(config: RunConfig, tokenizer_dir: Path, special: SpecialIds) -> list[Batch]:
@@ -354,5 +367,5 @@ def build_valid_batches(config: RunConfig, tokenizer_dir: Path, special: Special
     collator = make_collator(config, special, tokenizer)
     source = make_source(config, open_split(tokenizer_dir, "valid"), special, collator, static=True,
                          tokenizer=tokenizer)
-    return fixed_batches(source, collator, batch_size=config.batch_size, n_batches=config.eval_batches,
-                         seed=config.seed)
+    return fixed_batches(source, packing(config, collator, special), batch_size=config.batch_size,
+                         n_batches=config.eval_batches, seed=config.seed)

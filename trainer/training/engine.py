@@ -176,6 +176,7 @@ class _Interval:
         self.micro_batches = 0
         self.sums: dict[str, torch.Tensor | float] = {}
         self.tokens = 0
+        self.positions = 0  # positions computed, padding included
         self.started = time.perf_counter()
 
     def add(self, key: str, value: torch.Tensor | float) -> None:
@@ -297,13 +298,13 @@ class Loop:
         self.optimizer.zero_grad(set_to_none=True)
         for i in range(cfg.grad_accum):
             batch, position = self.next_batch()
-            n_tokens = batch.n_tokens
+            n_tokens, n_positions = batch.n_tokens, batch.n_positions
             batch = batch.to(self.device)
             with distributed.gradient_sync(self.dist, model, last=i == cfg.grad_accum - 1):
                 with self.autocast:
                     out = self.forward(batch, train=True)
                 (out.loss / cfg.grad_accum).backward()
-            self.record(out, n_tokens)
+            self.record(out, n_tokens, n_positions)
         self.grad_norm = clip_gradients(model, cfg.clip_grad)
         self.lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
@@ -311,10 +312,11 @@ class Loop:
         self.state.step += 1
         self.state.position = position
 
-    def record(self, out: StepOutput, n_tokens: int) -> None:
+    def record(self, out: StepOutput, n_tokens: int, n_positions: int = 0) -> None:
         iv = self.interval
         iv.micro_batches += 1
         iv.tokens += n_tokens
+        iv.positions += n_positions
         self.state.tokens_seen += n_tokens
         iv.add("loss", out.loss.detach().float())
         self.tally.add(out)
@@ -324,7 +326,8 @@ class Loop:
         if step != 1 and step % self.config.log_every and step != self.config.max_steps:
             return
         iv, tally = self.interval, self.tally.values() if not self.dist.enabled else self.summed(self.tally)
-        summed = self.dist.sum_floats({"loss": iv.get("loss"), "n": iv.micro_batches, "tokens": iv.tokens})
+        summed = self.dist.sum_floats({"loss": iv.get("loss"), "n": iv.micro_batches, "tokens": iv.tokens,
+                                       "positions": iv.positions})
         loss = summed["loss"] / max(1.0, summed["n"])
         self.agree_tokens()
         if not math.isfinite(loss):
@@ -336,6 +339,7 @@ class Loop:
         per_step = (now - self.session_start) / max(1, done)
         values.update(lr=self.lr, grad_norm=float(distributed.full_value(self.grad_norm)),
                       tokens_per_s=summed["tokens"] / max(1e-9, now - iv.started),
+                      fill=summed["tokens"] / max(1.0, summed["positions"]),  # real tokens / positions computed
                       memory_mb=memory_mb(self.device), progress=step / self.config.max_steps,
                       eta_s=per_step * (self.config.max_steps - step))
         # tokens/s is every process's; MFU is per device (each process has one, of the same kind)

@@ -1,0 +1,54 @@
+"""Several examples in one row: what an encoder needs to compute a packed batch.
+
+A padded batch of B examples spends as much on its padding as on its real tokens when the
+examples are short (BERT's sentence pairs on a corpus of short documents fill about half of
+their rows). A packed batch lays the same B examples end to end in R <= B rows of length L,
+and the encoder keeps each example to itself:
+
+  segments   (R, L) long: 0 on padding, k >= 1 on the k-th example of its row. A query sees
+             only the keys of its own segment (a block-diagonal attention mask); a padding
+             query sees the row's padding, so no query is left without a key.
+  positions  (R, L) long: each token's position within its example (0 at its first token), so
+             position embeddings start again at every example.
+  starts     (B,) long: the flat index (row * L + column) of each example's first token, in
+             the examples' order: where the pooler, NSP and SOP read each example's [CLS].
+
+Every token-wise layer (embeddings, projections, feed-forward, norms, heads) computes the same
+values as in the padded batch, and attention sees the same keys, so losses and accuracies are
+those of the padded batch; only the positions computed are fewer. `pack_rows` (trainer side)
+builds these tensors; `Packed.attention_bias` is the additive mask the attention layers take.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+
+class Packed(NamedTuple):
+    segments: torch.Tensor   # (R, L) long, 0 = padding
+    positions: torch.Tensor  # (R, L) long, position within the example
+    starts: torch.Tensor     # (B,) long, flat index of each example's first token
+
+    def visibility(self) -> torch.Tensor:
+        """(R, 1, L, L) bool, True where a query may see a key (same segment)."""
+        s = self.segments
+        return (s[:, :, None] == s[:, None, :])[:, None]
+
+    def attention_bias(self, dtype: torch.dtype) -> torch.Tensor:
+        """(R, 1, L, L) additive mask in `dtype`: 0 where a query may see a key, the dtype's most
+        negative finite value elsewhere (built once per forward, shared by every layer)."""
+        bias = torch.zeros(self.visibility().shape, dtype=dtype, device=self.segments.device)
+        return bias.masked_fill_(~self.visibility(), torch.finfo(dtype).min)
+
+    def first_tokens(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (R, L, H) -> (B, H): each example's first token, in the examples' order."""
+        return hidden.flatten(0, 1).index_select(0, self.starts)
+
+
+def check_packed(packed: Packed, input_ids: torch.Tensor) -> None:
+    if packed.segments.shape != input_ids.shape or packed.positions.shape != input_ids.shape:
+        raise ValueError(f"packed segments {tuple(packed.segments.shape)} and positions "
+                         f"{tuple(packed.positions.shape)} must have the input's shape {tuple(input_ids.shape)}.")
+    if packed.starts.dim() != 1:
+        raise ValueError(f"packed starts must be (B,), got shape {tuple(packed.starts.shape)}.")

@@ -1,0 +1,142 @@
+"""Packing a masked-LM batch: the same examples in fewer rows, so padding is not computed.
+
+A collator pads its B examples to the longest; sentence pairs of a corpus of short documents
+then fill about half of the positions (the demo corpus: 45%). `pack_rows` lays the B examples
+end to end in R rows of at most seq_len tokens (first fit, longest first) and adds what the
+encoder needs to keep each example to itself (models_lib.core.packing: segment ids for a
+block-diagonal attention mask, positions that start again at each example, and where each
+example's [CLS] is). Nothing else changes: the batch holds the same B examples with the same
+masks and labels, NSP/SOP labels stay one per example in the same order, SBO's pairs point at
+the same tokens in their new places, UniLM's per-example attention masks become blocks. So a
+packed batch gives the padded batch's losses and accuracies, and the data order, the stream
+position and exact resume are untouched: packing happens inside one batch.
+
+`PackingCollator` wraps an objective's collator and packs each batch it makes; the objectives
+whose steps take packed batches say so (`Objective.packs`).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from trainer.objectives.base import Batch
+from trainer.objectives.masking import IGNORE_INDEX
+
+ROW_MULTIPLE = 8  # packed rows are cut to a multiple of this many columns (at most seq_len)
+
+# per-token fields (B, T) and the value their padding takes
+TOKEN_FIELDS = {"input_ids": None, "attention_mask": 0, "token_type_ids": 0, "mlm_labels": IGNORE_INDEX,
+                "span_ids": -1}
+EXAMPLE_FIELDS = ("nsp_labels", "sop_labels", "lm_mode", "sbo_labels")  # one value per example (or per SBO row)
+PACKING_FIELDS = ("segments", "positions", "starts")
+
+
+def first_fit(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
+    """(row, offset) of each example: longest first, each into the first row with room for it."""
+    order = np.argsort(-lengths, kind="stable")
+    room = np.empty(0, dtype=np.int64)
+    rows = np.empty(len(lengths), dtype=np.int64)
+    offsets = np.empty(len(lengths), dtype=np.int64)
+    for i in order:
+        n = int(lengths[i])
+        fits = np.flatnonzero(room >= n)
+        if len(fits):
+            r = int(fits[0])
+        else:
+            r = len(room)
+            room = np.append(room, capacity)
+        rows[i], offsets[i] = r, capacity - room[r]
+        room[r] -= n
+    return rows, offsets
+
+
+def pack_rows(batch: Batch, *, seq_len: int, pad_id: int) -> Batch:
+    """The batch's examples in as few rows of at most seq_len tokens as first fit finds, with
+    segments, positions and starts set (see the module docstring); the batch itself when
+    packing would save no row. Each example's real tokens must come first in its row (padding
+    at the end), as the collators lay them out."""
+    mask = batch.attention_mask.numpy()
+    B, T = mask.shape
+    lengths = mask.sum(axis=1).astype(np.int64)
+    if B < 2 or int(lengths.max()) > seq_len:
+        return batch
+    rows, offsets = first_fit(lengths, seq_len)
+    R = int(rows.max()) + 1
+    if R == B:
+        return batch
+    used = int((offsets + lengths).max())
+    L = min(seq_len, -(-used // ROW_MULTIPLE) * ROW_MULTIPLE)
+    # where each real token goes: example b's token j to row rows[b], column offsets[b] + j
+    ex = np.repeat(np.arange(B), lengths)
+    j = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    src = ex * T + j
+    dst = rows[ex] * L + offsets[ex] + j
+
+    fields: dict[str, Any] = {}
+    for f in dataclasses.fields(batch):
+        value = getattr(batch, f.name)
+        if value is None or f.name in PACKING_FIELDS:
+            continue
+        if f.name in TOKEN_FIELDS:
+            fill = pad_id if TOKEN_FIELDS[f.name] is None else TOKEN_FIELDS[f.name]
+            out = np.full(R * L, fill, dtype=value.numpy().dtype)
+            out[dst] = value.numpy().reshape(-1)[src]
+            fields[f.name] = torch.from_numpy(out.reshape(R, L))
+        elif f.name in EXAMPLE_FIELDS:
+            fields[f.name] = value
+        elif f.name == "sbo_pairs":  # (N, 5): row, left, right, target, relative -> packed places
+            pairs = value.numpy().copy()
+            b = pairs[:, 0]
+            pairs[:, 1:4] += offsets[b][:, None]
+            pairs[:, 0] = rows[b]
+            fields[f.name] = torch.from_numpy(pairs)
+        elif f.name == "self_attention_mask":  # (B, T, T) -> blocks of (R, L, L)
+            fields[f.name] = torch.from_numpy(_pack_visibility(value.numpy(), lengths, rows, offsets, R, L))
+        else:
+            raise ValueError(f"pack_rows does not know how to pack the field {f.name!r} of {type(batch).__name__}")
+    segments = np.zeros(R * L, dtype=np.int64)
+    # the k-th example placed in a row (by offset) is segment k
+    rank = np.empty(B, dtype=np.int64)
+    for r in range(R):
+        here = np.flatnonzero(rows == r)
+        rank[here[np.argsort(offsets[here])]] = np.arange(1, len(here) + 1)
+    segments[dst] = rank[ex]
+    positions = np.zeros(R * L, dtype=np.int64)
+    positions[dst] = j
+    return dataclasses.replace(batch, **fields, segments=torch.from_numpy(segments.reshape(R, L)),
+                               positions=torch.from_numpy(positions.reshape(R, L)),
+                               starts=torch.from_numpy(rows * L + offsets))
+
+
+def _pack_visibility(masks: np.ndarray, lengths: np.ndarray, rows: np.ndarray, offsets: np.ndarray,
+                     R: int, L: int) -> np.ndarray:
+    """Each example's (n, n) visibility block at its place; padding queries see themselves."""
+    out = np.zeros((R, L, L), dtype=bool)
+    for b, n in enumerate(lengths.tolist()):
+        o = int(offsets[b])
+        out[rows[b], o:o + n, o:o + n] = masks[b, :n, :n]
+    used = np.zeros((R, L), dtype=bool)
+    for b, n in enumerate(lengths.tolist()):
+        used[rows[b], offsets[b]:offsets[b] + n] = True
+    r, t = np.nonzero(~used)
+    out[r, t, t] = True
+    return out
+
+
+class PackingCollator:
+    """An objective's collator whose batches come packed (pack_rows); every other attribute is
+    the wrapped collator's."""
+
+    def __init__(self, inner: Any, pad_id: int):
+        self.inner, self.pad_id = inner, pad_id
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name in ("inner", "pad_id"):  # (unpickling looks these up first)
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __call__(self, examples: Sequence[Any]) -> Batch:
+        return pack_rows(self.inner(examples), seq_len=self.inner.seq_len, pad_id=self.pad_id)
