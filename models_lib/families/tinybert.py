@@ -101,18 +101,21 @@ def _mse(a: torch.Tensor, b: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 
 def tinybert_losses(student_states: tuple[torch.Tensor, ...], student_scores: list[torch.Tensor],
                     teacher_states: tuple[torch.Tensor, ...], teacher_scores: list[torch.Tensor],
-                    attention_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+                    attention_mask: torch.Tensor, packed: Packed | None = None) -> dict[str, torch.Tensor]:
     """{"emb_loss", "att_loss", "hid_loss"} over the uniform layer map.
 
     student_states: the student's L + 1 states already projected to the teacher's width
     (TinyBertForPreTraining's `projected_states`; its `hidden_states` when the widths agree);
     teacher_states: the teacher's L + 1 hidden states (B, T, H), the embedding output first;
     scores: L attention-score tensors (B, N, T, T) each; attention_mask (B, T), 1 = real token.
-    Padding is left out (for scores: any pair with a padding query or key)."""
+    Padding is left out (for scores: any pair with a padding query or key); in a packed batch
+    (`packed`, models_lib.core.packing), so is any pair of two examples' tokens."""
     mapping = layer_map(len(student_scores), len(teacher_scores))
     real = attention_mask.bool()
     tokens = real[:, :, None]                                  # (B, T, 1)
     pairs = (real[:, None, :, None] & real[:, None, None, :])  # (B, 1, T, T)
+    if packed is not None:
+        pairs = pairs & packed.visibility()
     emb = _mse(student_states[0], teacher_states[0], tokens)
     att = sum(_mse(student_scores[m], teacher_scores[g - 1], pairs) for m, g in enumerate(mapping))
     hid = sum(_mse(student_states[m + 1], teacher_states[g], tokens) for m, g in enumerate(mapping))

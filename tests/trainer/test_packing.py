@@ -168,3 +168,34 @@ def test_a_run_packs_its_batches_and_logs_the_fill(tokenizer_dir, make_config, t
         fills[pack] = sum(b.n_tokens for b in batches) / sum(b.n_positions for b in batches)
     assert logged == pytest.approx(fills[True])
     assert fills[True] > 0.85 and fills[True] > fills[False] + 0.2, fills
+
+
+@pytest.mark.parametrize("predicting", [False, True], ids=["layers", "predictions"])
+def test_tinybert_distillation_packs_and_compares_attention_inside_each_example(predicting, tokenizer_dir,
+                                                                                make_family_config):
+    from models_lib.families.bert import BertConfig, BertForPreTraining
+    from models_lib.families.tinybert import TinyBertForPreTraining
+    from models_lib.families import presets
+    from trainer.objectives.tinybert import TinyBertStep
+
+    config = make_family_config("bert", batch_size=12, seq_len=128)
+    special = special_ids(tokenizer_dir)
+    batch = padded_batch(tokenizer_dir, config, special)
+    packed = pack_rows(batch, seq_len=128, pad_id=special.pad)
+    torch.manual_seed(0)
+    V = int(batch.input_ids.max()) + 100
+    teacher = BertForPreTraining(BertConfig.from_preset("bert-tiny", vocab_size=V, hidden_size=64, num_heads=2,
+                                                        pad_token_id=special.pad)).eval()
+    student = TinyBertForPreTraining(presets.get("tinybert-tiny", vocab_size=V, hidden_size=32, num_heads=2,
+                                                 pad_token_id=special.pad, teacher_hidden_size=64)).eval()
+    share = 1.0 if predicting else 0.0
+    run = make_family_config("tinybert", teacher_checkpoint="unused", tinybert_prediction_share=share)
+    step = TinyBertStep(run, student, "cpu", teacher)
+    loss, values, grads = step_values(step, student, batch)
+    step.micro_batches = 0
+    p_loss, p_values, p_grads = step_values(step, student, packed)
+    assert p_loss == pytest.approx(loss, rel=1e-5)
+    for key, value in values.items():
+        assert p_values[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    for name, g in grads.items():
+        torch.testing.assert_close(p_grads[name], g, rtol=1e-3, atol=1e-5, msg=name)

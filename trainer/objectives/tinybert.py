@@ -60,12 +60,12 @@ class TinyBertStep(Step):
 
         with attention_scores(self.model) as student_scores:
             student = self.model(batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.mlm_labels,
-                                 output_hidden_states=True)
+                                 output_hidden_states=True, packed=batch.packed)
         with torch.no_grad(), attention_scores(self.teacher) as teacher_scores:
             teacher = self.teacher(batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.mlm_labels,
-                                   output_hidden_states=True)
+                                   output_hidden_states=True, packed=batch.packed)
         parts = tinybert_losses(student.projected_states, student_scores, teacher.hidden_states, teacher_scores,
-                                batch.attention_mask)
+                                batch.attention_mask, batch.packed)
         n = student.mlm_targets.numel()
         parts["pred_loss"] = (prediction_loss(student.mlm_logits, teacher.mlm_logits, self.config.tinybert_temperature)
                               if n else student.mlm_logits.sum() * 0.0)
@@ -99,6 +99,7 @@ TINYBERT = Objective(
     help="A narrow student learns the teacher's embeddings, attention scores and hidden states layer by layer "
          "(mean squared errors, with learned projections to a wider teacher), then its soft predictions.",
     collator=MLMCollator, step=TinyBertStep, units=ALL_UNITS, requires=("mlm",), combines=("mlm",),
+    packs=True,
     metrics=("emb_loss", "att_loss", "hid_loss", "pred_loss"),
     settings={"tinybert_temperature": (0.5, 20.0), "tinybert_prediction_share": (0.0, 1.0)},
     collator_label="MLM + TinyBERT distillation",
