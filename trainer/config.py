@@ -51,6 +51,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "device": ("auto", "cpu", "cuda"),
     "precision": ("auto", "fp32", "bf16"),
     "strategy": ("auto", "ddp", "fsdp"),
+    "compile": ("auto", "on", "off"),
 }
 # Choices owned by the data layer (trainer.objectives.masking.MASKING_UNITS, trainer.objectives.examples.PACKINGS);
 # read lazily so that importing this module does not import torch. See choices().
@@ -142,7 +143,7 @@ class RuntimeArgs:
     num_threads: int
     devices: int | str
     strategy: str
-    compile: bool
+    compile: str  # "auto" (on with CUDA), "on" or "off"
     activation_checkpointing: bool
 
 
@@ -295,8 +296,8 @@ class RunConfig(FlatRecord):
     """Processes that train the run together, one per GPU (torchrun): a number, or "all" (every GPU of the machine; one process on a CPU-only machine). On the CPU, 2 or more run that many processes over gloo. The effective batch is batch_size x grad_accum x devices."""
     strategy: str = "auto"
     """How several devices share the work: "ddp" (each holds the whole model and averages gradients), "fsdp" (FSDP2: weights, gradients and optimizer state sharded across them, for models that do not fit on one), or "auto" (FSDP2 when the weights and optimizer state would not fit in one device's free memory, else DDP)."""
-    compile: bool = False
-    """Compile the model with torch.compile before training: faster steps, after a first step that spends a minute or more compiling. Needs a C++ compiler on the CPU (Triton on a GPU); a run that cannot compile stops with the reason."""
+    compile: str = "auto"
+    """Compile the model with torch.compile before training: faster steps, after a first step that spends a minute or more compiling. "auto" compiles on a CUDA GPU and not on the CPU; "on" or "off" (true and false mean the same). Needs a C++ compiler on the CPU (Triton on a GPU); a run that cannot compile stops with the reason."""
     activation_checkpointing: bool = False
     """Recompute each transformer block's activations in the backward pass instead of keeping them: about a third more compute for far less memory, so a larger preset, batch or seq_len fits (the encoder families, T5 and GPT; not ELMo)."""
 
@@ -322,6 +323,9 @@ class RunConfig(FlatRecord):
             default = _default_of(f)
             if f.name == "devices" and isinstance(value, str) and value.strip().lower() == ALL_DEVICES:
                 self.devices = ALL_DEVICES
+                continue
+            if f.name == "compile" and isinstance(value, bool):  # configs from before "auto": true / false
+                self.compile = "on" if value else "off"
                 continue
             try:
                 setattr(self, f.name, _coerce(value, default))

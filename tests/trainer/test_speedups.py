@@ -93,7 +93,7 @@ def test_the_options_are_runtime_settings_and_elmo_refuses_activation_checkpoint
     config = make_config(compile=True, activation_checkpointing=True)
     assert config.runtime.compile and config.runtime.activation_checkpointing
     assert RunConfig.from_yaml(config.to_yaml()) == config
-    with pytest.raises(ConfigError, match="compile must be true or false, not 'yes'"):
+    with pytest.raises(ConfigError, match="compile must be one of 'auto', 'on', 'off', not 'yes'"):
         make_config(compile="yes")
     with pytest.raises(ConfigError, match="^activation_checkpointing recomputes transformer blocks .* ELMo's model does not offer it"):
         RunConfig(family="elmo", preset="elmo-tiny", objectives=["bilm"], activation_checkpointing=True)
@@ -111,3 +111,20 @@ def test_tf32_is_turned_on_where_the_run_picks_a_cuda_device(monkeypatch, make_c
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32  # fp32 matmuls and convs
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+@pytest.mark.parametrize("setting,device,compiled", [
+    ("auto", "cuda", True), ("auto", "cpu", False), ("on", "cpu", True), ("off", "cuda", False),
+    (True, "cpu", True), (False, "cuda", False),
+])
+def test_compile_auto_compiles_on_a_gpu_only_and_booleans_still_read(make_config, setting, device, compiled):
+    from trainer.training.speedups import compiles
+
+    config = make_config(compile=setting)
+    assert config.compile in ("auto", "on", "off")
+    assert compiles(config.runtime, device) is compiled
+
+
+def test_compile_refuses_other_values(make_config):
+    with pytest.raises(ConfigError, match="compile"):
+        make_config(compile="sometimes")

@@ -84,7 +84,7 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
         model, forward = steps.build(config, vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
                                         device=device, data_dir=data_dir, tokenizer=tokenizer)
         # activation checkpointing, torch.compile: in place, on the model itself (before any wrapper)
-        speedups.apply(model, config.runtime, reporter)
+        speedups.apply(model, config.runtime, reporter, device=device)
         ctx = ctx.with_strategy(distributed.choose_strategy(ctx, config.strategy, model, config.optimizer, device))
         model = distributed.wrap(ctx, model, forward, device=device, precision=precision)
         optimizer, scheduler = build_optimizer(model, config.optim, config.max_steps)

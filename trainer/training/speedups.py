@@ -1,5 +1,6 @@
 """The run options that change how fast, or in how much memory, a model trains, never what it
-computes: activation checkpointing (`activation_checkpointing`) and torch.compile (`compile`).
+computes: activation checkpointing (`activation_checkpointing`) and torch.compile (`compile`:
+"auto" compiles on a CUDA GPU, where it pays after a minute of compiling, and not on the CPU).
 (bf16 autocast, TF32 and fused AdamW need no option: the engine and the optimizer turn them on
 on CUDA.)
 
@@ -32,8 +33,13 @@ def compile_backend() -> str:
     return os.environ.get("LMWB_COMPILE_BACKEND", "").strip() or DEFAULT_BACKEND
 
 
-def apply(model: nn.Module, runtime: Any, sink: Any) -> None:
-    """Turn on what `runtime` (RunConfig.runtime) asks for, and say so in the run's log."""
+def compiles(runtime: Any, device: str) -> bool:
+    """Whether the run compiles its model: compile "on", or "auto" on a CUDA GPU."""
+    return runtime.compile == "on" or (runtime.compile == "auto" and device == "cuda")
+
+
+def apply(model: nn.Module, runtime: Any, sink: Any, device: str = "cpu") -> None:
+    """Turn on what `runtime` (RunConfig.runtime) asks for on `device`, and say so in the run's log."""
     if runtime.activation_checkpointing:
         from models_lib.core.recompute import set_activation_checkpointing
 
@@ -43,10 +49,11 @@ def apply(model: nn.Module, runtime: Any, sink: Any) -> None:
                               "turn it off.")
         sink.log(f"Activation checkpointing: the blocks of {stacks} stack{'s' if stacks > 1 else ''} recompute "
                  f"their activations in the backward pass.")
-    if runtime.compile:
+    if compiles(runtime, device):
         backend = compile_backend()
         model.compile(backend=backend)
-        sink.log(f"torch.compile ({backend}): the first training step and the first validation compile the "
+        why = " (compile \"auto\" on a GPU; set it to \"off\" to train uncompiled)" if runtime.compile == "auto" else ""
+        sink.log(f"torch.compile ({backend}){why}: the first training step and the first validation compile the "
                  f"model, which takes a while.")
 
 

@@ -259,6 +259,8 @@ def _training_field(name: str, spec: dict[str, Any], *, required: bool = True) -
     if "choices" in spec:
         labels = launch.CHOICE_LABELS.get(name, {})
         choices = [(c, labels.get(c, c)) for c in spec["choices"]]
+        if {"on", "off"} <= set(spec["choices"]):  # a switch with an "auto" (compile): true / false read as on / off
+            return SwitchField(choices=choices, initial=default, **common)
         if not required:
             choices = [("", "Default for the family")] + choices
         return forms.ChoiceField(choices=choices, **common)
@@ -274,6 +276,15 @@ def _training_field(name: str, spec: dict[str, Any], *, required: bool = True) -
     if isinstance(default, float):
         return forms.FloatField(**common, **bounds, widget=forms.NumberInput(attrs={"step": "any"}))
     return forms.CharField(**common)
+
+
+class SwitchField(forms.ChoiceField):
+    """"auto", "on" or "off"; JSON's true and false (and a ticked box's "on") read as "on" and "off"."""
+
+    def to_python(self, value):
+        if isinstance(value, bool) or str(value).lower() in ("true", "false"):
+            return "on" if value is True or str(value).lower() == "true" else "off"
+        return super().to_python(value)
 
 
 class BetasField(forms.CharField):

@@ -64,6 +64,7 @@ CHOICE_LABELS = {
     "masking_unit": {"token": "Tokens (BERT)", "word": "Whole words (BERT-wwm)", "phrase": "Phrases (ERNIE)",
                      "ngram": "N-grams of words (ALBERT)", "span": "Spans (SpanBERT)"},
     "packing": {"full-sentences": "Full sentences, across documents", "doc-sentences": "Sentences of one document"},
+    "compile": {"auto": "Auto (on a GPU)", "on": "On", "off": "Off"},
 }
 
 # A first run should finish in minutes on a laptop CPU.
