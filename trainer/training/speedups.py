@@ -27,10 +27,40 @@ from torch import nn
 from trainer.errors import ConfigError
 
 DEFAULT_BACKEND = "inductor"
+SCOPES = ("model", "blocks")
+DEFAULT_SCOPE = "model"
 
 
 def compile_backend() -> str:
     return os.environ.get("LMWB_COMPILE_BACKEND", "").strip() or DEFAULT_BACKEND
+
+
+def compile_scope() -> str:
+    """What torch.compile compiles: "model" (the whole forward, as one graph where it can) or
+    "blocks" (each transformer block on its own, the rest eager: identical blocks share one
+    compiled graph, so compiling takes about one block's time however deep the model is). The
+    environment variable LMWB_COMPILE_SCOPE chooses; "model" by default."""
+    scope = os.environ.get("LMWB_COMPILE_SCOPE", "").strip() or DEFAULT_SCOPE
+    if scope not in SCOPES:
+        raise ConfigError(f"LMWB_COMPILE_SCOPE must be one of {', '.join(SCOPES)}, not {scope!r}.")
+    return scope
+
+
+def compile_model(model: nn.Module, backend: str, scope: str) -> int:
+    """Compile `model` in place per `scope` (compile_scope); returns the modules compiled."""
+    if scope == "model":
+        model.compile(backend=backend)
+        return 1
+    from models_lib.core.recompute import RecomputedStack
+
+    blocks = {id(b): b for stack in model.modules() if isinstance(stack, RecomputedStack)
+              for b in getattr(stack, "layers", ())}
+    if not blocks:  # nothing block-shaped (ELMo): the whole model
+        model.compile(backend=backend)
+        return 1
+    for block in blocks.values():
+        block.compile(backend=backend)
+    return len(blocks)
 
 
 def compiles(runtime: Any, device: str) -> bool:
@@ -50,10 +80,11 @@ def apply(model: nn.Module, runtime: Any, sink: Any, device: str = "cpu") -> Non
         sink.log(f"Activation checkpointing: the blocks of {stacks} stack{'s' if stacks > 1 else ''} recompute "
                  f"their activations in the backward pass.")
     if compiles(runtime, device):
-        backend = compile_backend()
-        model.compile(backend=backend)
+        backend, scope = compile_backend(), compile_scope()
+        compile_model(model, backend, scope)
         why = " (compile \"auto\" on a GPU; set it to \"off\" to train uncompiled)" if runtime.compile == "auto" else ""
-        sink.log(f"torch.compile ({backend}){why}: the first training step and the first validation compile the "
+        where = " block by block" if scope == "blocks" else ""
+        sink.log(f"torch.compile ({backend}{where}){why}: the first training step and the first validation compile the "
                  f"model, which takes a while.")
 
 
