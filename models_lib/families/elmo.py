@@ -443,9 +443,10 @@ class ElmoLanguageModel(nn.Module):
         if targets.numel() == 0:  # every row one token long: nothing to predict
             zero = hidden.sum() * 0.0 + self.softmax.weight.sum() * 0.0  # keeps the graph, no NaN
             return zero.float(), n, torch.zeros((), dtype=torch.long, device=targets.device)
-        logits = self.softmax(hidden).float()  # (N, V)
-        loss = F.cross_entropy(logits, targets)
-        correct = (logits.argmax(dim=-1) == targets).sum()
+        # The padded scores (padding columns at -inf, models_lib.core.vocab): the unpadded softmax.
+        scores = vocab.loss_logits(hidden, self.softmax.weight, self.softmax.bias, self.config.vocab_size)[0].float()
+        loss = F.cross_entropy(scores, targets)
+        correct = (scores.argmax(dim=-1) == targets).sum()
         return loss, n, correct
 
     def lm_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None

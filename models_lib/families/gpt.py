@@ -231,6 +231,11 @@ class GPTLMHeadModel(nn.Module):
         aligned matmul), the padding's columns are cut off, so no loss or sampler sees them."""
         return vocab.logits(hidden, self.output_embeddings, None, self.config.vocab_size)
 
+    def loss_logits(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(scores (..., V_pad) with the padding columns at -inf, for the model's own loss; the
+        logits (..., V)): models_lib.core.vocab.loss_logits."""
+        return vocab.loss_logits(hidden, self.output_embeddings, None, self.config.vocab_size)
+
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                position_ids: torch.Tensor | None = None,
                output_hidden_states: bool = False) -> torch.Tensor | tuple[torch.Tensor, ...]:
@@ -264,19 +269,22 @@ class GPTLMHeadModel(nn.Module):
                 output_hidden_states: bool = False) -> CausalLMOutput:
         states = self.encode(input_ids, attention_mask, position_ids, output_hidden_states)
         hidden = states[-1] if output_hidden_states else states
-        logits = self.logits(hidden)  # (B, T, V)
         loss = None
-        if labels is not None:
+        if labels is None:
+            logits = self.logits(hidden)  # (B, T, V)
+        else:
             if labels.shape != input_ids.shape:
                 raise ValueError(f"labels must have the shape of input_ids {tuple(input_ids.shape)}, "
                                  f"got {tuple(labels.shape)}.")
+            # The loss reads the padded scores (padding columns at -inf): the unpadded softmax.
+            scores, logits = self.loss_logits(hidden)  # (B, T, V_pad), (B, T, V)
             # The logits at t predict the token at t + 1. Shifting the labels left (nothing to
             # predict after the last token) rather than slicing the logits keeps the (B*T, V)
             # logits a view: no copy of the largest tensor of the step, forward or backward.
             # Sum over the predicted tokens / their count (at least 1): the mean, without a device
             # sync to ask whether any token is predicted; with none it is a graph-connected zero.
             targets = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T)
-            total = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
+            total = F.cross_entropy(scores.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
                                     reduction="sum")
             loss = total / targets.ne(IGNORE_INDEX).sum().clamp(min=1)
         return CausalLMOutput(loss, logits, states if output_hidden_states else None)

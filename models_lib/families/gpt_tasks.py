@@ -165,8 +165,8 @@ class GPTForSequenceClassification(GPTLMHeadModel):
         if flat_mask is not None:
             targets = targets.masked_fill(flat_mask == 0, IGNORE_INDEX)
         targets = F.pad(targets[:, 1:], (0, 1), value=IGNORE_INDEX)  # position t predicts t + 1
-        lm_logits = self.logits(hidden)  # (N, T, V)
-        total = F.cross_entropy(lm_logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
+        scores, _ = self.loss_logits(hidden)  # (N, T, V_pad), the padding at -inf
+        total = F.cross_entropy(scores.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
                                 reduction="sum")
         return total / targets.ne(IGNORE_INDEX).sum().clamp(min=1)
 

@@ -388,6 +388,13 @@ class T5ForConditionalGeneration(nn.Module):
             return vocab.logits(hidden * self.config.d_model ** -0.5, self.shared.weight, None, V)
         return self.lm_head(hidden)  # a VocabLinear: the real vocabulary's columns
 
+    def loss_logits(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(scores (B, L, V_pad) with the padding columns at -inf, for the loss; logits (B, L, V))."""
+        if self.lm_head is None:
+            return vocab.loss_logits(hidden * self.config.d_model ** -0.5, self.shared.weight, None,
+                                     self.config.vocab_size)
+        return vocab.loss_logits(hidden, self.lm_head.weight, None, self.config.vocab_size)
+
     def decode(self, decoder_input_ids: torch.Tensor, encoder_states: torch.Tensor,
                encoder_mask: torch.Tensor | None = None, decoder_attention_mask: torch.Tensor | None = None, *,
                caches: list[KVCache] | None = None, cross_caches: list[KVCache] | None = None) -> torch.Tensor:
@@ -412,10 +419,12 @@ class T5ForConditionalGeneration(nn.Module):
             encoder_hidden_states = self.encode(input_ids, attention_mask)
         hidden = self.decode(decoder_input_ids, encoder_hidden_states, build_attention_mask(attention_mask),
                              decoder_attention_mask)
-        logits = self.logits(hidden)  # (B, L, V)
         loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        if labels is None:
+            logits = self.logits(hidden)  # (B, L, V)
+        else:  # the loss reads the padded scores (padding at -inf): the unpadded softmax
+            scores, logits = self.loss_logits(hidden)
+            loss = F.cross_entropy(scores.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
         return Seq2SeqLMOutput(loss=loss, logits=logits, encoder_hidden_states=encoder_hidden_states)
 
     def layer_groups(self) -> list[list[nn.Parameter]]:

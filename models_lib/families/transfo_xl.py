@@ -195,6 +195,10 @@ class TransfoXLLMHeadModel(nn.Module):
         """(..., H) -> (..., V): over the padded table, the padding's columns cut off."""
         return vocab.logits(hidden, self.output_embeddings, self.lm_bias, self.config.vocab_size)
 
+    def loss_logits(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(scores (..., V_pad) with the padding columns at -inf, for the loss; logits (..., V))."""
+        return vocab.loss_logits(hidden, self.output_embeddings, self.lm_bias, self.config.vocab_size)
+
     def _cache(self, current: torch.Tensor, previous: torch.Tensor | None) -> torch.Tensor | None:
         if self.config.mem_len == 0:
             return None
@@ -233,13 +237,15 @@ class TransfoXLLMHeadModel(nn.Module):
             h = layer(h, pos=pos, mask_h=hidden, mems=None if mems is None else mems[i], shared=self.biases)
             if states is not None:
                 states.append(h)
-        logits = self.logits(self.dropout(h))
         loss = None
-        if labels is not None:
+        if labels is None:
+            logits = self.logits(self.dropout(h))
+        else:  # the loss reads the padded scores (padding at -inf): the unpadded softmax
+            scores, logits = self.loss_logits(self.dropout(h))
             if labels.shape != input_ids.shape:
                 raise ValueError(f"labels must have the shape of input_ids {tuple(input_ids.shape)}, "
                                  f"got {tuple(labels.shape)}.")
-            total = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
+            total = F.cross_entropy(scores.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
                                     reduction="sum")
             loss = total / labels.ne(IGNORE_INDEX).sum().clamp(min=1)
         return TransfoXLOutput(loss, logits, new_mems if new_mems else None,

@@ -268,12 +268,14 @@ class XLNetLMHeadModel(nn.Module):
             if states is not None:
                 states.append(h)
         out = self.dropout(g if g is not None else h)
-        logits = self.logits(out)
         loss = None
-        if labels is not None:
+        if labels is None:
+            logits = self.logits(out)
+        else:  # the loss reads the padded scores (padding at -inf): the unpadded softmax
+            scores, logits = self.loss_logits(out)
             if labels.shape != logits.shape[:2]:
                 raise ValueError(f"labels must have shape {tuple(logits.shape[:2])}, got {tuple(labels.shape)}.")
-            total = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
+            total = F.cross_entropy(scores.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
                                     reduction="sum")
             loss = total / labels.ne(IGNORE_INDEX).sum().clamp(min=1)
         return XLNetOutput(loss, logits, new_mems if use_mems and new_mems else None,
@@ -282,3 +284,7 @@ class XLNetLMHeadModel(nn.Module):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., H) -> (..., V): over the padded table, the padding's columns cut off."""
         return vocab.logits(hidden, self.output_embeddings, self.lm_bias, self.config.vocab_size)
+
+    def loss_logits(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(scores (..., V_pad) with the padding columns at -inf, for the loss; logits (..., V))."""
+        return vocab.loss_logits(hidden, self.output_embeddings, self.lm_bias, self.config.vocab_size)

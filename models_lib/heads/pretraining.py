@@ -47,6 +47,12 @@ class MLMHead(nn.Module):
         x = self.norm(self.act(self.dense(hidden)))  # (..., E)
         return vocab.logits(x, decoder_weight, self.bias, self.vocab_size)  # (..., V)
 
+    def loss_logits(self, hidden: torch.Tensor, decoder_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(scores (..., V_pad) with the padding at -inf, for the loss; the logits (..., V)): see
+        models_lib.core.vocab.loss_logits."""
+        x = self.norm(self.act(self.dense(hidden)))  # (..., E)
+        return vocab.loss_logits(x, decoder_weight, self.bias, self.vocab_size)
+
 
 class NSPHead(nn.Module):
     """Two-way classifier on the pooled [CLS] vector: 0 = IsNext, 1 = NotNext."""
@@ -105,8 +111,15 @@ class SBOHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor, pairs: torch.Tensor, decoder_weight: torch.Tensor) -> torch.Tensor:
         """hidden: (B, T, H); pairs: (N, 5); decoder_weight: the padded (V_pad, E) table -> logits (N, V)."""
+        return vocab.logits(self._features(hidden, pairs), decoder_weight, self.bias, self.vocab_size)  # (N, V)
+
+    def loss_logits(self, hidden: torch.Tensor, pairs: torch.Tensor,
+                    decoder_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(scores (N, V_pad) with the padding at -inf, for the loss; the logits (N, V))."""
+        return vocab.loss_logits(self._features(hidden, pairs), decoder_weight, self.bias, self.vocab_size)
+
+    def _features(self, hidden: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
         batch, left, right, _, relative = pairs.unbind(dim=1)  # each (N,)
         x = torch.cat([hidden[batch, left], hidden[batch, right], self.position(relative)], dim=-1)  # (N, 3H)
         x = self.norm1(self.act(self.dense1(x)))  # (N, H)
-        x = self.norm2(self.act(self.dense2(x)))  # (N, E)
-        return vocab.logits(x, decoder_weight, self.bias, self.vocab_size)  # (N, V)
+        return self.norm2(self.act(self.dense2(x)))  # (N, E)

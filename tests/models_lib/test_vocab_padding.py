@@ -183,6 +183,7 @@ def test_padded_model_equals_the_unpadded_one_from_the_same_seed(case, monkeypat
         assert got[key].shape == value.shape, key
         torch.testing.assert_close(got[key], value, rtol=1e-5, atol=1e-5, msg=key)
     assert all(v.shape[-1] == V for k, v in got.items() if k not in ("loss", "rtd_logits"))
+    assert all(bool(torch.isfinite(v).all()) for v in got.values())  # no -inf padding scores leak out
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
