@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 from models_lib.core.layers import FeedForward, KVCache, SelfAttention, build_attention_mask
-from models_lib.core.vocab import VocabEmbedding, real_rows
 from models_lib.core.recompute import RecomputedStack
+from models_lib.core.vocab import VocabEmbedding, real_rows
 
 if TYPE_CHECKING:
     from models_lib.core.config import EncoderConfig
