@@ -13,6 +13,10 @@ models_lib.families.elmo_tasks); files without "task" load as before.
 
 A model with bottleneck adapters (models_lib.core.adapters) adds "adapters": {"size": d}; its
 weights file holds them, and load_model attaches adapters of that size before loading it.
+
+The vocabulary's tables are written with config.vocab_size rows, as before the models padded
+them to a multiple of 64 in memory (models_lib.core.vocab): the files do not depend on the
+padding, and load_model pads them again (any checkpoint, older ones included).
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ import safetensors.torch
 import torch
 from torch import nn
 
-from models_lib.core import adapters
+from models_lib.core import adapters, vocab
 from models_lib.families.albert import AlbertForPreTraining
 from models_lib.families.bert import BertForPreTraining, BertModel
 from models_lib.core.config import ElectraConfig, EncoderConfig, SpanBertConfig, TinyBertConfig
@@ -113,11 +117,12 @@ def save_model(model: nn.Module, folder: str | Path, *, state_dict: dict[str, to
         meta["task"] = model.task_config.to_dict()
     if adapters.has_adapters(model):
         meta["adapters"] = adapters.settings(model)
-    if state_dict is None:
+    if state_dict is None and not vocab.padded_names(model):
         # save_model (not save_file) de-duplicates parameters that several modules share (ALBERT).
         safetensors.torch.save_model(model, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
     else:
-        tensors, metadata = _shared_once(model, state_dict)
+        # The padded tables cut to vocab_size rows; names of one shared tensor kept once, as above.
+        tensors, metadata = _shared_once(model, vocab.unpadded_state_dict(model, state_dict))
         safetensors.torch.save_file(tensors, str(folder / WEIGHTS_NAME), metadata={"format": "pt", **metadata})
     (folder / CONFIG_NAME).write_text(json.dumps(meta, indent=2) + "\n")
     return folder

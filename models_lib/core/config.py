@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from models_lib.core import vocab
 from models_lib.core.layers import ACTIVATIONS
 
 # family -> label used in messages
@@ -95,6 +96,12 @@ class PresetConfig:
 
     config_label: ClassVar[str] = ""
     presets: ClassVar[dict[str, dict[str, Any]]] = {}
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """The rows of the model's vocabulary tables: vocab_size rounded up to a multiple of 64
+        (models_lib.core.vocab). Not a field: it is derived, and configs stay as they were."""
+        return vocab.padded_size(self.vocab_size)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -194,13 +201,21 @@ class EncoderConfig:
         """The longest input (in tokens, [CLS] and [SEP] included) the model accepts."""
         return self.max_position_embeddings - self.position_offset
 
+    @property
+    def padded_vocab_size(self) -> int:
+        """The rows of the word embedding table and the entries of the token heads' output bias:
+        vocab_size rounded up to a multiple of 64 (models_lib.core.vocab). Not a field: it is
+        derived, so configs (and the checkpoints that record them) stay as they were."""
+        return vocab.padded_size(self.vocab_size)
+
     # Size
     def count_params(self, embeddings: bool = False) -> int:
         """Parameters of the family's pre-training model. Without `embeddings`, only the
         transformer layers (what the launch form shows: the rest depends on the vocabulary or
         sits around the stack); shared layers count once (ALBERT). With `embeddings`, every
         parameter: embeddings, the E -> H projection, the pooler and the pre-training heads too,
-        i.e. sum(p.numel() for p in model.parameters())."""
+        i.e. sum(p.numel() for p in model.parameters()): the vocabulary's tables count with their
+        padding rows (padded_vocab_size), as they are allocated."""
         n = self._layer_params()
         if embeddings:
             n += self._embedding_params() + self._around_stack_params() + self._head_params()
@@ -230,7 +245,7 @@ class EncoderConfig:
     def _embedding_params(self) -> int:
         """models_lib.core.encoder.Embeddings: word, position and token-type tables, LayerNorm."""
         E = self._width
-        return (self.vocab_size + self.max_position_embeddings + self.type_vocab_size) * E + 2 * E
+        return (self.padded_vocab_size + self.max_position_embeddings + self.type_vocab_size) * E + 2 * E
 
     def _around_stack_params(self) -> int:
         """The backbone's E -> H projection (factorised embeddings) and its [CLS] pooler."""
@@ -241,7 +256,7 @@ class EncoderConfig:
     def _head_params(self) -> int:
         """The masked-LM head, plus NSP/SOP on the pooler for the families that have one."""
         pair = 2 * self.hidden_size + 2 if self.use_pooler and self.family in PAIR_HEAD_FAMILIES else 0
-        return mlm_head_params(self.hidden_size, self._width, self.vocab_size) + pair
+        return mlm_head_params(self.hidden_size, self._width, self.padded_vocab_size) + pair
 
     # Serialisation
     def to_dict(self) -> dict[str, Any]:
@@ -299,7 +314,7 @@ class ElectraConfig(EncoderConfig):
         n = super().count_params(embeddings) + generator._layer_params()
         if embeddings:
             n += generator._around_stack_params() + mlm_head_params(
-                generator.hidden_size, generator._width, generator.vocab_size)
+                generator.hidden_size, generator._width, generator.padded_vocab_size)
         return n
 
     def _head_params(self) -> int:
@@ -333,7 +348,7 @@ class SpanBertConfig(EncoderConfig):
     def _head_params(self) -> int:
         """MLM plus models_lib.heads.pretraining.SBOHead: a position table, 3H -> H, H -> E, two
         LayerNorms and the output bias."""
-        H, E, V = self.hidden_size, self._width, self.vocab_size
+        H, E, V = self.hidden_size, self._width, self.padded_vocab_size
         sbo = self.max_span_length * H + (3 * H * H + H) + 2 * H + (H * E + E) + 2 * E + V
         return super()._head_params() + sbo
 

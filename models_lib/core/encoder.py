@@ -22,19 +22,21 @@ from torch import nn
 from models_lib.core.layers import FeedForward, KVCache, SelfAttention, build_attention_mask
 from models_lib.core.packing import Packed, check_packed
 from models_lib.core.recompute import RecomputedStack
+from models_lib.core.vocab import VocabEmbedding, real_rows
 
 if TYPE_CHECKING:
     from models_lib.core.config import EncoderConfig
 
 
 def init_weights(module: nn.Module, std: float) -> None:
-    """BERT's initialisation; use as `model.apply(lambda m: init_weights(m, std))`."""
+    """BERT's initialisation; use as `model.apply(lambda m: init_weights(m, std))`. A table or
+    output layer padded past the vocabulary (models_lib.core.vocab) draws its real rows only."""
     if isinstance(module, nn.Linear):
-        nn.init.normal_(module.weight, mean=0.0, std=std)
+        nn.init.normal_(real_rows(module), mean=0.0, std=std)
         if module.bias is not None:
             nn.init.zeros_(module.bias)
     elif isinstance(module, nn.Embedding):
-        nn.init.normal_(module.weight, mean=0.0, std=std)
+        nn.init.normal_(real_rows(module), mean=0.0, std=std)
         if module.padding_idx is not None:
             # The padding row is meant to be a constant (and gets no gradient); start it at zero.
             with torch.no_grad():
@@ -53,7 +55,8 @@ class Embeddings(nn.Module):
         self.position_offset = config.position_offset
         self.max_positions = config.max_positions
         self.pad_token_id = config.pad_token_id if config.positions_from_padding else None
-        self.word = nn.Embedding(config.vocab_size, E, padding_idx=config.pad_token_id)
+        # config.padded_vocab_size rows: the vocabulary, then zero rows no id reaches (models_lib.core.vocab)
+        self.word = VocabEmbedding(config.vocab_size, E, padding_idx=config.pad_token_id)
         self.position = nn.Embedding(config.max_position_embeddings, E)
         self.token_type = nn.Embedding(config.type_vocab_size, E) if config.type_vocab_size else None
         self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps)

@@ -17,6 +17,10 @@ A model that generates implements three methods; `generate` below drives them:
 Greedy decoding picks the argmax at every step: on the same weights it gives the same tokens
 as `transformers`' generate (tests/models_lib). Finished rows (those that produced
 eos_token_id) are filled with pad_token_id until every row has finished.
+
+Only ids below model.config.vocab_size are ever chosen: the models cut their logits to the
+vocabulary (their tables are padded to a multiple of 64 rows, models_lib.core.vocab), and
+`next_logits` cuts any wider logits again, so no search or sampler sees a padding column.
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["generate", "filter_logits"]
+__all__ = ["generate", "filter_logits", "next_logits"]
 
 
 @torch.no_grad()
@@ -80,6 +84,15 @@ def filter_logits(logits: torch.Tensor, *, temperature: float = 1.0, top_k: int 
     return logits
 
 
+def next_logits(model: Any, state: Any, feed: torch.Tensor) -> tuple[torch.Tensor, Any]:
+    """model.generation_step, its logits (B, V) limited to the real vocabulary (config.vocab_size)."""
+    logits, state = model.generation_step(state, feed)
+    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None)
+    if isinstance(vocab_size, int) and logits.shape[-1] > vocab_size:
+        logits = logits[..., :vocab_size]
+    return logits, state
+
+
 def _sample_or_greedy(model: Any, state: Any, tokens: torch.Tensor, max_new_tokens: int, do_sample: bool,
                       temperature: float, top_k: int, top_p: float, eos: int | None, pad: int,
                       generator: torch.Generator | None) -> torch.Tensor:
@@ -87,7 +100,7 @@ def _sample_or_greedy(model: Any, state: Any, tokens: torch.Tensor, max_new_toke
     done = torch.zeros(tokens.shape[0], dtype=torch.bool, device=tokens.device)
     feed = tokens
     for _ in range(max_new_tokens):
-        logits, state = model.generation_step(state, feed)  # (B, V)
+        logits, state = next_logits(model, state, feed)  # (B, V)
         if do_sample:
             probs = filter_logits(logits.float(), temperature=temperature, top_k=top_k, top_p=top_p).softmax(-1)
             nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)
@@ -121,7 +134,7 @@ def _beam_search(model: Any, state: Any, tokens: torch.Tensor, max_new_tokens: i
     done = [False] * B
     feed = seqs
     for step in range(1, max_new_tokens + 1):
-        logits, state = model.generation_step(state, feed)  # (B*K, V)
+        logits, state = next_logits(model, state, feed)  # (B*K, V)
         logp = logits.float().log_softmax(-1)
         V = logp.shape[-1]
         total = (scores.view(B * K, 1) + logp).view(B, K * V)

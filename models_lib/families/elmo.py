@@ -40,6 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models_lib.core import vocab
 from models_lib.core.config import PresetConfig, positive_int
 
 # torch on the CPU says once per process that its oneDNN kernels lack LSTMs with projections and
@@ -170,7 +171,8 @@ class ElmoConfig(PresetConfig):
         + 8H weights and biases; without a projection when P = H), plus the character CNN when
         on. With `embeddings`, also the embedding table and the shared softmax (its weight once
         when tied): every parameter of ElmoLanguageModel."""
-        P, H, L, V = self.embedding_dim, self.hidden_size, self.num_layers, self.vocab_size
+        P, H, L = self.embedding_dim, self.hidden_size, self.num_layers
+        V = self.padded_vocab_size  # the table's and the softmax's rows as allocated (models_lib.core.vocab)
         lstm = 9 * H * P + 8 * H if P < H else 4 * H * P + 4 * H * H + 8 * H
         n = 2 * L * lstm
         if self.char_cnn:
@@ -288,7 +290,7 @@ class ElmoLanguageModel(nn.Module):
             self.register_buffer("char_table", torch.zeros(config.vocab_size, config.max_chars, dtype=torch.long))
         else:
             self.char_cnn = None
-            self.embeddings = nn.Embedding(config.vocab_size, P, padding_idx=config.pad_token_id)
+            self.embeddings = vocab.VocabEmbedding(config.vocab_size, P, padding_idx=config.pad_token_id)
             self.char_table = None
         self._char_table_checked = False
 
@@ -300,7 +302,8 @@ class ElmoLanguageModel(nn.Module):
         self.forward_lstm = stack()
         self.backward_lstm = stack()
         self.dropout = nn.Dropout(config.dropout)
-        self.softmax = nn.Linear(P, config.vocab_size)  # shared by both directions
+        # Shared by both directions; padded_vocab_size rows, its outputs the vocab_size real ones.
+        self.softmax = vocab.VocabLinear(P, config.vocab_size)
         self._init_weights()
         if self.embeddings is not None and config.tie_embeddings:
             self.softmax.weight = self.embeddings.weight
@@ -309,10 +312,10 @@ class ElmoLanguageModel(nn.Module):
         std = self.config.initializer_range
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Conv1d)):
-                nn.init.normal_(module.weight, std=std)
+                nn.init.normal_(vocab.real_rows(module), std=std)  # of the softmax, the real rows
                 nn.init.zeros_(module.bias)
             elif isinstance(module, nn.Embedding):
-                nn.init.normal_(module.weight, std=std)
+                nn.init.normal_(vocab.real_rows(module), std=std)
                 if module.padding_idx is not None:
                     with torch.no_grad():
                         module.weight[module.padding_idx].zero_()
@@ -440,9 +443,10 @@ class ElmoLanguageModel(nn.Module):
         if targets.numel() == 0:  # every row one token long: nothing to predict
             zero = hidden.sum() * 0.0 + self.softmax.weight.sum() * 0.0  # keeps the graph, no NaN
             return zero.float(), n, torch.zeros((), dtype=torch.long, device=targets.device)
-        logits = self.softmax(hidden).float()  # (N, V)
-        loss = F.cross_entropy(logits, targets)
-        correct = (logits.argmax(dim=-1) == targets).sum()
+        # The padded scores (padding columns at -inf, models_lib.core.vocab): the unpadded softmax.
+        scores = vocab.loss_logits(hidden, self.softmax.weight, self.softmax.bias, self.config.vocab_size)[0].float()
+        loss = F.cross_entropy(scores, targets)
+        correct = (scores.argmax(dim=-1) == targets).sum()
         return loss, n, correct
 
     def lm_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models_lib.core import generation
+from models_lib.core import generation, vocab
 from models_lib.core.config import PresetConfig, block_params, check_sizes
 from models_lib.core.encoder import Encoder, init_weights
 from models_lib.core.layers import ACTIVATIONS, KVCache, build_attention_mask, new_caches
@@ -122,7 +122,7 @@ class GPTConfig(PresetConfig):
     def count_params(self, embeddings: bool = False) -> int:
         """The causal stack's blocks, plus GPT-2's final LayerNorm; with `embeddings`, also the
         word and position tables and an untied output layer: every parameter of GPTLMHeadModel."""
-        H, V = self.hidden_size, self.vocab_size
+        H, V = self.hidden_size, self.padded_vocab_size  # the tables' rows as allocated (models_lib.core.vocab)
         n = self.num_layers * block_params(H, self.intermediate_size)
         if self.norm_placement == "pre":
             n += 2 * H
@@ -141,7 +141,7 @@ class GPTConfig(PresetConfig):
 @dataclass
 class CausalLMOutput:
     loss: torch.Tensor | None  # 0-dim mean cross-entropy of token t+1 predicted at t, or None without labels
-    logits: torch.Tensor  # (B, T, V)
+    logits: torch.Tensor  # (B, T, V), V = config.vocab_size (the padding's columns cut off)
     hidden_states: tuple[torch.Tensor, ...] | None = None  # L + 1 tensors (B, T, H) when asked for
 
 
@@ -164,7 +164,7 @@ class GPTEmbeddings(nn.Module):
     def __init__(self, config: GPTConfig):
         super().__init__()
         self.max_positions = config.max_position_embeddings
-        self.word = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.word = vocab.VocabEmbedding(config.vocab_size, config.hidden_size)  # padded_vocab_size rows
         self.position = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.dropout = nn.Dropout(config.embedding_dropout)
 
@@ -201,8 +201,8 @@ class GPTLMHeadModel(nn.Module):
         self.encoder = Encoder(config)
         # Untied: a separate output matrix. Tied: the word embedding table itself, read on every
         # call, so the tie survives loading, moving and casting, and is stored once.
-        self.lm_head = None if config.tie_word_embeddings else nn.Linear(config.hidden_size, config.vocab_size,
-                                                                          bias=False)
+        self.lm_head = None if config.tie_word_embeddings else vocab.VocabLinear(config.hidden_size, config.vocab_size,
+                                                                                  bias=False)
         self.apply(lambda m: init_weights(m, config.initializer_range))
         if config.norm_placement == "pre":
             # GPT-2 (Radford et al. 2019, section 2.3): the weights of the layers that write into
@@ -219,16 +219,22 @@ class GPTLMHeadModel(nn.Module):
 
     @property
     def word_embeddings(self) -> torch.Tensor:
-        return self.embeddings.word.weight  # (V, H)
+        return self.embeddings.word.weight  # (V_pad, H): padded_vocab_size rows, those past vocab_size zero
 
     @property
     def output_embeddings(self) -> torch.Tensor:
-        """(V, H): the output layer's weight (the word embeddings when tied)."""
+        """(V_pad, H): the output layer's weight (the word embeddings when tied), padded."""
         return self.word_embeddings if self.lm_head is None else self.lm_head.weight
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(..., H) final hidden states -> (..., V)."""
-        return F.linear(hidden, self.output_embeddings)
+        """(..., H) final hidden states -> (..., V): the product runs over the padded table (an
+        aligned matmul), the padding's columns are cut off, so no loss or sampler sees them."""
+        return vocab.logits(hidden, self.output_embeddings, None, self.config.vocab_size)
+
+    def loss_logits(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(scores (..., V_pad) with the padding columns at -inf, for the model's own loss; the
+        logits (..., V)): models_lib.core.vocab.loss_logits."""
+        return vocab.loss_logits(hidden, self.output_embeddings, None, self.config.vocab_size)
 
     def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                position_ids: torch.Tensor | None = None,
@@ -263,19 +269,22 @@ class GPTLMHeadModel(nn.Module):
                 output_hidden_states: bool = False) -> CausalLMOutput:
         states = self.encode(input_ids, attention_mask, position_ids, output_hidden_states)
         hidden = states[-1] if output_hidden_states else states
-        logits = self.logits(hidden)  # (B, T, V)
         loss = None
-        if labels is not None:
+        if labels is None:
+            logits = self.logits(hidden)  # (B, T, V)
+        else:
             if labels.shape != input_ids.shape:
                 raise ValueError(f"labels must have the shape of input_ids {tuple(input_ids.shape)}, "
                                  f"got {tuple(labels.shape)}.")
+            # The loss reads the padded scores (padding columns at -inf): the unpadded softmax.
+            scores, logits = self.loss_logits(hidden)  # (B, T, V_pad), (B, T, V)
             # The logits at t predict the token at t + 1. Shifting the labels left (nothing to
             # predict after the last token) rather than slicing the logits keeps the (B*T, V)
             # logits a view: no copy of the largest tensor of the step, forward or backward.
             # Sum over the predicted tokens / their count (at least 1): the mean, without a device
             # sync to ask whether any token is predicted; with none it is a graph-connected zero.
             targets = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX)  # (B, T)
-            total = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
+            total = F.cross_entropy(scores.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
                                     reduction="sum")
             loss = total / targets.ne(IGNORE_INDEX).sum().clamp(min=1)
         return CausalLMOutput(loss, logits, states if output_hidden_states else None)

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models_lib.core import adapters
+from models_lib.core import adapters, vocab
 from models_lib.families.downstream import ClassifierOutput, TaskConfig
 from models_lib.families.gpt import GPTConfig, GPTEmbeddings, GPTLMHeadModel
 from models_lib.heads.tasks import (
@@ -86,7 +86,7 @@ class GPTForSequenceClassification(GPTLMHeadModel):
         self.classifier = nn.Linear(config.hidden_size, task.num_labels)
         with torch.no_grad():  # the rest as GPTLMHeadModel initialised it; these are new
             for module in (self.embeddings.word, self.embeddings.position, self.embeddings.special):
-                module.weight.normal_(0.0, config.initializer_range)
+                vocab.real_rows(module).normal_(0.0, config.initializer_range)  # the word table's padding stays zero
             self.classifier.weight.normal_(0.0, config.initializer_range)
             self.classifier.bias.zero_()
 
@@ -165,8 +165,8 @@ class GPTForSequenceClassification(GPTLMHeadModel):
         if flat_mask is not None:
             targets = targets.masked_fill(flat_mask == 0, IGNORE_INDEX)
         targets = F.pad(targets[:, 1:], (0, 1), value=IGNORE_INDEX)  # position t predicts t + 1
-        lm_logits = self.logits(hidden)  # (N, T, V)
-        total = F.cross_entropy(lm_logits.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
+        scores, _ = self.loss_logits(hidden)  # (N, T, V_pad), the padding at -inf
+        total = F.cross_entropy(scores.flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE_INDEX,
                                 reduction="sum")
         return total / targets.ne(IGNORE_INDEX).sum().clamp(min=1)
 

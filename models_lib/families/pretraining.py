@@ -150,13 +150,15 @@ class EncoderForPreTraining(EncoderWithHeads):
         # matmul and softmax dominate a small model's cost, so this is the big saving.
         selected = mlm_labels != IGNORE_INDEX  # (B, T)
         targets = mlm_labels[selected]  # (N,)
-        logits = self.mlm_head(hidden[selected], self.word_embeddings)  # (N, V)
-        loss = token_loss(logits, targets)
+        # The loss reads the padded scores (padding at -inf, models_lib.core.vocab), the output the (N, V) logits.
+        scores, logits = self.mlm_head.loss_logits(hidden[selected], self.word_embeddings)
+        loss = token_loss(scores, targets)
         return PreTrainingOutput(loss, loss, None, logits, targets, None, hidden_states=hidden_states)
 
 
 def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over (N, V) logits; with N = 0, a zero that still belongs to the graph."""
+    """Mean cross-entropy over (N, V) logits (or a head's padded scores); with N = 0, a zero that
+    still belongs to the graph."""
     if targets.numel():
         return F.cross_entropy(logits.float(), targets)
     return logits.sum() * 0.0

@@ -41,8 +41,8 @@ class SpanBertForPreTraining(EncoderForPreTraining):
                 if mlm_labels is None:
                     raise ValueError("sbo_pairs need sbo_labels, or mlm_labels to read them from.")
                 sbo_labels = mlm_labels[sbo_pairs[:, 0], sbo_pairs[:, 3]]
-            out.sbo_logits = self.sbo_head(hidden, sbo_pairs, self.word_embeddings)  # (N, V)
+            scores, out.sbo_logits = self.sbo_head.loss_logits(hidden, sbo_pairs, self.word_embeddings)  # (N, V)
             out.sbo_targets = sbo_labels
-            out.sbo_loss = token_loss(out.sbo_logits, sbo_labels)
+            out.sbo_loss = token_loss(scores, sbo_labels)
             out.add_loss(out.sbo_loss)
         return out

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models_lib.core import vocab
 from models_lib.core.config import PresetConfig, positive_int
 from models_lib.core.generation import generate as _generate
 from models_lib.core.layers import ACTIVATIONS, Attention, FeedForward, KVCache, RMSNorm, build_attention_mask, new_caches
@@ -184,8 +185,8 @@ class T5Config(PresetConfig):
         decoder = self.num_decoder_layers * (2 * attention + ffn + 3 * H)
         stacks = 2 * (self.relative_attention_num_buckets * A + H)
         n = encoder + decoder + stacks
-        if embeddings:
-            n += self.vocab_size * H * (1 if self.tie_word_embeddings else 2)
+        if embeddings:  # the tables' rows as allocated: padded_vocab_size (models_lib.core.vocab)
+            n += self.padded_vocab_size * H * (1 if self.tie_word_embeddings else 2)
         return n
 
     def shape(self) -> dict[str, Any]:
@@ -200,7 +201,7 @@ class T5Config(PresetConfig):
 @dataclass
 class Seq2SeqLMOutput:
     loss: torch.Tensor | None  # 0-dim mean cross-entropy over labels != -100; None without labels
-    logits: torch.Tensor  # (B, L, V)
+    logits: torch.Tensor  # (B, L, V), V = config.vocab_size (the padding's columns cut off)
     encoder_hidden_states: torch.Tensor  # (B, S, d_model), the encoder's final (normalised) states
 
 
@@ -336,10 +337,11 @@ class T5ForConditionalGeneration(nn.Module):
     def __init__(self, config: T5Config):
         super().__init__()
         self.config = config
-        self.shared = nn.Embedding(config.vocab_size, config.d_model)
+        self.shared = vocab.VocabEmbedding(config.vocab_size, config.d_model)  # padded_vocab_size rows
         self.encoder = T5Stack(config, decoder=False)
         self.decoder = T5Stack(config, decoder=True)
-        self.lm_head = None if config.tie_word_embeddings else nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = None if config.tie_word_embeddings else vocab.VocabLinear(config.d_model, config.vocab_size,
+                                                                                bias=False)
         self.apply(self._init_weights)
 
     @torch.no_grad()
@@ -350,9 +352,9 @@ class T5ForConditionalGeneration(nn.Module):
         c = self.config
         f, H, D, N = c.initializer_factor, c.d_model, c.d_kv, c.num_heads
         if isinstance(module, T5ForConditionalGeneration):
-            module.shared.weight.normal_(0.0, f)
+            vocab.real_rows(module.shared).normal_(0.0, f)  # the padding rows stay zero
             if module.lm_head is not None:
-                module.lm_head.weight.normal_(0.0, f)
+                vocab.real_rows(module.lm_head).normal_(0.0, f)
         elif isinstance(module, T5Stack):
             module.relative_attention_bias.weight.normal_(0.0, f * H ** -0.5)
         elif isinstance(module, RMSNorm):
@@ -379,10 +381,19 @@ class T5ForConditionalGeneration(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Decoder states (B, L, H) -> (B, L, V). v1.0 (tied): rescale by d_model^-0.5 before the
-        shared table, since the embeddings were initialised with std 1, not d_model^-0.5."""
+        shared table, since the embeddings were initialised with std 1, not d_model^-0.5. The
+        product covers the padded table; the padding's columns are cut off."""
+        V = self.config.vocab_size
         if self.lm_head is None:
-            return F.linear(hidden * self.config.d_model ** -0.5, self.shared.weight)
-        return self.lm_head(hidden)
+            return vocab.logits(hidden * self.config.d_model ** -0.5, self.shared.weight, None, V)
+        return self.lm_head(hidden)  # a VocabLinear: the real vocabulary's columns
+
+    def loss_logits(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(scores (B, L, V_pad) with the padding columns at -inf, for the loss; logits (B, L, V))."""
+        if self.lm_head is None:
+            return vocab.loss_logits(hidden * self.config.d_model ** -0.5, self.shared.weight, None,
+                                     self.config.vocab_size)
+        return vocab.loss_logits(hidden, self.lm_head.weight, None, self.config.vocab_size)
 
     def decode(self, decoder_input_ids: torch.Tensor, encoder_states: torch.Tensor,
                encoder_mask: torch.Tensor | None = None, decoder_attention_mask: torch.Tensor | None = None, *,
@@ -408,10 +419,12 @@ class T5ForConditionalGeneration(nn.Module):
             encoder_hidden_states = self.encode(input_ids, attention_mask)
         hidden = self.decode(decoder_input_ids, encoder_hidden_states, build_attention_mask(attention_mask),
                              decoder_attention_mask)
-        logits = self.logits(hidden)  # (B, L, V)
         loss = None
-        if labels is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+        if labels is None:
+            logits = self.logits(hidden)  # (B, L, V)
+        else:  # the loss reads the padded scores (padding at -inf): the unpadded softmax
+            scores, logits = self.loss_logits(hidden)
+            loss = F.cross_entropy(scores.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
         return Seq2SeqLMOutput(loss=loss, logits=logits, encoder_hidden_states=encoder_hidden_states)
 
     def layer_groups(self) -> list[list[nn.Parameter]]:

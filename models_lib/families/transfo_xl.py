@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from models_lib.core import generation
+from models_lib.core import vocab
 from models_lib.core.config import PresetConfig, check_lengths, check_probabilities, check_sizes, check_token_ids
 from models_lib.core.relative import PositionwiseFF, RelativeAttention, causal_memory_mask, relative_positions, \
     sinusoid
@@ -96,7 +97,8 @@ class TransfoXLConfig(PresetConfig):
         return 10**6
 
     def count_params(self, embeddings: bool = False) -> int:
-        H, N, D, F_, V = self.hidden_size, self.num_heads, self.head_size, self.intermediate_size, self.vocab_size
+        H, N, D, F_ = self.hidden_size, self.num_heads, self.head_size, self.intermediate_size
+        V = self.padded_vocab_size  # the vocabulary tables' rows as allocated (models_lib.core.vocab)
         attention = 5 * H * N * D + 2 * H + (2 * N * D if self.untie_r else 0)
         ffn = 2 * H * F_ + F_ + H + 2 * H
         n = self.num_layers * (attention + ffn) + (0 if self.untie_r else 2 * N * D)
@@ -156,21 +158,22 @@ class TransfoXLLMHeadModel(nn.Module):
             raise ValueError(f"TransfoXLLMHeadModel needs a TransfoXLConfig, not a {type(config).__name__}.")
         self.config = config
         H = config.hidden_size
-        self.word_embedding = nn.Embedding(config.vocab_size, H)
+        self.word_embedding = vocab.VocabEmbedding(config.vocab_size, H)  # padded_vocab_size rows
         self.emb_scale = math.sqrt(H)
         self.biases = None if config.untie_r else SharedBiases(config.num_heads, config.head_size)
         self.layers = nn.ModuleList(TransfoXLLayer(config) for _ in range(config.num_layers))
         self.dropout = nn.Dropout(config.dropout)
-        self.lm_head = None if config.tie_word_embeddings else nn.Linear(H, config.vocab_size, bias=False)
-        self.lm_bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.lm_head = None if config.tie_word_embeddings else vocab.VocabLinear(H, config.vocab_size, bias=False)
+        self.lm_bias = nn.Parameter(torch.zeros(config.padded_vocab_size))
+        vocab.declare(self, ("lm_bias",), config.vocab_size)
         self.apply(self._init)
 
     def _init(self, module: nn.Module) -> None:
         std = self.config.initializer_range
         if isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, 0.0, std)
+            nn.init.normal_(vocab.real_rows(module), 0.0, std)  # of a vocabulary table, the real rows
         elif isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, 0.0, std)
+            nn.init.normal_(vocab.real_rows(module), 0.0, std)  # of a vocabulary table, the real rows
             if module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.LayerNorm):
@@ -189,7 +192,12 @@ class TransfoXLLMHeadModel(nn.Module):
         return self.word_embedding.weight if self.lm_head is None else self.lm_head.weight
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.output_embeddings, self.lm_bias)
+        """(..., H) -> (..., V): over the padded table, the padding's columns cut off."""
+        return vocab.logits(hidden, self.output_embeddings, self.lm_bias, self.config.vocab_size)
+
+    def loss_logits(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(scores (..., V_pad) with the padding columns at -inf, for the loss; logits (..., V))."""
+        return vocab.loss_logits(hidden, self.output_embeddings, self.lm_bias, self.config.vocab_size)
 
     def _cache(self, current: torch.Tensor, previous: torch.Tensor | None) -> torch.Tensor | None:
         if self.config.mem_len == 0:
@@ -229,13 +237,15 @@ class TransfoXLLMHeadModel(nn.Module):
             h = layer(h, pos=pos, mask_h=hidden, mems=None if mems is None else mems[i], shared=self.biases)
             if states is not None:
                 states.append(h)
-        logits = self.logits(self.dropout(h))
         loss = None
-        if labels is not None:
+        if labels is None:
+            logits = self.logits(self.dropout(h))
+        else:  # the loss reads the padded scores (padding at -inf): the unpadded softmax
+            scores, logits = self.loss_logits(self.dropout(h))
             if labels.shape != input_ids.shape:
                 raise ValueError(f"labels must have the shape of input_ids {tuple(input_ids.shape)}, "
                                  f"got {tuple(labels.shape)}.")
-            total = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
+            total = F.cross_entropy(scores.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
                                     reduction="sum")
             loss = total / labels.ne(IGNORE_INDEX).sum().clamp(min=1)
         return TransfoXLOutput(loss, logits, new_mems if new_mems else None,

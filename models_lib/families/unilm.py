@@ -134,6 +134,10 @@ class _BoundMaskToken:
     def training(self) -> bool:
         return self.model.training
 
+    @property
+    def config(self):  # generation.next_logits reads config.vocab_size
+        return self.model.config
+
     def eval(self) -> _BoundMaskToken:
         self.model.eval()
         return self

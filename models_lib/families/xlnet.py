@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models_lib.core import vocab
 from models_lib.core.config import PresetConfig, check_lengths, check_probabilities, check_sizes, check_token_ids
 from models_lib.core.layers import ACTIVATIONS
 from models_lib.core.relative import PositionwiseFF, RelativeAttention, causal_memory_mask, relative_positions, \
@@ -111,7 +112,7 @@ class XLNetConfig(PresetConfig):
     def count_params(self, embeddings: bool = False) -> int:
         """The layers (with `embeddings`: also the word table, mask_emb and the output bias:
         every parameter of XLNetLMHeadModel)."""
-        H, F_, V = self.hidden_size, self.intermediate_size, self.vocab_size
+        H, F_, V = self.hidden_size, self.intermediate_size, self.padded_vocab_size  # the tables' rows as allocated
         attention = 5 * H * H + 3 * H + 2 * H + 2 * H  # q k v r o; u, v, s biases; 2 segment vectors; LayerNorm
         ffn = 2 * H * F_ + F_ + H + 2 * H
         n = self.num_layers * (attention + ffn)
@@ -161,18 +162,19 @@ class XLNetLMHeadModel(nn.Module):
             raise ValueError(f"XLNetLMHeadModel needs an XLNetConfig, not a {type(config).__name__}.")
         self.config = config
         H = config.hidden_size
-        self.word_embedding = nn.Embedding(config.vocab_size, H)
+        self.word_embedding = vocab.VocabEmbedding(config.vocab_size, H)  # padded_vocab_size rows
         self.mask_emb = nn.Parameter(torch.zeros(1, 1, H))
         self.layers = nn.ModuleList(XLNetLayer(config) for _ in range(config.num_layers))
         self.dropout = nn.Dropout(config.dropout)
-        self.lm_head = None if config.tie_word_embeddings else nn.Linear(H, config.vocab_size, bias=False)
-        self.lm_bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.lm_head = None if config.tie_word_embeddings else vocab.VocabLinear(H, config.vocab_size, bias=False)
+        self.lm_bias = nn.Parameter(torch.zeros(config.padded_vocab_size))
+        vocab.declare(self, ("lm_bias",), config.vocab_size)
         self.apply(self._init)
 
     def _init(self, module: nn.Module) -> None:
         std = self.config.initializer_range
         if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, 0.0, std)
+            nn.init.normal_(vocab.real_rows(module), 0.0, std)  # of a vocabulary table, the real rows
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.LayerNorm):
@@ -266,16 +268,23 @@ class XLNetLMHeadModel(nn.Module):
             if states is not None:
                 states.append(h)
         out = self.dropout(g if g is not None else h)
-        logits = self.logits(out)
         loss = None
-        if labels is not None:
+        if labels is None:
+            logits = self.logits(out)
+        else:  # the loss reads the padded scores (padding at -inf): the unpadded softmax
+            scores, logits = self.loss_logits(out)
             if labels.shape != logits.shape[:2]:
                 raise ValueError(f"labels must have shape {tuple(logits.shape[:2])}, got {tuple(labels.shape)}.")
-            total = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
+            total = F.cross_entropy(scores.flatten(0, 1).float(), labels.flatten(), ignore_index=IGNORE_INDEX,
                                     reduction="sum")
             loss = total / labels.ne(IGNORE_INDEX).sum().clamp(min=1)
         return XLNetOutput(loss, logits, new_mems if use_mems and new_mems else None,
                            tuple(states) if states is not None else None)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.output_embeddings, self.lm_bias)
+        """(..., H) -> (..., V): over the padded table, the padding's columns cut off."""
+        return vocab.logits(hidden, self.output_embeddings, self.lm_bias, self.config.vocab_size)
+
+    def loss_logits(self, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(scores (..., V_pad) with the padding columns at -inf, for the loss; logits (..., V))."""
+        return vocab.loss_logits(hidden, self.output_embeddings, self.lm_bias, self.config.vocab_size)

@@ -5,15 +5,17 @@
   RTDHead   replaced-token detection, one logit per token (ELECTRA's discriminator)
   SBOHead   span boundary objective (SpanBERT)
 Heads that predict tokens take the word embedding table as their decoder weight on every call.
+That table and their output bias have config.padded_vocab_size rows (models_lib.core.vocab); the
+logits they return have exactly config.vocab_size columns.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from models_lib.core import vocab
 from models_lib.core.layers import ACTIVATIONS
 
 if TYPE_CHECKING:
@@ -36,12 +38,20 @@ class MLMHead(nn.Module):
         self.dense = nn.Linear(config.hidden_size, E)
         self.act = ACTIVATIONS[activation or config.hidden_act]
         self.norm = nn.LayerNorm(E, eps=config.layer_norm_eps)
-        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.bias = nn.Parameter(torch.zeros(config.padded_vocab_size))
+        vocab.declare(self, ("bias",), config.vocab_size)
 
     def forward(self, hidden: torch.Tensor, decoder_weight: torch.Tensor) -> torch.Tensor:
-        """hidden: (..., H), usually only the masked positions (N, H); decoder_weight: (V, E) -> (..., V)."""
+        """hidden: (..., H), usually only the masked positions (N, H); decoder_weight: the padded
+        (V_pad, E) table -> (..., V) logits over the real vocabulary."""
         x = self.norm(self.act(self.dense(hidden)))  # (..., E)
-        return F.linear(x, decoder_weight, self.bias)  # (..., V)
+        return vocab.logits(x, decoder_weight, self.bias, self.vocab_size)  # (..., V)
+
+    def loss_logits(self, hidden: torch.Tensor, decoder_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(scores (..., V_pad) with the padding at -inf, for the loss; the logits (..., V)): see
+        models_lib.core.vocab.loss_logits."""
+        x = self.norm(self.act(self.dense(hidden)))  # (..., E)
+        return vocab.loss_logits(x, decoder_weight, self.bias, self.vocab_size)
 
 
 class NSPHead(nn.Module):
@@ -96,12 +106,20 @@ class SBOHead(nn.Module):
         self.dense2 = nn.Linear(H, E)
         self.norm2 = nn.LayerNorm(E, eps=config.layer_norm_eps)
         self.act = ACTIVATIONS[config.hidden_act]
-        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.bias = nn.Parameter(torch.zeros(config.padded_vocab_size))
+        vocab.declare(self, ("bias",), config.vocab_size)
 
     def forward(self, hidden: torch.Tensor, pairs: torch.Tensor, decoder_weight: torch.Tensor) -> torch.Tensor:
-        """hidden: (B, T, H); pairs: (N, 5); decoder_weight: (V, E) -> logits (N, V)."""
+        """hidden: (B, T, H); pairs: (N, 5); decoder_weight: the padded (V_pad, E) table -> logits (N, V)."""
+        return vocab.logits(self._features(hidden, pairs), decoder_weight, self.bias, self.vocab_size)  # (N, V)
+
+    def loss_logits(self, hidden: torch.Tensor, pairs: torch.Tensor,
+                    decoder_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(scores (N, V_pad) with the padding at -inf, for the loss; the logits (N, V))."""
+        return vocab.loss_logits(self._features(hidden, pairs), decoder_weight, self.bias, self.vocab_size)
+
+    def _features(self, hidden: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
         batch, left, right, _, relative = pairs.unbind(dim=1)  # each (N,)
         x = torch.cat([hidden[batch, left], hidden[batch, right], self.position(relative)], dim=-1)  # (N, 3H)
         x = self.norm1(self.act(self.dense1(x)))  # (N, H)
-        x = self.norm2(self.act(self.dense2(x)))  # (N, E)
-        return F.linear(x, decoder_weight, self.bias)  # (N, V)
+        return self.norm2(self.act(self.dense2(x)))  # (N, E)

@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from models_lib.core import adapters
+from models_lib.core import adapters, vocab
 from models_lib.core.config import EncoderConfig
 from models_lib.core.encoder import TransformerEncoder
 from models_lib.hf.albert import AlbertFormat
@@ -203,9 +203,11 @@ def to_pretrained(model: nn.Module, path: str | Path, *, part: str | None = None
         if backbone.pooler is not None:
             log.warning("transformers' %s has no pooler; the model's pooler is not written.", architecture)
         names = [(o, t) for o, t in names if not o.startswith("pooler.")]
-    tensors = scatter(backbone.state_dict(), names, prefix)
+    # transformers' tables have vocab_size rows: the padding (models_lib.core.vocab) stays here.
+    tensors = scatter(vocab.unpadded_state_dict(backbone), names, prefix)
     if heads is not None:
-        head_state = {k: v for k, v in heads.state_dict().items() if not k.startswith(heads.backbone_name + ".")}
+        head_state = {k: v for k, v in vocab.unpadded_state_dict(heads).items()
+                      if not k.startswith(heads.backbone_name + ".")}
         tensors.update(scatter(head_state, head_map))
         written = {o for o, _ in head_map}
         left = sorted(k for k in head_state if k not in written)

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from models_lib.core import vocab
 from models_lib.families.gpt import GPTConfig, GPTLMHeadModel
 from models_lib.hf.base import log, read_config, read_weights, write_folder
 
@@ -160,7 +161,7 @@ def to_pretrained(model: nn.Module, folder: str | Path) -> Path:
         raise TypeError(f"to_pretrained writes a GPTLMHeadModel as GPT-2, not a {type(model).__name__}.")
     config = model.config
     hf_config = config_to_hf(config, model.word_embeddings.dtype)
-    ours = model.state_dict()
+    ours = vocab.unpadded_state_dict(model)  # vocab_size rows, as transformers' tables have
     tensors = {BASE_PREFIX + theirs: (ours[our_key].t() if transposed else ours[our_key])
                for our_key, theirs, transposed in weight_names(config)}
     if model.lm_head is not None:

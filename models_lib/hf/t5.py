@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from models_lib.core import vocab
 from models_lib.hf.base import NameMap, gather, log, read_config, read_weights, scatter, write_folder
 from models_lib.families.t5 import T5Config, T5ForConditionalGeneration
 
@@ -175,5 +176,5 @@ def to_pretrained(model: T5ForConditionalGeneration, folder: str | Path) -> Path
     if not isinstance(model, T5ForConditionalGeneration):
         raise TypeError(f"T5 export takes a T5ForConditionalGeneration, not {type(model).__name__}.")
     config = model.config
-    tensors = scatter(model.state_dict(), names(config))
+    tensors = scatter(vocab.unpadded_state_dict(model), names(config))  # vocab_size rows, as transformers' tables
     return write_folder(Path(folder), tensors, config_to_hf(config, model.shared.weight.dtype))

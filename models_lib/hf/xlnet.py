@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from models_lib.core import vocab
 from models_lib.families.xlnet import XLNetConfig, XLNetLMHeadModel
 from models_lib.hf.base import log, read_config, read_weights, write_folder
 
@@ -165,7 +166,7 @@ def to_pretrained(model: nn.Module, folder: str | Path) -> Path:
     if not isinstance(model, XLNetLMHeadModel):
         raise TypeError(f"to_pretrained writes an XLNetLMHeadModel as XLNet, not a {type(model).__name__}.")
     config = model.config
-    ours = model.state_dict()
+    ours = vocab.unpadded_state_dict(model)  # vocab_size rows, as transformers' tables have
     tensors = {BASE_PREFIX + theirs: _to_theirs(ours[our_key], how, config)
                for our_key, theirs, how in weight_names(config)}
     tensors["lm_loss.bias"] = ours["lm_bias"]

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import torch
 
+from models_lib.core import vocab
+
 
 def randomise(model: torch.nn.Module, seed: int) -> torch.nn.Module:
     """Non-trivial values everywhere (LayerNorm weights away from 1, biases away from 0); eval mode."""
@@ -14,6 +16,7 @@ def randomise(model: torch.nn.Module, seed: int) -> torch.nn.Module:
                 p.copy_(1.0 + 0.2 * noise)
             else:
                 p.copy_(0.1 * noise)
+    vocab.zero_padding(model)  # our models' vocabulary padding rows stay zero (models_lib.core.vocab)
     return model.eval()
 
 

@@ -7,6 +7,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from models_lib import hf  # noqa: E402
+from models_lib.core import vocab  # noqa: E402
 from models_lib.families.bert import BertConfig, BertForPreTraining, BertModel  # noqa: E402
 
 TOL = dict(atol=1e-4, rtol=1e-4)
@@ -29,6 +30,7 @@ def randomise(model: torch.nn.Module, seed: int) -> torch.nn.Module:
                 p.copy_(1.0 + 0.2 * noise)
             else:
                 p.copy_(0.1 * noise)
+    vocab.zero_padding(model)  # our models' vocabulary padding rows stay zero (models_lib.core.vocab)
     return model.eval()
 
 

@@ -170,7 +170,8 @@ def test_albert_sharing_has_the_expected_parameter_count(share):
     norms = 4 * H  # two LayerNorms per block
     blocks = {"none": L * (attention + ffn + norms), "all": attention + ffn + norms,
               "attention": attention + L * (ffn + norms), "ffn": ffn + L * (attention + norms)}[share]
-    embeddings = V * E + P * E + 2 * E + 2 * E + (E * H + H)  # tables, LayerNorm, E -> H projection
+    # tables (the word table's rows padded to 64s), LayerNorm, E -> H projection
+    embeddings = config.padded_vocab_size * E + P * E + 2 * E + 2 * E + (E * H + H)
     pooler = H * H + H
     backbone = TransformerEncoder(config)
     assert sum(p.numel() for p in backbone.parameters()) == embeddings + blocks + pooler

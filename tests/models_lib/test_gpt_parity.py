@@ -9,6 +9,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from models_lib import hf  # noqa: E402
+from models_lib.core import vocab  # noqa: E402
 from models_lib.families.gpt import GPTConfig, GPTLMHeadModel  # noqa: E402
 
 VOCAB, PAD, EOS = 100, 0, 2
@@ -28,6 +29,7 @@ def randomise(model: torch.nn.Module, seed: int) -> torch.nn.Module:
         for name, p in model.named_parameters():
             noise = torch.randn(p.shape, generator=g)
             p.copy_(1.0 + 0.2 * noise if ".ln_" in name and name.endswith("weight") else 0.1 * noise)
+    vocab.zero_padding(model)  # our models' vocabulary padding rows stay zero (models_lib.core.vocab)
     return model.eval()
 
 

@@ -22,13 +22,14 @@ V, B, T, PREDICTED = 101, 4, 16, 4  # 4 of 16 positions predicted: p = 0.25
 
 
 def test_bert_formula_against_a_hand_count():
-    # H 32, 2 layers, FFN 64, vocabulary 101, T 16, a quarter of the tokens predicted, MLM + NSP.
+    # H 32, 2 layers, FFN 64, vocabulary 101 (computed as 128: the model pads it to a multiple of 64),
+    # T 16, a quarter of the tokens predicted, MLM + NSP.
     cfg = BertConfig.from_preset("bert-tiny", vocab_size=101, hidden_size=32, num_heads=2, intermediate_size=64,
                                  num_layers=2)
     # One token through one layer, forward: QKV 32x96, output 32x32, FFN 32x64 and 64x32 (2 FLOPs a
     # weight), attention scores and weighted values over 16 keys of width 32 (2 x 2 x 16 x 32).
     layer = 2 * (32 * 96 + 32 * 32 + 32 * 64 + 64 * 32) + 2 * 2 * 16 * 32    # 16384 + 2048
-    mlm = 0.25 * 2 * (32 * 32 + 32 * 101)                                   # dense H -> H, decoder H -> V
+    mlm = 0.25 * 2 * (32 * 32 + 32 * 128)                                   # dense H -> H, decoder H -> V_pad
     nsp = 2 * (32 * 32 + 32 * 2) / 16                                        # pooler + classifier, once a row
     forward = 2 * layer + mlm + nsp
     assert layer == 18432
@@ -42,7 +43,7 @@ def test_elmo_formula_against_a_hand_count():
     cfg = ElmoConfig.from_preset("elmo-tiny", vocab_size=100)  # P 64, 128 cells, 2 layers
     # per direction and layer: input 64 -> 4x128, recurrent (projected) 64 -> 4x128, projection 128 -> 64
     lstm = 2 * (64 * 512 + 64 * 512 + 128 * 64)
-    softmax = 2 * (15 / 16) * 2 * 64 * 100  # both directions predict 15 of 16 positions
+    softmax = 2 * (15 / 16) * 2 * 64 * 128  # both directions predict 15 of 16 positions; 100 words padded to 128
     got = training_flops_per_token(cfg, Workload(seq_len=16))
     assert got == pytest.approx(3 * (2 * 2 * lstm + softmax), rel=1e-12)
 

@@ -320,7 +320,7 @@ def _all_at_once(loaded: Loaded, p: GenerationPrompt, opts: Decoding) -> Generat
 
 
 def _step_by_step(loaded: Loaded, p: GenerationPrompt, opts: Decoding) -> Generator[str, None, dict[str, Any]]:
-    from models_lib.core.generation import filter_logits
+    from models_lib.core.generation import filter_logits, next_logits
 
     tok, model = loaded.tokenizer, loaded.model
     generator = torch.Generator().manual_seed(opts.seed) if opts.sampling else None
@@ -331,7 +331,7 @@ def _step_by_step(loaded: Loaded, p: GenerationPrompt, opts: Decoding) -> Genera
     ended = False
     for _ in range(p.max_new_tokens):
         with loaded.lock, torch.inference_mode():  # never held across a yield
-            logits, state = model.generation_step(state, feed)  # (1, V)
+            logits, state = next_logits(model, state, feed)  # (1, V): the real vocabulary's ids only
             if opts.sampling:  # as models_lib.core.generation samples: the same seed draws the same tokens
                 probs = filter_logits(logits.float(), temperature=opts.temperature, top_k=opts.top_k,
                                       top_p=opts.top_p).softmax(-1)

@@ -26,6 +26,10 @@ is a no-op, so a one-process run is exactly what it was:
   shards with torch.distributed.checkpoint.state_dict (collective; rank 0 keeps them) and
   numbers the optimizer state by parameter order as Optimizer.state_dict() does; load() puts
   a full state back into a sharded or replicated model.
+- The vocabulary's tables are padded to a multiple of 64 rows in the model (models_lib.core.vocab)
+  and hold vocab_size rows on disk, their optimizer state too: full_state() cuts the padding's
+  rows off the optimizer state (save_model those of the weights), load() pads both again, so
+  a checkpoint from before the padding resumes as well.
 """
 from __future__ import annotations
 
@@ -40,6 +44,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from models_lib.core import vocab
 from trainer.errors import ConfigError
 
 STRATEGIES = ("ddp", "fsdp")
@@ -262,7 +267,7 @@ def full_state(ctx: Dist, model: nn.Module, optimizer: torch.optim.Optimizer) ->
     unless FSDP2 (then save the module's own); the gathered tensors on rank 0 otherwise. Collective
     under FSDP2: every rank calls it, only rank 0 gets the state."""
     if ctx.strategy != "fsdp":
-        return None, optimizer.state_dict()
+        return None, vocab.unpad_optimizer_state(model, optimizer, optimizer.state_dict())
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
     )
@@ -272,7 +277,7 @@ def full_state(ctx: Dist, model: nn.Module, optimizer: torch.optim.Optimizer) ->
     optim = get_optimizer_state_dict(model, optimizer, options=options)
     if not ctx.is_main:
         return None, {}
-    return weights, _numbered(optim)
+    return weights, vocab.unpad_optimizer_state(model, optimizer, _numbered(optim))
 
 
 def load(ctx: Dist, model: nn.Module, optimizer: torch.optim.Optimizer, weights_file: Path,
@@ -282,9 +287,9 @@ def load(ctx: Dist, model: nn.Module, optimizer: torch.optim.Optimizer, weights_
 
     if ctx.strategy != "fsdp":
         module = unwrap(model)
-        safetensors.torch.load_model(module, str(weights_file), strict=True,
+        safetensors.torch.load_model(module, str(weights_file), strict=True,  # pads the vocabulary's tables
                                      device=str(next(module.parameters()).device))
-        optimizer.load_state_dict(optimizer_state)
+        optimizer.load_state_dict(vocab.pad_optimizer_state(module, optimizer, optimizer_state))
         return
     from torch.distributed.checkpoint.state_dict import (
         StateDictOptions, set_model_state_dict, set_optimizer_state_dict,
@@ -297,6 +302,8 @@ def load(ctx: Dist, model: nn.Module, optimizer: torch.optim.Optimizer, weights_
         if kept is not None:
             for n in group:
                 weights.setdefault(n, weights[kept])
+    weights = vocab.padded_state_dict(model, weights)  # set_model_state_dict checks shapes before any hook
+    optimizer_state = vocab.pad_optimizer_state(model, optimizer, optimizer_state)
     options = StateDictOptions(full_state_dict=True)
     set_model_state_dict(model, weights, options=options)
     set_optimizer_state_dict(model, optimizer, _named(optimizer_state, optimizer, names), options=options)

@@ -48,6 +48,10 @@ layer over the vocabulary is counted, tied to the embeddings or not.
       over the T tokens.
 
 T is seq_len (padding included: a padded batch is credited less than it computes).
+V is the vocabulary as the model computes it: config.padded_vocab_size, vocab_size rounded up to a
+multiple of 64 (models_lib.core.vocab pads the tables so that the output matmul runs on aligned
+kernels; its padding columns are computed, then cut off). MFU therefore counts the output
+layer's products as run, like every other product here.
 
 Peaks: `GPU_PEAKS`, the datasheet dense (no sparsity) tensor-core figure of the GPU, matched on
 torch.cuda.get_device_name(): bf16 for bf16 runs, TF32 for fp32 runs (TF32 is on for them;
@@ -82,6 +86,11 @@ class Workload:
     batch_size: int = 0                # rows a micro-batch (XLNet, Transformer-XL: once-a-batch products; 0: left out)
 
 
+def _vocab(c: Any) -> int:
+    """The output layer's width as computed: the padded vocabulary (models_lib.core.vocab)."""
+    return getattr(c, "padded_vocab_size", c.vocab_size)
+
+
 def _mm(n_in: int, n_out: int) -> float:
     """Forward FLOPs of one token through an n_in x n_out weight matrix."""
     return 2.0 * n_in * n_out
@@ -102,7 +111,7 @@ def _encoder_forward(c: Any, w: Workload) -> float:
     flops = _stack_forward(c, w.seq_len)
     if not w.pretraining:
         return flops
-    H, V = c.hidden_size, c.vocab_size
+    H, V = c.hidden_size, _vocab(c)
     E = c.embedding_size or H
     flops += w.predicted * (_mm(H, E) + _mm(E, V))  # MLM head at the predicted positions
     if "sbo" in w.objectives:
@@ -127,7 +136,7 @@ def electra_flops(c: Any, w: Workload) -> float:
 
 
 def gpt_flops(c: Any, w: Workload) -> float:
-    return 3.0 * (_stack_forward(c, w.seq_len) + _mm(c.hidden_size, c.vocab_size))
+    return 3.0 * (_stack_forward(c, w.seq_len) + _mm(c.hidden_size, _vocab(c)))
 
 
 def t5_flops(c: Any, w: Workload) -> float:
@@ -138,14 +147,14 @@ def t5_flops(c: Any, w: Workload) -> float:
     decoder_token = c.num_decoder_layers * (
         _mm(d, 3 * inner) + _mm(inner, d)            # self-attention projections
         + _mm(d, inner) + _mm(inner, d)              # cross-attention query and output
-        + ffn + 4.0 * Lt * inner + 4.0 * S * inner) + _mm(d, c.vocab_size)
+        + ffn + 4.0 * Lt * inner + 4.0 * S * inner) + _mm(d, _vocab(c))
     cross_keys_values = c.num_decoder_layers * _mm(d, 2 * inner)  # per encoder token
     row = S * (encoder_token + cross_keys_values) + Lt * decoder_token
     return 3.0 * row / (S + Lt)
 
 
 def elmo_flops(c: Any, w: Workload) -> float:
-    P, H, V, T = c.embedding_dim, c.hidden_size, c.vocab_size, w.seq_len
+    P, H, V, T = c.embedding_dim, c.hidden_size, _vocab(c), w.seq_len
     projected = P < H
     lstm = _mm(P, 4 * H) + _mm(P if projected else H, 4 * H) + (_mm(H, P) if projected else 0.0)
     softmax = 2 * (T - 1) / T * _mm(P, V)
@@ -171,7 +180,7 @@ def _positions(c: Any, w: Workload, per_layer: float) -> float:
 def transfo_xl_flops(c: Any, w: Workload) -> float:
     T, L = w.seq_len, c.num_layers
     query, key, positions = _relative_parts(c, w, segments=False)
-    row = 3.0 * (L * (T * query + (c.mem_len + T) * key) + T * _mm(c.hidden_size, c.vocab_size))
+    row = 3.0 * (L * (T * query + (c.mem_len + T) * key) + T * _mm(c.hidden_size, _vocab(c)))
     return (row + _positions(c, w, positions)) / T
 
 
@@ -179,7 +188,7 @@ def xlnet_flops(c: Any, w: Workload) -> float:
     T, L = w.seq_len, c.num_layers
     G = w.targets or max(1, T // 6)
     query, key, positions = _relative_parts(c, w, segments=True)
-    trained = L * (G * query + (c.mem_len + T) * key) + (L - 1) * T * query + G * _mm(c.hidden_size, c.vocab_size)
+    trained = L * (G * query + (c.mem_len + T) * key) + (L - 1) * T * query + G * _mm(c.hidden_size, _vocab(c))
     row = 3.0 * trained + T * query  # the last layer's content stream: forward only (no loss reads it)
     return (row + _positions(c, w, positions)) / T
 
