@@ -9,7 +9,7 @@
 #   4. the product: `python -m trainer run` of the same three setups on a generated 20 MB corpus
 #      (bench/pretrain_product.py --gpu), eager and compiled, its real tokens/s, fill and MFU beside
 #      the model-step figures of 1-3 (read from this script's own log, not measured twice). It starts
-#      no run after PRODUCT_BUDGET seconds of its own (default 300), so 1-4 take about 10 minutes;
+#      no run after PRODUCT_BUDGET seconds of its own (default 240), so 1-4 take about 9-10 minutes;
 #      `python3 bench/pretrain_product.py --gpu` alone (it measures the model step itself) fits in 8.
 #
 #   bash bench/gpu_figures.sh            # from the repository root, on the GPU machine
@@ -97,7 +97,7 @@ if [ "$PRODUCT" = 1 ]; then
   if [ "$SMOKE" = 1 ]; then
     product=(--smoke)
   else
-    product=(--gpu --model-step-from "$log" --budget "${PRODUCT_BUDGET:-300}")
+    product=(--gpu --model-step-from "$log" --budget "${PRODUCT_BUDGET:-240}")
   fi
   say ""
   say "=== the product: python -m trainer run of the same setups (bench/pretrain_product.py)"

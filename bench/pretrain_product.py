@@ -39,17 +39,26 @@ Setups:
 
 The generated corpus needs no network: the prose of the standard library of the Python running this
 (every module's docstrings and comment blocks, read with ast; paragraphs grouped into documents by
-file), interleaved with its source code as text (40 non-blank lines a document) -- the code brings the
-distinct words that WordPiece 30,522 and byte-level BPE 50,257 need to fill their vocabularies --
-shuffled with a fixed seed. The trainer drops repeated documents, so when the prose runs out before
-its share is reached, another pass groups each file's paragraphs in another order. Written once to
-the cache folder (--cache), with each setup's prepared data (cleaned corpus, tokenizer, shards): the
-CLI skips preparation steps whose outputs exist, so each run starts from a copy of the setup's
-prepared folder, and the tokenizer is trained once per setup however many modes run.
+file), interleaved half and half with its source code as text (40 non-blank lines a document, spaces
+around punctuation, see file_code) -- the code brings the distinct words that WordPiece 30,522 and
+byte-level BPE 50,257 need to fill their vocabularies -- shuffled with a fixed seed. Documents with
+CJK ideographs are left out (shard encoding would want jieba). The trainer drops repeated documents,
+so when the prose runs out before its share is reached, another pass groups each file's paragraphs
+in another order. Written once to the cache folder (--cache), with each setup's prepared data
+(cleaned corpus, tokenizer, shards): the CLI skips preparation steps whose outputs exist, so each
+run starts from a copy of the setup's prepared folder and the tokenizer is trained once per setup
+however many modes run. `--prepare-only --portable` prepares here and strips the cache to ~45 MB
+(corpus, cleaned text, tokenizers: no shards), to be carried to the GPU machine and used there with
+the same --cache (the runs then only encode the shards).
 
-Each run has a time limit (--timeout); a run that fails or hangs is reported, its figures taken from
-whatever metrics it logged, and the next one runs. --budget stops starting new runs after that many
-seconds. Progress lines carry timestamps; the runs' own output goes to their logs.
+Order: every setup's preparation, then every setup eager (its model step after it), then every setup
+compiled; so when --budget (default 420 s with --gpu) runs out, which starts no run after it and cuts
+one still going a minute later, the eager comparison of every setup is whole. Each run has a time
+limit (--timeout); a run that fails or hangs is reported, its figures taken from whatever it logged,
+and the next one runs. With --gpu each run is ended at its last training log line
+(--stop-at-last-log): the final validation and checkpoint are outside tokens/s anyway, and under
+compile the validation compiles again. Progress lines carry timestamps; the runs' own output goes to
+their logs (time-stamped too, which times the preparation's phases).
 
 Dependencies: the trainer's `run` path (preparation included) runs under an import guard that keeps
 out the packages this project uses elsewhere but the GPU machine lacks (Django, jieba, scikit-learn,
@@ -105,7 +114,7 @@ CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df\
 CORPUS_VERSION = 1
 T5_TARGET_RATIO = 114 / 512  # train_throughput.py's T5 targets per input token (its t5_target_len)
 GUARD = r"""
-import atexit, json, os, runpy, sys
+import atexit, json, os, runpy, signal, sys
 deny = {n for n in os.environ.get("PRETRAIN_PRODUCT_DENY", "").split(",") if n}
 class Hidden:  # a finder of sys.meta_path that does not see the denied packages: they are absent
     def __init__(self, inner):
@@ -126,6 +135,11 @@ def dump():
         json.dump(sorted(names), f)
 if report:
     atexit.register(dump)
+def stop(signum, frame):  # the bench has what it needs (the last log line): end now, skip the rest
+    if report:
+        dump()
+    os._exit(0)
+signal.signal(signal.SIGUSR1, stop)
 if sys.argv[1:2] == ["--prepare"]:  # the CLI's preparation alone (cleaning, tokenizer, shards)
     from trainer.cli import load_run_file, prepare
     prepare(load_run_file(sys.argv[2]))
@@ -390,15 +404,16 @@ class Proc:
     wall_s: float
     log: Path
     started_at: float   # time.time() at the start
+    stopped: bool = False  # ended by the bench after its stop_line
 
     @property
     def ok(self) -> bool:
-        return self.rc == 0
+        return self.rc == 0 or (self.stopped and self.rc is not None)
 
     def status(self) -> str:
         if self.rc is None:
             return "timeout"
-        return "ok" if self.rc == 0 else f"failed (exit {self.rc})"
+        return "ok" if self.ok else f"failed (exit {self.rc})"
 
     def text(self) -> str:
         """The output without the time stamps."""
@@ -412,12 +427,15 @@ class Proc:
         return "\n".join(f"    | {line}" for line in self.text().splitlines()[-n:])
 
 
-def run_process(cmd: Sequence[str], *, log: Path, timeout: float, env: dict[str, str] | None = None) -> Proc:
+def run_process(cmd: Sequence[str], *, log: Path, timeout: float, env: dict[str, str] | None = None,
+                stop_line: re.Pattern | None = None) -> Proc:
     """Run cmd in its own process group, its output to `log`, each line stamped with the seconds since
-    the start ("[  12.3s] ..."); past `timeout` seconds the group gets SIGTERM, then SIGKILL 15 s later."""
+    the start ("[  12.3s] ..."); past `timeout` seconds the group gets SIGTERM, then SIGKILL 15 s later.
+    A line matching stop_line ends it (SIGUSR1: GUARD's processes exit at once; SIGKILL 15 s later)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ if env is None else env, PYTHONUNBUFFERED="1")
     started, started_at = time.monotonic(), time.time()
+    stopped = threading.Event()
     with log.open("w", encoding="utf-8") as out:
         proc = subprocess.Popen(list(cmd), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                 start_new_session=True, text=True, encoding="utf-8", errors="replace")
@@ -426,25 +444,51 @@ def run_process(cmd: Sequence[str], *, log: Path, timeout: float, env: dict[str,
             for line in proc.stdout:
                 out.write(f"[{time.monotonic() - started:7.1f}s] {line}")
                 out.flush()
+                if stop_line is not None and not stopped.is_set() and stop_line.search(line):
+                    stopped.set()
+                    out.write(f"[{time.monotonic() - started:7.1f}s] (pretrain_product: stopped here)\n")
+                    try:
+                        os.kill(proc.pid, signal.SIGUSR1)
+                    except ProcessLookupError:
+                        pass
 
         reader = threading.Thread(target=copy, daemon=True)
         reader.start()
-        try:
-            rc: int | None = proc.wait(timeout=max(1.0, timeout))
-        except subprocess.TimeoutExpired:
-            rc = None
-            for sig, grace in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
-                try:
-                    os.killpg(proc.pid, sig)
-                except ProcessLookupError:
+        rc: int | None = None
+        stop_seen = None
+        while True:
+            try:
+                rc = proc.wait(timeout=0.5)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            if stopped.is_set():
+                stop_seen = stop_seen or now
+                if now - stop_seen > 15:
+                    kill_group(proc, (signal.SIGKILL,))
+                    rc = proc.returncode
                     break
-                try:
-                    proc.wait(timeout=grace)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+            elif now - started > timeout:
+                kill_group(proc, (signal.SIGTERM, signal.SIGKILL))
+                rc = None
+                break
         reader.join(timeout=10)
-    return Proc(rc, time.monotonic() - started, log, started_at)
+    return Proc(rc, time.monotonic() - started, log, started_at, stopped.is_set())
+
+
+def kill_group(proc: subprocess.Popen, signals: Sequence[int], grace: float = 15) -> None:
+    """Send each signal to the process group in turn until the process is gone."""
+    for sig in signals:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=grace)
+            break
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def guarded_env(imports_file: Path | None, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -620,14 +664,15 @@ def average_after_warmup(records: list[dict], *, skip_steps: int, tokens_seen: i
     millisecond and include the logging). MFU, proportional to tokens_per_s within a run, likewise.
     fill: the lines' `fill` metric (steps-weighted mean) when the trainer logs one; else tokens_seen
     (the run's "Finished ... (N tokens seen)", all steps) / (steps x positions_per_step), i.e. against
-    full rows; else None."""
+    full rows; without tokens_seen (a run ended at its last log line, or cut short) the intervals'
+    tokens_per_s x their time stamps' differences stand in for it; else None. steps_per_s likewise."""
     fig = Figures()
     if records:
         fig.last_step = int(records[-1]["step"])
         loss = records[-1]["values"].get("loss")
         fig.final_loss = float(loss) if isinstance(loss, (int, float)) else None
     pairs = [(a, b) for a, b in zip(records, records[1:]) if a["step"] >= skip_steps and b["step"] > a["step"]]
-    steps = step_seconds = mfu_per_rate = mfu_steps = fill_steps = fill_weighted = 0.0
+    steps = step_seconds = mfu_per_rate = mfu_steps = fill_steps = fill_weighted = clock_s = clock_tokens = 0.0
     used = []
     for a, b in pairs:
         ds = int(b["step"]) - int(a["step"])
@@ -638,16 +683,21 @@ def average_after_warmup(records: list[dict], *, skip_steps: int, tokens_seen: i
         used.append((a, b))
         steps += ds
         step_seconds += ds / float(rate)  # seconds per token of a step, summed over the steps
+        dt = float(b.get("time", 0)) - float(a.get("time", 0))
+        clock_s += max(dt, 0.0)
+        clock_tokens += float(rate) * max(dt, 0.0)
         if isinstance(v.get("mfu"), (int, float)):
             mfu_per_rate += ds * float(v["mfu"]) / float(rate)
             mfu_steps += ds
         if isinstance(v.get("fill"), (int, float)):
             fill_weighted += float(v["fill"]) * ds
             fill_steps += ds
+    tokens_per_step = (tokens_seen / fig.last_step if tokens_seen and fig.last_step
+                       else clock_tokens / steps if clock_tokens and steps else None)
     if fill_steps:
         fig.fill, fig.fill_source = fill_weighted / fill_steps, "metric"
-    elif tokens_seen and fig.last_step and positions_per_step:
-        fig.fill, fig.fill_source = tokens_seen / (fig.last_step * positions_per_step), "estimate"
+    elif tokens_per_step and positions_per_step:
+        fig.fill, fig.fill_source = tokens_per_step / positions_per_step, "estimate"
     if not used:
         return fig
     fig.intervals = len(used)
@@ -655,8 +705,8 @@ def average_after_warmup(records: list[dict], *, skip_steps: int, tokens_seen: i
     fig.tokens_per_s = steps / step_seconds
     if mfu_steps:
         fig.mfu = fig.tokens_per_s * mfu_per_rate / mfu_steps
-    if tokens_seen and fig.last_step:
-        fig.steps_per_s = fig.tokens_per_s / (tokens_seen / fig.last_step)
+    if tokens_per_step:
+        fig.steps_per_s = fig.tokens_per_s / tokens_per_step
     return fig
 
 
@@ -813,6 +863,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--compile-backend", default=None,
                    help="torch.compile backend for the compiled runs (LMWB_COMPILE_BACKEND) and the model step")
     p.add_argument("--keep-runs", action="store_true", help="keep the runs' checkpoints (default: deleted)")
+    p.add_argument("--stop-at-last-log", action=argparse.BooleanOptionalAction, default=None,
+                   help="end each run at its last training log line, skipping the final validation and checkpoint "
+                        "(outside tokens/s; with compile, validation compiles again); default: on with --gpu. Fill "
+                        "is then estimated from the log lines' time stamps rather than the run's count of tokens")
     p.add_argument("--prepare-only", action="store_true",
                    help="write the corpus and prepare each setup's data (tokenizer, shards), then stop")
     p.add_argument("--portable", action="store_true",
@@ -825,6 +879,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args.group = group
     if args.budget is None:
         args.budget = 420.0 if group == "gpu" else 0.0
+    if args.stop_at_last_log is None:
+        args.stop_at_last_log = group == "gpu"
     args.steps = args.steps or defaults[0]
     args.log_every = args.log_every or defaults[1]
     args.corpus_mb = args.corpus_mb or defaults[2]
@@ -935,6 +991,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("product/model = product real tokens/s / model-step tokens/s; steps ratio = product steps/s / model-step "
           "steps/s (same batch and seq_len); to step 1 = seconds from the start of the run to its first log line.")
     for r in rows:
+        if r.get("error"):
+            print(f"error: {r['setup']} {r['mode']}: {r['error']}")
+    for r in rows:
         ms = r.get("model_step") or {}
         if ms.get("vocab") and r.get("vocab") and ms["vocab"] != r["vocab"]:
             print(f"note: {r['setup']} {r['mode']}: the model step ran at vocabulary {ms['vocab']:,}, the run at "
@@ -983,8 +1042,9 @@ def product_run(setup: Setup, mode: str, corpus: Path, prepared: Path, cache: Pa
     clock.say(f"{setup.name} {mode}: python -m trainer run {config} ({args.steps} steps, limit {timeout:.0f}s)")
     imports = run_dir / "imports.json"
     load_before = os.getloadavg()[0]
+    stop_line = re.compile(rf"^step\s+{args.steps}/{args.steps} \|") if args.stop_at_last_log else None
     proc = run_process([sys.executable, "-c", GUARD, "run", str(config)], log=run_dir / "stdout.log",
-                       timeout=timeout, env=guarded_env(imports, extra_env))
+                       timeout=timeout, env=guarded_env(imports, extra_env), stop_line=stop_line)
     row["load_average"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]  # 1-minute, before and after
     seen.update(read_imports(imports))
     keep_log(proc.log, logs, f"{setup.name}-{mode}.log")
