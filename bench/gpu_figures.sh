@@ -9,8 +9,10 @@
 #   4. the product: `python -m trainer run` of the same three setups on a generated 20 MB corpus
 #      (bench/pretrain_product.py --gpu), eager and compiled, its real tokens/s, fill and MFU beside
 #      the model-step figures of 1-3 (read from this script's own log, not measured twice). It starts
-#      no run after PRODUCT_BUDGET seconds of its own (default 240), so 1-4 take about 9-10 minutes;
-#      `python3 bench/pretrain_product.py --gpu` alone (it measures the model step itself) fits in 8.
+#      no run after PRODUCT_BUDGET seconds of its own (default 240; later runs are listed as skipped),
+#      so 1-4 take an estimated 9-10 minutes (not yet timed on a GPU). To stay near 8 minutes, run
+#      `python3 bench/pretrain_product.py --gpu` alone instead: it measures the model step itself,
+#      and its --budget (420 s) puts every setup's eager comparison before the compiled ones.
 #
 #   bash bench/gpu_figures.sh            # from the repository root, on the GPU machine
 #   bash bench/gpu_figures.sh --product  # 1-3, then 4
