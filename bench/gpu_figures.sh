@@ -5,21 +5,38 @@
 #   2. t5-v1.1-base, bf16: step time and tokens/s, eager and compiled, ours vs transformers
 #   3. gpt2-small, bf16: tokens/s and MFU, eager and torch.compile'd, ours vs transformers
 # MFU divides by the GPU's datasheet bf16 dense peak (trainer/training/flops.py GPU_PEAKS).
+# With --product (issue 20, point 4), then:
+#   4. the product: `python -m trainer run` of the same three setups on a generated 20 MB corpus
+#      (bench/pretrain_product.py --gpu), eager and compiled, its real tokens/s, fill and MFU beside
+#      the model-step figures of 1-3 (read from this script's own log, not measured twice). It starts
+#      no run after PRODUCT_BUDGET seconds of its own (default 240; later runs are listed as skipped),
+#      so 1-4 take an estimated 9-10 minutes (not yet timed on a GPU). To stay near 8 minutes, run
+#      `python3 bench/pretrain_product.py --gpu` alone instead: it measures the model step itself,
+#      and its --budget (420 s) puts every setup's eager comparison before the compiled ones.
 #
 #   bash bench/gpu_figures.sh            # from the repository root, on the GPU machine
+#   bash bench/gpu_figures.sh --product  # 1-3, then 4
 #   bash bench/gpu_figures.sh --smoke    # the same commands on the CPU with tiny presets and two
 #                                        # steps (compile backend aot_eager): checks the plumbing
+#                                        # (--smoke --product: and pretrain_product.py --smoke)
 #
 # Needs python3 with torch (CUDA), transformers, tokenizers, safetensors, numpy and pyyaml; no
 # Django, no network. PYTHON=... picks another interpreter. When $OUT is set, the output is also
-# written to "$OUT/gpu_figures.txt". A figure whose command fails (or runs past its time limit)
-# says so and the next one still runs.
+# written to "$OUT/gpu_figures.txt" (and 4's table to "$OUT/pretrain_product.json"). A figure whose
+# command fails (or runs past its time limit) says so and the next one still runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PYTHON:-python3}
 SMOKE=0
-[ "${1:-}" = "--smoke" ] && SMOKE=1
+PRODUCT=0
+for arg in "$@"; do
+  case "$arg" in
+    --smoke) SMOKE=1 ;;
+    --product) PRODUCT=1 ;;
+    *) echo "usage: bash bench/gpu_figures.sh [--smoke] [--product]" >&2; exit 2 ;;
+  esac
+done
 
 if [ "$SMOKE" = 1 ]; then
   common=(--device cpu --precision fp32 --steps 2 --warmup 1 --compile-backend aot_eager)
@@ -44,6 +61,9 @@ if [ -n "${OUT:-}" ]; then
   mkdir -p "$OUT"
   log="$OUT/gpu_figures.txt"
   : > "$log"
+elif [ "$PRODUCT" = 1 ]; then  # 4 reads the model-step figures of 1-3 from the log
+  log=$(mktemp)
+  trap 'rm -f "$log"' EXIT
 fi
 
 say() { echo "$@" | tee -a "$log"; }
@@ -74,5 +94,19 @@ EOF
 run "bert-base MFU, bf16, eager and compiled (ours vs transformers)" "${bert[@]}" "${common[@]}" --compile
 run "t5-v1.1-base step time, bf16, eager and compiled (ours vs transformers)" "${t5[@]}" "${common[@]}" --compile
 run "gpt2-small MFU, bf16, eager and compiled (ours vs transformers)" "${gpt[@]}" "${common[@]}" --compile
+
+if [ "$PRODUCT" = 1 ]; then
+  if [ "$SMOKE" = 1 ]; then
+    product=(--smoke)
+  else
+    product=(--gpu --model-step-from "$log" --budget "${PRODUCT_BUDGET:-240}")
+  fi
+  say ""
+  say "=== the product: python -m trainer run of the same setups (bench/pretrain_product.py)"
+  say "\$ $PY bench/pretrain_product.py ${product[*]}"
+  "$PY" bench/pretrain_product.py "${product[@]}" 2>&1 | tee -a "$log"
+  rc=${PIPESTATUS[0]}
+  [ "$rc" = 0 ] || say "!!! the product benchmark: a run failed or was skipped (exit $rc; see its table)"
+fi
 say ""
 say "done $(date -u +%Y-%m-%dT%H:%M:%SZ)"
