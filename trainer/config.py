@@ -40,6 +40,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "log_every": (1, 100_000),
     "seed": (0, 2**31 - 1),
     "num_threads": (0, 1024),
+    "data_workers": (-1, 64),  # -1: AUTO_WORKERS
     "devices": (1, 1024),  # or "all"
 }
 # (Objectives' own settings, e.g. rtd_weight, carry their bounds with them: see bounds().)
@@ -61,6 +62,7 @@ _LAZY_CHOICES = {
 }
 
 ALL_DEVICES = "all"  # devices: every GPU of the machine
+AUTO_WORKERS = -1  # data_workers: as many as the cores left by the training threads ("auto" in YAML reads as it)
 
 # Static masking: each example gets this many different masks, reused round-robin by epoch.
 DUPE_FACTOR = 10
@@ -141,6 +143,7 @@ class RuntimeArgs:
     device: str
     precision: str
     num_threads: int
+    data_workers: int
     devices: int | str
     strategy: str
     compile: str  # "auto" (on with CUDA), "on" or "off"
@@ -292,6 +295,8 @@ class RunConfig(FlatRecord):
     """"auto" (bf16 autocast on CUDA, fp32 on CPU), "fp32" or "bf16" (CUDA only)."""
     num_threads: int = 0
     """CPU threads for PyTorch (0 = PyTorch's default)."""
+    data_workers: int = AUTO_WORKERS
+    """Processes that build the training batches (pairs, masks, padding) beside the training process, so that steps do not wait for them: -1 = auto (one per CPU core the training threads leave free, at most 4; none on a 1-core machine), 0 = none (batches built in the training process, as before). The batches, their order and a resumed run are the same whatever the number."""
     devices: int | str = 1
     """Processes that train the run together, one per GPU (torchrun): a number, or "all" (every GPU of the machine; one process on a CPU-only machine). On the CPU, 2 or more run that many processes over gloo. The effective batch is batch_size x grad_accum x devices."""
     strategy: str = "auto"
@@ -326,6 +331,9 @@ class RunConfig(FlatRecord):
                 continue
             if f.name == "compile" and isinstance(value, bool):  # configs from before "auto": true / false
                 self.compile = "on" if value else "off"
+                continue
+            if f.name == "data_workers" and is_auto(value):
+                self.data_workers = AUTO_WORKERS
                 continue
             try:
                 setattr(self, f.name, _coerce(value, default))
@@ -495,6 +503,11 @@ def field_defaults() -> dict[str, Any]:
         v = _default_of(f)
         out[f.name] = list(v) if isinstance(v, tuple) else v
     return out
+
+
+def is_auto(value: Any) -> bool:
+    """Whether a data_workers value is the word "auto" (what AUTO_WORKERS reads as in YAML and forms)."""
+    return isinstance(value, str) and value.strip().lower() == "auto"
 
 
 def resolve_device(device: str) -> str:

@@ -11,6 +11,7 @@ from trainer.training.checkpoints import list_checkpoints, read_optimizer_state
 from trainer.training.engine import train
 from trainer.errors import ConfigError
 from trainer.training.sinks import ListSink
+from tests.trainer.batch_workers_helpers import all_ended, wait_for_workers
 from tests.trainer.conftest import tiny_config
 
 TRAIN_KEYS = {"loss", "mlm_loss", "nsp_loss", "mlm_acc", "nsp_acc", "lr", "grad_norm", "tokens_per_s",
@@ -55,11 +56,17 @@ def test_checkpoints_are_complete_and_load(trained_run, make_config):
     assert not list(out.glob("checkpoints/*.tmp"))
 
 
-def test_cancel_then_resume_equals_an_uninterrupted_run(tokenizer_dir, tmp_path, make_config):
-    config = make_config(max_steps=16, log_every=1, eval_every=8, checkpoint_every=100, warmup_steps=2)
+@pytest.mark.parametrize("workers", [0, 2])
+def test_cancel_then_resume_equals_an_uninterrupted_run(tokenizer_dir, tmp_path, make_config, workers, monkeypatch):
+    """The stopped and resumed run collates on the training thread, or in 2 data worker processes
+    (which then build every batch); the uninterrupted one on the training thread."""
+    config = make_config(max_steps=16, log_every=1, eval_every=8, checkpoint_every=100, warmup_steps=2,
+                         data_workers=0)
     whole = ListSink()
     train(config, data_dir=tokenizer_dir, out_dir=tmp_path / "whole", sink=whole)
 
+    opened = wait_for_workers(monkeypatch)
+    config = config.replace(data_workers=workers)
     first = ListSink()
     stopped = train(config, data_dir=tokenizer_dir, out_dir=tmp_path / "split", sink=first,
                     should_stop=lambda: len(first.heartbeats) >= 7)
@@ -68,6 +75,7 @@ def test_cancel_then_resume_equals_an_uninterrupted_run(tokenizer_dir, tmp_path,
     second = ListSink()
     resumed = train(config, data_dir=tokenizer_dir, out_dir=tmp_path / "split", sink=second, resume=True)
     assert resumed.status == "succeeded" and resumed.final_step == 16
+    assert len(opened) == (2 if workers else 0) and all(o.built_here == 0 for o in opened) and all_ended(opened)
 
     steps = [(s, sp) for s, sp, _ in first.events + second.events]
     assert len(steps) == len(set(steps)) and [s for s, _ in second.split("train")][0] == 8
@@ -119,7 +127,7 @@ def test_corpus_too_small_for_the_batch_is_a_user_error(tokenizer_dir, tmp_path,
 def test_background_collation_gives_the_same_run(tokenizer_dir, tmp_path, make_config, monkeypatch):
     from trainer.training import engine
 
-    config = make_config(max_steps=4, log_every=1, warmup_steps=1, checkpoint_every=100)
+    config = make_config(max_steps=4, log_every=1, warmup_steps=1, checkpoint_every=100, data_workers=0)
     direct, threaded = ListSink(), ListSink()
     train(config, data_dir=tokenizer_dir, out_dir=tmp_path / "a", sink=direct)
     monkeypatch.setattr(engine, "PREFETCH_DEVICES", ("cuda", "cpu"))

@@ -60,3 +60,18 @@ def test_the_api_takes_the_options_and_refuses_other_values(alice, alice_api, en
     response = alice_api.post("/api/runs/", {"tokenizer": str(tokenizer.id), "compile": "sometimes"}, format="json")
     assert response.status_code == 400 and "compile" in response.json()["error"]
     assert Run.objects.count() == 1
+
+
+def test_data_workers_is_taken_from_the_form_and_the_api_and_auto_when_left_out(alice, alice_client, alice_api,
+                                                                                enqueued):
+    _, tokenizer = make_data(alice)
+    html = alice_client.get(reverse("runs:new")).content.decode()
+    assert 'name="data_workers"' in html and "Data worker processes" in html
+    assert post_form(alice_client, tokenizer, name="two", data_workers=2).status_code == 302
+    assert post_form(alice_client, tokenizer, name="auto").status_code == 302  # an older form: the default
+    assert Run.objects.get(name="two").config["data_workers"] == 2
+    assert Run.objects.get(name="auto").config["data_workers"] == -1
+    response = alice_api.post("/api/runs/", {"tokenizer": str(tokenizer.id), "data_workers": 0}, format="json")
+    assert response.status_code == 201 and response.json()["config"]["data_workers"] == 0
+    response = alice_api.post("/api/runs/", {"tokenizer": str(tokenizer.id), "data_workers": 65}, format="json")
+    assert response.status_code == 400 and "data_workers" in response.json()["error"]

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 
-from trainer.config import CHOICES, FlatRecord, OptimArgs
+from trainer.config import AUTO_WORKERS, CHOICES, FlatRecord, OptimArgs, is_auto
 from trainer.errors import ConfigError
 from trainer.finetune.chat import DEFAULT_CHAT_TEMPLATE, check_chat_template
 
@@ -36,6 +36,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "log_every": (1, 100_000),
     "seed": (0, 2**31 - 1),
     "num_threads": (0, 1024),
+    "data_workers": (-1, 64),  # -1: AUTO_WORKERS
     # Generative tasks (trainer.finetune.text2text, trainer.finetune.sft).
     "max_target_length": (1, 8192),
     "target_mask_prob": (0.01, 1.0),
@@ -91,6 +92,8 @@ class FinetuneConfig(FlatRecord):
     device: str = "auto"
     precision: str = "auto"
     num_threads: int = 0
+    data_workers: int = AUTO_WORKERS
+    """Processes that build the training batches beside the training process: -1 = auto (one per CPU core the training threads leave free, at most 4), 0 = none (built in the training process). The batches and their order are the same whatever the number."""
     # Filled in from the checkpoint by trainer.finetune.engine (what the loop's logs and checkpoints name).
     family: str = ""
     preset: str = field(default="", repr=False)
@@ -150,6 +153,8 @@ class FinetuneConfig(FlatRecord):
 
     def __post_init__(self) -> None:
         self.betas = tuple(float(b) for b in self.betas)  # type: ignore[assignment]
+        if is_auto(self.data_workers):
+            self.data_workers = AUTO_WORKERS
         for name, (lo, hi) in BOUNDS.items():
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):

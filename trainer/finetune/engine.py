@@ -81,6 +81,10 @@ class ExampleStream:
             self.position = DataPosition(self.position.epoch, self.position.index + 1)
         return picked
 
+    def skip_batch(self) -> None:
+        """Move past the next batch without building it (trainer.training.batch_workers)."""
+        self.next_indices()
+
     def next_batch(self) -> Any:
         picked = self.next_indices()
         examples = [self.examples[i] for i in picked]

@@ -182,6 +182,11 @@ class MixedStream:
         task, index = self.next_pick()
         return self.tasks[task][index]
 
+    def skip_batch(self) -> None:
+        """Move past the next batch without building it (trainer.training.batch_workers)."""
+        for _ in range(self.batch_size):
+            self.next_pick()
+
     def next_batch(self) -> Any:
         picked = [self.next_pick() for _ in range(self.batch_size)]
         examples = [self.tasks[t][i] for t, i in picked]

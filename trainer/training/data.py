@@ -216,6 +216,12 @@ class TrainStream:
             self._advance()
         return self.collator(examples)
 
+    def skip_batch(self) -> None:
+        """Move past the next batch without building it: where next_batch() would leave the
+        position (a data worker skips the batches the other workers build; batch_workers)."""
+        for _ in range(self.world_size * self.batch_size):
+            self._advance()
+
     def _advance(self) -> int:
         """The example at the position (in the next epoch when this one is used up); moves past it."""
         while self._pos.index >= len(self._order):
@@ -230,12 +236,31 @@ class TrainStream:
             yield self.next_batch()
 
 
+class InThread:
+    """The stream's batches built on the training thread as the loop asks for them, each with
+    the stream position after it (data_workers 0 on the CPU)."""
+
+    label = "batches collated on the training thread"
+
+    def __init__(self, stream: TrainStream):
+        self.stream = stream
+
+    def next_batch(self) -> tuple[Batch, DataPosition]:
+        return self.stream.next_batch(), self.stream.position
+
+    def close(self) -> None:
+        pass
+
+
 class Prefetcher:
-    """Collates the next batches on a background thread while the GPU computes.
+    """Collates the next batches on a background thread while the GPU computes (on a GPU when
+    no data worker processes build them: trainer.training.batch_workers).
 
     Batches come out in exactly the stream's order, each with the stream position after it
     (what a checkpoint must record). With pin=True batches are put in pinned memory, so the
     copy to the GPU can overlap with compute."""
+
+    label = "batches collated on a background thread"
 
     def __init__(self, stream: TrainStream, *, depth: int = 4, pin: bool = False):
         self.stream, self.pin = stream, pin

@@ -27,22 +27,24 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from trainer.training import checkpoints, distributed
+from trainer.training import batch_workers, checkpoints, distributed
 from trainer import objectives
 from trainer.training import flops, speedups, steps
 from trainer.catalog import validation
 from trainer.objectives.base import Batch, Step, StepOutput
 from trainer.objectives.examples import SpecialIds
 from trainer.config import RunConfig, resolve_device, resolve_precision
-from trainer.training.data import DataPosition, Prefetcher, TrainStream, build_train_stream, build_valid_batches
+from trainer.training.data import (
+    DataPosition, InThread, Prefetcher, TrainStream, build_train_stream, build_valid_batches,
+)
 from trainer.errors import ConfigError
 from trainer.prep.tokenization import tokenizers_differ
 from trainer.training.optim import build_optimizer, clip_gradients
 from trainer.training.sinks import MetricsSink, NullSink, format_duration
 
 
-PREFETCH_DEVICES = ("cuda",)  # where batches are collated on a background thread (on a CPU it would
-                              # compete with the compute threads)
+PREFETCH_DEVICES = ("cuda",)  # where batches are collated on a background thread when no worker process
+                              # builds them (on a CPU the thread would compete with the compute threads)
 
 
 @dataclass
@@ -255,11 +257,11 @@ class Loop:
 
     # -- the table of contents
     def run(self, should_stop: Callable[[], bool]) -> TrainResult:
-        self.log_start()
-        # On a GPU, the next batches are collated on a thread while the current one computes.
-        self.prefetch = (Prefetcher(self.stream, pin=self.device == "cuda")
-                         if self.device in PREFETCH_DEVICES else None)
+        self.batches, why_in_process = self.open_batches()
         try:
+            self.log_start()
+            if why_in_process:
+                self.sink.log(why_in_process)
             while self.state.step < self.config.max_steps and not self.should_end():
                 if self.dist.any(should_stop()):  # every process stops at the same step
                     return self.cancel()
@@ -278,19 +280,35 @@ class Loop:
         except speedups.compile_errors() as e:
             raise speedups.compile_failed(e) from None
         finally:
-            if self.prefetch is not None:
-                self.prefetch.close()
+            self.batches.close()
 
     def should_end(self) -> bool:
         """Whether to finish ("succeeded") before max_steps; never here (fine-tuning's early
         stopping says so in its subclass)."""
         return False
 
+    def open_batches(self) -> tuple[Any, str]:
+        """Where the run's batches are built (-> the source of next_batch(), and a log line
+        saying why they stay in this process when data_workers asked for worker processes that
+        cannot build them): by data_workers processes (trainer.training.batch_workers), else on a
+        background thread on a GPU (it overlaps with the GPU's work), else on the training thread."""
+        pin = self.device == "cuda"
+        setting = int(getattr(self.config, "data_workers", 0))
+        workers = batch_workers.resolve_workers(setting, self.device, self.dist.world_size)
+        why = ""
+        if workers > 0:
+            try:
+                return batch_workers.BatchWorkers(self.stream, workers, pin=pin), ""
+            except batch_workers.CannotShare as e:
+                why = (f"Batches are collated in the training process rather than by {workers} worker "
+                       f"process{'es' if workers != 1 else ''}: {e}.")
+        if self.device in PREFETCH_DEVICES:
+            return Prefetcher(self.stream, pin=pin), why
+        return InThread(self.stream), why
+
     def next_batch(self) -> tuple[Batch, DataPosition]:
         """The next micro-batch and the data position after it."""
-        if self.prefetch is not None:
-            return self.prefetch.next_batch()
-        return self.stream.next_batch(), self.stream.position
+        return self.batches.next_batch()
 
     def train_step(self) -> None:
         cfg, model = self.config, self.model
@@ -496,7 +514,7 @@ class Loop:
             f"with {names} on {self.where()}, {optimizer_label(cfg)}: "
             f"{cfg.max_steps:,} steps of {self.batch_label()} sequences of up to {cfg.seq_len} "
             f"tokens{targets}; {self.stream.epoch_size:,} training sequences per epoch, "
-            f"{len(self.valid)} validation batches{shared}."
+            f"{len(self.valid)} validation batches{shared}; {self.batches.label}."
         )
         if self.peak is not None and self.flops_per_token:
             self.sink.log(f"MFU counts {self.flops_per_token / 1e6:,.1f} MFLOP per token (forward and backward) "

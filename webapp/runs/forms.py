@@ -421,6 +421,9 @@ FINETUNE_HELP = {
             "the same run again. Change it to see how much a result owes to chance.",
     "num_threads": "CPU threads the run's PyTorch uses (0: PyTorch's default, one per core). Two runs side by side on "
                    "one machine train faster with a share each.",
+    "data_workers": "Processes that build the training batches beside the run, so that steps do not wait for them "
+                    "(-1: auto, one per core the training threads leave free, at most 4; 0: none). The batches and "
+                    "their order are the same whatever the number.",
     "device": "CUDA GPU runs on the gpu queue (a worker with a GPU), CPU on the cpu queue; Auto on the default "
               "queue, on a GPU when its worker has one.",
 }

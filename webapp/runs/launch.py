@@ -16,11 +16,11 @@ from trainer.errors import ConfigError
 MAIN_FIELDS = ("max_steps", "batch_size", "seq_len", "lr", "warmup_steps", "grad_accum",
                "eval_every", "checkpoint_every", "masking", "seed", "device", "devices")
 ADVANCED_FIELDS = ("mask_prob", "schedule", "weight_decay", "clip_grad", "eval_batches", "log_every",
-                   "precision", "num_threads", "strategy", "compile", "activation_checkpointing")
+                   "precision", "num_threads", "data_workers", "strategy", "compile", "activation_checkpointing")
 TRAINING_FIELDS = MAIN_FIELDS + ADVANCED_FIELDS
-# Training fields a form may leave out (empty = RunConfig's default: one device, strategy auto;
-# an unticked box is off).
-OPTIONAL_FIELDS = ("devices", "strategy", "compile", "activation_checkpointing")
+# Training fields a form may leave out (empty = RunConfig's default: one device, strategy auto,
+# data workers auto; an unticked box is off).
+OPTIONAL_FIELDS = ("devices", "strategy", "data_workers", "compile", "activation_checkpointing")
 # Shown with the objectives: what a mask covers, how single segments are packed (empty = default).
 OBJECTIVE_FIELDS = ("masking_unit", "packing")
 # The optimizer (empty = the family's: Adafactor for T5, AdamW otherwise) and AdamW's own
@@ -42,7 +42,8 @@ LABELS = {
     "masking": "Masking", "seed": "Seed", "device": "Device", "mask_prob": "Mask probability",
     "schedule": "Learning-rate schedule", "weight_decay": "Weight decay", "clip_grad": "Gradient clipping",
     "eval_batches": "Validation batches", "log_every": "Log every (steps)", "precision": "Precision",
-    "num_threads": "CPU threads", "devices": "Devices", "strategy": "Multi-device strategy",
+    "num_threads": "CPU threads", "data_workers": "Data worker processes", "devices": "Devices",
+    "strategy": "Multi-device strategy",
     "compile": "Compile the model (torch.compile)", "activation_checkpointing": "Activation checkpointing",
     "masking_unit": "Masking unit", "packing": "Packing", "rtd_weight": "RTD loss weight",
     "distill_temperature": "Temperature", "distill_soft_weight": "Soft-target loss weight",

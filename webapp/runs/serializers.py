@@ -267,6 +267,8 @@ class FinetuneCreateSerializer(RequestSerializer):
                                      help_text="cuda: the gpu queue; cpu: the cpu queue; auto: the default queue.")
     seed = _finetune_int("seed", help_text="Seeds the data order, the head's initial weights and dropout (default 0).")
     num_threads = _finetune_int("num_threads", help_text="CPU threads of the run (0, the default: PyTorch's own).")
+    data_workers = _finetune_int("data_workers", help_text="Processes that build the training batches (-1, the "
+                                                           "default: auto; 0: none, in the training process).")
     extra_datasets = ExtraDatasetSerializer(many=True, required=False, max_length=16,
                                             help_text="T5 multi-task mixing: more datasets trained in the same "
                                                       "text-to-text run, each with its own task prefix.")

@@ -378,8 +378,9 @@ LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")
 ADAPTER_FIELDS = ("adapter_size",)
 # T5 multi-task mixing (trainer/finetune/mixing.py); the extra datasets come as rows (finetune_create).
 MIX_FIELDS = ("task_name", "mixing", "mixing_limit", "mixing_temperature")
-# The run's seed (data order, head initialisation, dropout) and CPU threads (0: torch's default).
-RUNTIME_FIELDS = ("seed", "num_threads")
+# The run's seed (data order, head initialisation, dropout), CPU threads (0: torch's default) and
+# the processes that build its batches (-1: auto).
+RUNTIME_FIELDS = ("seed", "num_threads", "data_workers")
 OPTIONAL_FIELDS = (GENERATION_FIELDS + LORA_FIELDS + ADAPTER_FIELDS + MIX_FIELDS + RUNTIME_FIELDS
                    + ("device",))  # device: auto when not sent
 FINETUNE_FIELDS += OPTIONAL_FIELDS
