@@ -58,3 +58,48 @@ def wait_for_workers(monkeypatch) -> list:
 def all_ended(opened: list) -> bool:
     """Whether every worker process of these BatchWorkers has ended (and was reaped)."""
     return all(proc.returncode is not None for workers in opened for proc in workers.procs)
+
+
+def batches_in_a_daemonic_process(tokenizer_dir, config: dict, n: int) -> dict:
+    """Build n batches of the run `config` with 2 data workers inside a daemonic process, as a
+    Celery prefork pool process is: {"refused": what multiprocessing says to a child started
+    there, "input_ids": the batches' input ids (numpy), "built_here", "exit_codes"}."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_daemonic_job, args=(str(tokenizer_dir), config, n, queue), daemon=True)
+    proc.start()
+    try:
+        return queue.get(timeout=300)
+    finally:
+        proc.join(timeout=60)
+
+
+def _daemonic_job(tokenizer_dir: str, config: dict, n: int, queue) -> None:
+    import multiprocessing
+    from pathlib import Path
+
+    from trainer.config import RunConfig
+    from trainer.objectives.examples import SpecialIds
+    from trainer.prep.tokenization import load_tokenizer
+    from trainer.training.data import build_train_stream
+
+    try:
+        multiprocessing.get_context("spawn").Process(target=print).start()
+        refused = ""
+    except AssertionError as e:
+        refused = str(e)
+    folder = Path(tokenizer_dir)
+    stream = build_train_stream(RunConfig.from_dict(config), folder, SpecialIds.from_tokenizer(load_tokenizer(folder)))
+    built = batch_workers.BatchWorkers(stream, 2)
+    try:
+        built.wait_until_ready()
+        ids = [built.next_batch()[0].input_ids.numpy() for _ in range(n)]
+    except Exception as e:  # the test says what went wrong rather than wait for the queue
+        queue.put({"error": f"{type(e).__name__}: {e}"})
+        return
+    finally:
+        built.close()
+    queue.put({"refused": refused, "input_ids": ids, "built_here": built.built_here,
+               "exit_codes": [proc.returncode for proc in built.procs]})

@@ -4,6 +4,7 @@ raised in the training process as it was; no worker left once a run ends."""
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import numpy as np
 import pytest
@@ -21,7 +22,9 @@ from trainer.training.batch_workers import BatchWorkers, resolve_workers
 from trainer.training.data import DataPosition, build_train_stream
 from trainer.training.engine import train
 from trainer.training.sinks import ListSink
-from tests.trainer.batch_workers_helpers import FailingCollator, Lengths, all_ended, wait_for_workers
+from tests.trainer.batch_workers_helpers import (
+    FailingCollator, Lengths, all_ended, batches_in_a_daemonic_process, wait_for_workers,
+)
 
 MESSAGE = "The collator cannot build this batch; lower mask_prob."
 
@@ -67,6 +70,25 @@ def test_workers_give_the_streams_batches_in_order_with_its_positions(tokenizer_
     assert all_ended([built])
 
 
+def test_the_training_process_builds_the_first_batches_while_its_workers_start(tokenizer_dir, make_config):
+    """However large the stream sent to a worker (here with 16 MB more than the socket holds),
+    opening the workers does not wait for them to import torch and read it."""
+    stream = build_train_stream(make_config(batch_size=8), tokenizer_dir, _special(tokenizer_dir))
+    stream.ballast = np.zeros(16 * 2**20, dtype=np.uint8)
+    began = time.perf_counter()
+    built = BatchWorkers(stream, 1)
+    try:
+        opened = time.perf_counter() - began
+        built.next_batch()
+        assert built.built_here == 1
+        built.wait_until_ready()
+        started = time.perf_counter() - began
+        assert opened < started / 4, (opened, started)  # a fresh interpreter importing torch: seconds
+    finally:
+        built.close()
+    assert all_ended([built])
+
+
 def test_fine_tuning_streams_give_the_same_batches_from_workers():
     examples = [{"i": i, "n": int(n)} for i, n in enumerate(np.random.default_rng(0).integers(3, 90, size=150))]
     make = lambda: ExampleStream(examples, Lengths(), batch_size=16, seed=4,  # noqa: E731
@@ -89,6 +111,23 @@ def test_fine_tuning_streams_give_the_same_batches_from_workers():
     finally:
         for _, built in pairs:
             built.close()
+
+
+def test_workers_start_in_a_daemonic_process_from_a_folder_with_another_trainer_package(tokenizer_dir, make_config,
+                                                                                        tmp_path, monkeypatch):
+    """A Celery prefork pool process, where a web app run trains, is daemonic: multiprocessing
+    starts no children there, the workers start all the same. And they import the training
+    process's own trainer package, not one the working folder holds."""
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer" / "__init__.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    config = make_config(batch_size=8)
+    got = batches_in_a_daemonic_process(tokenizer_dir, config.to_dict(), 4)
+    assert "error" not in got, got["error"]
+    assert got["refused"] == "daemonic processes are not allowed to have children"
+    here = build_train_stream(config, tokenizer_dir, _special(tokenizer_dir))
+    assert all(np.array_equal(ids, here.next_batch().input_ids.numpy()) for ids in got["input_ids"])
+    assert got["built_here"] == 0 and all(code is not None for code in got["exit_codes"])
 
 
 def test_a_workers_error_is_raised_as_it_was(tokenizer_dir, make_config):
@@ -183,3 +222,14 @@ def test_data_workers_is_a_runtime_setting_that_reads_auto():
     assert FinetuneConfig(**tune).data_workers == -1 and FinetuneConfig(**tune, data_workers="auto").data_workers == -1
     with pytest.raises(ConfigError, match="data_workers must be between -1 and 64"):
         FinetuneConfig(**tune, data_workers=-2)
+
+
+def test_the_shards_go_to_a_worker_as_their_file_not_their_tokens(tokenizer_dir, make_config):
+    import pickle
+
+    tokens = build_train_stream(make_config(), tokenizer_dir, _special(tokenizer_dir)).source.index.tokens
+    assert isinstance(tokens, np.memmap) and tokens.nbytes > 50_000
+    sent = batch_workers.dumps(tokens)
+    again = pickle.loads(sent)
+    assert len(sent) < 1000 and isinstance(again, np.memmap) and again.filename == tokens.filename
+    assert np.array_equal(again, tokens) and again.dtype == tokens.dtype

@@ -53,6 +53,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from multiprocessing.connection import Connection, Pipe
@@ -160,6 +161,7 @@ class BatchWorkers:
         self.label = f"batches collated by {workers} worker process{'es' if workers != 1 else ''}"
         self.procs: list[subprocess.Popen] = []
         self.conns: list[Connection] = []
+        self.senders: list[threading.Thread] = []  # each sends a worker its start message
         self.ready = [False] * workers
         self.asked = [0] * workers  # per worker: the next batch number to ask it for
         self.next = 0               # the batch next_batch() hands out next
@@ -176,20 +178,32 @@ class BatchWorkers:
 
     def _start(self, k: int, start: list) -> None:
         mine, theirs = Pipe(duplex=True)
-        package_root = str(Path(__file__).resolve().parents[2])  # the folder that holds trainer/
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
-               "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)}
-        code = f"from trainer.training.batch_workers import worker_main; worker_main({theirs.fileno()})"
+        # This very trainer package first (not one that the working folder or PYTHONPATH would find);
+        # the worker then takes this process's sys.path before it unpickles the stream.
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+        code = (f"import sys; sys.path.insert(0, {package_root!r}); "
+                f"from trainer.training.batch_workers import worker_main; worker_main({theirs.fileno()})")
         try:
             # stdout goes to stderr: a CLI run's stdout carries its metrics (JSON lines), read by the web app
             proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=[theirs.fileno()], env=env,
                                     stdin=subprocess.DEVNULL, stdout=sys.__stderr__.fileno() if _has_stderr() else
                                     subprocess.DEVNULL, start_new_session=True)
+        except OSError:
+            mine.close()
+            raise
         finally:
             theirs.close()
         self.procs.append(proc)
         self.conns.append(mine)
-        mine.send_bytes(pickle.dumps([*start, k, self.count], protocol=pickle.HIGHEST_PROTOCOL))
+        # On a thread: a stream larger than the socket's buffer would block until the worker has
+        # imported torch and reads it. Nothing else is written to the socket before the worker's
+        # "ready", which it sends once it has read this.
+        message = pickle.dumps([*start, k, self.count], protocol=pickle.HIGHEST_PROTOCOL)
+        sender = threading.Thread(target=_send_quietly, args=(mine, message), name=f"data-worker-{k}-start",
+                                  daemon=True)
+        sender.start()
+        self.senders.append(sender)
 
     # -- handing out
     def next_batch(self) -> tuple[Any, Any]:
@@ -293,6 +307,10 @@ class BatchWorkers:
         if self.closed:
             return
         self.closed = True
+        for proc, sender in zip(self.procs, self.senders):
+            if sender.is_alive():  # still starting: its socket is not ours to close while the thread writes
+                proc.kill()
+                sender.join()
         for conn in self.conns:
             conn.close()
         for signal_them, wait_s in ((None, EXIT_WAIT_S), ("terminate", CLOSE_WAIT_S), ("kill", None)):
@@ -317,6 +335,14 @@ class BatchWorkers:
             pass
 
 
+def _send_quietly(conn: Connection, message: bytes) -> None:
+    """Send a message to a worker; one that is gone (or closed) is reported by its socket later."""
+    try:
+        conn.send_bytes(message)
+    except (OSError, ValueError, TypeError):
+        pass
+
+
 def _has_stderr() -> bool:
     try:
         return sys.__stderr__ is not None and sys.__stderr__.fileno() >= 0
@@ -329,10 +355,23 @@ def worker_main(fd: int) -> None:
     """A worker process: read (sys.path, the pickled stream, its number k, the number of
     workers), say "ready", then build each batch number asked for (k, k + W, ...: skipping the
     others' batches) and send ("batch", n, batch, position after it). Ends at EOF (the training
-    process closed it or is gone); an exception is sent as ("error", ...) and ends it."""
+    process closed it or is gone); an exception is sent as ("error", ...) and ends it. It exits
+    without the interpreter's teardown (torch's takes a second or more on a busy machine)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the training process's to handle
     torch.set_num_threads(1)
     conn = Connection(fd)
+    try:
+        _serve(conn)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (AttributeError, OSError, ValueError):
+                pass
+        os._exit(0)
+
+
+def _serve(conn: Connection) -> None:
     n: int | None = None
     try:
         paths, payload, k, count = pickle.loads(conn.recv_bytes())
