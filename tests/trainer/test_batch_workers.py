@@ -202,6 +202,16 @@ def test_a_collator_with_a_generator_of_its_own_stays_in_the_training_process(to
         BatchWorkers(stream, 2)
 
 
+def test_a_generator_inside_a_wrapped_collator_is_seen_too(tokenizer_dir, make_config):
+    from trainer.objectives.packing import PackingCollator
+
+    stream = build_train_stream(make_config(), tokenizer_dir, _special(tokenizer_dir))
+    assert isinstance(stream.collator, PackingCollator)  # MLM + NSP batches are packed
+    stream.collator.inner.rng = np.random.default_rng(0)
+    with pytest.raises(batch_workers.CannotShare, match="draws from a random generator of its own"):
+        BatchWorkers(stream, 2)
+
+
 def test_auto_takes_the_cores_the_training_threads_leave():
     assert resolve_workers(3, "cpu", cores=1, threads=1) == 3  # a number is taken as it is
     assert resolve_workers(-1, "cpu", cores=2, threads=1) == 1  # the CPU benchmark: one thread, one worker

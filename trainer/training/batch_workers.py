@@ -105,8 +105,11 @@ def why_not_shared(stream: Any) -> str | None:
     if not callable(getattr(stream, "skip_batch", None)):
         return f"its data stream ({type(stream).__name__}) cannot move past a batch without building it"
     collator = getattr(stream, "collator", None)
-    drawn = [name for name, value in vars(collator).items() if isinstance(value, _GENERATORS)] \
-        if hasattr(collator, "__dict__") else []
+    drawn: list[str] = []
+    layer = collator
+    while layer is not None and hasattr(layer, "__dict__"):  # a wrapper's (PackingCollator's) inner collator too
+        drawn += [name for name, value in vars(layer).items() if isinstance(value, _GENERATORS)]
+        layer = vars(layer).get("inner")
     if drawn:
         return (f"its collator ({type(collator).__name__}) draws from a random generator of its own ({drawn[0]}), "
                 f"batch after batch, so its batches must be built one after another in one place")
