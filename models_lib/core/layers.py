@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from models_lib.core.packing import Unpadded
+
 # Activations by the names Hugging Face configs use, so configs round-trip unchanged.
 # "gelu" is the exact erf form that BERT uses; "gelu_new" is the tanh approximation (GPT-2,
 # and T5 v1.1's gated-GELU).
@@ -132,11 +134,19 @@ class Attention(nn.Module):
         B, T, _ = t.shape
         return tuple(t.view(B, T, n, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4))
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, *, bias: torch.Tensor | None = None,
-                causal: bool = False, context: torch.Tensor | None = None,
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | Unpadded | None = None, *,
+                bias: torch.Tensor | None = None, causal: bool = False, context: torch.Tensor | None = None,
                 cache: KVCache | None = None) -> torch.Tensor:
-        B, T, _ = x.shape
-        if self.cross:
+        layout = None
+        if isinstance(mask, Unpadded):  # x is (N, H), a packed batch's real tokens: attend in their rows
+            if self.cross or cache is not None or causal:
+                raise ValueError("unpadded tokens are for bidirectional self-attention only.")
+            layout, mask = mask, mask.mask
+            qkv = layout.rows(self.qkv(x))  # projected on the N real tokens, then (R, L, 3 N D)
+            B, T, _ = qkv.shape
+            q, k, v = self._heads(qkv, 3)
+        elif self.cross:
+            B, T, _ = x.shape
             if context is None and (cache is None or cache.k is None):
                 raise ValueError("cross-attention needs the encoder states (context) or a filled cache.")
             (q,) = self._heads(self.q(x), 1)
@@ -147,6 +157,7 @@ class Attention(nn.Module):
                 if cache is not None:
                     cache.k, cache.v = k, v
         else:
+            B, T, _ = x.shape
             q, k, v = self._heads(self.qkv(x), 3)
             if cache is not None:
                 if cache.k is not None:
@@ -180,6 +191,8 @@ class Attention(nn.Module):
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=additive, dropout_p=p,
                                                is_causal=use_causal_flag, scale=self.scale)  # (B, N, T, D)
         y = y.transpose(1, 2).reshape(B, T, self.num_heads * self.head_size)  # heads side by side
+        if layout is not None:
+            y = layout.real(y)  # (N, inner)
         return self.out(y)
 
 

@@ -12,6 +12,11 @@ and the encoder keeps each example to itself:
              position embeddings start again at every example.
   starts     (B,) long: the flat index (row * L + column) of each example's first token, in
              the examples' order: where the pooler, NSP and SOP read each example's [CLS].
+  tokens     (N,) long, optional: the flat indices of the N real tokens, in order. Given, the
+             encoder's token-wise layers (projections, feed-forward, norms, dropout) run on
+             the N real tokens alone (N, H), and only attention lays them out in their rows
+             (`Unpadded`): the padding that packing leaves at the rows' ends is not computed
+             either (MosaicBERT's unpadding, with a block-diagonal mask for attention).
 
 Every token-wise layer (embeddings, projections, feed-forward, norms, heads) computes the same
 values as in the padded batch, and attention sees the same keys, so losses and accuracies are
@@ -29,6 +34,7 @@ class Packed(NamedTuple):
     segments: torch.Tensor   # (R, L) long, 0 = padding
     positions: torch.Tensor  # (R, L) long, position within the example
     starts: torch.Tensor     # (B,) long, flat index of each example's first token
+    tokens: torch.Tensor | None = None  # (N,) long, flat indices of the real tokens (unpadded layers)
 
     def visibility(self) -> torch.Tensor:
         """(R, 1, L, L) bool, True where a query may see a key (same segment)."""
@@ -44,6 +50,25 @@ class Packed(NamedTuple):
     def first_tokens(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (R, L, H) -> (B, H): each example's first token, in the examples' order."""
         return hidden.flatten(0, 1).index_select(0, self.starts)
+
+
+class Unpadded(NamedTuple):
+    """The real tokens of packed rows as one (N, C) tensor, and how attention lays them out:
+    passed to the blocks in place of the attention mask. `mask` is the rows' (R, 1, L, L) mask
+    (additive, or bool visibility), so its shape gives R and L."""
+
+    tokens: torch.Tensor  # (N,) flat indices into R * L
+    mask: torch.Tensor    # (R, 1, L, L)
+
+    def rows(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, C) -> (R, L, C), zeros on the padding."""
+        R, L = self.mask.shape[0], self.mask.shape[-1]
+        out = torch.zeros(R * L, x.shape[-1], dtype=x.dtype, device=x.device)
+        return out.index_copy(0, self.tokens, x).view(R, L, x.shape[-1])
+
+    def real(self, y: torch.Tensor) -> torch.Tensor:
+        """(R, L, C) -> (N, C): the real tokens' rows, in order."""
+        return y.reshape(-1, y.shape[-1]).index_select(0, self.tokens)
 
 
 def check_packed(packed: Packed, input_ids: torch.Tensor) -> None:

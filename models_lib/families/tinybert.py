@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models_lib.core.packing import Packed
+from models_lib.core.packing import Packed, Unpadded
 from models_lib.core.config import EncoderConfig, TinyBertConfig
 from models_lib.core.layers import Attention
 from models_lib.families.pretraining import EncoderForPreTraining, PreTrainingOutput
@@ -81,7 +81,10 @@ def attention_scores(model: nn.Module) -> Iterator[list[torch.Tensor]]:
     found: list[torch.Tensor] = []
 
     def hook(module: Attention, args: tuple, _output: torch.Tensor) -> None:
-        q, k, _ = module._heads(module.qkv(args[0]), 3)
+        qkv = module.qkv(args[0])
+        if len(args) > 1 and isinstance(args[1], Unpadded):  # a packed batch's real tokens: in their rows
+            qkv = args[1].rows(qkv)
+        q, k, _ = module._heads(qkv, 3)
         found.append((q @ k.transpose(-1, -2)) * module.scale)
 
     handles = [m.register_forward_hook(hook) for m in model.modules()

@@ -199,3 +199,20 @@ def test_tinybert_distillation_packs_and_compares_attention_inside_each_example(
         assert p_values[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
     for name, g in grads.items():
         torch.testing.assert_close(p_grads[name], g, rtol=1e-3, atol=1e-5, msg=name)
+
+
+def test_the_blocks_compute_the_real_tokens_only(tokenizer_dir, make_family_config):
+    """Unpadded: the transformer blocks see (N, H), N the batch's real tokens; attention lays
+    them out in their rows by itself."""
+    config, model, step = steps_for("bert", ["mlm", "nsp"], None, tokenizer_dir, make_family_config)
+    special = special_ids(tokenizer_dir)
+    packed = pack_rows(padded_batch(tokenizer_dir, config, special), seq_len=config.seq_len, pad_id=special.pad)
+    assert torch.equal(packed.real_tokens, torch.nonzero(packed.attention_mask.flatten()).flatten())
+    seen = []
+    block = model.bert.encoder.layers[0]
+    handle = block.register_forward_hook(lambda m, args, out: seen.append(tuple(out.shape)))
+    try:
+        step(packed, train=False)
+    finally:
+        handle.remove()
+    assert seen == [(packed.n_tokens, config.model_overrides["hidden_size"])]

@@ -50,11 +50,15 @@ class MaskedBatch(Batch):
     segments: torch.Tensor | None = None   # (R, L) long: 0 = padding, k = the k-th example of its row
     positions: torch.Tensor | None = None  # (R, L) long: position within the example
     starts: torch.Tensor | None = None     # (B,) long: flat index of each example's first token
+    real_tokens: torch.Tensor | None = None  # (N,) long: flat indices of the real tokens (the encoder's
+                                             # token-wise layers compute these alone)
 
     @property
     def packed(self) -> Packed | None:
         """The packing the model takes (`packed=`), or None for a padded batch."""
-        return None if self.segments is None else Packed(self.segments, self.positions, self.starts)
+        if self.segments is None:
+            return None
+        return Packed(self.segments, self.positions, self.starts, self.real_tokens)
 
     @property
     def size(self) -> int:

@@ -31,7 +31,7 @@ ROW_MULTIPLE = 8  # packed rows are cut to a multiple of this many columns (at m
 TOKEN_FIELDS = {"input_ids": None, "attention_mask": 0, "token_type_ids": 0, "mlm_labels": IGNORE_INDEX,
                 "span_ids": -1}
 EXAMPLE_FIELDS = ("nsp_labels", "sop_labels", "lm_mode", "sbo_labels")  # one value per example (or per SBO row)
-PACKING_FIELDS = ("segments", "positions", "starts")
+PACKING_FIELDS = ("segments", "positions", "starts", "real_tokens")
 
 
 def first_fit(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
@@ -108,7 +108,8 @@ def pack_rows(batch: Batch, *, seq_len: int, pad_id: int) -> Batch:
     positions[dst] = j
     return dataclasses.replace(batch, **fields, segments=torch.from_numpy(segments.reshape(R, L)),
                                positions=torch.from_numpy(positions.reshape(R, L)),
-                               starts=torch.from_numpy(rows * L + offsets))
+                               starts=torch.from_numpy(rows * L + offsets),
+                               real_tokens=torch.from_numpy(np.flatnonzero(segments)))
 
 
 def _pack_visibility(masks: np.ndarray, lengths: np.ndarray, rows: np.ndarray, offsets: np.ndarray,
