@@ -226,6 +226,21 @@ def unpad_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, st
     """An Optimizer.state_dict()-shaped `state` (numbered as `optimizer` numbers its parameters)
     with the per-row state of padded parameters (AdamW's moments, Adafactor's row statistics)
     cut to vocab_size rows. Returns a new dict: the optimizer's own state is left as it is."""
+    return _map_row_state(model, optimizer, state,
+                          lambda v, V, rows: v[:V].clone() if v.shape[0] == rows else v)
+
+
+def pad_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> dict:
+    """The inverse of unpad_optimizer_state: per-row state of vocab_size rows padded with zero
+    rows to the parameter's (a checkpoint written before the padding, or by this one)."""
+    # V == 1: a (1, E) column statistic would look like a row; V == rows: nothing to pad
+    return _map_row_state(model, optimizer, state,
+                          lambda v, V, rows: pad_rows(v, rows) if v.shape[0] == V and V not in (1, rows) else v)
+
+
+def _map_row_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict, change: Any) -> dict:
+    """`state` with change(tensor, vocab_size, padded rows) applied to every tensor entry (of one
+    dimension or more) of each vocabulary-sized parameter's state; the rest as it is."""
     vocab = padded_params(model)
     params = _optimizer_params(optimizer)
     out = {}
@@ -237,25 +252,6 @@ def unpad_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, st
             out[index] = entries
             continue
         rows = param.shape[0]
-        out[index] = {k: (v[:V].clone() if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == rows else v)
-                      for k, v in entries.items()}
-    return {**state, "state": out}
-
-
-def pad_optimizer_state(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> dict:
-    """The inverse of unpad_optimizer_state: per-row state of vocab_size rows padded with zero
-    rows to the parameter's (a checkpoint written before the padding, or by this one)."""
-    vocab = padded_params(model)
-    params = _optimizer_params(optimizer)
-    out = {}
-    for index, entries in state["state"].items():
-        i = int(index)
-        param = params[i] if i < len(params) else None
-        V = vocab.get(id(param)) if param is not None else None
-        rows = param.shape[0] if param is not None else 0
-        if V is None or V == rows or V == 1:  # V == 1: a (1, E) column statistic would look like a row
-            out[index] = entries
-            continue
-        out[index] = {k: (pad_rows(v, rows) if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == V else v)
+        out[index] = {k: (change(v, V, rows) if isinstance(v, torch.Tensor) and v.dim() >= 1 else v)
                       for k, v in entries.items()}
     return {**state, "state": out}

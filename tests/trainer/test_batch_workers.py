@@ -3,7 +3,6 @@ data_workers): the stream's own batches, in its order, with its positions; a wor
 raised in the training process as it was; no worker left once a run ends."""
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import numpy as np
@@ -22,6 +21,7 @@ from trainer.training.batch_workers import BatchWorkers, resolve_workers
 from trainer.training.data import DataPosition, build_train_stream
 from trainer.training.engine import train
 from trainer.training.sinks import ListSink
+from tests.trainer.batch_helpers import assert_same_batch
 from tests.trainer.batch_workers_helpers import (
     FailingCollator, Lengths, all_ended, batches_in_a_daemonic_process, wait_for_workers,
 )
@@ -37,17 +37,6 @@ def _short(make_config, workers: int) -> RunConfig:
     return make_config(max_steps=3, warmup_steps=1, data_workers=workers)
 
 
-def _same(a, b) -> None:
-    """Two batches equal field for field (tensors in value, dtype and shape)."""
-    assert type(a) is type(b)
-    for f in dataclasses.fields(a):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(x, torch.Tensor):
-            assert x.dtype == y.dtype and torch.equal(x, y), f.name
-        else:
-            assert x == y, f.name
-
-
 @pytest.mark.parametrize("workers, shard", [(1, (0, 1)), (2, (0, 1)), (2, (1, 2))])
 def test_workers_give_the_streams_batches_in_order_with_its_positions(tokenizer_dir, make_config, workers, shard):
     config = make_config(batch_size=8)
@@ -61,7 +50,7 @@ def test_workers_give_the_streams_batches_in_order_with_its_positions(tokenizer_
             if n == 2:
                 built.wait_until_ready()  # batches 0 and 1 were built here while the workers started
             batch, position = built.next_batch()
-            _same(batch, here.next_batch())
+            assert_same_batch(batch, here.next_batch())
             assert position == here.position, n
         assert position.epoch == 1
         assert built.built_here == 2  # the other 10 came from the workers

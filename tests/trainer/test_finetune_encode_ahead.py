@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.trainer.batch_helpers import assert_same_batch
 from tests.trainer import finetune_legacy as legacy
 from trainer.finetune.config import FinetuneConfig
 from trainer.finetune.engine import GROUPED, SHUFFLED, ExampleStream, batch_order
@@ -23,17 +24,6 @@ WORDS = ("the value of a file path returns an object with its name and data for 
 
 def _text(rng: np.random.Generator, lo: int, hi: int) -> str:
     return " ".join(rng.choice(WORDS, int(rng.integers(lo, hi))))
-
-
-def _same(got, want) -> None:
-    """Two batches equal field for field: tensors in dtype, shape and every value."""
-    assert type(got) is type(want)
-    for f in dataclasses.fields(want):
-        a, b = getattr(got, f.name), getattr(want, f.name)
-        if isinstance(b, torch.Tensor):
-            assert a.dtype == b.dtype and torch.equal(a, b), f.name
-        else:
-            assert a == b, f.name
 
 
 def _qa_examples(rng, n):
@@ -128,7 +118,7 @@ def test_batches_from_the_encodings_are_the_batches_of_the_old_per_batch_path(ca
     assert stream.grouped
     for _ in range(10):  # more than an epoch, in grouped batches
         picked = [examples[i] for i in stream.next_indices()]
-        _same(new.collate(picked, new.encode(picked)), old_batch(old, picked))
+        assert_same_batch(new.collate(picked, new.encode(picked)), old_batch(old, picked))
     # and what the stream itself hands the loop, from the encodings made once ahead
     stream = ExampleStream(examples, make(), batch_size=8, seed=1, group_by_length=True)
     old = make()
@@ -136,7 +126,7 @@ def test_batches_from_the_encodings_are_the_batches_of_the_old_per_batch_path(ca
         position = stream.position
         batch = stream.next_batch()
         again = ExampleStream(examples, make(), batch_size=8, seed=1, group_by_length=True, position=position)
-        _same(batch, old_batch(old, [examples[i] for i in again.next_indices()]))
+        assert_same_batch(batch, old_batch(old, [examples[i] for i in again.next_indices()]))
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -159,7 +149,7 @@ def test_multi_task_mixing_encodes_each_task_once_and_draws_the_same_batches(cas
     per_batch = MixedStream(tasks, [0.7, 0.3], lambda batch: old_batch(old, batch), batch_size=8, seed=2)
     assert per_batch.encoded is None
     for _ in range(12):  # past both tasks' first epochs
-        _same(stream.next_batch(), per_batch.next_batch())
+        assert_same_batch(stream.next_batch(), per_batch.next_batch())
 
 
 def test_t5_inputs_and_targets_are_padded_apart():

@@ -98,6 +98,21 @@ def step_values(step, model, batch):
     return float(out.loss.detach()), values, grads
 
 
+def assert_packed_gives_the_padded_step(step, model, batch, packed, *, between=lambda: None):
+    """The Step's loss, named losses, ratios and gradients on `packed` equal those on `batch`
+    (`between` runs after the padded step: a step that counts its calls resets here)."""
+    loss, values, grads = step_values(step, model, batch)
+    between()
+    p_loss, p_values, p_grads = step_values(step, model, packed)
+    assert p_loss == pytest.approx(loss, rel=1e-5, abs=1e-6)
+    assert p_values.keys() == values.keys()
+    for key, value in values.items():
+        assert p_values[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    assert p_grads.keys() == grads.keys()
+    for name, g in grads.items():
+        torch.testing.assert_close(p_grads[name], g, rtol=1e-3, atol=1e-5, msg=name)
+
+
 @pytest.mark.parametrize("family,objectives,unit", PACKED_SETS, ids=lambda v: str(v))
 def test_packed_batches_give_the_padded_losses_accuracies_and_gradients(family, objectives, unit, tokenizer_dir,
                                                                        make_family_config, monkeypatch):
@@ -114,41 +129,34 @@ def test_packed_batches_give_the_padded_losses_accuracies_and_gradients(family, 
     packed = pack_rows(batch, seq_len=config.seq_len, pad_id=special.pad)
     assert packed.input_ids.shape[0] < batch.input_ids.shape[0], "the test batch should pack into fewer rows"
     model.eval()  # no dropout: the two layouts must compute the same function
-    loss, values, grads = step_values(step, model, batch)
-    p_loss, p_values, p_grads = step_values(step, model, packed)
-    assert p_loss == pytest.approx(loss, rel=1e-5, abs=1e-6)
-    assert p_values.keys() == values.keys()
-    for key, value in values.items():
-        assert p_values[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
-    assert p_grads.keys() == grads.keys()
-    for name, g in grads.items():
-        torch.testing.assert_close(p_grads[name], g, rtol=1e-3, atol=1e-5, msg=name)
+    assert_packed_gives_the_padded_step(step, model, batch, packed)
 
 
-def test_distillation_packs_for_student_and_teacher(tokenizer_dir, make_family_config):
+def distillation_setup(tokenizer_dir, make_family_config, seq_len):
+    """(padded batch, packed batch, a vocabulary size that covers it, the pad id, a tiny BERT teacher)."""
     from models_lib.families.bert import BertConfig, BertForPreTraining
-    from models_lib.families.distilbert import DistilBertForPreTraining
-    from models_lib.families import presets
-    from trainer.objectives.distill import DistillationStep
 
-    config = make_family_config("bert", batch_size=12, seq_len=64)
+    config = make_family_config("bert", batch_size=12, seq_len=seq_len)
     special = special_ids(tokenizer_dir)
     batch = padded_batch(tokenizer_dir, config, special)
-    packed = pack_rows(batch, seq_len=64, pad_id=special.pad)
+    packed = pack_rows(batch, seq_len=seq_len, pad_id=special.pad)
     torch.manual_seed(0)
     V = int(batch.input_ids.max()) + 100
     teacher = BertForPreTraining(BertConfig.from_preset("bert-tiny", vocab_size=V, hidden_size=64, num_heads=2,
                                                         pad_token_id=special.pad)).eval()
+    return batch, packed, V, special.pad, teacher
+
+
+def test_distillation_packs_for_student_and_teacher(tokenizer_dir, make_family_config):
+    from models_lib.families.distilbert import DistilBertForPreTraining
+    from models_lib.families import presets
+    from trainer.objectives.distill import DistillationStep
+
+    batch, packed, V, pad, teacher = distillation_setup(tokenizer_dir, make_family_config, 64)
     student = DistilBertForPreTraining(presets.get("distilbert-tiny", vocab_size=V, hidden_size=64, num_heads=2,
-                                                   pad_token_id=special.pad)).eval()
+                                                   pad_token_id=pad)).eval()
     step = DistillationStep(make_family_config("distilbert", teacher_checkpoint="unused"), student, "cpu", teacher)
-    loss, values, grads = step_values(step, student, batch)
-    p_loss, p_values, p_grads = step_values(step, student, packed)
-    assert p_loss == pytest.approx(loss, rel=1e-5)
-    for key, value in values.items():
-        assert p_values[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
-    for name, g in grads.items():
-        torch.testing.assert_close(p_grads[name], g, rtol=1e-3, atol=1e-5, msg=name)
+    assert_packed_gives_the_padded_step(step, student, batch, packed)
 
 
 def test_a_run_packs_its_batches_and_logs_the_fill(tokenizer_dir, make_config, tmp_path):
@@ -173,32 +181,18 @@ def test_a_run_packs_its_batches_and_logs_the_fill(tokenizer_dir, make_config, t
 @pytest.mark.parametrize("predicting", [False, True], ids=["layers", "predictions"])
 def test_tinybert_distillation_packs_and_compares_attention_inside_each_example(predicting, tokenizer_dir,
                                                                                 make_family_config):
-    from models_lib.families.bert import BertConfig, BertForPreTraining
     from models_lib.families.tinybert import TinyBertForPreTraining
     from models_lib.families import presets
     from trainer.objectives.tinybert import TinyBertStep
 
-    config = make_family_config("bert", batch_size=12, seq_len=128)
-    special = special_ids(tokenizer_dir)
-    batch = padded_batch(tokenizer_dir, config, special)
-    packed = pack_rows(batch, seq_len=128, pad_id=special.pad)
-    torch.manual_seed(0)
-    V = int(batch.input_ids.max()) + 100
-    teacher = BertForPreTraining(BertConfig.from_preset("bert-tiny", vocab_size=V, hidden_size=64, num_heads=2,
-                                                        pad_token_id=special.pad)).eval()
+    batch, packed, V, pad, teacher = distillation_setup(tokenizer_dir, make_family_config, 128)
     student = TinyBertForPreTraining(presets.get("tinybert-tiny", vocab_size=V, hidden_size=32, num_heads=2,
-                                                 pad_token_id=special.pad, teacher_hidden_size=64)).eval()
+                                                 pad_token_id=pad, teacher_hidden_size=64)).eval()
     share = 1.0 if predicting else 0.0
     run = make_family_config("tinybert", teacher_checkpoint="unused", tinybert_prediction_share=share)
     step = TinyBertStep(run, student, "cpu", teacher)
-    loss, values, grads = step_values(step, student, batch)
-    step.micro_batches = 0
-    p_loss, p_values, p_grads = step_values(step, student, packed)
-    assert p_loss == pytest.approx(loss, rel=1e-5)
-    for key, value in values.items():
-        assert p_values[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
-    for name, g in grads.items():
-        torch.testing.assert_close(p_grads[name], g, rtol=1e-3, atol=1e-5, msg=name)
+    assert_packed_gives_the_padded_step(step, student, batch, packed,
+                                        between=lambda: setattr(step, "micro_batches", 0))
 
 
 def test_the_blocks_compute_the_real_tokens_only(tokenizer_dir, make_family_config):
