@@ -60,7 +60,7 @@ def test_a_metric_added_to_the_table_is_charted_from_history_and_live(toy_table,
                             "max_steps": 20, "error": "", "cancel_requested": False, "finished": False}))
         ws.send(json.dumps({"type": "metrics", "step": 5, "split": "train", "values": {
             **TRAIN, "loss": 2.5, "mlm_acc": 0.55, "toy_metric": 1e5, "lr": 5e-4, "tokens_per_s": 2000.0,
-            "mfu": 0.123}}))
+            "mfu": 0.123, "fill": 0.94}}))
 
     page = live_server_page
     page.context.add_cookies([alice_cookie])
@@ -75,7 +75,7 @@ def test_a_metric_added_to_the_table_is_charted_from_history_and_live(toy_table,
                              {"name": "validation", "x": [4], "y": [5000.0]}]
     ids = page.eval_on_selector_all("#charts .chart", "els => els.map(e => e.id)")
     assert ids == [f"chart-{c}" for c in ("loss", "mlm_acc", "nsp_acc", "toy", "lr", "grad_norm", "tokens_per_s",
-                                          "mfu", "memory_mb")]
+                                          "mfu", "fill", "memory_mb")]
     assert chart(page, "loss")["traces"][0]["y"] == [7, 6, 5, 4, 2.5]
     # the numbers: the newest point of the first split that has the metric
     assert page.inner_text('[data-stat="loss"]') == "2.5000"
@@ -85,6 +85,8 @@ def test_a_metric_added_to_the_table_is_charted_from_history_and_live(toy_table,
     assert page.inner_text('[data-stat="tokens_per_s"]') == "2,000"
     assert page.inner_text('[data-stat="mfu"]') == "12.3%"  # live, from the websocket's step 5
     assert chart(page, "mfu")["traces"][0]["y"] == [0.123]
+    assert page.inner_text('[data-stat="fill"]') == "94%"  # real tokens / positions computed
+    assert chart(page, "fill")["traces"][0]["y"] == [0.94]
     assert page.inner_text("#run-step") == "step 5 / 20"
     page.screenshot(path=str(shots / "dashboard-toy-metric.png"), full_page=True)
 
