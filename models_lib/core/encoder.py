@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 from torch import nn
 
-from models_lib.core.layers import FeedForward, KVCache, SelfAttention, build_attention_mask
+from models_lib.core.layers import FeedForward, KVCache, SelfAttention, additive_mask, build_attention_mask
 from models_lib.core.packing import Packed, Unpadded, check_packed
 from models_lib.core.recompute import RecomputedStack
 from models_lib.core.vocab import VocabEmbedding, real_rows
@@ -234,14 +234,16 @@ class TransformerEncoder(nn.Module):
             if attention_mask is not None and attention_mask.dim() == 3:  # per-example visibility (UniLM)
                 mask = build_attention_mask(attention_mask) & packed.visibility()
             else:
-                mask = packed.attention_bias(_compute_dtype(self.embeddings.word.weight))
+                # additive once, for every layer
+                mask = additive_mask(packed.visibility(), _compute_dtype(self.embeddings.word.weight))
             if packed.tokens is not None:  # unpadded: the blocks compute the N real tokens only
                 x = self.embeddings(input_ids, token_type_ids, positions).flatten(0, 1).index_select(0, packed.tokens)
                 if self.embeddings_project is not None:
                     x = self.embeddings_project(x)  # (N, H)
-                states = self.encoder(x, Unpadded(packed.tokens, mask), output_hidden_states)
-                rows = Unpadded(packed.tokens, mask).rows  # back to (R, L, H), zeros on the padding
-                return tuple(rows(s) for s in states) if output_hidden_states else rows(states)
+                layout = Unpadded(packed.tokens, mask)
+                states = self.encoder(x, layout, output_hidden_states)
+                # back to (R, L, H), zeros on the padding
+                return tuple(layout.rows(s) for s in states) if output_hidden_states else layout.rows(states)
         else:
             if attention_mask is not None and attention_mask.dim() == 2 and bool(attention_mask.all()):
                 # Nothing is padded: drop the mask so attention can take its unmasked fast path.

@@ -56,6 +56,12 @@ def build_attention_mask(attention_mask: torch.Tensor | None, *, is_causal: bool
     return mask
 
 
+def additive_mask(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A bool mask (True = may attend) as scores to add: 0 where True, the dtype's most negative
+    finite value where False (not -inf: a query that sees no key gets a uniform average, not NaN)."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
+
+
 def causal_mask(query_len: int, key_len: int, device: torch.device | None = None) -> torch.Tensor:
     """(T, S) bool, True where query i may see key j: the queries are the last T of the S
     positions (a decoder continuing after S - T cached ones), so j <= i + S - T."""
@@ -100,7 +106,7 @@ class Attention(nn.Module):
 
     forward(x, mask=None, *, bias=None, causal=False, context=None, cache=None):
       mask     bool, broadcastable to (B, N, T, S), True = may attend (build_attention_mask); or
-               float, added to the scores as it is (models_lib.core.packing.Packed.attention_bias)
+               float, added to the scores as it is (additive_mask: a packed batch's, built once)
       bias     float, broadcastable to (B, N, T, S), added to the scores (T5's position bias)
       causal   query i sees keys <= i (counted after the cached ones)
       context  (B, S, H) states to attend to (cross-attention)
@@ -173,11 +179,9 @@ class Attention(nn.Module):
             # a query that sees no key at all then gets a uniform average instead of NaN.
             additive = bias.to(q.dtype) if bias is not None else None
             if mask is not None:
-                if mask.dtype == torch.bool:
-                    hidden = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(
-                        ~mask, torch.finfo(q.dtype).min)
-                else:  # already additive (a packed batch's, built once for every layer)
-                    hidden = mask.to(q.dtype)
+                # a bool mask becomes additive here; a float one already is (a packed batch's,
+                # built once for every layer)
+                hidden = additive_mask(mask, q.dtype) if mask.dtype == torch.bool else mask.to(q.dtype)
                 additive = hidden if additive is None else additive + hidden
         p = self.dropout if self.training else 0.0
         if self.record_weights:

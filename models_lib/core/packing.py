@@ -21,7 +21,7 @@ and the encoder keeps each example to itself:
 Every token-wise layer (embeddings, projections, feed-forward, norms, heads) computes the same
 values as in the padded batch, and attention sees the same keys, so losses and accuracies are
 those of the padded batch; only the positions computed are fewer. `pack_rows` (trainer side)
-builds these tensors; `Packed.attention_bias` is the additive mask the attention layers take.
+builds these tensors; the encoder turns `Packed.visibility` into the additive mask every layer takes.
 """
 from __future__ import annotations
 
@@ -40,12 +40,6 @@ class Packed(NamedTuple):
         """(R, 1, L, L) bool, True where a query may see a key (same segment)."""
         s = self.segments
         return (s[:, :, None] == s[:, None, :])[:, None]
-
-    def attention_bias(self, dtype: torch.dtype) -> torch.Tensor:
-        """(R, 1, L, L) additive mask in `dtype`: 0 where a query may see a key, the dtype's most
-        negative finite value elsewhere (built once per forward, shared by every layer)."""
-        bias = torch.zeros(self.visibility().shape, dtype=dtype, device=self.segments.device)
-        return bias.masked_fill_(~self.visibility(), torch.finfo(dtype).min)
 
     def first_tokens(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (R, L, H) -> (B, H): each example's first token, in the examples' order."""

@@ -75,6 +75,14 @@ def pack_rows(batch: Batch, *, seq_len: int, pad_id: int) -> Batch:
     src = ex * T + j
     dst = rows[ex] * L + offsets[ex] + j
 
+    segments = np.zeros(R * L, dtype=np.int64)
+    # the k-th example placed in a row (by offset) is segment k
+    rank = np.empty(B, dtype=np.int64)
+    for r in range(R):
+        here = np.flatnonzero(rows == r)
+        rank[here[np.argsort(offsets[here])]] = np.arange(1, len(here) + 1)
+    segments[dst] = rank[ex]
+
     fields: dict[str, Any] = {}
     for f in dataclasses.fields(batch):
         value = getattr(batch, f.name)
@@ -94,16 +102,10 @@ def pack_rows(batch: Batch, *, seq_len: int, pad_id: int) -> Batch:
             pairs[:, 0] = rows[b]
             fields[f.name] = torch.from_numpy(pairs)
         elif f.name == "self_attention_mask":  # (B, T, T) -> blocks of (R, L, L)
-            fields[f.name] = torch.from_numpy(_pack_visibility(value.numpy(), lengths, rows, offsets, R, L))
+            fields[f.name] = torch.from_numpy(_pack_visibility(value.numpy(), lengths, rows, offsets,
+                                                               segments.reshape(R, L)))
         else:
             raise ValueError(f"pack_rows does not know how to pack the field {f.name!r} of {type(batch).__name__}")
-    segments = np.zeros(R * L, dtype=np.int64)
-    # the k-th example placed in a row (by offset) is segment k
-    rank = np.empty(B, dtype=np.int64)
-    for r in range(R):
-        here = np.flatnonzero(rows == r)
-        rank[here[np.argsort(offsets[here])]] = np.arange(1, len(here) + 1)
-    segments[dst] = rank[ex]
     positions = np.zeros(R * L, dtype=np.int64)
     positions[dst] = j
     return dataclasses.replace(batch, **fields, segments=torch.from_numpy(segments.reshape(R, L)),
@@ -113,16 +115,15 @@ def pack_rows(batch: Batch, *, seq_len: int, pad_id: int) -> Batch:
 
 
 def _pack_visibility(masks: np.ndarray, lengths: np.ndarray, rows: np.ndarray, offsets: np.ndarray,
-                     R: int, L: int) -> np.ndarray:
-    """Each example's (n, n) visibility block at its place; padding queries see themselves."""
+                     segments: np.ndarray) -> np.ndarray:
+    """Each example's (n, n) visibility block at its place in the (R, L) rows whose `segments`
+    are given; padding queries (segment 0) see themselves."""
+    R, L = segments.shape
     out = np.zeros((R, L, L), dtype=bool)
     for b, n in enumerate(lengths.tolist()):
         o = int(offsets[b])
         out[rows[b], o:o + n, o:o + n] = masks[b, :n, :n]
-    used = np.zeros((R, L), dtype=bool)
-    for b, n in enumerate(lengths.tolist()):
-        used[rows[b], offsets[b]:offsets[b] + n] = True
-    r, t = np.nonzero(~used)
+    r, t = np.nonzero(segments == 0)
     out[r, t, t] = True
     return out
 
