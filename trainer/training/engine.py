@@ -330,7 +330,7 @@ class Loop:
         self.state.step += 1
         self.state.position = position
 
-    def record(self, out: StepOutput, n_tokens: int, n_positions: int = 0) -> None:
+    def record(self, out: StepOutput, n_tokens: int, n_positions: int) -> None:
         iv = self.interval
         iv.micro_batches += 1
         iv.tokens += n_tokens

@@ -46,21 +46,20 @@ def compile_scope() -> str:
     return scope
 
 
-def compile_model(model: nn.Module, backend: str, scope: str) -> int:
-    """Compile `model` in place per `scope` (compile_scope); returns the modules compiled."""
+def compile_model(model: nn.Module, backend: str, scope: str) -> None:
+    """Compile `model` in place per `scope` (compile_scope)."""
     if scope == "model":
         model.compile(backend=backend)
-        return 1
+        return
     from models_lib.core.recompute import RecomputedStack
 
     blocks = {id(b): b for stack in model.modules() if isinstance(stack, RecomputedStack)
               for b in getattr(stack, "layers", ())}
     if not blocks:  # nothing block-shaped (ELMo): the whole model
         model.compile(backend=backend)
-        return 1
+        return
     for block in blocks.values():
         block.compile(backend=backend)
-    return len(blocks)
 
 
 def compiles(runtime: Any, device: str) -> bool:
@@ -68,7 +67,7 @@ def compiles(runtime: Any, device: str) -> bool:
     return runtime.compile == "on" or (runtime.compile == "auto" and device == "cuda")
 
 
-def apply(model: nn.Module, runtime: Any, sink: Any, device: str = "cpu") -> None:
+def apply(model: nn.Module, runtime: Any, sink: Any, device: str) -> None:
     """Turn on what `runtime` (RunConfig.runtime) asks for on `device`, and say so in the run's log."""
     if runtime.activation_checkpointing:
         from models_lib.core.recompute import set_activation_checkpointing
