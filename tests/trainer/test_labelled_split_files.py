@@ -41,7 +41,7 @@ def test_a_train_file_and_a_test_file_are_exactly_those_splits(tmp_path, capsys)
     meta = read_meta(folder)
     assert meta["split"]["strategy"] == "files" and meta["task"] == "token_classification"
     out = capsys.readouterr().out
-    assert "9 train (train.conll), 1 validation (0.1 of train.conll, at random), 2 test (test.conll)" in out
+    assert "9 train (from train.conll), 1 validation (0.1 of train.conll, at random), 2 test (from test.conll)" in out
 
 
 def test_three_files_are_the_three_splits(tmp_path):
@@ -92,7 +92,7 @@ def test_origins_say_where_each_split_comes_from():
     assert origins({"strategy": "random"}, {"all": "d.csv"})["test"] == "0.1 of d.csv, at random"
     assert origins({"strategy": "column"}, {"all": "d.csv"})["train"] == "d.csv, by its split column"
     assert origins({"strategy": "files", "validation": 0}, {"train": "a", "test": "b"}) == {
-        "train": "a", "validation": "no validation file", "test": "b"}
+        "train": "from a", "validation": "no validation file", "test": "from b"}
 
 
 # --- a .zip of split files ----------------------------------------------------------------------

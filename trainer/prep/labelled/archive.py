@@ -56,7 +56,8 @@ def unpack_split_archive(archive: Path, *, target: Callable[[str, str], Path],
             for path in paths:
                 path.unlink(missing_ok=True)
             raise
-    written = {split: (path, PurePosixPath(info.filename).name) for (split, (info, _)), path in zip(plan.items(), paths)}
+    written = {split: (path, PurePosixPath(info.filename).name)
+               for (split, (info, _)), path in zip(plan.items(), paths)}
     return {split: written[split] for split in SPLITS if split in written}
 
 

@@ -270,7 +270,7 @@ def _carve_validation(codes: bytearray, fraction: float, seed: int) -> None:
 
 
 def origins(split: Mapping | None, filenames: Mapping[str, str]) -> dict[str, str]:
-    """Where each split's examples come from, in words: ``{"train": "train.conll", "validation":
+    """Where each split's examples come from, in words: ``{"train": "from train.conll", "validation":
     "0.1 of train.conll, at random", "test": "no test file"}``.
 
     ``split`` is the SplitSpec's dict; ``filenames`` names the files: ``{"all": name}`` for one
@@ -285,7 +285,7 @@ def origins(split: Mapping | None, filenames: Mapping[str, str]) -> dict[str, st
     out = {}
     for s in SPLITS:
         if s in filenames:
-            out[s] = filenames[s]
+            out[s] = f"from {filenames[s]}"
         elif s == "validation" and spec.validation > 0:
             out[s] = f"{spec.validation:g} of {filenames.get('train', 'the train file')}, at random"
         else:
