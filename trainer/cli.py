@@ -440,6 +440,12 @@ def _check_dataset_keys(spec: dict, what: str) -> None:
     if len(sources) > 1:
         raise ConfigError(f"Give {what} one of demo:, file: or train: (with validation: and test:), not "
                           f"{' and '.join(sources)}.")
+    if "mapping" in spec and not isinstance(spec["mapping"], dict):
+        raise ConfigError(f"{what.capitalize()}'s mapping: maps column names to roles, such as {{review: text, "
+                          f"stars: label}}; got {spec['mapping']!r}.")
+    seed = spec.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"{what.capitalize()}'s seed: must be a whole number, not {seed!r}.")
     if sources[0] != "train" and set(spec) & {"validation", "test"}:
         extra = next(key for key in ("validation", "test") if key in spec)
         raise ConfigError(f"{what.capitalize()}'s {extra}: file goes with train: (a file per split); "

@@ -73,6 +73,8 @@ def test_a_file_alone_is_still_split_at_random(tmp_path):
     ("{file: a.conll, test: b.conll}", "Dataset's test: file goes with train:"),
     ("{file: a.conll, train: b.conll}", "Give dataset one of demo:, file: or train:"),
     ("{test: b.conll}", "Set dataset's train: file beside its validation: and test: files."),
+    ("{file: a.conll, seed: one}", "Dataset's seed: must be a whole number, not 'one'."),
+    ("{file: a.conll, mapping: [tokens]}", "Dataset's mapping: maps column names to roles"),
 ])
 def test_dataset_keys_are_checked(tmp_path, entry, message):
     (tmp_path / "a.conll").write_text(TRAIN)
