@@ -272,8 +272,9 @@ def cmd_finetune(config_path: Path) -> int:
     """Fine-tune as a YAML file says: FinetuneConfig's fields, plus `output_dir` and a `dataset`
     that is a folder trainer.prep.labelled.ingest wrote, or {demo: NAME} (a demo dataset, written
     and ingested into output_dir/dataset), or {file: PATH, task: ..., mapping: {...}} (task and
-    mapping default to what the file's header suggests). `checkpoint` may name a run's folder:
-    its latest checkpoint is used."""
+    mapping default to what the file's header suggests), or {train: PATH, validation: PATH,
+    test: PATH, task: ..., mapping: {...}} (a file per split; see _labelled_dataset). `checkpoint`
+    may name a run's folder: its latest checkpoint is used."""
     from trainer.finetune.config import FinetuneConfig
 
     base = config_path.parent
@@ -378,32 +379,78 @@ def _latest_checkpoint(path: Path) -> Path:
     return found[-1][1]
 
 
+DATASET_KEYS = ("demo", "file", "train", "validation", "test", "task", "mapping", "seed")
+SPLIT_KEYS = ("train", "validation", "test")
+
+
 def _labelled_dataset(spec: Any, base: Path, output_dir: Path, folder: str = "dataset") -> Path:
-    """`folder`: where under output_dir a demo or a file is ingested (each extra dataset has its own)."""
+    """`folder`: where under output_dir a demo or a file is ingested (each extra dataset has its own).
+
+    A YAML dataset is a folder, {demo: NAME}, {file: PATH} (split at random, or by its split
+    column) or {train: PATH, validation: PATH, test: PATH} (a file per split: validation, when
+    absent, is carved at random from train; test, when absent, stays empty). Unknown keys are refused."""
     from trainer.prep import labelled
 
+    what = "dataset" if folder == "dataset" else "each extra dataset"
     if isinstance(spec, str) and spec:
         return _resolve(base, spec)
-    if not isinstance(spec, dict) or not ({"demo", "file"} & set(spec)):
-        raise ConfigError(f"Set {'dataset' if folder == 'dataset' else 'each extra dataset'}: an ingested "
-                          "dataset's folder, {demo: NAME} or {file: PATH}.")
+    if not isinstance(spec, dict) or not ({"demo", "file", "train"} & set(spec)):
+        if isinstance(spec, dict) and set(spec) & {"validation", "test"}:
+            raise ConfigError(f"Set {what}'s train: file beside its validation: and test: files.")
+        raise ConfigError(f"Set {what}: an ingested dataset's folder, {{demo: NAME}}, {{file: PATH}} or "
+                          "{train: PATH, validation: PATH, test: PATH}.")
+    _check_dataset_keys(spec, what)
     target = output_dir / folder
     if (target / labelled.META_FILE).is_file():
         return target  # ingested by an earlier run of this file
     if "demo" in spec:
         if spec["demo"] not in labelled.DEMOS:
             raise ConfigError(f"Unknown demo dataset {spec['demo']!r}; choose one of {', '.join(labelled.DEMOS)}.")
-        source = labelled.write_demo_dataset(spec["demo"], output_dir / labelled.DEMOS[spec["demo"]].filename)
+        files = {"all": labelled.write_demo_dataset(spec["demo"], output_dir / labelled.DEMOS[spec["demo"]].filename)}
+    elif "file" in spec:
+        files = {"all": _resolve(base, str(spec["file"]))}
     else:
-        source = _resolve(base, str(spec["file"]))
-    preview = labelled.sniff(source, source.name)
+        files = {split: _resolve(base, str(spec[split])) for split in SPLIT_KEYS if spec.get(split) is not None}
+    for path in files.values():
+        if not path.is_file():
+            raise ConfigError(f"The dataset file {path} does not exist.")
+    source = files.get("all") or files["train"]
+    preview = (labelled.sniff(source, source.name) if "all" in files
+               else labelled.sniff_files({split: (path, path.name) for split, path in files.items()}))
     task, mapping = spec.get("task") or preview.task, spec.get("mapping") or preview.mapping
     if not task:
         raise ConfigError(f"Cannot tell which task {source.name} is for; set dataset.task and dataset.mapping.")
-    result = labelled.ingest(source, target, original_filename=source.name, task=task, mapping=mapping,
-                             seed=int(spec.get("seed", 0)))
-    print(f"Dataset: {result.task}, {', '.join(f'{n:,} {s}' for s, n in result.sizes.items())}.")
+    result = labelled.ingest(source if "all" in files else files, target, original_filename=source.name, task=task,
+                             mapping=mapping, seed=int(spec.get("seed", 0)))
+    where = labelled.origins(labelled.read_meta(target)["split"], {s: p.name for s, p in files.items()})
+    print(f"Dataset: {result.task}, "
+          f"{', '.join(f'{n:,} {s} ({where[s]})' for s, n in result.sizes.items())}.")
+    for warning in result.warnings:
+        print(f"  {warning}")
     return target
+
+
+def _check_dataset_keys(spec: dict, what: str) -> None:
+    """Unknown keys are refused (a misspelt `tset:` must not leave a test file out unnoticed), and
+    a dataset comes from one source: a demo, one file, or a file per split."""
+    for key in spec:
+        if key not in DATASET_KEYS:
+            raise ConfigError(f"Unknown key {key!r} in {what}; the keys are {', '.join(DATASET_KEYS)}.")
+    sources = [key for key in ("demo", "file", "train") if key in spec]
+    if len(sources) > 1:
+        raise ConfigError(f"Give {what} one of demo:, file: or train: (with validation: and test:), not "
+                          f"{' and '.join(sources)}.")
+    if "mapping" in spec and not isinstance(spec["mapping"], dict):
+        raise ConfigError(f"{what.capitalize()}'s mapping: maps column names to roles, such as {{review: text, "
+                          f"stars: label}}; got {spec['mapping']!r}.")
+    seed = spec.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"{what.capitalize()}'s seed: must be a whole number, not {seed!r}.")
+    if sources[0] != "train" and set(spec) & {"validation", "test"}:
+        extra = next(key for key in ("validation", "test") if key in spec)
+        raise ConfigError(f"{what.capitalize()}'s {extra}: file goes with train: (a file per split); "
+                          f"{sources[0]}: is one file split at random or by its split column. Write train: for "
+                          "the training file.")
 
 
 # ---------------------------------------------------------------------------- the YAML file

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.webapp.datasets_helpers import review_csv
+from tests.webapp.datasets_helpers import conll, review_csv
 from tests.webapp.runs_helpers import make_data
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -63,3 +63,22 @@ def test_upload_map_confirm_and_chart_a_csv(eager, tokenizer, alice_cookie, live
     assert "of the 60 examples" in summary and "are longer than 28 tokens and would be cut" in summary
     assert "max_length=28" in page.url
     page.screenshot(path=str(shots / "dataset.png"), full_page=True)
+
+
+def test_a_train_file_and_a_test_file_through_the_streaming_form(eager, alice_cookie, live_server_page):
+    """The script sends every file input of the form: the test file beside the train file is the test split."""
+    page = live_server_page
+    page.context.add_cookies([alice_cookie])
+    page.goto("/datasets/upload/")
+    page.set_input_files("#id_file", files=[{"name": "train.conll", "mimeType": "text/plain", "buffer": conll(10)}])
+    page.click("details.split-files summary")
+    page.set_input_files("#id_test_file", files=[{"name": "test.conll", "mimeType": "text/plain",
+                                                  "buffer": b"Bob\tB-PER\nsaw\tO\nRome\tB-LOC\n"}])
+    page.click("#upload-submit")
+    page.wait_for_selector("#preview-table")
+    assert page.inner_text('[data-split-file="test"]') == "test.conll"
+    assert page.is_checked("input[name=strategy][value=files]")
+    page.click("#confirm-mapping")
+    page.wait_for_selector("#status-badge.ready")
+    assert page.inner_text('[data-split="test"] b') == "1"
+    assert page.inner_text('[data-split="test"] .origin') == "from test.conll"

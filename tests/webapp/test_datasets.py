@@ -43,8 +43,9 @@ def test_the_upload_page_uses_the_streaming_upload_with_the_dataset_suffixes(ali
     html = alice_client.get(reverse("datasets:upload")).content.decode()
     assert 'id="upload-form"' in html and "js/upload.js" in html and 'id="upload-progress"' in html
     assert 'data-max-bytes="5000000"' in html and 'data-max-human="5.0 MB"' in html
-    assert 'data-suffixes=".csv.gz,.tsv.gz,.jsonl.gz,.json.gz,.conll.gz,.csv,.tsv,.jsonl,.json,.conll"' in html
-    assert 'accept=".csv,.tsv,.jsonl,.json,.conll,.gz"' in html
+    assert 'data-suffixes=".csv.gz,.tsv.gz,.jsonl.gz,.json.gz,.conll.gz,.csv,.tsv,.jsonl,.json,.conll,.zip"' in html
+    assert 'accept=".csv,.tsv,.jsonl,.json,.conll,.gz,.zip"' in html  # the file, or an archive of split files
+    assert html.count('accept=".csv,.tsv,.jsonl,.json,.conll,.gz"') == 2  # the validation and test files
     assert "is not a file type the dataset upload reads" in html  # the script's own sentence, from the server
 
 
@@ -98,7 +99,8 @@ def test_confirming_on_the_page_ingests_and_the_page_charts_the_labels(alice_cli
     html = alice_client.get(response.url).content.decode()
     assert 'id="mapping-form"' not in html and 'id="label-chart"' in html and "plotly" in html
     assert script_data(html, "label-counts")["labels"] == ["calm", "mild", "storm"]
-    assert '<div class="stat" data-split="train"><b>24</b>train · 60%</div>' in html
+    assert ('<div class="stat" data-split="train"><b>24</b>train · 60%<span class="muted small origin">0.6 of '
+            'reviews.csv, at random</span></div>') in html
     assert "Train a tokenizer on a corpus first" in html  # Alice has none yet
     assert f"dataset: {dataset.data_dir}" in html and "python -m trainer finetune" in html
 

@@ -185,6 +185,9 @@ def test_a_failed_dataset_can_be_mapped_again(alice_api, confirm):
     ({"task": "classification", "mapping": {"review": "text", "label": "label"}, "split": {"strategy": "column"}},
      "Splitting by a column needs a column mapped to the role split."),
     ({"task": "classification", "mapping": {"review": "text", "label": "label"}, "split": {"strategy": "files"}},
+     "A dataset uploaded as one file is split at random or by its split column, not by files; upload a file per "
+     "split (or a .zip of them) to split by files."),
+    ({"task": "classification", "mapping": {"review": "text", "label": "label"}, "split": {"strategy": "shuffle"}},
      "split: strategy:"),
     ({"task": "summarise", "mapping": {"review": "text"}}, "task:"),
     ({"task": "classification", "mapping": {"review": "txt", "label": "label"}},

@@ -45,8 +45,9 @@ def _error(description: str) -> OpenApiResponse:
 NOT_FOUND = _error('{"error": "Not found. It does not exist, or it is not yours."}: no such dataset (or tokenizer), '
                    "or another user's.")
 BAD_UPLOAD = _error('{"error": "<a sentence>", "fields": {...}}: no file, a type the upload does not read, an '
-                    "empty file or one over the size limit; or the first rows do not read (the sentence names the "
-                    "line or row).")
+                    "empty file or one over the size limit, an unknown field, split files in different formats, an "
+                    "archive with split files beside it or holding other files; or the first rows do not read (the "
+                    "sentence names the line or row).")
 TOO_LARGE = _error('{"error": "The upload is ... MB; the largest accepted is ... MB ..."}: refused from the '
                    "Content-Length before the body is read.")
 STORAGE_FULL = _error('{"error": "The server\'s storage is nearly full ..."}: the upload would leave less than '
@@ -80,17 +81,22 @@ class DatasetListApi(APIView):
                    responses={201: DatasetSerializer, 400: BAD_UPLOAD, 413: TOO_LARGE, 507: STORAGE_FULL}, tags=TAGS,
                    summary="Upload a dataset")
     def post(self, request: Request) -> Response:
-        """Upload a labelled dataset (multipart: `file`, `name`): CSV, TSV, JSONL, CoNLL or SQuAD JSON, optionally
-        gzip-compressed.
+        """Upload a labelled dataset (multipart: `file`, `name`, and optionally `validation_file` and `test_file`):
+        CSV, TSV, JSONL, CoNLL or SQuAD JSON, optionally gzip-compressed. The splits may come as files: `file` is
+        then the train file, beside `validation_file` and/or `test_file` in the same format; or `file` is a .zip
+        holding train, validation (or dev, valid) and test files. Such a dataset is split by its files.
 
-        Its first rows are read at once: the answer has `status` "mapping" and a `preview` with the columns, the
-        first rows and the suggested task and mapping. Confirm them with POST /api/datasets/<id>/mapping/.
+        The first rows of every file are read at once: the answer has `status` "mapping", `files` (the file of each
+        split) and a `preview` of the train file with the columns, the first rows and the suggested task and
+        mapping. Confirm them with POST /api/datasets/<id>/mapping/. A field other than these is refused.
         """
         upload = DatasetUploadSerializer(data=request.data)
         upload.is_valid(raise_exception=True)
         uploaded = upload.validated_data["file"]
         dataset = services.dataset_create_from_upload(owner=request.user, name=upload.validated_data["name"],
-                                                      uploaded_file=uploaded, original_filename=uploaded.name)
+                                                      uploaded_file=uploaded, original_filename=uploaded.name,
+                                                      validation_file=upload.validated_data.get("validation_file"),
+                                                      test_file=upload.validated_data.get("test_file"))
         return Response(DatasetSerializer(dataset).data, status=status.HTTP_201_CREATED)
 
 

@@ -58,11 +58,20 @@ def demos_json() -> dict[str, str]:
     return {name: demo.how for name, demo in DEMOS.items()}
 
 
-def split_rows(sizes: dict[str, int]) -> list[dict[str, Any]]:
-    """Per split (train, validation, test): its label, examples and share of the whole."""
+def split_rows(sizes: dict[str, int], origins: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Per split (train, validation, test): its label, examples, share of the whole and where its
+    examples come from (services.split_origins: "test.conll", "0.1 of train.conll, at random")."""
     total = sum(sizes.values()) if sizes else 0
-    return [{"name": name, "label": label, "examples": sizes.get(name, 0),
+    return [{"name": name, "label": label, "examples": sizes.get(name, 0), "origin": (origins or {}).get(name, ""),
              "share": sizes.get(name, 0) / total if total else 0.0} for name, label in SPLIT_LABELS.items()]
+
+
+def split_file_rows(files: dict[str, str]) -> list[dict[str, str]]:
+    """The files of a dataset uploaded as a file per split: split label and file name ([] for one file)."""
+    if len(files) < 2:
+        return []
+    return [{"name": name, "label": label, "filename": files[name]} for name, label in SPLIT_LABELS.items()
+            if name in files]
 
 
 def mapping_rows(mapping: dict[str, str], columns: list[str]) -> list[dict[str, str]]:
@@ -82,6 +91,8 @@ def split_summary(spec: dict) -> str:
         return ""
     if spec.get("strategy") == "column":
         return "by the split column"
+    if spec.get("strategy") == "files":
+        return "by the files uploaded, one per split"
     return (f"at random: {spec.get('train', 0):g} train, {spec.get('validation', 0):g} validation, "
             f"{spec.get('test', 0):g} test")
 

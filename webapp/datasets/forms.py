@@ -4,7 +4,8 @@ from __future__ import annotations
 from django import forms
 
 from webapp.corpora.models import Tokenizer
-from webapp.datasets.uploads import ACCEPT_ATTRIBUTE, FILE_HELP, check_dataset_upload
+from webapp.datasets.uploads import (ACCEPT_ATTRIBUTE, FILE_ACCEPT_ATTRIBUTE, FILE_HELP, SPLIT_FILE_HELP,
+                                     check_dataset_upload, check_split_upload, check_split_uploads)
 
 MAX_LENGTH_DEFAULT = 128
 MAX_LENGTH_BOUNDS = (1, 8192)
@@ -18,6 +19,7 @@ ROLE_HELP = {
     "choices": "one choice (several columns, in order) or a list of them", "split": "train, validation or test",
 }  # fmt: skip
 STRATEGIES = [("random", "At random, by the fractions below (seeded)"), ("column", "By the column mapped to split")]
+FILES_STRATEGY = [("files", "By the files uploaded, one per split")]
 
 
 def task_choices() -> list[tuple[str, str]]:
@@ -54,6 +56,14 @@ class DatasetUploadForm(forms.Form):
     file = forms.FileField(
         allow_empty_file=True,  # check_dataset_upload says "empty" in its own words
         help_text=FILE_HELP,
+        widget=forms.ClearableFileInput(attrs={"accept": FILE_ACCEPT_ATTRIBUTE}),
+    )
+    validation_file = forms.FileField(
+        required=False, allow_empty_file=True, label="Validation file", help_text=SPLIT_FILE_HELP["validation"],
+        widget=forms.ClearableFileInput(attrs={"accept": ACCEPT_ATTRIBUTE}),
+    )
+    test_file = forms.FileField(
+        required=False, allow_empty_file=True, label="Test file", help_text=SPLIT_FILE_HELP["test"],
         widget=forms.ClearableFileInput(attrs={"accept": ACCEPT_ATTRIBUTE}),
     )
     name = forms.CharField(max_length=200, required=False, help_text="Defaults to the file name.")
@@ -63,6 +73,28 @@ class DatasetUploadForm(forms.Form):
         check_dataset_upload(uploaded.name, uploaded.size)
         return uploaded
 
+    def clean_validation_file(self):
+        return self._split_file("validation_file")
+
+    def clean_test_file(self):
+        return self._split_file("test_file")
+
+    def _split_file(self, field: str):
+        uploaded = self.cleaned_data.get(field)
+        if uploaded:
+            check_split_upload(uploaded.name, uploaded.size)
+        return uploaded or None
+
+    def clean(self):
+        data = super().clean()
+        if data.get("file"):
+            try:
+                check_split_uploads(data["file"].name, {"validation": data.get("validation_file"),
+                                                        "test": data.get("test_file")})
+            except forms.ValidationError as error:
+                self.add_error("file", error)
+        return data
+
 
 class DemoForm(forms.Form):
     demo = forms.ChoiceField(choices=demo_choices, label="Demo dataset")
@@ -70,7 +102,10 @@ class DemoForm(forms.Form):
 
 class MappingForm(forms.Form):
     """The task, one role per column of the upload, and the split. `columns` are the upload's
-    (Dataset.preview["columns"]); the role of column i is the field role_<i>."""
+    (Dataset.preview["columns"]); the role of column i is the field role_<i>. `files` are the
+    splits of a dataset uploaded as a file per split (services.split_files): it is split by its
+    files, and only the share of the train file set aside for validation (when there is no
+    validation file) and its seed remain to choose."""
 
     task = forms.ChoiceField(choices=task_choices)
     strategy = forms.ChoiceField(choices=STRATEGIES, widget=forms.RadioSelect, initial="random", label="Split")
@@ -80,9 +115,18 @@ class MappingForm(forms.Form):
     seed = forms.IntegerField(min_value=0, max_value=SEED_MAX, initial=0, label="Seed",
                               help_text="Shuffles the random split: the same seed gives the same split.")
 
-    def __init__(self, *args, columns: list[str], **kwargs):
+    def __init__(self, *args, columns: list[str], files: list[str] | tuple = (), **kwargs):
         super().__init__(*args, **kwargs)
         self.columns = list(columns)
+        self.files = list(files)
+        if self.files:
+            self.fields["strategy"].choices = FILES_STRATEGY
+            del self.fields["train"], self.fields["test"]
+            if "validation" in self.files:
+                del self.fields["validation"], self.fields["seed"]
+            else:
+                self.fields["validation"].label = "Validation share of the train file"
+                self.fields["seed"].help_text = "Chooses the validation examples: the same seed, the same ones."
         for i, column in enumerate(self.columns):
             self.fields[f"role_{i}"] = forms.ChoiceField(choices=role_choices, required=False,
                                                          label=f"Role of {column}")
@@ -91,11 +135,11 @@ class MappingForm(forms.Form):
     @classmethod
     def initial_for(cls, dataset) -> dict:
         """The confirmed choices of a dataset mapped before, else the suggestions of its preview."""
-        from webapp.datasets.services import current_choices, default_split
+        from webapp.datasets.services import current_choices, default_split, split_files
 
         choices = current_choices(dataset)
         mapping = choices["mapping"]
-        split = choices["split"] or default_split(mapping)
+        split = choices["split"] or default_split(mapping, split_files(dataset))
         initial = {"task": choices["task"] or "classification", "seed": choices["seed"],
                    **{key: split[key] for key in ("strategy", "train", "validation", "test") if key in split}}
         for i, column in enumerate((dataset.preview or {}).get("columns") or []):
@@ -103,7 +147,7 @@ class MappingForm(forms.Form):
         return initial
 
     def split_fields(self) -> list[forms.BoundField]:
-        return [self[name] for name in ("train", "validation", "test", "seed")]
+        return [self[name] for name in ("train", "validation", "test", "seed") if name in self.fields]
 
     def role_fields(self) -> list[tuple[str, forms.BoundField]]:
         return [(column, self[f"role_{i}"]) for i, column in enumerate(self.columns)]
@@ -117,12 +161,13 @@ class MappingForm(forms.Form):
         if self.errors:
             return data
         mapping = {column: data.get(f"role_{i}") or "" for i, column in enumerate(self.columns)}
-        split = {key: data[key] for key in ("strategy", "train", "validation", "test")}
+        split = {key: data[key] for key in ("strategy", "train", "validation", "test") if key in self.fields}
         try:
-            task, mapping, split = check_choices(task=data["task"], mapping=mapping, split=split, columns=self.columns)
+            task, mapping, split = check_choices(task=data["task"], mapping=mapping, split=split, columns=self.columns,
+                                                 files=self.files)
         except DatasetError as error:
             raise forms.ValidationError(str(error), code="mapping") from None
-        self.choices = {"task": task, "mapping": mapping, "split": split, "seed": data["seed"]}
+        self.choices = {"task": task, "mapping": mapping, "split": split, "seed": data.get("seed") or 0}
         return data
 
 

@@ -28,6 +28,7 @@ class Dataset(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="datasets")
     name = models.CharField(max_length=200)
     original_filename = models.CharField(max_length=255, blank=True)  # shown, and its extension names the format
+    files = models.JSONField(default=dict, blank=True)  # a file per split: {split: the file's name}; one file: {}
     size_bytes = models.BigIntegerField(default=0)
     demo = models.CharField(max_length=40, blank=True)  # the trainer's DEMOS entry it was made from, if any
     status = models.CharField(max_length=20, choices=DatasetStatus.choices, default=DatasetStatus.MAPPING)
@@ -55,7 +56,8 @@ class Dataset(models.Model):
 
     @property
     def folder(self) -> Path:
-        """The upload (raw.<ext>) and, once ingested, data/ (trainer.prep.labelled's layout)."""
+        """The upload (raw.<ext>; a file per split: raw.<ext> is train's, beside raw-validation.<ext> and
+        raw-test.<ext>) and, once ingested, data/ (trainer.prep.labelled's layout)."""
         return Path(settings.STORAGE_ROOT) / "datasets" / str(self.id)
 
     @property

@@ -9,7 +9,8 @@ from webapp.api.schema import ErrorSerializer  # noqa: F401 (the API's error bod
 from webapp.api.serializers import QuerySerializer, RequestSerializer
 from webapp.datasets.forms import MAX_LENGTH_BOUNDS, MAX_LENGTH_DEFAULT, SEED_MAX, task_choices
 from webapp.datasets.models import Dataset, DatasetStatus
-from webapp.datasets.uploads import FILE_HELP, check_dataset_upload
+from webapp.datasets.uploads import (FILE_HELP, SPLIT_FILE_HELP, check_dataset_upload, check_split_upload,
+                                     check_split_uploads)
 
 
 def _demo_names() -> list[str]:
@@ -55,22 +56,29 @@ def _named_choice_field(component_name: str, description: str, choices) -> type[
 TaskField = _named_choice_field("DatasetTaskEnum", "A labelled dataset's task type.", task_choices())
 SplitStrategyField = _named_choice_field(
     "SplitStrategyEnum", "random: a seeded shuffle by the fractions; column: the column mapped to the role split "
-    "(train; validation, valid or dev; test).", [("random", "random"), ("column", "column")])
+    "(train; validation, valid or dev; test); files: a dataset uploaded as a file per split (the only strategy it "
+    "takes; without a validation file, the validation fraction of the train file is set aside at random).",
+    [("random", "random"), ("column", "column"), ("files", "files")])
 
 
 class DatasetSerializer(serializers.ModelSerializer):
     status = DatasetStatusField()
+    split_origins = serializers.SerializerMethodField(
+        help_text="Where each split's examples come from, in words ({split: \"from test.conll\" or \"0.1 of "
+                  "train.conll, at random\"}), once the split is confirmed; {} before.")
 
     class Meta:
         model = Dataset
-        fields = ["id", "name", "original_filename", "size_bytes", "demo", "status", "progress", "error", "format",
-                  "preview", "task", "mapping", "split_spec", "seed", "sizes", "labels", "label_counts", "label_stats",
-                  "warnings", "examples", "created_at"]
+        fields = ["id", "name", "original_filename", "files", "size_bytes", "demo", "status", "progress", "error",
+                  "format", "preview", "task", "mapping", "split_spec", "seed", "sizes", "split_origins", "labels",
+                  "label_counts", "label_stats", "warnings", "examples", "created_at"]
         read_only_fields = fields
         extra_kwargs = {
             "progress": {"help_text": "0 to 100 while the dataset is processed."},
             "error": {"help_text": "Why it failed, in one sentence (bad data: the row at fault)."},
             "demo": {"help_text": "The demo it was made from (GET /api/datasets/demos/), or empty."},
+            "files": {"help_text": "A dataset uploaded as a file per split (or a .zip of them): {split: the file's "
+                                   "name}; {} for one file."},
             "format": {"help_text": "csv, tsv, jsonl, conll or squad, read from the upload."},
             "preview": {"help_text": "What the first rows showed: format, columns, rows (long values shortened), the "
                                      "suggested mapping ({column: role}) and task, details (delimiter, gzip, ...)."},
@@ -87,24 +95,55 @@ class DatasetSerializer(serializers.ModelSerializer):
             "examples": {"help_text": "The first training examples, as stored."},
         }
 
+    @extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
+    def get_split_origins(self, dataset) -> dict[str, str]:
+        from webapp.datasets.services import split_origins
+
+        return split_origins(dataset)
+
 
 class DatasetUploadSerializer(RequestSerializer):
-    """Upload a labelled dataset; its first rows are read at once."""
+    """Upload a labelled dataset: one file, a train file with a validation and/or test file, or a .zip of split
+    files; the first rows of each are read at once."""
 
-    file = serializers.FileField(allow_empty_file=True, help_text=FILE_HELP)
+    file = serializers.FileField(allow_empty_file=True, help_text=FILE_HELP + " With validation_file or test_file: "
+                                                                              "the train file.")
+    validation_file = serializers.FileField(allow_empty_file=True, required=False,
+                                            help_text=SPLIT_FILE_HELP["validation"])
+    test_file = serializers.FileField(allow_empty_file=True, required=False, help_text=SPLIT_FILE_HELP["test"])
     name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="",
                                  help_text="Defaults to the file name.")
 
     def validate_file(self, uploaded):
+        return _checked(check_dataset_upload, uploaded)
+
+    def validate_validation_file(self, uploaded):
+        return _checked(check_split_upload, uploaded)
+
+    def validate_test_file(self, uploaded):
+        return _checked(check_split_upload, uploaded)
+
+    def validate(self, data):
         try:
-            check_dataset_upload(uploaded.name, uploaded.size)
+            check_split_uploads(data["file"].name, {"validation": data.get("validation_file"),
+                                                    "test": data.get("test_file")})
         except DjangoValidationError as error:
-            raise serializers.ValidationError(error.messages) from None
-        return uploaded
+            raise serializers.ValidationError({"file": error.messages}) from None
+        return data
+
+
+def _checked(check, uploaded):
+    try:
+        check(uploaded.name, uploaded.size)
+    except DjangoValidationError as error:
+        raise serializers.ValidationError(error.messages) from None
+    return uploaded
 
 
 class SplitSerializer(RequestSerializer):
-    strategy = SplitStrategyField(default="random")
+    strategy = SplitStrategyField(required=False, help_text="Default: files for a dataset uploaded as a file per "
+                                                            "split, else column when a column is mapped to split, "
+                                                            "else random.")
     train = serializers.FloatField(min_value=0, max_value=1, default=0.8)
     validation = serializers.FloatField(min_value=0, max_value=1, default=0.1)
     test = serializers.FloatField(min_value=0, max_value=1, default=0.1)
@@ -118,8 +157,10 @@ class MappingSerializer(RequestSerializer):
         child=serializers.CharField(allow_blank=True, allow_null=True),
         help_text="{column: role} for the columns the task uses; a column left out (or mapped to \"\") is ignored. "
                   f"Roles: {', '.join(_roles())}.")
-    split = SplitSerializer(required=False, help_text="Default: by the split column when one is mapped, else at "
-                                                      "random 0.8 / 0.1 / 0.1.")
+    split = SplitSerializer(required=False, help_text="Default: by the files for a dataset uploaded as a file per "
+                                                      "split (0.1 of the train file set aside for validation when "
+                                                      "there is no validation file), else by the split column when "
+                                                      "one is mapped, else at random 0.8 / 0.1 / 0.1.")
     seed = serializers.IntegerField(min_value=0, max_value=SEED_MAX, default=0)
 
 

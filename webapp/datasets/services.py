@@ -22,28 +22,72 @@ from webapp.corpora import jobs
 from webapp.corpora.services import ActionRefused
 from webapp.corpora.uploads import keep_upload
 from webapp.datasets.models import Dataset, DatasetStatus
-from webapp.datasets.uploads import ACCEPTED_SUFFIXES, check_dataset_upload
+from webapp.datasets.uploads import (ACCEPTED_SUFFIXES, ARCHIVE_SUFFIX, check_dataset_upload, check_split_upload,
+                                     check_split_uploads)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ActionRefused", "check_choices", "current_choices", "dataset_confirm_mapping", "dataset_create_demo", "dataset_create_from_upload",
-           "dataset_delete", "dataset_process", "default_split", "demo_label", "raw_path"]
+__all__ = ["ActionRefused", "check_choices", "current_choices", "dataset_confirm_mapping", "dataset_create_demo",
+           "dataset_create_from_upload", "dataset_delete", "dataset_process", "default_split", "demo_label", "raw_path",
+           "split_files", "split_origins"]
 
 RESULT_FIELDS = {"sizes": {}, "labels": [], "label_counts": {}, "label_stats": {}, "warnings": [], "examples": []}
 
 
 def raw_path(dataset: Dataset) -> Path:
-    """Where the upload of `dataset` is stored: always `raw` plus the accepted suffix."""
+    """Where the upload of `dataset` is stored: always `raw` plus the accepted suffix (a file per
+    split: the train file's)."""
     matches = sorted(dataset.folder.glob("raw.*"))
     return matches[0] if matches else dataset.folder / "raw.csv"
 
 
-def default_split(mapping: Mapping[str, str]) -> dict:
-    """By the split column when one is mapped, else a seeded random 0.8 / 0.1 / 0.1."""
+def _split_target(folder: Path, split: str, suffix: str) -> Path:
+    """raw.<ext> for the train file (or the one file), raw-<split>.<ext> for the others."""
+    return folder / (f"raw{suffix}" if split == "train" else f"raw-{split}{suffix}")
+
+
+def split_files(dataset: Dataset) -> list[str]:
+    """The splits a dataset uploaded as a file per split has files for, in split order (jsonb keeps no
+    order); [] for one file."""
+    from trainer.prep.labelled import SPLITS
+
+    return [split for split in SPLITS if split in dataset.files] if len(dataset.files) > 1 else []
+
+
+def _split_paths(dataset: Dataset) -> dict[str, Path]:
+    """{split: stored file} of a dataset in a file per split."""
+    paths = {"train": raw_path(dataset)}
+    for split in split_files(dataset)[1:]:
+        paths[split] = next(iter(sorted(dataset.folder.glob(f"raw-{split}.*"))), dataset.folder / f"raw-{split}")
+    return paths
+
+
+def _format_name(dataset: Dataset) -> str:
+    """The name whose extension tells the stored files' format: the train file's, else the upload's."""
+    return dataset.files.get("train") or dataset.original_filename
+
+
+def split_origins(dataset: Dataset) -> dict[str, str]:
+    """Where each split's examples come from, in words, once the split is confirmed ({} before)."""
+    from trainer.prep.labelled import origins
+
+    if not dataset.split_spec:
+        return {}
+    names = dict(dataset.files) if split_files(dataset) else {"all": _format_name(dataset)}
+    return origins(dataset.split_spec, names)
+
+
+def default_split(mapping: Mapping[str, str], files: list[str] | tuple = ()) -> dict:
+    """By the files when there is one per split, else by the split column when one is mapped, else a
+    seeded random 0.8 / 0.1 / 0.1 (with files: 0.1 of the train file is validation when there is no
+    validation file)."""
     from trainer.prep.labelled import SplitSpec
 
-    strategy = "column" if "split" in mapping.values() else "random"
-    return SplitSpec(strategy=strategy).to_dict()
+    return SplitSpec(strategy=_default_strategy(mapping, files)).to_dict()
+
+
+def _default_strategy(mapping: Mapping[str, str], files) -> str:
+    return "files" if len(files) > 1 else "column" if "split" in mapping.values() else "random"
 
 
 def demo_label(name: str) -> str:
@@ -68,11 +112,13 @@ def _default_name(filename: str) -> str:
     return (base.strip(" .") or "Dataset")[:200]
 
 
-def _sniff(dataset: Dataset, path: Path) -> None:
-    """Read the first rows and keep what the mapping page shows: the format, the rows, the suggestions."""
-    from trainer.prep.labelled import sniff
+def _sniff(dataset: Dataset, files: dict[str, tuple[Path, str]]) -> None:
+    """Read the first rows and keep what the mapping page shows: the format, the rows, the suggestions
+    (`files`: {split: (path, name)}; several: every file is read, the train file's rows are shown)."""
+    from trainer.prep.labelled import sniff, sniff_files
 
-    preview = sniff(path, dataset.original_filename)
+    path, _ = files["train"]
+    preview = sniff_files(files) if len(files) > 1 else sniff(path, _format_name(dataset))
     dataset.format = preview.format
     dataset.preview = preview.to_dict()
 
@@ -82,26 +128,56 @@ def _sniff(dataset: Dataset, path: Path) -> None:
 
 @transaction.atomic
 def dataset_create_from_upload(*, owner: AbstractBaseUser, name: str, uploaded_file: UploadedFile,
-                               original_filename: str) -> Dataset:
-    """Keep an uploaded file as a new dataset waiting for its mapping.
+                               original_filename: str, validation_file: UploadedFile | None = None,
+                               test_file: UploadedFile | None = None) -> Dataset:
+    """Keep an uploaded dataset as a new one waiting for its mapping.
 
-    Only the first rows are read here (trainer.prep.labelled.sniff: at most ten rows, or a SQuAD
-    file's first article). An upload of another type, empty or too large raises ValidationError;
-    one whose first rows do not read raises DatasetError; either way nothing is stored.
+    The upload is one file, a train file with a validation and/or a test file beside it, or a
+    .zip of split files (trainer.prep.labelled.unpack_split_archive). Only the first rows of each
+    file are read here (trainer.prep.labelled.sniff: at most ten rows, or a SQuAD file's first
+    article), and the files of a dataset must share one format. An upload of another type, empty
+    or too large raises ValidationError; one whose first rows do not read raises DatasetError;
+    either way nothing is stored.
     """
-    suffix = check_dataset_upload(original_filename, uploaded_file.size)  # forms check this first; never trust
+    others = {"validation": validation_file, "test": test_file}
+    check_split_uploads(original_filename, others)  # forms check these first; never trust
+    suffix = check_dataset_upload(original_filename, uploaded_file.size)
+    uploads = {split: f for split, f in others.items() if f is not None}
+    suffixes = {split: check_split_upload(f.name, f.size) for split, f in uploads.items()}
     dataset = Dataset(owner=owner, name=(name or "").strip()[:200] or _default_name(original_filename),
-                      original_filename=_shown_filename(original_filename, suffix), size_bytes=uploaded_file.size,
-                      status=DatasetStatus.MAPPING)
+                      original_filename=_shown_filename(original_filename, suffix), status=DatasetStatus.MAPPING)
     folder = dataset.folder
     folder.mkdir(parents=True)
     try:
-        _sniff(dataset, keep_upload(uploaded_file, folder / f"raw{suffix}"))
+        if suffix == ARCHIVE_SUFFIX:
+            files = _unpack(uploaded_file, folder)
+        else:
+            files = {"train": (keep_upload(uploaded_file, _split_target(folder, "train", suffix)), original_filename)}
+            for split, upload in uploads.items():
+                files[split] = (keep_upload(upload, _split_target(folder, split, suffixes[split])), upload.name)
+        if len(files) > 1 or suffix == ARCHIVE_SUFFIX:
+            dataset.files = {split: _shown_filename(shown, "") for split, (_, shown) in files.items()}
+        dataset.size_bytes = sum(path.stat().st_size for path, _ in files.values())
+        _sniff(dataset, files)
         dataset.save(force_insert=True)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
     return dataset
+
+
+def _unpack(uploaded_file: UploadedFile, folder: Path) -> dict[str, tuple[Path, str]]:
+    """The split files of an uploaded .zip, written as raw.<ext> (train) and raw-<split>.<ext>."""
+    from django.conf import settings
+
+    from trainer.prep.labelled import unpack_split_archive
+
+    archive = keep_upload(uploaded_file, folder / "upload.zip")
+    try:
+        return unpack_split_archive(archive, target=lambda split, suffix: _split_target(folder, split, suffix),
+                                    max_bytes=settings.UPLOAD_MAX_BYTES)
+    finally:
+        archive.unlink(missing_ok=True)
 
 
 @transaction.atomic
@@ -122,7 +198,7 @@ def dataset_create_demo(*, owner: AbstractBaseUser, name: str) -> Dataset:
     try:
         path = write_demo_dataset(demo.name, folder / f"raw{suffix}")
         dataset.size_bytes = path.stat().st_size
-        _sniff(dataset, path)
+        _sniff(dataset, {"train": (path, demo.filename)})
         mapping = dict(dataset.preview["mapping"])
         _choose(dataset, task=demo.task, mapping=mapping, split=default_split(mapping), seed=0)
         dataset.save(force_insert=True)
@@ -136,12 +212,16 @@ def dataset_create_demo(*, owner: AbstractBaseUser, name: str) -> Dataset:
 # ---------------------------------------------------------------- the mapping
 
 
-def check_choices(*, task: Any, mapping: Any, split: Any, columns: list[str]) -> tuple[str, dict, dict]:
+def check_choices(*, task: Any, mapping: Any, split: Any, columns: list[str],
+                  files: list[str] | tuple = ()) -> tuple[str, dict, dict]:
     """(task, mapping, split spec as a dict) once they are known to fit the upload's columns.
 
     `mapping` is {column: role}; a column mapped to "" or null is left out. `split` is
-    {"strategy": "random" | "column", "train", "validation", "test"} (None: the default for the
-    mapping). Raises DatasetError with a sentence.
+    {"strategy": "random" | "column" | "files", "train", "validation", "test"} (None: the default
+    for the mapping and the files; a split without a strategy: the default strategy). `files` are
+    the splits of a dataset uploaded as a file per split (split by its files: the validation
+    fraction is carved from the train file when there is no validation file), () for one file.
+    Raises DatasetError with a sentence.
     """
     from trainer.errors import DatasetError
     from trainer.prep.labelled import SplitSpec, check_mapping
@@ -162,11 +242,21 @@ def check_choices(*, task: Any, mapping: Any, split: Any, columns: list[str]) ->
     if split is not None and not isinstance(split, Mapping):
         raise DatasetError('The split must be an object such as {"strategy": "random", "train": 0.8, '
                            '"validation": 0.1, "test": 0.1}.')
-    spec = SplitSpec.from_dict(split if split is not None else default_split(chosen))
+    split = {"strategy": _default_strategy(chosen, files), **(split or {})}
+    spec = SplitSpec.from_dict(split)
     split_column = next((column for column, role in chosen.items() if role == "split"), None)
+    if len(files) > 1:
+        if spec.strategy != "files":
+            how = "at random" if spec.strategy == "random" else "by a column"
+            raise DatasetError(f"The dataset was uploaded as {len(files)} files, one per split ({', '.join(files)}), "
+                               f"so it is split by its files, not {how}.")
+        if split_column is not None:
+            raise DatasetError(f'The column "{split_column}" is mapped to split, but the splits are the uploaded '
+                               "files; unmap it.")
+        return task, chosen, spec.to_dict()
     if spec.strategy == "files":
         raise DatasetError("A dataset uploaded as one file is split at random or by its split column, not by "
-                           "files.")
+                           "files; upload a file per split (or a .zip of them) to split by files.")
     if spec.strategy == "column" and split_column is None:
         raise DatasetError("Splitting by a column needs a column mapped to the role split.")
     if spec.strategy == "random" and split_column is not None:
@@ -189,7 +279,8 @@ def current_choices(dataset: Dataset) -> dict[str, Any]:
 def _choose(dataset: Dataset, *, task, mapping, split, seed) -> None:
     """Set the checked choices on the row (not saved) and make it wait for a worker."""
     task, mapping, split = check_choices(task=task, mapping=mapping, split=split,
-                                         columns=list(dataset.preview.get("columns") or []))
+                                         columns=list(dataset.preview.get("columns") or []),
+                                         files=split_files(dataset))
     dataset.task, dataset.mapping, dataset.split_spec = task, mapping, split
     dataset.seed = int(seed or 0)
     dataset.status, dataset.progress, dataset.error = DatasetStatus.PENDING, 0.0, ""
@@ -239,7 +330,8 @@ def dataset_process(*, dataset_id) -> None:
         return
     dataset = Dataset.objects.get(pk=dataset_id)
     try:
-        result = ingest(raw_path(dataset), dataset.data_dir, original_filename=dataset.original_filename,
+        source = _split_paths(dataset) if split_files(dataset) else raw_path(dataset)
+        result = ingest(source, dataset.data_dir, original_filename=_format_name(dataset),
                         task=dataset.task, mapping=dataset.mapping, split_spec=dataset.split_spec or None,
                         seed=dataset.seed, progress=jobs.Progress(Dataset, dataset.pk, end=99.0))
         chart = label_counts(dataset.data_dir)

@@ -13,7 +13,7 @@ from webapp.corpora.uploads import form_errors_response, human_bytes, is_xhr
 from webapp.datasets import display, selectors, services
 from webapp.datasets.forms import MAX_LENGTH_DEFAULT, DatasetUploadForm, DemoForm, LengthsForm, MappingForm
 from webapp.datasets.models import Dataset, DatasetStatus
-from webapp.datasets.uploads import ACCEPT_ATTRIBUTE, ACCEPTED_SUFFIXES, WRONG_TYPE
+from webapp.datasets.uploads import ACCEPT_ATTRIBUTE, FILE_ACCEPT_ATTRIBUTE, FILE_SUFFIXES, WRONG_TYPE
 from webapp.runs import results
 
 
@@ -38,7 +38,8 @@ def dataset_upload(request: HttpRequest) -> HttpResponse:
             try:
                 dataset = services.dataset_create_from_upload(
                     owner=request.user, name=form.cleaned_data["name"], uploaded_file=uploaded,
-                    original_filename=uploaded.name)
+                    original_filename=uploaded.name, validation_file=form.cleaned_data["validation_file"],
+                    test_file=form.cleaned_data["test_file"])
             except DatasetError as error:  # the first rows do not read: nothing was kept
                 form.add_error("file", str(error))
             else:
@@ -53,8 +54,9 @@ def dataset_upload(request: HttpRequest) -> HttpResponse:
         "form": form,
         "max_bytes": settings.UPLOAD_MAX_BYTES,
         "max_human": human_bytes(settings.UPLOAD_MAX_BYTES),
-        "accept": ACCEPT_ATTRIBUTE,
-        "suffixes": ",".join(ACCEPTED_SUFFIXES),
+        "accept": FILE_ACCEPT_ATTRIBUTE,
+        "split_accept": ACCEPT_ATTRIBUTE,
+        "suffixes": ",".join(FILE_SUFFIXES),
         "wrong_type": WRONG_TYPE.replace("%(name)s", "{name}"),
     }, status=400 if form.errors else 200)
 
@@ -97,7 +99,8 @@ def _dataset_page(request: HttpRequest, dataset: Dataset, mapping_form: MappingF
     preview = dataset.preview or {}
     can_map = dataset.status in (DatasetStatus.MAPPING, DatasetStatus.FAILED) and bool(preview.get("columns"))
     if can_map and mapping_form is None:
-        mapping_form = MappingForm(columns=preview["columns"], initial=MappingForm.initial_for(dataset))
+        mapping_form = MappingForm(columns=preview["columns"], files=services.split_files(dataset),
+                                   initial=MappingForm.initial_for(dataset))
     lengths_form, lengths, lengths_error = _lengths(request, dataset)
     return render(request, "datasets/detail.html", {
         "dataset": dataset,
@@ -111,7 +114,8 @@ def _dataset_page(request: HttpRequest, dataset: Dataset, mapping_form: MappingF
         "task_title": display.tasks_json().get(dataset.task, {}).get("title", dataset.task),
         "mapping_rows": display.mapping_rows(dataset.mapping, preview.get("columns") or []),
         "split_summary": display.split_summary(dataset.split_spec),
-        "splits": display.split_rows(dataset.sizes),
+        "splits": display.split_rows(dataset.sizes, services.split_origins(dataset)),
+        "split_files": display.split_file_rows(dataset.files),
         "label_stats": display.label_stats_rows(dataset.label_stats),
         "examples": display.example_rows(dataset.examples),
         "lengths_form": lengths_form,
@@ -137,7 +141,8 @@ def dataset_mapping(request: HttpRequest, pk) -> HttpResponse:
         messages.error(request, f"“{dataset.name}” is {dataset.get_status_display().lower()}, so its mapping can no "
                                 "longer change.")
         return redirect("datasets:detail", pk=dataset.id)
-    form = MappingForm(request.POST, columns=(dataset.preview or {}).get("columns") or [])
+    form = MappingForm(request.POST, columns=(dataset.preview or {}).get("columns") or [],
+                       files=services.split_files(dataset))
     if form.is_valid():
         try:
             services.dataset_confirm_mapping(dataset=dataset, **form.choices)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import csv
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -69,6 +69,13 @@ class Preview:
 def detect_format(path: Path, original_filename: str) -> str:
     """The format of an upload from its name (``.gz`` allowed); a ``.json`` file is SQuAD unless its
     first line is a whole JSON object without "data" (JSON Lines under a .json name)."""
+    fmt = extension_format(original_filename)
+    return _json_kind(path) if fmt == "json" else fmt
+
+
+def extension_format(original_filename: str) -> str:
+    """The format a file's extension names (``.gz`` allowed): a key of FORMATS, or "json" (SQuAD or
+    JSON Lines, which only the content tells); DatasetError for another extension."""
     name = (original_filename or "").strip().lower()
     if name.endswith(".gz"):
         name = name[:-3]
@@ -78,7 +85,7 @@ def detect_format(path: Path, original_filename: str) -> str:
         shown = Path(original_filename or "").name or "(no name)"
         raise DatasetError(f'"{shown}" is not a supported file type; upload a labelled dataset as {ACCEPTED} '
                            "(any of them may be gzip-compressed as .gz).")
-    return _json_kind(path) if fmt == "json" else fmt
+    return fmt
 
 
 def _json_kind(path: Path) -> str:
@@ -411,6 +418,27 @@ def sniff(path: Path, original_filename: str, *, rows: int = PREVIEW_ROWS) -> Pr
     details = {"compressed": reader.upload.compressed, **reader.details}
     return Preview(format=fmt, columns=columns, rows=[_shorten(values) for values in first], mapping=mapping,
                    task=suggest_task(mapping, first), details=details)
+
+
+def sniff_files(files: Mapping[str, tuple[Path, str]]) -> Preview:
+    """:func:`sniff` for a dataset in one file per split, ``{split: (path, original filename)}``
+    with a train file: the first rows of every file are read (a file that does not read is
+    refused at once, named by its split), and all must be in one format. Returns the train
+    file's preview: its columns are the ones the mapping names."""
+    if "train" not in files:
+        raise DatasetError("A dataset in separate files needs a train file.")
+    previews = {}
+    for split, (path, name) in files.items():
+        try:
+            previews[split] = sniff(path, name)
+        except DatasetError as error:
+            raise DatasetError(f"The {split} file {name}: {error}") from None
+    train = previews["train"]
+    for split, preview in previews.items():
+        if preview.format != train.format:
+            raise DatasetError(f"The {split} file {files[split][1]} is {preview.format.upper()} but the train file "
+                               f"{files['train'][1]} is {train.format.upper()}; give every split in one format.")
+    return train
 
 
 def _shorten(value: Any) -> Any:

@@ -50,7 +50,10 @@ class SplitSpec:
 
     ``random``: a seeded shuffle by the fractions (exact counts: round(n * fraction), at least
     one example for a fraction above 0 while train keeps one); ``column``: the column mapped to
-    the role ``split`` (train; validation, valid or dev; test); ``files``: one file per split.
+    the role ``split`` (train; validation, valid or dev; test); ``files``: one file per split, and
+    without a validation file the ``validation`` fraction of the train file is carved out at
+    random for it (seeded, as a random split; 0: no validation split). A missing test file leaves
+    the test split empty: a fine-tuning run then ends without a test report.
     """
 
     strategy: str = "random"
@@ -127,8 +130,9 @@ def ingest(
     ``test_path`` also give. ``original_filename`` (the name uploaded) decides the format of all
     of them. ``mapping`` is ``{column: role}``; ``labels`` the label set to enforce (its order
     becomes the label ids; otherwise labels are sorted, numerically when they are integers).
-    ``split_spec`` (a SplitSpec, or its dict) defaults to the files when there are several, the
-    split column when one is mapped, else a random 0.8/0.1/0.1 split, shuffled by ``seed``. ``progress`` gets a
+    ``split_spec`` (a SplitSpec, or its dict) defaults to the files when there are several (a
+    validation split carved from the train file when there is no validation file), the split
+    column when one is mapped, else a random 0.8/0.1/0.1 split, shuffled by ``seed``. ``progress`` gets a
     percentage. Raises DatasetError with one sentence, leaving ``out_dir`` as it was.
     """
     files = _files(path, validation_path, test_path)
@@ -144,9 +148,11 @@ def ingest(
         codes, sources = _read_all(files, fmt, builder, spec, mapping, tmp / "all.jsonl", report)
         if spec.strategy == "random":
             _assign_random(codes, spec, seed)
+        elif spec.strategy == "files" and "validation" not in files:
+            _carve_validation(codes, spec.validation, seed)
         tally = _write_splits(tmp, codes, builder.spec.labels, report)
         (tmp / "all.jsonl").unlink()
-        result = _result(builder, fmt, tally, labels, spec)
+        result = _result(builder, fmt, tally, labels, spec, set(files))
         meta = {
             "meta_version": META_VERSION,
             **result.to_dict(),
@@ -254,6 +260,39 @@ def _assign_random(codes: bytearray, spec: SplitSpec, seed: int) -> None:
         codes[i] = _CODE["test"]
 
 
+def _carve_validation(codes: bytearray, fraction: float, seed: int) -> None:
+    """Files without a validation file: a seeded random ``fraction`` of the train file's examples
+    becomes the validation split (at least one for a fraction above 0; train keeps one)."""
+    train = [i for i, code in enumerate(codes) if code == _CODE["train"]]
+    n_val = min(max(round(len(train) * fraction), 1), len(train) - 1) if fraction > 0 else 0
+    for i in random.Random(seed).sample(train, max(n_val, 0)):
+        codes[i] = _CODE["validation"]
+
+
+def origins(split: Mapping | None, filenames: Mapping[str, str]) -> dict[str, str]:
+    """Where each split's examples come from, in words: ``{"train": "from train.conll", "validation":
+    "0.1 of train.conll, at random", "test": "no test file"}``.
+
+    ``split`` is the SplitSpec's dict; ``filenames`` names the files: ``{"all": name}`` for one
+    file, else ``{split: name}``. What the CLI prints and the dataset page and API show."""
+    spec = SplitSpec.from_dict(split)
+    if spec.strategy != "files":
+        name = filenames.get("all") or filenames.get("train") or "the file"
+        if spec.strategy == "column":
+            return {s: f"{name}, by its split column" for s in SPLITS}
+        share = {"train": spec.train, "validation": spec.validation, "test": spec.test}
+        return {s: f"{share[s]:g} of {name}, at random" for s in SPLITS}
+    out = {}
+    for s in SPLITS:
+        if s in filenames:
+            out[s] = f"from {filenames[s]}"
+        elif s == "validation" and spec.validation > 0:
+            out[s] = f"{spec.validation:g} of {filenames.get('train', 'the train file')}, at random"
+        else:
+            out[s] = f"no {s} file"
+    return out
+
+
 class _Tally:
     """Counts per split while the examples are copied to their files."""
 
@@ -304,7 +343,7 @@ def _write_splits(tmp: Path, codes: bytearray, kind: str, report) -> _Tally:
 
 
 def _result(builder: ExampleBuilder, fmt: str, tally: _Tally, given: Sequence[str] | None,
-            spec: SplitSpec) -> DatasetResult:
+            spec: SplitSpec, files: set[str]) -> DatasetResult:
     task = builder.spec
     total = sum(tally.sizes.values())
     if tally.sizes["train"] == 0:
@@ -337,8 +376,11 @@ def _result(builder: ExampleBuilder, fmt: str, tally: _Tally, given: Sequence[st
     if task.name == "extractive_qa":
         result.unanswerable = dict(tally.unanswerable)
     if tally.sizes["validation"] == 0:
-        how = "the validation fraction is 0" if spec.strategy == "random" else "no row is marked for it"
+        how = {"random": "the validation fraction is 0", "column": "no row is marked for it",
+               "files": "no validation file, and the validation fraction is 0"}[spec.strategy]
         result.warnings.append(f"The validation split is empty ({how}), so fine-tuning cannot be evaluated as it runs.")
+    if spec.strategy == "files" and "test" not in files:
+        result.warnings.append("The test split is empty (no test file), so fine-tuning ends without a test report.")
     return result
 
 
