@@ -30,9 +30,13 @@ def _flatten(detail) -> str:
 
 def exception_handler(exc, context):
     from trainer.errors import UserError  # user-caused failures raised by the trainer layer
+    from webapp.api.storage import DISK_FULL, is_disk_full
 
     if isinstance(exc, UserError):  # a sentence; 400 unless the error says otherwise (429: a limit)
         return Response({"error": str(exc)}, status=getattr(exc, "status_code", status.HTTP_400_BAD_REQUEST))
+    if is_disk_full(exc):  # a write (an upload's file, a row) found no space: 507 with a sentence, not a 500
+        log.warning("The disk is full: %s %s refused (%s)", context["request"].method, context["request"].path, exc)
+        return Response({"error": DISK_FULL}, status=507)
     response = drf_default_handler(exc, context)
     if response is None:
         log.exception("Unhandled API error", exc_info=exc)
@@ -113,6 +117,39 @@ def forbidden_page(request, exception=None):
 
 def not_found_page(request, exception=None):
     return _error(request, 404, "Not found", "This page does not exist, or what it shows is not yours.")
+
+
+class DiskFullMiddleware:
+    """A full disk is a 507 with a sentence (JSON under /api/, a page elsewhere), not a 500.
+
+    Its process_view reads a form or multipart body before CsrfViewMiddleware does: Django's CSRF
+    check reads the body for its token and takes any OSError for a broken connection, so an upload
+    that the disk refused became "CSRF token missing" (403). Reading it here first (Django and DRF
+    keep what was read) turns that failure into the sentence; the views see the same data."""
+
+    FORMS = ("multipart/form-data", "application/x-www-form-urlencoded")
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_view(self, request, view_func, view_args, view_kwargs):
+        if request.method in ("POST", "PUT", "PATCH") and request.content_type in self.FORMS:
+            try:
+                request.POST  # noqa: B018 - parses the body (and its files) once, here
+            except OSError as exc:  # Django marks the body unreadable and raises: answered here, or as before
+                return self.process_exception(request, exc)
+        return None
+
+    def process_exception(self, request, exception):
+        from webapp.api.storage import DISK_FULL, is_disk_full
+
+        if not is_disk_full(exception):
+            return None  # (an OSError of a broken connection in process_view: Django's CSRF check answers it, as before)
+        log.warning("The disk is full: %s %s refused (%s)", request.method, request.path, exception)
+        return _error(request, 507, "The disk is full", DISK_FULL)
 
 
 def server_error_page(request):
