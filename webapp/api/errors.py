@@ -10,6 +10,8 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_default_handler
 
+from webapp.api.storage import DISK_FULL, is_disk_full
+
 log = logging.getLogger(__name__)
 
 NOT_FOUND = "Not found. It does not exist, or it is not yours."
@@ -30,7 +32,6 @@ def _flatten(detail) -> str:
 
 def exception_handler(exc, context):
     from trainer.errors import UserError  # user-caused failures raised by the trainer layer
-    from webapp.api.storage import DISK_FULL, is_disk_full
 
     if isinstance(exc, UserError):  # a sentence; 400 unless the error says otherwise (429: a limit)
         return Response({"error": str(exc)}, status=getattr(exc, "status_code", status.HTTP_400_BAD_REQUEST))
@@ -122,10 +123,11 @@ def not_found_page(request, exception=None):
 class DiskFullMiddleware:
     """A full disk is a 507 with a sentence (JSON under /api/, a page elsewhere), not a 500.
 
-    Its process_view reads a form or multipart body before CsrfViewMiddleware does: Django's CSRF
-    check reads the body for its token and takes any OSError for a broken connection, so an upload
-    that the disk refused became "CSRF token missing" (403). Reading it here first (Django and DRF
-    keep what was read) turns that failure into the sentence; the views see the same data."""
+    Its process_view reads a form or multipart body (the upload handler writes its files to
+    FILE_UPLOAD_TEMP_DIR) before CsrfViewMiddleware does: that check reads the body for its token,
+    and an error raised in a process_view reaches no process_exception (a 500). Reading it here
+    first (Django and DRF keep what was read) turns the failure into the sentence; the views see
+    the same data. Its process_exception answers a full disk met by a view (a page's write)."""
 
     FORMS = ("multipart/form-data", "application/x-www-form-urlencoded")
 
@@ -136,18 +138,17 @@ class DiskFullMiddleware:
         return self.get_response(request)
 
     def process_view(self, request, view_func, view_args, view_kwargs):
-        if request.method in ("POST", "PUT", "PATCH") and request.content_type in self.FORMS:
+        if request.method == "POST" and request.content_type in self.FORMS:  # (Django parses only a POST's)
             try:
                 request.POST  # noqa: B018 - parses the body (and its files) once, here
-            except OSError as exc:  # Django marks the body unreadable and raises: answered here, or as before
-                return self.process_exception(request, exc)
+            except OSError as exc:  # Django keeps an empty body and raises; another error is left as it was
+                if is_disk_full(exc):
+                    return self.process_exception(request, exc)
         return None
 
     def process_exception(self, request, exception):
-        from webapp.api.storage import DISK_FULL, is_disk_full
-
         if not is_disk_full(exception):
-            return None  # (an OSError of a broken connection in process_view: Django's CSRF check answers it, as before)
+            return None
         log.warning("The disk is full: %s %s refused (%s)", request.method, request.path, exception)
         return _error(request, 507, "The disk is full", DISK_FULL)
 
