@@ -224,3 +224,27 @@ def test_the_reaper_skips_a_run_it_cannot_write_and_marks_it_on_a_later_pass(ali
     assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING
     assert services.mark_stale_runs() == 1
     assert Run.objects.get(pk=run.pk).status == RunStatus.CRASHED
+
+
+# ----------------------------------------------------------------------------------- launches
+def test_an_api_launch_the_full_database_refuses_is_a_507_with_a_sentence(alice, alice_api, enqueued):
+    from tests.webapp.runs_helpers import make_data
+
+    _, tokenizer = make_data(alice)
+    with full_database() as disk:
+        disk.full = True
+        response = alice_api.post("/api/runs/", {"tokenizer": str(tokenizer.id)}, format="json")
+    assert response.status_code == 507 and response.json() == {"error": DISK_FULL}
+    assert not Run.objects.exists()
+
+
+def test_a_page_launch_the_full_database_refuses_is_a_507_page(alice, alice_client, enqueued):
+    from tests.webapp.runs_helpers import make_data
+    from tests.webapp.test_runs import post_form
+
+    _, tokenizer = make_data(alice)
+    with full_database() as disk:
+        disk.full = True
+        response = post_form(alice_client, tokenizer)
+    assert response.status_code == 507 and "The disk is full" in response.content.decode()
+    assert not Run.objects.exists()
