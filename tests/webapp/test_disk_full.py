@@ -180,8 +180,6 @@ def test_a_run_whose_sink_finds_the_disk_full_ends_failed_with_the_sentence_once
         alice, monkeypatch):
     """The sink's log line is refused mid-run (as in the issue): the training stops, and the
     worker records "The disk is full" as soon as the database takes writes again."""
-    import trainer.training.engine
-
     import time
 
     import trainer.training.engine
