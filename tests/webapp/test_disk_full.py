@@ -246,3 +246,14 @@ def test_a_page_launch_the_full_database_refuses_is_a_507_page(alice, alice_clie
         response = post_form(alice_client, tokenizer)
     assert response.status_code == 507 and "The disk is full" in response.content.decode()
     assert not Run.objects.exists()
+
+
+# --------------------------------------------------------------------------------------- jobs
+def test_a_job_the_disk_refuses_fails_with_the_sentence(alice):
+    from webapp.corpora import jobs
+    from webapp.corpora.models import Corpus, JobStatus
+
+    corpus = Corpus.objects.create(owner=alice, name="Notes", status=JobStatus.PROCESSING)
+    jobs.fail(Corpus, corpus.pk, OSError(errno.ENOSPC, "No space left on device"))
+    corpus.refresh_from_db()
+    assert corpus.status == JobStatus.FAILED and corpus.error == DISK_FULL

@@ -709,7 +709,7 @@ def _finish(run: Run, sink: DatabaseChannelsSink, *, me: str, status: str, error
     try:
         sink.close()
     except Exception:  # noqa: BLE001
-        log.exception("Could not write the last metric points of run %s", run.id)
+        log.exception("Could not write the last heartbeat of run %s", run.id)
     line = error or f"Finished: {RunStatus(status).label.lower()} at step {final_step}."
     logged = _safe_log(sink, line)
     updates: dict[str, Any] = {
@@ -765,7 +765,7 @@ def requeue_on_shutdown(run: Run, sink: DatabaseChannelsSink, *, me: str, step: 
     try:
         sink.close()
     except Exception:  # noqa: BLE001
-        log.exception("Could not write the last metric points of run %s", run.id)
+        log.exception("Could not write the last heartbeat of run %s", run.id)
     updates: dict[str, Any] = {"status": RunStatus.QUEUED, "claimed_by": "", "heartbeat_at": None}
     if run.kind != RunKind.FINETUNE:
         updates["current_step"] = step
