@@ -179,7 +179,8 @@ def full_database():
 def test_a_run_whose_sink_finds_the_disk_full_ends_failed_with_the_sentence_once_there_is_room(
         alice, monkeypatch):
     """The sink's log line is refused mid-run (as in the issue): the training stops, and the
-    worker records "The disk is full" as soon as the database takes writes again."""
+    worker records "The disk is full" as soon as the database takes writes again, over a reaper
+    that marked the run crashed in that moment."""
     import time
 
     import trainer.training.engine
@@ -195,9 +196,12 @@ def test_a_run_whose_sink_finds_the_disk_full_ends_failed_with_the_sentence_once
             sink.log("Validation at step 10: loss 0.5.")  # refused: the disk is full
             pytest.fail("the sink wrote to a full disk")
 
-        def wait(seconds):  # the worker waiting to record the end: room again after its third wait
+        def wait(seconds):  # the worker waiting to record the end: room again after its third wait ...
             waits.append(seconds)
             disk.full = len(waits) < 3
+            if not disk.full:  # ... and the reaper took it first, calling the run silent
+                Run.objects.filter(pk=run.pk).update(status=RunStatus.CRASHED, error="The worker stopped sending "
+                                                     "heartbeats (last seen ...).")
 
         monkeypatch.setattr(trainer.training.engine, "train", train)
         monkeypatch.setattr(time, "sleep", wait)
