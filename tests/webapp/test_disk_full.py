@@ -83,6 +83,18 @@ def test_an_api_upload_the_disk_refuses_is_a_507_with_a_sentence(alice_api, full
     assert response.json() == {"error": DISK_FULL}
 
 
+def test_an_api_upload_with_a_session_the_disk_refuses_is_a_507(alice, full_upload_folder):
+    """With a session, DRF's CSRF check reads the body first (for the form's token)."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(alice)
+    client.get(reverse("corpora:upload"))
+    response = client.post("/api/corpora/", {"file": SimpleUploadedFile("notes.txt", BODY), "name": "Notes"},
+                           HTTP_X_CSRFTOKEN=client.cookies["csrftoken"].value)
+    assert response.status_code == 507 and response.json() == {"error": DISK_FULL}
+
+
 def test_a_page_upload_the_disk_refuses_is_a_507_page_with_the_sentence(alice, full_upload_folder):
     """With the CSRF check on, as in a browser: it reads the form's token from the body too."""
     from django.core.files.uploadedfile import SimpleUploadedFile

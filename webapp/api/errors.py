@@ -123,11 +123,11 @@ def not_found_page(request, exception=None):
 class DiskFullMiddleware:
     """A full disk is a 507 with a sentence (JSON under /api/, a page elsewhere), not a 500.
 
-    Its process_view reads a form or multipart body (the upload handler writes its files to
-    FILE_UPLOAD_TEMP_DIR) before CsrfViewMiddleware does: that check reads the body for its token,
-    and an error raised in a process_view reaches no process_exception (a 500). Reading it here
-    first (Django and DRF keep what was read) turns the failure into the sentence; the views see
-    the same data. Its process_exception answers a full disk met by a view (a page's write)."""
+    Its process_view reads a page's form or multipart body (the upload handler writes its files
+    to FILE_UPLOAD_TEMP_DIR) before CsrfViewMiddleware does: that check reads the body for its
+    token, and an error raised in a process_view reaches no process_exception (a 500). Reading it
+    here first (Django keeps what was read) turns the failure into the sentence; the view sees the
+    same data. Its process_exception answers a full disk met by a view (a page's write)."""
 
     FORMS = ("multipart/form-data", "application/x-www-form-urlencoded")
 
@@ -138,6 +138,8 @@ class DiskFullMiddleware:
         return self.get_response(request)
 
     def process_view(self, request, view_func, view_args, view_kwargs):
+        if getattr(view_func, "csrf_exempt", False):  # no CSRF check will read it (the API's views: DRF parses
+            return None                               # the body itself, and its handler answers a full disk)
         if request.method == "POST" and request.content_type in self.FORMS:  # (Django parses only a POST's)
             try:
                 request.POST  # noqa: B018 - parses the body (and its files) once, here
