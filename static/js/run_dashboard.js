@@ -298,8 +298,8 @@
   }
 
   async function catchUp(since) {
-    // What was published while we were away; a second pass picks up points the worker
-    // had not written to the database yet (it writes in batches about every second).
+    // What was published while we were away (the worker stores each point before it publishes
+    // it); a second pass picks up any point published in the moment the socket was subscribing.
     try {
       await fetchMetrics(since);
       for (const line of await fetchJson(`${urls.log}?after=${lastLogId}`)) appendLog(line);

@@ -27,8 +27,8 @@ def test_a_full_disk_stops_the_run_with_a_sentence_and_keeps_the_earlier_checkpo
     monkeypatch.setattr(model_checkpoint, "save_model", save_model)
     out = tmp_path / "run"
     config = tiny_config(max_steps=20, checkpoint_every=10, eval_every=100)
-    with pytest.raises(CheckpointError, match=r"The checkpoint of step 20 could not be written \(No space left on "
-                                              r"device\)\. The run stopped there; its 1 earlier checkpoint is intact"):
+    with pytest.raises(CheckpointError, match=r"The disk is full: the checkpoint of step 20 could not be written\. "
+                                              r"The run stopped there; its 1 earlier checkpoint is intact"):
         train(config, data_dir=tokenizer_dir, out_dir=out, sink=ListSink())
     assert [step for step, _ in list_checkpoints(out)] == [10]
     assert not list((out / "checkpoints").glob("*.tmp"))

@@ -308,26 +308,19 @@ def test_a_redelivered_task_for_a_claimed_run_does_nothing(alice, fake_train):
 
 
 # ---------------------------------------------------------------------------- sink
-def test_the_sink_writes_points_in_batches_and_never_duplicates_a_step(alice):
-    from webapp.runs.sink import DatabaseChannelsSink
+def test_the_sink_stores_each_point_before_it_publishes_it_and_never_duplicates_a_step(alice, monkeypatch):
+    from webapp.runs import sink as sink_module
 
     run = make_run(alice, status=RunStatus.RUNNING, claimed_by="me:1")
-    now = [0.0]
-    sink = DatabaseChannelsSink(run.id, claimed_by="me:1", flush_every_s=1.0, flush_points=3, clock=lambda: now[0])
+    stored_when_published = []
+    monkeypatch.setattr(sink_module, "send_run_event", lambda run_id, payload: stored_when_published.append(
+        MetricPoint.objects.filter(run_id=run_id, step=payload["step"], split=payload["split"]).exists()))
+    sink = sink_module.DatabaseChannelsSink(run.id, claimed_by="me:1", clock=lambda: 0.0)
     sink.metrics(1, "train", {"loss": 3.0})
     sink.metrics(2, "train", {"loss": 2.0})
-    assert MetricPoint.objects.count() == 0  # buffered
-    sink.metrics(3, "train", {"loss": 1.0})
-    assert MetricPoint.objects.count() == 3  # 3 points: flushed
-    sink.metrics(4, "train", {"loss": 0.5})
-    now[0] = 1.5
-    sink.heartbeat(4, 400)  # a second passed: flushed by the heartbeat
-    assert MetricPoint.objects.count() == 4
-    sink.metrics(3, "train", {"loss": 99.0})  # a resumed run reporting a stored step again
-    sink.close()
-    assert MetricPoint.objects.filter(step=3).get().values == {"loss": 1.0}
-    run.refresh_from_db()
-    assert run.current_step == 4 and run.tokens_seen == 400 and run.heartbeat_at
+    assert MetricPoint.objects.count() == 2 and stored_when_published == [True, True]
+    sink.metrics(2, "train", {"loss": 99.0})  # a resumed run reporting a stored step again
+    assert MetricPoint.objects.filter(step=2).get().values == {"loss": 2.0}
 
 
 def test_the_heartbeat_writes_at_most_every_two_seconds(alice):

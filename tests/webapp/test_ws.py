@@ -181,3 +181,108 @@ def test_a_bad_since_closes_with_4400(alice, alice_client, since):
         return code
 
     assert async_to_sync(go)() == ("hello" if since == "" else 4400)
+
+
+@pytest.mark.parametrize("held", ["before publishing", "after publishing"])
+def test_a_reconnect_gets_every_point_once_in_order_while_the_sink_is_held(alice, alice_client, monkeypatch, held):
+    """Issue 22, point 1: the worker's sink emits steps 1..12; at step 7 it is held (just before it
+    publishes the point, or just after), and a dashboard that had steps up to 3 reconnects with
+    ?since=3 meanwhile. Released, the sink goes on to 12. The socket must deliver 4..12, each once,
+    in order: points published before it joined are replayed from the database, later ones are live."""
+    import threading
+
+    from django.db import connections
+
+    from webapp.runs import sink as sink_module
+
+    run = make_run(alice, status=RunStatus.RUNNING, claimed_by="me:1")
+    stopped_at, go_on = threading.Event(), threading.Event()
+    publish = sink_module.send_run_event
+
+    def holding_publish(run_id, payload):
+        hold = payload.get("type") == "run.metrics" and payload["step"] == 7
+        if hold and held == "before publishing":
+            stopped_at.set()
+            go_on.wait(10)
+        publish(run_id, payload)
+        if hold and held == "after publishing":
+            stopped_at.set()
+            go_on.wait(10)
+
+    monkeypatch.setattr(sink_module, "send_run_event", holding_publish)
+
+    def train():
+        try:
+            sink = sink_module.DatabaseChannelsSink(run.id, claimed_by="me:1")
+            for step in range(1, 13):
+                sink.metrics(step, "train", {"loss": 20.0 - step})
+            sink.close()
+        finally:
+            connections.close_all()
+
+    worker = threading.Thread(target=train)
+
+    async def messages_until_quiet(comm, quiet_s: float) -> list[dict]:
+        out = []
+        while not await comm.receive_nothing(timeout=quiet_s):  # (a receive that times out ends the app)
+            out.append(await comm.receive_json_from(timeout=5))
+        return out
+
+    async def go():
+        worker.start()
+        assert await sync_to_async(stopped_at.wait)(10), "the sink never reached step 7"
+        comm = WebsocketCommunicator(application, f"/ws/runs/{run.id}/?since=3", headers=session_headers(alice_client))
+        assert (await comm.connect(timeout=5))[0]
+        got = await messages_until_quiet(comm, 1.0)  # the hello, and the replay while the sink is held
+        go_on.set()
+        await sync_to_async(worker.join)(10)
+        got += await messages_until_quiet(comm, 1.0)
+        await comm.disconnect()
+        return got
+
+    try:
+        got = async_to_sync(go)()
+    finally:
+        go_on.set()
+        worker.join(10)
+    assert got[0]["type"] == "hello"
+    steps = [m["step"] for m in got if m["type"] == "metrics"]
+    assert steps == list(range(4, 13))
+    assert [m["values"]["loss"] for m in got if m["type"] == "metrics"] == [20.0 - s for s in range(4, 13)]
+
+
+def test_the_replay_waits_until_the_group_is_known_to_reach_the_socket(alice, alice_client, monkeypatch):
+    """The read must come after Redis took the subscription (a point written just after the read
+    is then sure to arrive live). The socket's own "run.replay" message proves it; with that message
+    lost, the first live point does: the replay then comes before it, and includes it once."""
+    from channels.layers import get_channel_layer
+
+    from webapp.runs.models import MetricPoint
+
+    run = make_run(alice, status=RunStatus.RUNNING)
+    for step in range(1, 6):
+        MetricPoint.objects.create(run=run, step=step, split="train", values={"loss": 10.0 - step})
+    layer = get_channel_layer()
+    group_send = layer.group_send
+
+    async def losing_the_marker(group, message):
+        if message.get("type") != "run.replay":
+            await group_send(group, message)
+
+    monkeypatch.setattr(layer, "group_send", losing_the_marker)
+
+    async def go():
+        comm = WebsocketCommunicator(application, f"/ws/runs/{run.id}/?since=2", headers=session_headers(alice_client))
+        assert (await comm.connect(timeout=5))[0]
+        assert (await comm.receive_json_from(timeout=5))["type"] == "hello"
+        assert await comm.receive_nothing(timeout=0.5)  # not read yet: nothing shows the group reaches us
+        await sync_to_async(MetricPoint.objects.create)(run=run, step=6, split="train", values={"loss": 4.0})
+        await sync_to_async(send_run_event)(run.id, {"type": "run.metrics", "step": 6, "split": "train",
+                                                     "values": {"loss": 4.0}})
+        got = [await comm.receive_json_from(timeout=5) for _ in range(4)]
+        assert await comm.receive_nothing(timeout=0.3)
+        await comm.disconnect()
+        return got
+
+    got = async_to_sync(go)()
+    assert [(m["step"], m.get("replayed")) for m in got] == [(3, True), (4, True), (5, True), (6, True)]

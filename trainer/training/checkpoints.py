@@ -11,6 +11,7 @@ readers ignore and the next save replaces). Contents:
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -92,6 +93,9 @@ def save_checkpoint(run_folder: Path, step: int, *, model: nn.Module, tokenizer_
         kept = len(list_checkpoints(run_folder))
         earlier = (f"its {kept} earlier checkpoint{' is' if kept == 1 else 's are'} intact. Free some disk space, "
                    "then resume it." if kept else "it had none before. Free some disk space, then start it again.")
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):  # the run's end then begins as every full disk's does
+            raise CheckpointError(f"The disk is full: the checkpoint of step {step:,} could not be written. The run "
+                                  f"stopped there; {earlier}") from None
         raise CheckpointError(f"The checkpoint of step {step:,} could not be written ({e.strerror or e}). The run "
                               f"stopped there; {earlier}") from None
 

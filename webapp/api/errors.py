@@ -10,6 +10,8 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_default_handler
 
+from webapp.api.storage import DISK_FULL, is_disk_full
+
 log = logging.getLogger(__name__)
 
 NOT_FOUND = "Not found. It does not exist, or it is not yours."
@@ -33,6 +35,9 @@ def exception_handler(exc, context):
 
     if isinstance(exc, UserError):  # a sentence; 400 unless the error says otherwise (429: a limit)
         return Response({"error": str(exc)}, status=getattr(exc, "status_code", status.HTTP_400_BAD_REQUEST))
+    if is_disk_full(exc):  # a write (an upload's file, a row) found no space: 507 with a sentence, not a 500
+        log.warning("The disk is full: %s %s refused (%s)", context["request"].method, context["request"].path, exc)
+        return Response({"error": DISK_FULL}, status=507)
     response = drf_default_handler(exc, context)
     if response is None:
         log.exception("Unhandled API error", exc_info=exc)
@@ -113,6 +118,41 @@ def forbidden_page(request, exception=None):
 
 def not_found_page(request, exception=None):
     return _error(request, 404, "Not found", "This page does not exist, or what it shows is not yours.")
+
+
+class DiskFullMiddleware:
+    """A full disk is a 507 with a sentence (JSON under /api/, a page elsewhere), not a 500.
+
+    Its process_view reads a page's form or multipart body (the upload handler writes its files
+    to FILE_UPLOAD_TEMP_DIR) before CsrfViewMiddleware does: that check reads the body for its
+    token, and an error raised in a process_view reaches no process_exception (a 500). Reading it
+    here first (Django keeps what was read) turns the failure into the sentence; the view sees the
+    same data. Its process_exception answers a full disk met by a view (a page's write)."""
+
+    FORMS = ("multipart/form-data", "application/x-www-form-urlencoded")
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_view(self, request, view_func, view_args, view_kwargs):
+        if getattr(view_func, "csrf_exempt", False):  # no CSRF check will read it (the API's views: DRF parses
+            return None                               # the body itself, and its handler answers a full disk)
+        if request.method == "POST" and request.content_type in self.FORMS:  # (Django parses only a POST's)
+            try:
+                request.POST  # noqa: B018 - parses the body (and its files) once, here
+            except OSError as exc:  # Django keeps an empty body and raises; another error is left as it was
+                if is_disk_full(exc):
+                    return self.process_exception(request, exc)
+        return None
+
+    def process_exception(self, request, exception):
+        if not is_disk_full(exception):
+            return None
+        log.warning("The disk is full: %s %s refused (%s)", request.method, request.path, exception)
+        return _error(request, 507, "The disk is full", DISK_FULL)
 
 
 def server_error_page(request):

@@ -15,7 +15,8 @@ threads, each with its own lasting database connection (CONN_MAX_AGE, with a hea
 the response is sent from the event loop. At most WEB_REQUEST_THREADS requests are handed to
 the threads at once; the others wait on the event loop, costing nothing.
 
-A streamed response (a file download) is consumed and closed as Django's handler does.
+A streamed response (a file download) is consumed and closed as Django's handler does. A body
+the full disk refuses while it is read is answered with 507 and a sentence, not a 500.
 """
 from __future__ import annotations
 
@@ -47,6 +48,14 @@ class PooledASGIHandler(ASGIHandler):
         try:
             body_file = await self.read_body(receive)
         except RequestAborted:
+            return
+        except OSError as e:  # the body spills to a temporary file past 1 MB: the disk may refuse it
+            from webapp.api.limits import _answer
+            from webapp.api.storage import DISK_FULL, is_disk_full
+
+            if not is_disk_full(e):
+                raise
+            await _answer(scope, send, 507, "The disk is full", DISK_FULL)
             return
         if self._places is None:
             self._places = asyncio.Semaphore(self.threads)

@@ -5,6 +5,7 @@ Django's ASGI handler reads the whole request body (spooling to disk) before a v
 so the size check must happen one layer further out, on the raw ASGI scope. A body whose
 size the headers do not give is counted as it arrives (spooled to a temporary file, as
 Django would) and answered with 413 at the limit; under it, the app reads it back unchanged.
+A spool the full disk refuses is answered with 507 and a sentence (webapp.api.storage.DISK_FULL).
 """
 from __future__ import annotations
 
@@ -63,7 +64,8 @@ class UploadSizeLimit:
                 if total > limit:
                     await self._reject(scope, send, total, limit, known=False)
                     return
-                spool.write(body)
+                if not await _spooled(spool, body, scope, send):
+                    return
                 if not message.get("more_body", False):
                     break
             spool.seek(0)
@@ -86,6 +88,21 @@ class UploadSizeLimit:
         size = _size(length) if known else f"over {_size(limit)} (it was refused at that point)"
         message = f"The upload is {size}; the largest accepted is {_size(limit)} (set UPLOAD_MAX_BYTES to change it)."
         await _answer(scope, send, 413, "Upload too large", message)
+
+
+async def _spooled(spool, body: bytes, scope, send) -> bool:
+    """Write a piece of a length-less body to its spool; False, with a 507 sent, when the disk
+    (where the spool spills past 1 MB) is full."""
+    from webapp.api.storage import DISK_FULL, is_disk_full
+
+    try:
+        spool.write(body)
+    except OSError as e:
+        if not is_disk_full(e):
+            raise
+        await _answer(scope, send, 507, "The disk is full", DISK_FULL)
+        return False
+    return True
 
 
 async def _answer(scope, send, status: int, title: str, message: str) -> None:

@@ -74,12 +74,17 @@ def claim(model: type[models.Model], pk) -> bool:
 
 
 def fail(model: type[models.Model], pk, error: Exception, **clear) -> None:
-    """Mark the job failed with a sentence: a UserError's own, else INTERNAL_ERROR (the error is
-    logged with its traceback). `clear` sets other fields in the same write."""
+    """Mark the job failed with a sentence: a UserError's own, DISK_FULL when no space was left,
+    else INTERNAL_ERROR (the error is logged with its traceback). `clear` sets other fields in the same write."""
     from trainer.errors import UserError
+
+    from webapp.api.storage import DISK_FULL, is_disk_full
 
     if isinstance(error, UserError):
         message = str(error)
+    elif is_disk_full(error):
+        log.warning("%s %s failed: the disk is full (%s)", model.__name__, pk, error)
+        message = DISK_FULL
     else:
         log.error("%s %s failed", model.__name__, pk, exc_info=error)
         message = INTERNAL_ERROR

@@ -10,6 +10,20 @@ after that step from the database ("replayed": true, oldest first), then the liv
 with none of the replayed points again. Every message carries "sent_at", the server's time
 (seconds since the epoch) when it was emitted, so a client can measure its delay. A `since`
 that is not a whole number >= 0 closes the socket with 4400.
+
+Why no point is lost or sent twice, whatever the timing:
+1. The sink (webapp.runs.sink) writes each point to the database before it publishes it.
+2. The socket joins the run's group, and reads the database only once the group is known to
+   deliver to it: after the first message of that group reaches it. It publishes one itself
+   ("run.replay", naming its own channel) right after joining; a live point arriving first does
+   as well. Redis had then taken the subscription before it handled that message, so a point
+   published after the read (hence written after it, by 1.) reaches the socket live. Without
+   this wait, a point written just after the read could be published before Redis had taken
+   the subscription (the channel layer sends SUBSCRIBE without waiting for its answer).
+3. So every point is in the read or arrives live, or both; one that was read is dropped when it
+   also arrives live, so each is sent once. A live point that arrives first is in the read (it
+   was stored before it was published) and dropped too. The replay is in step order, and a live
+   point not in it was written after the read, so after every replayed point: the order holds.
 """
 from __future__ import annotations
 
@@ -19,7 +33,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from webapp.api.ws_outage import LAYER_DOWN
+from webapp.api.ws_outage import LAYER_DOWN, TRY_AGAIN
 from webapp.runs.events import run_group
 from webapp.runs.models import MetricPoint, Run
 
@@ -31,7 +45,8 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     group_name: str | None = None
 
     async def connect(self) -> None:
-        self.replayed: set[tuple[str, int]] = set()
+        self.replayed: set[tuple[str, int]] = set()  # (split, step) read from the database, not yet seen live
+        self.since: int | None = None  # the step to replay after, until the replay is done
         run = await self._owned_run()
         if run is None:
             await self.close(code=FORBIDDEN)
@@ -41,8 +56,8 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=BAD_REQUEST)
             return
         self.group_name = run_group(run.id)
-        # Join first: a point published from here on arrives as a group message after this
-        # handler returns, and one already in the database is replayed below (and then skipped).
+        # Join first: a point published from here on arrives as a group message, and one already
+        # in the database is replayed once the group is known to reach us (see the docstring).
         await self.channel_layer.group_add(self.group_name, self.channel_name)
         await self.accept()
         await self.send_json({
@@ -51,10 +66,22 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             "cancel_requested": run.cancel_requested, "finished": run.is_finished, "sent_at": time.time(),
         })
         if since is not None:
-            for step, split, values, created in await self._points_after(run.id, since):
-                self.replayed.add((split, step))
-                await self.send_json({"type": "metrics", "step": step, "split": split, "values": values,
-                                      "replayed": True, "time": created.timestamp(), "sent_at": time.time()})
+            self.run_id, self.since = run.id, since
+            try:
+                await self.channel_layer.group_send(self.group_name,
+                                                    {"type": "run.replay", "channel": self.channel_name})
+            except LAYER_DOWN:
+                await self.close(code=TRY_AGAIN)  # Redis went away since the join: the client comes back
+
+    async def _replay(self) -> None:
+        """Send the stored points after `since` (once; nothing without a `since`)."""
+        if self.since is None:
+            return
+        since, self.since = self.since, None
+        for step, split, values, created in await self._points_after(self.run_id, since):
+            self.replayed.add((split, step))
+            await self.send_json({"type": "metrics", "step": step, "split": split, "values": values,
+                                  "replayed": True, "time": created.timestamp(), "sent_at": time.time()})
 
     def _since(self) -> int | None | bool:
         """The `since` step of the query string; None without one, False for a bad one."""
@@ -89,7 +116,13 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         return Run.objects.filter(pk=run_id, owner_id=user.pk).first()
 
     # -- group messages (sent by webapp.runs.events.send_run_event), one handler per type
+    async def run_replay(self, event) -> None:
+        """A socket of this run joined with `since` (see the docstring); ours, or another's."""
+        if event.get("channel") == self.channel_name:
+            await self._replay()
+
     async def run_metrics(self, event) -> None:
+        await self._replay()  # the group reaches us: replay first (this point is stored, so it is replayed)
         if (event["split"], event["step"]) in self.replayed:
             self.replayed.discard((event["split"], event["step"]))  # sent from the database already
             return

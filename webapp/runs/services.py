@@ -11,8 +11,10 @@ import json
 import logging
 import os
 import socket
+import time
 import traceback
 import uuid
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Sequence
@@ -29,7 +31,7 @@ from trainer.catalog import validation
 from trainer import objectives
 from trainer.config import RunConfig
 from trainer.errors import ConfigError, UserError
-from webapp.api.storage import check_free_space
+from webapp.api.storage import check_free_space, is_disk_full
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
 from webapp.runs import shutdown
 from webapp.runs.events import send_run_event, status_event
@@ -42,6 +44,11 @@ log = logging.getLogger(__name__)
 
 CHOICE_FIELDS = ("family", "preset", "objectives")
 RESUMABLE_STATES = (RunStatus.CANCELLED, RunStatus.CRASHED, RunStatus.FAILED)
+# How a run that found the disk full ends (the worker keeps trying to write it until there is room).
+RUN_DISK_FULL = ("The disk is full: the server's storage had no space left for this run's metrics, log or "
+                 "checkpoints, so it stopped. Its saved checkpoints are intact; free some space (delete runs, "
+                 "checkpoints or corpora you no longer need), then resume it.")
+END_RETRY_S = 2.0  # how often a worker tries again to record a run's end that the full disk refused
 
 
 class RunStateError(UserError):
@@ -607,9 +614,13 @@ def run_execute(*, run_id) -> None:
         error = str(exc)
         status = getattr(exc, "status", status)  # multiproc.ProcessesCrashed: crashed, not failed
     except Exception as exc:  # noqa: BLE001 - any bug becomes a failed run with a sentence, never a stuck one
-        log.exception("Run %s stopped with an internal error", run_id)
-        error = f"Training stopped with an internal error: {type(exc).__name__}: {exc}"
-        _safe_log(sink, "".join(traceback.format_exception(exc)).rstrip())
+        if is_disk_full(exc):  # a write of the sink (a point, a log line, the heartbeat, a checkpoint's row)
+            log.warning("Run %s stopped: the disk is full (%s)", run_id, exc)
+            error = RUN_DISK_FULL
+        else:
+            log.exception("Run %s stopped with an internal error", run_id)
+            error = f"Training stopped with an internal error: {type(exc).__name__}: {exc}"
+            _safe_log(sink, "".join(traceback.format_exception(exc)).rstrip())
     finally:
         if not (status == RunStatus.CANCELLED and requeue_on_shutdown(run, sink, me=me, step=final_step)):
             _finish(run, sink, me=me, status=status, error=error, final_step=final_step)
@@ -684,30 +695,34 @@ def _prepare_history(run: Run, resume_from: tuple[int, Path] | None) -> None:
         MetricPoint.objects.filter(run=run).delete()  # a fresh start: no stale history
 
 
-def _safe_log(sink: DatabaseChannelsSink, text: str) -> None:
+def _safe_log(sink: DatabaseChannelsSink, text: str) -> bool:
+    """Write a log line of the run; False when it could not be written."""
     try:
         sink.log(text)
     except Exception:  # noqa: BLE001 - the database itself may be what failed
         log.warning("Could not write a log line", exc_info=True)
+        return False
+    return True
 
 
 def _finish(run: Run, sink: DatabaseChannelsSink, *, me: str, status: str, error: str, final_step: int) -> None:
     try:
         sink.close()
     except Exception:  # noqa: BLE001
-        log.exception("Could not write the last metric points of run %s", run.id)
-    if error:
-        _safe_log(sink, error)
-    else:
-        _safe_log(sink, f"Finished: {RunStatus(status).label.lower()} at step {final_step}.")
+        log.exception("Could not write the last heartbeat of run %s", run.id)
+    line = error or f"Finished: {RunStatus(status).label.lower()} at step {final_step}."
+    logged = _safe_log(sink, line)
     updates: dict[str, Any] = {
         "status": status, "error": error, "finished_at": timezone.now(), "cancel_requested": False,
         "heartbeat_at": timezone.now(),
     }
     if not error:
         updates["current_step"] = final_step
-    # Only the worker that owns the run records its end (a resume elsewhere may have taken it over).
-    ended = Run.objects.filter(pk=run.pk, claimed_by=me).update(**updates)
+    ended = _record_end(run, me=me, updates=updates)
+    if ended is None:
+        return  # still no room, and the worker is shutting down: the reaper ends the run later
+    if not logged:
+        _safe_log(sink, line)  # the disk had no room for it before the end was written
     try:
         run.refresh_from_db()
     except Run.DoesNotExist:
@@ -715,6 +730,28 @@ def _finish(run: Run, sink: DatabaseChannelsSink, *, me: str, status: str, error
     send_run_event(run.id, status_event(run))
     if ended:
         _ended(run.id, status)
+
+
+def _record_end(run: Run, *, me: str, updates: dict[str, Any]) -> int | None:
+    """Write how the run ended; returns how many rows changed (0: not this worker's run any more).
+
+    Only the worker that owns the run records its end (a resume elsewhere may have taken it over).
+    When the disk is full the row cannot be written either (SQLite shares the volume), so the
+    worker tries again every END_RETRY_S until it can: the run then ends with its own sentence as
+    soon as there is room, instead of staying "running" until the reaper calls it silent. (A
+    reaper that got there first is overruled: the claim is still this worker's.) None when the
+    worker is told to stop meanwhile."""
+    while True:
+        try:
+            return Run.objects.filter(pk=run.pk, claimed_by=me).update(**updates)
+        except Exception as exc:
+            if not is_disk_full(exc):
+                raise
+            if shutdown.requested():
+                log.error("Run %s: the disk is full and the worker is stopping; its end was not recorded", run.pk)
+                return None
+            log.warning("Run %s: the disk is full; trying again in %s s to record its end", run.pk, END_RETRY_S)
+            time.sleep(END_RETRY_S)
 
 
 def requeue_on_shutdown(run: Run, sink: DatabaseChannelsSink, *, me: str, step: int) -> bool:
@@ -728,7 +765,7 @@ def requeue_on_shutdown(run: Run, sink: DatabaseChannelsSink, *, me: str, step: 
     try:
         sink.close()
     except Exception:  # noqa: BLE001
-        log.exception("Could not write the last metric points of run %s", run.id)
+        log.exception("Could not write the last heartbeat of run %s", run.id)
     updates: dict[str, Any] = {"status": RunStatus.QUEUED, "claimed_by": "", "heartbeat_at": None}
     if run.kind != RunKind.FINETUNE:
         updates["current_step"] = step
@@ -765,11 +802,25 @@ def mark_dead_claims(*, run_id=None, now=None) -> int:
             continue
         message = (f"The worker process that was training it (pid {pid} on {host}) died. Resume continues from "
                    "its last checkpoint.")
-        if Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, claimed_by=run.claimed_by).update(
-                status=RunStatus.CRASHED, error=message, finished_at=now):
-            count += 1
-            _announce_crash(run, message)
+        with _unless_disk_full(run):
+            if Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, claimed_by=run.claimed_by).update(
+                    status=RunStatus.CRASHED, error=message, finished_at=now):
+                count += 1
+                _announce_crash(run, message)
     return count
+
+
+@contextmanager
+def _unless_disk_full(run: Run):
+    """The reaper's write for one run; a full disk skips it (logged) instead of stopping the pass:
+    the next pass tries again, and a worker still waiting to record its run's end writes it first
+    (_record_end) as soon as there is room."""
+    try:
+        yield
+    except Exception as exc:
+        if not is_disk_full(exc):
+            raise
+        log.warning("The disk is full: run %s could not be marked crashed now; the next pass tries again", run.pk)
 
 
 def _announce_crash(run: Run, message: str) -> None:
@@ -813,10 +864,11 @@ def mark_stale_runs(*, now=None, run_id=None) -> int:
             f"The worker stopped sending heartbeats (last seen {seen:%Y-%m-%d %H:%M:%S} UTC on "
             f"{run.claimed_by or 'an unknown worker'})."
         )
-        changed = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, heartbeat_at=run.heartbeat_at).update(
-            status=RunStatus.CRASHED, error=message, finished_at=now
-        )
-        if changed:
-            count += 1
-            _announce_crash(run, message)
+        with _unless_disk_full(run):
+            changed = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, heartbeat_at=run.heartbeat_at).update(
+                status=RunStatus.CRASHED, error=message, finished_at=now
+            )
+            if changed:
+                count += 1
+                _announce_crash(run, message)
     return count

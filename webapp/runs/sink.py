@@ -1,9 +1,13 @@
 """DatabaseChannelsSink: the trainer's MetricsSink that the web app hands to the engine.
 
-Metric points are buffered and written in batches (the engine may emit many per second);
-each event is also published at once to the run's websocket group, so the dashboard is
-live while the database catches up within a second. Log lines and checkpoints are rare
-and written straight away.
+Every metric point is written to the database before it is published to the run's websocket
+group: a point anyone can have seen live is already stored. A dashboard that reconnects with
+`?since=<step>` (webapp.runs.consumers) relies on it: it joins the group, then reads the
+database, so each point is either in what it reads or published after it joined. (The points
+used to be written in batches, up to a second after they were published; one published before a
+socket joined and written after it read fell between the two and never reached it. A point is
+one small INSERT, made every `log_every` steps.) Log lines and checkpoints are also written
+before they are published.
 """
 from __future__ import annotations
 
@@ -24,9 +28,7 @@ from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run, RunStatus
 
 log = logging.getLogger(__name__)
 
-# How often the sink writes (module constants so tests can make them immediate).
-FLUSH_EVERY_S = 1.0        # buffered metric points are written at least this often...
-FLUSH_POINTS = 50          # ...or as soon as this many are waiting
+# How often the sink writes the run row (module constants so tests can make them immediate).
 HEARTBEAT_EVERY_S = 2.0    # the run row's heartbeat/step/tokens are updated at most this often
 STOP_CHECK_EVERY_S = 1.0   # should_stop() reads cancel_requested at most this often
 SAMPLE_FIELDS = ("input", "generated", "reference")
@@ -76,28 +78,24 @@ class DatabaseChannelsSink:
         run_id,
         *,
         claimed_by: str,
-        flush_every_s: float | None = None,
-        flush_points: int | None = None,
         heartbeat_every_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.run_id = run_id
         self.claimed_by = claimed_by
-        self.flush_every_s = FLUSH_EVERY_S if flush_every_s is None else flush_every_s
-        self.flush_points = FLUSH_POINTS if flush_points is None else flush_points
         self.heartbeat_every_s = HEARTBEAT_EVERY_S if heartbeat_every_s is None else heartbeat_every_s
         self.clock = clock
-        self._buffer: list[MetricPoint] = []
-        self._last_flush = clock()
         self._last_heartbeat = -math.inf
         self._held_beat: tuple[int, int] | None = None  # the newest heartbeat the interval held back
 
     # -- MetricsSink ---------------------------------------------------------------------
     def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
         values = clean_values(values)
-        self._buffer.append(MetricPoint(run_id=self.run_id, step=int(step), split=split, values=values))
+        # Stored first, then published (see the module docstring); a step already stored (a resumed
+        # run reporting it again) is kept as it was, not duplicated.
+        MetricPoint.objects.bulk_create([MetricPoint(run_id=self.run_id, step=int(step), split=split, values=values)],
+                                        ignore_conflicts=True)
         send_run_event(self.run_id, {"type": "run.metrics", "step": int(step), "split": split, "values": values})
-        self._maybe_flush()
         if split == "valid":
             try:
                 validation_reported.send(sender=Run, run_id=self.run_id, step=int(step), values=values)
@@ -110,7 +108,6 @@ class DatabaseChannelsSink:
                                      "time": line.created_at.isoformat()})
 
     def checkpoint(self, step: int, path: Path, metrics: dict) -> None:
-        self.flush()  # the chart and the checkpoint table agree on what exists up to this step
         ckpt, _ = Checkpoint.objects.update_or_create(
             run_id=self.run_id, step=int(step),
             defaults={"path": storage_relative(path), "metrics": clean_nested(metrics or {})},
@@ -125,7 +122,6 @@ class DatabaseChannelsSink:
 
     def heartbeat(self, step: int, tokens_seen: int) -> None:
         now = self.clock()
-        self._maybe_flush(now)
         if now - self._last_heartbeat < self.heartbeat_every_s:
             self._held_beat = (int(step), int(tokens_seen))  # written by close() if no later beat is
             return
@@ -144,26 +140,9 @@ class DatabaseChannelsSink:
         send_run_event(self.run_id, {"type": "run.heartbeat", "step": int(step), "tokens_seen": int(tokens_seen)})
 
     def close(self) -> None:
-        self.flush()
         if self._held_beat is not None:  # a run shorter than the interval still records its last step and tokens
             self._beat(*self._held_beat)
             self._held_beat = None
-
-    # -- batching --------------------------------------------------------------------------
-    def _maybe_flush(self, now: float | None = None) -> None:
-        if not self._buffer:
-            return
-        now = self.clock() if now is None else now
-        if len(self._buffer) >= self.flush_points or now - self._last_flush >= self.flush_every_s:
-            self.flush()
-
-    def flush(self) -> None:
-        """Write buffered points; a step already stored (a resumed run) is skipped, not duplicated."""
-        self._last_flush = self.clock()
-        if not self._buffer:
-            return
-        points, self._buffer = self._buffer, []
-        MetricPoint.objects.bulk_create(points, ignore_conflicts=True, batch_size=500)
 
 
 def checkpoint_event(ckpt: Checkpoint) -> dict:
