@@ -263,7 +263,9 @@ class RunSamplesView(APIView):
 class RunTestReportView(APIView):
     @extend_schema(responses={200: OpenApiTypes.OBJECT, 404: ERROR},
                    summary="A fine-tuning run's test split: its metrics, confusion matrix and per-class table "
-                           "(classification per label, NER per entity type)")
+                           "(classification per label, NER per entity type), and how it stands against the "
+                           "dataset's lexical baseline (baseline: {baseline, metric, split, run, baseline_value, "
+                           "beats, higher_is_better}, null without one)")
     def get(self, request: Request, run_id) -> Response:
         run = owned_run(request, run_id)
         metrics = dict(selectors.test_metrics(run))
@@ -273,6 +275,7 @@ class RunTestReportView(APIView):
         report = selectors.test_report(run) or {}
         return Response({"metrics": metrics, "confusion": report.get("confusion"),
                          "per_class": report.get("per_class"), "level": report.get("level"),
+                         "baseline": results.baseline_verdict(run),
                          "predictions": {fmt: reverse("api-run-predictions", args=[run.id, fmt])
                                          for fmt in selectors.PREDICTION_FILES
                                          if selectors.predictions_file(run, fmt) is not None}})
