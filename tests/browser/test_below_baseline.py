@@ -29,7 +29,7 @@ def test_a_below_baseline_run_page_says_so_and_links_the_importer(below, alice_c
     assert "too few fine-tuning steps" in text
     page.screenshot(path=str(shots / "run-below-baseline.png"), full_page=True)
     page.click("#below-baseline-import")
-    page.wait_for_url("**/explorer/import/")
+    page.wait_for_url("**/explore/import/")
 
     page.goto(f"/datasets/{below.dataset_id}/")
     rows = page.eval_on_selector_all("#leaderboard-table tbody tr", "rows => rows.map(r => r.dataset.baseline || 'run')")

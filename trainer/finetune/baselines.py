@@ -258,20 +258,24 @@ def compute(data_dir: str | Path) -> dict[str, Any]:
         train.append(ex)
     splits = {split: list(iter_examples(data_dir, split)) for split in EVAL_SPLITS}
     skipped = []
-    for name, label, kind, fit in BASELINES[task]:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
+    from threadpoolctl import threadpool_limits  # scikit-learn's own dependency
+
+    # One BLAS thread: these small sparse fits run 10x slower when the threads fight a busy
+    # machine's cores (a worker beside a training run) than on one core.
+    with threadpool_limits(limits=1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name, label, kind, fit in BASELINES[task]:
+            try:
                 predict = fit(train) if train else None
-        except ValueError:  # scikit-learn's: no word in any text (an empty vocabulary)
-            predict = None
-        if predict is None:
-            skipped.append(label.lower())
-            continue
-        row: dict[str, Any] = {"name": name, "label": label, "kind": kind}
-        for split, examples in splits.items():
-            row[split] = _clean(score(predict(examples), REFERENCES[task](examples))) if examples else None
-        out["baselines"].append(row)
+            except ValueError:  # scikit-learn's: no word in any text (an empty vocabulary)
+                predict = None
+            if predict is None:
+                skipped.append(label.lower())
+                continue
+            row: dict[str, Any] = {"name": name, "label": label, "kind": kind}
+            for split, examples in splits.items():
+                row[split] = _clean(score(predict(examples), REFERENCES[task](examples))) if examples else None
+            out["baselines"].append(row)
     if skipped:
         out["note"] = (f"Not computed: {', '.join(skipped)} (the training split gives it nothing to learn from, "
                        "such as a single class or no words).")
