@@ -175,3 +175,23 @@ def test_without_a_gpu_the_home_and_finetune_pages_say_what_a_cpu_means(alice_cl
     monkeypatch.setattr(capacity, "live_workers", lambda: [{"queues": ["gpu"], "gpus": 1, "cpu_processes": None}])
     for url in (reverse("home"), reverse("runs:finetune")):
         assert 'id="cpu-notice"' not in alice_client.get(url).content.decode()
+
+
+def test_the_api_and_the_forms_panel_answer_for_the_pair_and_only_for_the_owner(
+        alice, alice_client, alice_api, bob, bob_api, stored):
+    cache.clear()
+    dataset = make_dataset(alice, stored)
+    collapsed = imported_checkpoint(alice, collapsed=True)
+    url = f"/api/checkpoints/{collapsed.id}/readiness/"
+    body = alice_api.get(url, {"dataset": str(dataset.id)}).json()
+    assert body["collapsed"] is True and body["warn"] is True and body["probe"]["mean_cosine"] > 0.99
+    assert body["record"]["imported"] is True and body["importer_url"] == reverse("explorer:import")
+    assert alice_api.get(url).json()["probe"] is None  # no dataset: the record alone
+    assert bob_api.get(url, {"dataset": str(dataset.id)}).status_code == 404  # not bob's checkpoint
+    bobs = make_dataset(bob, stored)
+    assert alice_api.get(url, {"dataset": str(bobs.id)}).status_code == 404  # not alice's dataset
+    assert alice_api.get(url, {"dataset": "nope"}).status_code == 400
+    panel = alice_client.get(reverse("runs:finetune-readiness"), {"checkpoint": collapsed.id, "dataset": dataset.id})
+    html = panel.content.decode()
+    assert html.lstrip().startswith('<div id="readiness-slot"') and 'id="readiness-collapsed"' in html
+    assert "<script" not in html  # the fragment replaces the panel; the page already has the script

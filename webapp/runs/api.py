@@ -12,12 +12,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from webapp.corpora.models import Corpus, Tokenizer
-from webapp.runs import exports, launch, results, selectors, services
+from webapp.runs import exports, launch, readiness, results, selectors, services
 from webapp.runs.models import Checkpoint, Run
 from webapp.runs.serializers import (
     CheckpointExportSerializer, CheckpointSerializer, FinetuneCreateSerializer, FinetuneOnSerializer,
     LogLineSerializer, LogQuerySerializer, MetricPointSerializer, MetricsQuerySerializer, MetricsSerializer,
-    RunCloneSerializer, RunCreateSerializer, RunSamplesSerializer, RunSerializer,
+    ReadinessQuerySerializer, RunCloneSerializer, RunCreateSerializer, RunSamplesSerializer, RunSerializer,
 )
 
 ERROR = OpenApiResponse(description='{"error": "<a sentence>"}')
@@ -287,6 +287,29 @@ def owned_checkpoint(request: Request, checkpoint_id) -> Checkpoint:
         return selectors.checkpoint_get(request.user, checkpoint_id)
     except Http404:
         raise exceptions.NotFound() from None
+
+
+class CheckpointReadinessView(APIView):
+    @extend_schema(parameters=[ReadinessQuerySerializer], responses={200: OpenApiTypes.OBJECT, 400: ERROR, 404: ERROR},
+                   summary="Is a checkpoint likely to help fine-tuning? Its pre-training record and, with a dataset, "
+                           "how alike its sentence vectors of 64 of the dataset's examples are")
+    def get(self, request: Request, checkpoint_id) -> Response:
+        """{"record": {"imported", "steps", "tokens_seen", "valid_loss", "valid_accuracy", "notes": [sentences]},
+        "probe": {"examples", "pooling", "mean_cosine", "collapsed", "within_class", "between_class", "separation"}
+        or {"error": sentence} or null (no ready dataset given), "collapsed", "warn": whether the checkpoint is
+        unlikely to help, "importer_url"}. The probe is computed once per checkpoint and dataset, then cached."""
+        from webapp.datasets.selectors import dataset_get
+
+        checkpoint = owned_checkpoint(request, checkpoint_id)
+        query = ReadinessQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        dataset = None
+        if "dataset" in query.validated_data:
+            try:
+                dataset = dataset_get(request.user, query.validated_data["dataset"])
+            except Http404:
+                raise exceptions.NotFound() from None
+        return Response({**readiness.check(checkpoint, dataset), "importer_url": reverse("explorer:import")})
 
 
 class CheckpointExportJobView(APIView):

@@ -124,6 +124,15 @@ def finetune_new(request: HttpRequest) -> HttpResponse:
     return render(request, "runs/finetune.html", {"form": form, **readiness.form_context(request.user, form)})
 
 
+@login_required
+@require_GET
+def finetune_readiness(request: HttpRequest) -> HttpResponse:
+    """The fine-tune form's readiness panel for ?checkpoint=<id>&dataset=<id> (templates/runs/
+    _readiness.html alone): the form's script fetches it when either choice changes."""
+    form = FinetuneForm(user=request.user, initial={k: request.GET.get(k) for k in ("checkpoint", "dataset")})
+    return render(request, "runs/_readiness.html", {**readiness.form_context(request.user, form), "fragment": True})
+
+
 def _finetune_initial(request: HttpRequest) -> dict:
     initial: dict = {}
     if request.GET.get("then"):  # ?then=<multi-task run>&dataset=<one of its datasets>: "Fine-tune on one"
