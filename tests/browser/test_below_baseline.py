@@ -35,3 +35,30 @@ def test_a_below_baseline_run_page_says_so_and_links_the_importer(below, alice_c
     rows = page.eval_on_selector_all("#leaderboard-table tbody tr", "rows => rows.map(r => r.dataset.baseline || 'run')")
     assert rows == ["run", "majority", "bow_logistic"]
     assert page.locator("#baselines-table").is_visible()
+
+
+@pytest.fixture
+def pair(alice, stored):  # noqa: F811 - the fixture imported above
+    from django.core.cache import cache
+
+    from tests.webapp.test_baselines_readiness import imported_checkpoint
+
+    cache.clear()
+    return imported_checkpoint(alice, collapsed=True), make_dataset(alice, stored)
+
+
+def test_the_form_warns_as_soon_as_a_collapsed_checkpoint_and_a_dataset_are_chosen(
+        pair, alice_cookie, live_server_page, shots):
+    checkpoint, dataset = pair
+    page = live_server_page
+    page.context.add_cookies([alice_cookie])
+    page.goto("/runs/finetune/")
+    assert page.locator("#readiness").count() == 0
+    page.select_option("#id_checkpoint", str(checkpoint.id))
+    page.select_option("#id_dataset", str(dataset.id))
+    warning = page.locator("#readiness-collapsed")
+    warning.wait_for(state="visible")
+    assert "nearly identical for every" in warning.inner_text()
+    page.screenshot(path=str(shots / "finetune-readiness.png"), full_page=False)
+    page.click("#readiness-import")
+    page.wait_for_url("**/explore/import/")
