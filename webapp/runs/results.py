@@ -106,6 +106,22 @@ def baseline_rows(dataset, primary: str = "") -> list[dict[str, Any]]:
     return rows
 
 
+def baseline_reference(run: Run) -> dict[str, Any] | None:
+    """The lexical baseline a fine-tuning run will be judged against, with the metric and split
+    values ({"label", "metric", "validation", "test", "higher_is_better"}), or None."""
+    if not run.is_finetune or run.dataset_id is None:
+        return None
+    from trainer.finetune import baselines
+
+    stored = run.dataset.baselines or {}
+    row = baselines.lexical(stored)
+    if row is None:
+        return None
+    metric = stored.get("metric") or ""
+    return {"label": row.get("label", ""), "metric": metric, "higher_is_better": stored.get("higher_is_better", True),
+            "validation": (row.get("validation") or {}).get(metric), "test": (row.get("test") or {}).get(metric)}
+
+
 def baseline_verdict(run: Run) -> dict[str, Any] | None:
     """How a fine-tuning run's primary metric stands against its dataset's lexical baseline
     (trainer.finetune.baselines.compare): on test once the run has scored it, else its best

@@ -195,6 +195,7 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
         "log_lines": log_lines,
         "test_metrics": selectors.test_metrics(run),
         "baseline": results.baseline_verdict(run),
+        "baseline_reference": results.baseline_reference(run),
         "base_record": readiness.record(run.base_checkpoint) if run.is_finetune and run.base_checkpoint_id else None,
         "test_report": selectors.test_report(run),
         "has_predictions": selectors.predictions_file(run, "jsonl") is not None,
