@@ -27,7 +27,7 @@ def test_a_below_baseline_run_page_says_so_and_links_the_importer(below, alice_c
     text = alert.inner_text()
     assert "Below the baseline" in text and "bag of words + logistic regression" in text
     assert "too few fine-tuning steps" in text
-    page.screenshot(path=str(shots / "run-below-baseline.png"), full_page=True)
+    page.screenshot(path=str(shots / "run-below-baseline.png"), full_page=False)
     page.click("#below-baseline-import")
     page.wait_for_url("**/explore/import/")
 
