@@ -46,6 +46,9 @@ class Dataset(models.Model):
     label_stats = models.JSONField(default=dict, blank=True)  # regression: per split count, min, max, mean, std
     warnings = models.JSONField(default=list, blank=True)  # sentences worth showing, not errors
     examples = models.JSONField(default=list, blank=True)  # the first normalised training examples
+    # trainer.finetune.baselines.compute(): the trivial and lexical baselines on validation and test,
+    # computed once as the dataset becomes ready; {} before (and for a dataset ingested before they existed)
+    baselines = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

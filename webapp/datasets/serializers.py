@@ -71,7 +71,7 @@ class DatasetSerializer(serializers.ModelSerializer):
         model = Dataset
         fields = ["id", "name", "original_filename", "files", "size_bytes", "demo", "status", "progress", "error",
                   "format", "preview", "task", "mapping", "split_spec", "seed", "sizes", "split_origins", "labels",
-                  "label_counts", "label_stats", "warnings", "examples", "created_at"]
+                  "label_counts", "label_stats", "warnings", "examples", "baselines", "created_at"]
         read_only_fields = fields
         extra_kwargs = {
             "progress": {"help_text": "0 to 100 while the dataset is processed."},
@@ -93,6 +93,10 @@ class DatasetSerializer(serializers.ModelSerializer):
             "label_stats": {"help_text": "Regression: per split count, min, max, mean, std."},
             "warnings": {"help_text": "Sentences worth reading that did not stop the ingest."},
             "examples": {"help_text": "The first training examples, as stored."},
+            "baselines": {"help_text": "The yardstick of its fine-tuning runs, computed once it is ready: {task, metric "
+                                       "(the task's primary), higher_is_better, baselines: [{name, label, kind: "
+                                       "trivial | lexical, validation: {metric: value} | null, test: {...} | null}], "
+                                       "note}. Empty for a dataset stored before baselines existed."},
         }
 
     @extend_schema_field({"type": "object", "additionalProperties": {"type": "string"}})
@@ -245,6 +249,9 @@ class LeaderboardSerializer(serializers.Serializer):
         "best_valid_step, test (its test metrics), test_primary, created_at, dashboard_url."))
     best_test_accuracy = serializers.FloatField(allow_null=True, help_text=(
         "The best test accuracy of the fine-tuning runs (the in-context chart's reference line); null without one."))
+    baselines = serializers.ListField(child=serializers.DictField(), help_text=(
+        "The dataset's baselines as rows beside the runs: name, label, kind (trivial or lexical), valid (its validation "
+        "value of the primary metric) and test (its test metrics)."))
     incontext = InContextRowSerializer(many=True, help_text=(
         "The zero-, one- and few-shot evaluations saved on this dataset (POST /api/explore/incontext-accuracy/), "
         "newest first."))

@@ -27,11 +27,12 @@ from webapp.datasets.uploads import (ACCEPTED_SUFFIXES, ARCHIVE_SUFFIX, check_da
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ActionRefused", "check_choices", "current_choices", "dataset_confirm_mapping", "dataset_create_demo",
-           "dataset_create_from_upload", "dataset_delete", "dataset_process", "default_split", "demo_label", "raw_path",
-           "split_files", "split_origins"]
+__all__ = ["ActionRefused", "check_choices", "current_choices", "dataset_baselines", "dataset_confirm_mapping",
+           "dataset_create_demo", "dataset_create_from_upload", "dataset_delete", "dataset_process", "default_split",
+           "demo_label", "raw_path", "split_files", "split_origins"]
 
-RESULT_FIELDS = {"sizes": {}, "labels": [], "label_counts": {}, "label_stats": {}, "warnings": [], "examples": []}
+RESULT_FIELDS = {"sizes": {}, "labels": [], "label_counts": {}, "label_stats": {}, "warnings": [], "examples": [],
+                 "baselines": {}}
 
 
 def raw_path(dataset: Dataset) -> Path:
@@ -338,12 +339,25 @@ def dataset_process(*, dataset_id) -> None:
         Dataset.objects.filter(pk=dataset.pk).update(
             status=DatasetStatus.READY, progress=100.0, error="", sizes=result.sizes, labels=result.labels,
             label_counts=chart, label_stats=result.label_stats, warnings=result.warnings, examples=result.preview,
+            baselines=dataset_baselines(dataset.data_dir),
         )
     except Exception as error:
         shutil.rmtree(dataset.data_dir, ignore_errors=True)  # ingest keeps nothing on failure; neither do we
         jobs.fail(Dataset, dataset.pk, error, **RESULT_FIELDS)
     if not Dataset.objects.filter(pk=dataset.pk).exists():  # deleted while we worked
         shutil.rmtree(dataset.folder, ignore_errors=True)
+
+
+def dataset_baselines(data_dir: Path) -> dict:
+    """The baselines of a freshly ingested dataset (trainer.finetune.baselines), computed once here.
+    A dataset is usable without them, so a failure leaves a note instead of failing the ingest."""
+    from trainer.finetune import baselines
+
+    try:
+        return baselines.compute(data_dir)
+    except Exception:  # noqa: BLE001 - the yardstick is extra; the dataset itself is fine
+        log.exception("Could not compute the baselines of %s", data_dir)
+        return {"baselines": [], "note": "The baselines could not be computed for this dataset."}
 
 
 # ---------------------------------------------------------------- deleting

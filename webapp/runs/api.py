@@ -12,12 +12,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from webapp.corpora.models import Corpus, Tokenizer
-from webapp.runs import exports, launch, results, selectors, services
+from webapp.runs import exports, launch, readiness, results, selectors, services
 from webapp.runs.models import Checkpoint, Run
 from webapp.runs.serializers import (
     CheckpointExportSerializer, CheckpointSerializer, FinetuneCreateSerializer, FinetuneOnSerializer,
     LogLineSerializer, LogQuerySerializer, MetricPointSerializer, MetricsQuerySerializer, MetricsSerializer,
-    RunCloneSerializer, RunCreateSerializer, RunSamplesSerializer, RunSerializer,
+    ReadinessQuerySerializer, RunCloneSerializer, RunCreateSerializer, RunSamplesSerializer, RunSerializer,
 )
 
 ERROR = OpenApiResponse(description='{"error": "<a sentence>"}')
@@ -263,7 +263,9 @@ class RunSamplesView(APIView):
 class RunTestReportView(APIView):
     @extend_schema(responses={200: OpenApiTypes.OBJECT, 404: ERROR},
                    summary="A fine-tuning run's test split: its metrics, confusion matrix and per-class table "
-                           "(classification per label, NER per entity type)")
+                           "(classification per label, NER per entity type), and how it stands against the "
+                           "dataset's lexical baseline (baseline: {baseline, metric, split, run, baseline_value, "
+                           "beats, higher_is_better}, null without one)")
     def get(self, request: Request, run_id) -> Response:
         run = owned_run(request, run_id)
         metrics = dict(selectors.test_metrics(run))
@@ -273,6 +275,7 @@ class RunTestReportView(APIView):
         report = selectors.test_report(run) or {}
         return Response({"metrics": metrics, "confusion": report.get("confusion"),
                          "per_class": report.get("per_class"), "level": report.get("level"),
+                         "baseline": results.baseline_verdict(run),
                          "predictions": {fmt: reverse("api-run-predictions", args=[run.id, fmt])
                                          for fmt in selectors.PREDICTION_FILES
                                          if selectors.predictions_file(run, fmt) is not None}})
@@ -284,6 +287,29 @@ def owned_checkpoint(request: Request, checkpoint_id) -> Checkpoint:
         return selectors.checkpoint_get(request.user, checkpoint_id)
     except Http404:
         raise exceptions.NotFound() from None
+
+
+class CheckpointReadinessView(APIView):
+    @extend_schema(parameters=[ReadinessQuerySerializer], responses={200: OpenApiTypes.OBJECT, 400: ERROR, 404: ERROR},
+                   summary="Is a checkpoint likely to help fine-tuning? Its pre-training record and, with a dataset, "
+                           "how alike its sentence vectors of 64 of the dataset's examples are")
+    def get(self, request: Request, checkpoint_id) -> Response:
+        """{"record": {"imported", "steps", "tokens_seen", "valid_loss", "valid_accuracy", "notes": [sentences]},
+        "probe": {"examples", "pooling", "mean_cosine", "collapsed", "within_class", "between_class", "separation"}
+        or {"error": sentence} or null (no ready dataset given), "collapsed", "warn": whether the checkpoint is
+        unlikely to help, "importer_url"}. The probe is computed once per checkpoint and dataset, then cached."""
+        from webapp.datasets.selectors import dataset_get
+
+        checkpoint = owned_checkpoint(request, checkpoint_id)
+        query = ReadinessQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        dataset = None
+        if "dataset" in query.validated_data:
+            try:
+                dataset = dataset_get(request.user, query.validated_data["dataset"])
+            except Http404:
+                raise exceptions.NotFound() from None
+        return Response({**readiness.check(checkpoint, dataset), "importer_url": reverse("explorer:import")})
 
 
 class CheckpointExportJobView(APIView):

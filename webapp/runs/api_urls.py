@@ -17,6 +17,8 @@ urlpatterns = [
     path("runs/<uuid:run_id>/predictions.<str:fmt>", api.RunPredictionsView.as_view(), name="api-run-predictions"),
     path("runs/<uuid:run_id>/samples/", api.RunSamplesView.as_view(), name="api-run-samples"),
     path("runs/<uuid:run_id>/test-report/", api.RunTestReportView.as_view(), name="api-run-test-report"),
+    path("checkpoints/<uuid:checkpoint_id>/readiness/", api.CheckpointReadinessView.as_view(),
+         name="api-checkpoint-readiness"),
     path("checkpoints/<uuid:checkpoint_id>/export/", api.CheckpointExportJobView.as_view(),
          name="api-checkpoint-export-job"),
     path("checkpoints/<uuid:checkpoint_id>/export-hf.zip", api.CheckpointExportView.as_view(),

@@ -87,7 +87,61 @@ def leaderboard(user, dataset) -> dict[str, Any]:
     accuracies = [row["test"]["accuracy"] for row in rows if _number(row["test"].get("accuracy"))]
     return {"primary": primary, "higher_is_better": higher, "settings": differing, "test_metrics": test_keys,
             "rows": rows, "best_test_accuracy": max(accuracies) if accuracies else None,
+            "baselines": baseline_rows(dataset, primary),
             "incontext": incontext_rows(user, dataset)}
+
+
+def baseline_rows(dataset, primary: str = "") -> list[dict[str, Any]]:
+    """The dataset's baselines (trainer.finetune.baselines, stored on it when it became ready) as
+    leaderboard rows: name, label, kind, the validation value of `primary` (the baselines' own
+    metric when empty) and the test metrics; [] for a dataset without any."""
+    stored = (dataset.baselines or {}) if dataset is not None else {}
+    primary = primary or stored.get("metric") or ""
+    rows = []
+    for row in stored.get("baselines") or []:
+        valid = row.get("validation") or {}
+        rows.append({"name": row.get("name", ""), "label": row.get("label", ""), "kind": row.get("kind", ""),
+                     "valid": valid.get(primary) if _number(valid.get(primary)) else None,
+                     "test": dict(row.get("test") or {})})
+    return rows
+
+
+def baseline_reference(run: Run) -> dict[str, Any] | None:
+    """The lexical baseline a fine-tuning run will be judged against, with the metric and split
+    values ({"label", "metric", "validation", "test", "higher_is_better"}), or None."""
+    if not run.is_finetune or run.dataset_id is None:
+        return None
+    from trainer.finetune import baselines
+
+    stored = run.dataset.baselines or {}
+    row = baselines.lexical(stored)
+    if row is None:
+        return None
+    metric = stored.get("metric") or ""
+    return {"label": row.get("label", ""), "metric": metric, "higher_is_better": stored.get("higher_is_better", True),
+            "validation": (row.get("validation") or {}).get(metric), "test": (row.get("test") or {}).get(metric)}
+
+
+def baseline_verdict(run: Run) -> dict[str, Any] | None:
+    """How a fine-tuning run's primary metric stands against its dataset's lexical baseline
+    (trainer.finetune.baselines.compare): on test once the run has scored it, else its best
+    validation value once the run has finished. None when there is nothing to compare."""
+    if not run.is_finetune or run.dataset_id is None:
+        return None
+    from trainer.finetune import baselines
+
+    stored = run.dataset.baselines or {}
+    if baselines.lexical(stored) is None:
+        return None
+    test = MetricPoint.objects.filter(run=run, split="test").order_by("-step").first()
+    best = None
+    if test is None:
+        if not run.is_finished:
+            return None
+        valid = list(MetricPoint.objects.filter(run=run, split="valid").order_by("step"))
+        best, _ = _best(valid, stored.get("metric") or "", bool(stored.get("higher_is_better", True)))
+    values = test.values if test is not None and isinstance(test.values, dict) else None
+    return baselines.compare(stored, test=values, best_valid=best)
 
 
 def _number(value: Any) -> bool:

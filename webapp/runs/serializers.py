@@ -117,6 +117,11 @@ class MetricsQuerySerializer(QuerySerializer):
                                      help_text="Return only points with a step greater than this.")
 
 
+class ReadinessQuerySerializer(QuerySerializer):
+    dataset = serializers.UUIDField(required=False, help_text=(
+        "One of your ready labelled datasets: its sentence vectors under the checkpoint are probed too."))
+
+
 class LogLineSerializer(serializers.ModelSerializer):
     time = serializers.DateTimeField(source="created_at")
 

@@ -8,6 +8,7 @@ urlpatterns = [
     path("", views.run_list, name="list"),
     path("new/", views.run_new, name="new"),
     path("finetune/", views.finetune_new, name="finetune"),
+    path("finetune/readiness/", views.finetune_readiness, name="finetune-readiness"),
     path("compare/", views.run_compare, name="compare"),
     path("static/plotly.min.js", views.plotly_js, name="plotly-js"),
     path("checkpoints/<uuid:checkpoint_id>/export/", views.checkpoint_export, name="checkpoint-export"),

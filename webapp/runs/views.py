@@ -17,7 +17,7 @@ from trainer.config import RunConfig
 from trainer.finetune.config import mix_task_names
 from trainer.errors import UserError
 from webapp.corpora.models import JobStatus, Tokenizer
-from webapp.runs import capacity, exports, launch, results, selectors, services
+from webapp.runs import capacity, exports, launch, readiness, results, selectors, services
 from webapp.runs.api import NO_PREDICTIONS, config_text, config_yaml_response, export_response, predictions_response
 from webapp.runs.forms import FinetuneForm, RunForm, YamlImportForm
 from webapp.runs.models import RunStatus
@@ -121,7 +121,16 @@ def finetune_new(request: HttpRequest) -> HttpResponse:
                 return redirect("runs:detail", run_id=run.id)
     else:
         form = FinetuneForm(user=request.user, initial=_finetune_initial(request))
-    return render(request, "runs/finetune.html", {"form": form})
+    return render(request, "runs/finetune.html", {"form": form, **readiness.form_context(request.user, form)})
+
+
+@login_required
+@require_GET
+def finetune_readiness(request: HttpRequest) -> HttpResponse:
+    """The fine-tune form's readiness panel for ?checkpoint=<id>&dataset=<id> (templates/runs/
+    _readiness.html alone): the form's script fetches it when either choice changes."""
+    form = FinetuneForm(user=request.user, initial={k: request.GET.get(k) for k in ("checkpoint", "dataset")})
+    return render(request, "runs/_readiness.html", {**readiness.form_context(request.user, form), "fragment": True})
 
 
 def _finetune_initial(request: HttpRequest) -> dict:
@@ -185,6 +194,9 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
         "checkpoints": checkpoints,
         "log_lines": log_lines,
         "test_metrics": selectors.test_metrics(run),
+        "baseline": results.baseline_verdict(run),
+        "baseline_reference": results.baseline_reference(run),
+        "base_record": readiness.record(run.base_checkpoint) if run.is_finetune and run.base_checkpoint_id else None,
         "test_report": selectors.test_report(run),
         "has_predictions": selectors.predictions_file(run, "jsonl") is not None,
         "shows_samples": selectors.shows_samples(run),

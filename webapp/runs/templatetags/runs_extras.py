@@ -53,3 +53,11 @@ def ago(value) -> str:
 def get_item(mapping, key):
     """mapping[key] in a template (None when absent or not a mapping)."""
     return mapping.get(key) if isinstance(mapping, dict) else None
+
+
+@register.inclusion_tag("runs/_cpu_notice.html")
+def cpu_notice() -> dict:
+    """The plain word on pre-training without a GPU (shown when no live worker has one)."""
+    from webapp.runs.readiness import no_gpu
+
+    return {"no_gpu": no_gpu()}
