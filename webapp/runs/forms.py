@@ -256,6 +256,10 @@ def _training_field(name: str, spec: dict[str, Any], *, required: bool = True) -
     label = launch.LABELS.get(name, name.replace("_", " ").capitalize())
     common = {"label": label, "help_text": spec.get("help", ""), "required": required}
     default = spec.get("default")
+    if spec.get("multiple"):  # a list of some of the choices (report_to): check boxes
+        labels = launch.CHOICE_LABELS.get(name, {})
+        return forms.MultipleChoiceField(choices=[(c, labels.get(c, c)) for c in spec["choices"]],
+                                         widget=forms.CheckboxSelectMultiple, initial=default, **common)
     if "choices" in spec:
         labels = launch.CHOICE_LABELS.get(name, {})
         choices = [(c, labels.get(c, c)) for c in spec["choices"]]
@@ -426,6 +430,9 @@ FINETUNE_HELP = {
                     "their order are the same whatever the number.",
     "device": "CUDA GPU runs on the gpu queue (a worker with a GPU), CPU on the cpu queue; Auto on the default "
               "queue, on a GPU when its worker has one.",
+    "report_to": "Experiment trackers that also get every metric, the settings and the test report, written into "
+                 "the run's folder (no server, no network); the run's page then says where. Each needs its "
+                 "package installed where the run trains.",
 }
 DEVICE_CHOICES = [("auto", "Auto"), ("cpu", "CPU"), ("cuda", "CUDA GPU")]
 
@@ -546,6 +553,11 @@ class FinetuneForm(forms.Form):
             elif name == "device":
                 field = forms.ChoiceField(choices=DEVICE_CHOICES, initial=default, help_text=help_text,
                                           required=False)  # not sent (an older form, a script): auto
+            elif name == "report_to":  # the launch form's check boxes (launch.CHOICE_LABELS), none ticked
+                labels = launch.CHOICE_LABELS[name]
+                field = forms.MultipleChoiceField(choices=list(labels.items()), widget=forms.CheckboxSelectMultiple,
+                                                  required=False, help_text=help_text,
+                                                  label=launch.LABELS[name])
             elif isinstance(default, str):
                 # strip=False: a prefix's or a template's spaces and line breaks are part of it
                 widget = forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}) if name == "chat_template" else None
