@@ -17,8 +17,12 @@ from trainer.errors import ConfigError
 from trainer.finetune.config import FinetuneConfig
 from trainer.training.sinks import ConsoleSink
 
-pytest.importorskip("tensorboard")
-pytest.importorskip("mlflow")
+
+
+def needs_tensorboard_and_mlflow() -> None:
+    """The two trackers the run tests name (requirements-trackers.txt, installed for the tests)."""
+    pytest.importorskip("tensorboard")
+    pytest.importorskip("mlflow")
 
 
 def jsonl_events(out: Path) -> list[tuple[int, str, str, float]]:
@@ -77,6 +81,7 @@ def assert_mirrors_metrics_jsonl(out: Path) -> list[tuple[int, str, str, float]]
 
 
 def test_a_pre_training_run_mirrors_metrics_jsonl_and_its_config(tokenizer_dir, make_config, tmp_path):
+    needs_tensorboard_and_mlflow()
     from trainer.training.engine import train
 
     config = make_config(max_steps=4, batch_size=4, seq_len=32, warmup_steps=1, eval_every=2, eval_batches=1,
@@ -97,6 +102,7 @@ def test_a_pre_training_run_mirrors_metrics_jsonl_and_its_config(tokenizer_dir, 
 
 
 def test_a_fine_tuning_run_mirrors_its_metrics_and_its_test_report(trained_run, tmp_path):
+    needs_tensorboard_and_mlflow()
     from trainer.finetune.engine import finetune
     from tests.trainer.finetune_helpers import ingested_demo
 
