@@ -205,3 +205,15 @@ def test_report_to_is_checked_and_round_trips(make_config):
     assert config.report_to == ["tensorboard", "mlflow"] and make_config().report_to == []
     assert RunConfig.from_yaml(config.to_yaml()) == config
     assert config.eval.report_to == ("tensorboard", "mlflow")
+
+
+def test_the_cli_refuses_a_missing_tracker_in_one_line_before_preparing_anything(monkeypatch, tmp_path, capsys):
+    from trainer.cli import main
+
+    monkeypatch.setitem(sys.modules, "mlflow", None)
+    (tmp_path / "corpus.txt").write_text("One sentence. Another one.\n", encoding="utf-8")
+    (tmp_path / "run.yaml").write_text("corpus: corpus.txt\noutput_dir: out\nreport_to: [mlflow]\n", encoding="utf-8")
+    assert main(["run", str(tmp_path / "run.yaml")]) == 2
+    assert capsys.readouterr().err == ("error: report_to names mlflow but the mlflow package is not installed: "
+                                       "pip install mlflow\n")
+    assert not (tmp_path / "out").exists()
