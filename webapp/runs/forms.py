@@ -13,6 +13,7 @@ family's paper values) are optional; the page shows betas and epsilon for AdamW 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -536,7 +537,8 @@ class FinetuneForm(forms.Form):
         self.fields["extra_datasets"].queryset = datasets_for(user)  # only the user's can be chosen
         self.choices = services.finetune_choices(user)
         self._mark_choices()
-        defaults = {f: getattr(FinetuneConfig, f) for f in services.FINETUNE_FIELDS}
+        defaults = {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default  # report_to: []
+                    for f in dataclasses.fields(FinetuneConfig) if f.name in services.FINETUNE_FIELDS}
         for name in services.FINETUNE_FIELDS:
             default, help_text = defaults[name], FINETUNE_HELP[name]
             # The generative tasks' settings may be left out (their defaults), so that a form
