@@ -217,3 +217,32 @@ def test_the_cli_refuses_a_missing_tracker_in_one_line_before_preparing_anything
     assert capsys.readouterr().err == ("error: report_to names mlflow but the mlflow package is not installed: "
                                        "pip install mlflow\n")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_resumed_run_goes_on_in_the_same_mlflow_run(tmp_path):
+    pytest.importorskip("mlflow")
+    from trainer.training.tracker_sinks import open_sinks
+
+    (first,) = open_sinks(["mlflow"], {"lr": 0.001, "max_steps": 2}, tmp_path)
+    first.metrics(1, "train", {"loss": 3.0})
+    first.metrics(2, "train", {"loss": 2.0})
+    first.close()
+    (second,) = open_sinks(["mlflow"], {"lr": 0.001, "max_steps": 4}, tmp_path)  # resumed with more steps
+    second.metrics(3, "train", {"loss": 1.0})
+    second.close()
+    client, run = mlflow_run(tmp_path)  # one run, not two
+    history = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "train/loss")}
+    assert history == {1: 3.0, 2: 2.0, 3: 1.0} and run.info.status == "FINISHED"
+    assert run.data.params["max_steps"] == "2"  # MLflow keeps a param's first value
+
+
+def test_a_resumed_run_goes_on_under_the_same_wandb_id(tmp_path):
+    pytest.importorskip("wandb")
+    from trainer.training.tracker_sinks import open_sinks
+
+    for step in (1, 2):
+        (sink,) = open_sinks(["wandb"], {"lr": 0.001}, tmp_path)
+        sink.metrics(step, "train", {"loss": 1.0 / step})
+        sink.close()
+    runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2 and len({r.name.rsplit("-", 1)[1] for r in runs}) == 1

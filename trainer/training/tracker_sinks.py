@@ -11,7 +11,6 @@ network, and its package is imported only when a run names it.
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -162,15 +161,22 @@ class MlflowSink(_TrackerSink):
         artifacts = (self.out_dir / FOLDERS["mlflow"] / "artifacts").resolve()
         experiment_id = (experiment.experiment_id if experiment is not None
                          else self.client.create_experiment(MLFLOW_EXPERIMENT, artifact_location=artifacts.as_uri()))
-        self.run_id = self.client.create_run(experiment_id, run_name=self.out_dir.resolve().name).info.run_id
-        params = flat_params(config)
+        # The store belongs to this run's folder: a run found in it is this run before a resume,
+        # and goes on (its metrics continue; params keep their first values, MLflow never changes one).
+        earlier = self.client.search_runs([experiment_id], max_results=1)
+        if earlier:
+            self.run_id = earlier[0].info.run_id
+            self.client.update_run(self.run_id, status="RUNNING")
+            logged = earlier[0].data.params
+        else:
+            self.run_id = self.client.create_run(experiment_id, run_name=self.out_dir.resolve().name).info.run_id
+            logged = {}
         from mlflow.entities import Param
 
-        items = [Param(k, v[:6000]) for k, v in params.items()]
+        items = [Param(k, v[:6000]) for k, v in flat_params(config).items() if k not in logged]
         for i in range(0, len(items), 100):  # MLflow takes at most 100 params a batch
             self.client.log_batch(self.run_id, params=items[i:i + 100])
         self.client.log_dict(self.run_id, config, "config.json")
-        self.status = "FINISHED"
 
     def write(self, step: int, values: dict[str, float]) -> None:
         if not values:
@@ -184,12 +190,12 @@ class MlflowSink(_TrackerSink):
         self.client.log_artifact(self.run_id, str(path))
 
     def finish(self) -> None:
-        self.client.set_terminated(self.run_id, status=self.status)
+        self.client.set_terminated(self.run_id, status="FINISHED")
 
 
 class WandbSink(_TrackerSink):
     """A W&B run in offline mode under <run>/wandb (`wandb sync` uploads it later, from a
-    machine with a network): metrics at their step, the config, the test files in its files."""
+    machine with a network): metrics at their step, the config, the test files in its summary."""
 
     def __init__(self, out_dir: Path, config: dict) -> None:
         super().__init__(out_dir)
@@ -197,9 +203,11 @@ class WandbSink(_TrackerSink):
 
         folder = self.out_dir / FOLDERS["wandb"]
         folder.mkdir(parents=True, exist_ok=True)
-        os.environ.setdefault("WANDB_SILENT", "true")
+        earlier = sorted(folder.glob("offline-run-*-*"))  # this run before a resume: go on under its id
+        run_id = earlier[-1].name.rsplit("-", 1)[1] if earlier else None
         self.run = wandb.init(project=WANDB_PROJECT, name=self.out_dir.resolve().name, dir=str(self.out_dir),
-                              config=config, mode="offline", reinit="create_new")
+                              config=config, mode="offline", reinit="create_new", id=run_id,
+                              resume="allow" if run_id else None, settings=wandb.Settings(silent=True))
         self.step = 0
 
     def write(self, step: int, values: dict[str, float]) -> None:
