@@ -86,9 +86,11 @@ def test_a_pre_training_run_mirrors_metrics_jsonl_and_its_config(tokenizer_dir, 
 
     config = make_config(max_steps=4, batch_size=4, seq_len=32, warmup_steps=1, eval_every=2, eval_batches=1,
                          checkpoint_every=4, log_every=1, report_to=["tensorboard", "mlflow"])
-    out = tmp_path / "run"
-    result = train(config, data_dir=tokenizer_dir, out_dir=out, sink=ConsoleSink(out, stream=io.StringIO()))
+    out, console = tmp_path / "run", io.StringIO()
+    result = train(config, data_dir=tokenizer_dir, out_dir=out, sink=ConsoleSink(out, stream=console))
     assert result.status == "succeeded"
+    assert ("Mirroring the metrics and settings to tensorboard in tensorboard/, mlflow in mlruns/ of the run's "
+            "folder.") in console.getvalue()
     events = assert_mirrors_metrics_jsonl(out)
     assert {split for _, split, _, _ in events} == {"train", "valid"}
     assert {step for step, split, _, _ in events if split == "train"} == {1, 2, 3, 4}

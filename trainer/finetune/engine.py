@@ -212,6 +212,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
         if config.report_to:  # the trackers report_to names get everything the run's sink gets
             mirrors = tracker_sinks.open_sinks(config.report_to, config.to_dict(), out_dir)
             sink = TeeSink(sink, *mirrors)
+            sink.log(tracker_sinks.describe(config.report_to))
         tokenizer = load_tokenizer(checkpoint)
         collator = task.build_collator(tokenizer, labels, config.max_length, config)
         adapters.apply(model, config, sink)  # before the optimizer: only adapters, norms and the head train

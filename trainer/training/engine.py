@@ -85,6 +85,7 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
         elif config.report_to:  # rank 0 also mirrors to the trackers report_to names
             mirrors = tracker_sinks.open_sinks(config.report_to, config.to_dict(), out_dir)
             reporter = TeeSink(sink, *mirrors)
+            reporter.log(tracker_sinks.describe(config.report_to))
         resume_from = find_resume_point(out_dir, resume, reporter)
         model, forward = steps.build(config, vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
                                         device=device, data_dir=data_dir, tokenizer=tokenizer)

@@ -41,6 +41,13 @@ def open_sinks(report_to: list[str], config: dict, out_dir: Path) -> list[Any]:
     return opened
 
 
+def describe(report_to: list[str]) -> str:
+    """The log line that says where the trackers write (relative to the run's folder: the web
+    app's log never shows the server's paths)."""
+    where = ", ".join(f"{name} in {FOLDERS[name]}/" for name in report_to)
+    return f"Mirroring the metrics and settings to {where} of the run's folder."
+
+
 def close_all(sinks: list[Any]) -> None:
     """Close every sink, even after one of them failed to (the first failure is raised after)."""
     failure = None
