@@ -33,9 +33,10 @@ if ! "$vpy" -c 'import torch' >/dev/null 2>&1; then
 fi
 
 # What must import afterwards: the app's packages, plus the test suite's references and browser
-# driver with --test (a missing one would otherwise turn whole test files into skips).
+# driver and report_to's trackers with --test (a missing one would otherwise turn whole test files
+# into skips).
 modules="django, torch, tokenizers, celery, channels, sklearn, scipy, seqeval, rouge_score, sacrebleu"
-[ "$want" = requirements-test.txt ] && modules="$modules, transformers, playwright"
+[ "$want" = requirements-test.txt ] && modules="$modules, transformers, playwright, tensorboard, mlflow, wandb"
 
 stamp=".venv/.installed-$(basename "$want" .txt)"
 sum=$(cat requirements*.txt constraints.txt | cksum | cut -d' ' -f1)

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from trainer import trackers
 from trainer.errors import ConfigError
 
 MIN_SEQ_LEN = 16
@@ -60,6 +61,9 @@ _LAZY_CHOICES = {
     "masking_unit": ("trainer.objectives.masking", "MASKING_UNITS"),
     "packing": ("trainer.objectives.examples", "PACKINGS"),
 }
+
+# List fields whose items come from a fixed set (a form shows them as check boxes).
+MULTI_CHOICES: dict[str, tuple[str, ...]] = {"report_to": tuple(trackers.TRACKERS)}
 
 ALL_DEVICES = "all"  # devices: every GPU of the machine
 AUTO_WORKERS = -1  # data_workers: as many as the cores left by the training threads ("auto" in YAML reads as it)
@@ -127,12 +131,13 @@ class OptimArgs:
 
 @dataclass(frozen=True)
 class EvalArgs:
-    """When to validate, checkpoint and log."""
+    """When to validate, checkpoint and log, and the trackers the metrics are mirrored to."""
 
     eval_every: int
     eval_batches: int
     checkpoint_every: int
     log_every: int
+    report_to: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -285,6 +290,8 @@ class RunConfig(FlatRecord):
     """Save a checkpoint every this many steps (and at the end)."""
     log_every: int = 10
     """Report training metrics every this many steps (and at step 1)."""
+    report_to: list[str] = field(default_factory=list)
+    """Experiment trackers that also receive every metric, the config and (fine-tuning) the test report, written into the run's folder with no server or network: "tensorboard" (tensorboard/), "mlflow" (a local MLflow store, mlruns/), "wandb" (W&B in offline mode, wandb/). Each needs its package installed (pip install tensorboard, mlflow or wandb). Empty = none."""
     seed: int = 0
     """Seed for weights, data order, masks and dropout: same seed, same run."""
 
@@ -377,6 +384,7 @@ class RunConfig(FlatRecord):
             raise ConfigError("bf16 precision needs a CUDA GPU; use precision \"auto\" or \"fp32\" on the CPU.")
         if not (self.distill_soft_weight or self.distill_mlm_weight or self.distill_cos_weight):
             raise ConfigError("The three distillation loss weights cannot all be 0: the student would learn nothing.")
+        self.report_to = trackers.check(self.report_to)  # the trackers' packages are looked for, not imported
 
     # ----------------------------------------------------------------- (de)serialisation
     @classmethod
@@ -402,8 +410,9 @@ class RunConfig(FlatRecord):
     def group(self, cls: type) -> Any:
         """One setting group (ModelArgs, OptimArgs, ...) of this config."""
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(cls)}
-        if "objectives" in values:
-            values["objectives"] = tuple(values["objectives"])
+        for name in ("objectives", "report_to"):
+            if name in values:
+                values[name] = tuple(values[name])
         return cls(**values)
 
     @property

@@ -221,3 +221,20 @@ def test_multi_process_options_are_checked_before_anything_starts(prepared, args
 
     assert main(["run", str(prepared / "template.yaml"), *args]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_rank_zero_alone_mirrors_the_run_to_its_trackers(prepared):
+    """report_to under torchrun: one set of event files (rank 0's), the same numbers as metrics.jsonl."""
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    config = new_run(prepared, "tracked", max_steps=3, grad_accum=1, strategy="ddp")
+    config.write_text(config.read_text() + "report_to: [tensorboard]\n")
+    run("-m", "trainer", "run", str(config), "--devices", "2", cwd=prepared)
+    (events,) = (prepared / "tracked" / "tensorboard").glob("events.out.tfevents.*")
+    acc = EventAccumulator(str(events.parent), size_guidance={"scalars": 0})
+    acc.Reload()
+    records = [json.loads(line) for line in (prepared / "tracked" / "metrics.jsonl").read_text().splitlines()]
+    losses = {r["step"]: r["values"]["loss"] for r in records if r["split"] == "train"}
+    assert {e.step: e.value for e in acc.Scalars("train/loss")} == pytest.approx(losses, rel=1e-6)
+    assert sorted(losses) == [1, 2, 3]

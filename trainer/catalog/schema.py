@@ -37,6 +37,8 @@ def as_json() -> dict[str, Any]:
                 "help": config_mod.field_help().get(name, ""),
                 **({"min": bounds[name][0], "max": bounds[name][1]} if name in bounds else {}),
                 **({"choices": list(all_choices[name])} if name in all_choices else {}),
+                **({"choices": list(config_mod.MULTI_CHOICES[name]), "multiple": True}
+                   if name in config_mod.MULTI_CHOICES else {}),
             }
             for name, default in config_mod.field_defaults().items()
         },

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from trainer.config import AUTO_WORKERS, CHOICES, FlatRecord, OptimArgs, is_auto
 from trainer.errors import ConfigError
 from trainer.finetune.chat import DEFAULT_CHAT_TEMPLATE, check_chat_template
+from trainer import trackers
 
 BOUNDS: dict[str, tuple[float, float]] = {
     "max_length": (8, 8192),
@@ -88,6 +89,8 @@ class FinetuneConfig(FlatRecord):
     eval_every: int = 50
     checkpoint_every: int = 100
     log_every: int = 10
+    report_to: list = field(default_factory=list)
+    """Experiment trackers that also receive every metric, the config and the test report, written into the run's folder with no server or network: "tensorboard" (tensorboard/), "mlflow" (a local MLflow store, mlruns/), "wandb" (W&B in offline mode, wandb/). Each needs its package installed. Empty = none."""
     seed: int = 0
     device: str = "auto"
     precision: str = "auto"
@@ -177,6 +180,7 @@ class FinetuneConfig(FlatRecord):
             raise ConfigError("Name the labelled dataset to fine-tune on (dataset: its folder).")
         check_techniques(self)
         check_generation(self)
+        self.report_to = trackers.check(self.report_to)
 
     # -- what the training loop reads like a RunConfig's
     @property

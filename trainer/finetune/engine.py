@@ -24,7 +24,8 @@ from trainer.finetune.metrics import METRICS
 from trainer.training import checkpoints
 from trainer.training.data import DataPosition
 from trainer.training.engine import TrainResult, TrainState, find_resume_point, restore, setup_runtime
-from trainer.training.sinks import MetricsSink
+from trainer.training import tracker_sinks
+from trainer.training.sinks import MetricsSink, TeeSink
 
 
 MEGABATCH = 50  # length grouping sorts batches of up to this many batches at a time
@@ -180,6 +181,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
     from trainer.prep.tokenization import load_tokenizer
 
     out_dir = Path(out_dir)
+    mirrors: list = []
     try:
         checkpoint, dataset = Path(config.checkpoint), Path(config.dataset)
         meta = read_meta(dataset)
@@ -207,6 +209,10 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             raise ConfigError(f"The checkpoint {checkpoint.name} cannot be fine-tuned for {task.label}: {e}") from None
         config = config.replace(task=task.name, family=model.config.family, preset=checkpoint.name,
                                 label_words=labels if getattr(task, "writes_labels", False) else [])
+        if config.report_to:  # the trackers report_to names get everything the run's sink gets
+            mirrors = tracker_sinks.open_sinks(config.report_to, config.to_dict(), out_dir)
+            sink = TeeSink(sink, *mirrors)
+            sink.log(tracker_sinks.describe(config.report_to))
         tokenizer = load_tokenizer(checkpoint)
         collator = task.build_collator(tokenizer, labels, config.max_length, config)
         adapters.apply(model, config, sink)  # before the optimizer: only adapters, norms and the head train
@@ -262,7 +268,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             lora.export(model, out_dir / "peft", sink)
         return result
     finally:
-        sink.close()
+        sink.close()  # the TeeSink, when there are mirrors: it closes them too
 
 
 def _split(mix: Any, dataset: Path, split: str) -> list[dict]:

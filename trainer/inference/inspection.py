@@ -65,7 +65,10 @@ def sample_batch(config_dict: dict[str, Any], tokenizer_dir: str | Path, n_examp
         raise InferenceError(f"The inspector shows between 1 and {MAX_EXAMPLES} examples at a time.")
     if not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
         raise InferenceError(f"The seed must be a whole number between 0 and {MAX_SEED:,}.")
-    config = RunConfig.from_dict(dict(config_dict)).replace(batch_size=n_examples)
+    # report_to is left out: the inspector reports to no tracker, and a checkpoint trained with one
+    # must open on a machine without its package
+    settings = {k: v for k, v in dict(config_dict).items() if k != "report_to"}
+    config = RunConfig.from_dict(settings).replace(batch_size=n_examples)
     bundle = load_tokenizer(Path(tokenizer_dir))
     special = SpecialIds.from_tokenizer(bundle)
     try:

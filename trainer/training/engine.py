@@ -29,7 +29,7 @@ from torch import nn
 
 from trainer.training import batch_workers, checkpoints, distributed
 from trainer import objectives
-from trainer.training import flops, speedups, steps
+from trainer.training import flops, speedups, steps, tracker_sinks
 from trainer.catalog import validation
 from trainer.objectives.base import Batch, Step, StepOutput
 from trainer.objectives.examples import SpecialIds
@@ -40,7 +40,7 @@ from trainer.training.data import (
 from trainer.errors import ConfigError
 from trainer.prep.tokenization import tokenizers_differ
 from trainer.training.optim import build_optimizer, clip_gradients
-from trainer.training.sinks import MetricsSink, NullSink, format_duration
+from trainer.training.sinks import MetricsSink, NullSink, TeeSink, format_duration
 
 
 PREFETCH_DEVICES = ("cuda",)  # where batches are collated on a background thread when no worker process
@@ -74,7 +74,7 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
     Started by torchrun as one of several processes, it trains with the others
     (trainer.training.distributed); only rank 0 reports to `sink` and writes checkpoints."""
     data_dir, out_dir = Path(data_dir), Path(out_dir)
-    reporter = sink
+    reporter, mirrors = sink, []
     try:
         validation.validate(config)
         tokenizer = load_tokenizer(config, data_dir)
@@ -82,6 +82,10 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
         ctx = distributed.init(device)
         if not ctx.is_main:
             reporter = NullSink()
+        elif config.report_to:  # rank 0 also mirrors to the trackers report_to names
+            mirrors = tracker_sinks.open_sinks(config.report_to, config.to_dict(), out_dir)
+            reporter = TeeSink(sink, *mirrors)
+            reporter.log(tracker_sinks.describe(config.report_to))
         resume_from = find_resume_point(out_dir, resume, reporter)
         model, forward = steps.build(config, vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
                                         device=device, data_dir=data_dir, tokenizer=tokenizer)
@@ -103,7 +107,10 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
                     device=device, precision=precision, resumed_from=resume_from, dist=ctx)
         return loop.run(should_stop)
     finally:
-        sink.close()
+        try:
+            tracker_sinks.close_all(mirrors)
+        finally:
+            sink.close()
 
 
 # ---------------------------------------------------------------------------- building

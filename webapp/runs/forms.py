@@ -13,6 +13,7 @@ family's paper values) are optional; the page shows betas and epsilon for AdamW 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -256,6 +257,10 @@ def _training_field(name: str, spec: dict[str, Any], *, required: bool = True) -
     label = launch.LABELS.get(name, name.replace("_", " ").capitalize())
     common = {"label": label, "help_text": spec.get("help", ""), "required": required}
     default = spec.get("default")
+    if spec.get("multiple"):  # a list of some of the choices (report_to): check boxes
+        labels = launch.CHOICE_LABELS.get(name, {})
+        return forms.MultipleChoiceField(choices=[(c, labels.get(c, c)) for c in spec["choices"]],
+                                         widget=forms.CheckboxSelectMultiple, initial=default, **common)
     if "choices" in spec:
         labels = launch.CHOICE_LABELS.get(name, {})
         choices = [(c, labels.get(c, c)) for c in spec["choices"]]
@@ -426,6 +431,9 @@ FINETUNE_HELP = {
                     "their order are the same whatever the number.",
     "device": "CUDA GPU runs on the gpu queue (a worker with a GPU), CPU on the cpu queue; Auto on the default "
               "queue, on a GPU when its worker has one.",
+    "report_to": "Experiment trackers that also get every metric, the settings and the test report, written into "
+                 "the run's folder (no server, no network); the run's page then says where. Each needs its "
+                 "package installed where the run trains.",
 }
 DEVICE_CHOICES = [("auto", "Auto"), ("cpu", "CPU"), ("cuda", "CUDA GPU")]
 
@@ -529,7 +537,8 @@ class FinetuneForm(forms.Form):
         self.fields["extra_datasets"].queryset = datasets_for(user)  # only the user's can be chosen
         self.choices = services.finetune_choices(user)
         self._mark_choices()
-        defaults = {f: getattr(FinetuneConfig, f) for f in services.FINETUNE_FIELDS}
+        defaults = {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default  # report_to: []
+                    for f in dataclasses.fields(FinetuneConfig) if f.name in services.FINETUNE_FIELDS}
         for name in services.FINETUNE_FIELDS:
             default, help_text = defaults[name], FINETUNE_HELP[name]
             # The generative tasks' settings may be left out (their defaults), so that a form
@@ -546,6 +555,11 @@ class FinetuneForm(forms.Form):
             elif name == "device":
                 field = forms.ChoiceField(choices=DEVICE_CHOICES, initial=default, help_text=help_text,
                                           required=False)  # not sent (an older form, a script): auto
+            elif name == "report_to":  # the launch form's check boxes (launch.CHOICE_LABELS), none ticked
+                labels = launch.CHOICE_LABELS[name]
+                field = forms.MultipleChoiceField(choices=list(labels.items()), widget=forms.CheckboxSelectMultiple,
+                                                  required=False, help_text=help_text,
+                                                  label=launch.LABELS[name])
             elif isinstance(default, str):
                 # strip=False: a prefix's or a template's spaces and line breaks are part of it
                 widget = forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}) if name == "chat_template" else None

@@ -16,11 +16,12 @@ from trainer.errors import ConfigError
 MAIN_FIELDS = ("max_steps", "batch_size", "seq_len", "lr", "warmup_steps", "grad_accum",
                "eval_every", "checkpoint_every", "masking", "seed", "device", "devices")
 ADVANCED_FIELDS = ("mask_prob", "schedule", "weight_decay", "clip_grad", "eval_batches", "log_every",
-                   "precision", "num_threads", "data_workers", "strategy", "compile", "activation_checkpointing")
+                   "precision", "num_threads", "data_workers", "strategy", "compile", "activation_checkpointing",
+                   "report_to")
 TRAINING_FIELDS = MAIN_FIELDS + ADVANCED_FIELDS
 # Training fields a form may leave out (empty = RunConfig's default: one device, strategy auto,
 # data workers auto; an unticked box is off).
-OPTIONAL_FIELDS = ("devices", "strategy", "data_workers", "compile", "activation_checkpointing")
+OPTIONAL_FIELDS = ("devices", "strategy", "data_workers", "compile", "activation_checkpointing", "report_to")
 # Shown with the objectives: what a mask covers, how single segments are packed (empty = default).
 OBJECTIVE_FIELDS = ("masking_unit", "packing")
 # The optimizer (empty = the family's: Adafactor for T5, AdamW otherwise) and AdamW's own
@@ -52,6 +53,7 @@ LABELS = {
     "tinybert_temperature": "Prediction-layer temperature",
     "tinybert_prediction_share": "Share of steps on prediction-layer distillation",
     "optimizer": "Optimizer", "betas": "AdamW betas", "eps": "AdamW epsilon",
+    "report_to": "Mirror the metrics to",
 }
 CHOICE_LABELS = {
     "device": {"auto": "Auto", "cpu": "CPU", "cuda": "CUDA GPU"},
@@ -66,6 +68,8 @@ CHOICE_LABELS = {
                      "ngram": "N-grams of words (ALBERT)", "span": "Spans (SpanBERT)"},
     "packing": {"full-sentences": "Full sentences, across documents", "doc-sentences": "Sentences of one document"},
     "compile": {"auto": "Auto (on a GPU)", "on": "On", "off": "Off"},
+    "report_to": {"tensorboard": "TensorBoard", "mlflow": "MLflow (a local store)",
+                  "wandb": "Weights & Biases (offline)"},
 }
 
 # A first run should finish in minutes on a laptop CPU.

@@ -14,7 +14,8 @@ from django.http import Http404
 from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run
 
 __all__ = ["runs_for", "run_get", "with_last_checkpoint", "metrics_since", "log_tail", "log_after", "checkpoint_get",
-           "checkpoints_for", "latest_checkpoint", "test_metrics", "test_report", "predictions_file"]
+           "checkpoints_for", "latest_checkpoint", "test_metrics", "test_report", "predictions_file", "tracker_logs",
+           "tracker_folder"]
 
 
 def _as_uuid(value) -> uuid.UUID:
@@ -172,3 +173,32 @@ def predictions_file(run: Run, fmt: str) -> Path | None:
         return None
     path = Path(run.folder) / name
     return path if path.is_file() else None
+
+
+# How each tracker of report_to (trainer.trackers) is opened on the folder it wrote: the command
+# a user runs on the unzipped download (the folder keeps its name inside the zip).
+TRACKER_VIEWS = {
+    "tensorboard": ("TensorBoard logs", "tensorboard --logdir {folder}"),
+    "mlflow": ("MLflow store", "mlflow ui --backend-store-uri sqlite:///{folder}/mlflow.db"),
+    "wandb": ("W&B offline run", "wandb sync {folder}/offline-run-*"),
+}
+
+
+def tracker_folder(run: Run, name: str) -> Path | None:
+    """The folder the tracker `name` wrote in the run's folder, None when it wrote nothing."""
+    from trainer.trackers import written
+
+    return written(run.folder).get(name)
+
+
+def tracker_logs(run: Run) -> list[dict]:
+    """What the run's trackers (its config's report_to) wrote: [{name, label, folder (relative to
+    the storage folder, never the server's absolute path), command, file}] for those with files."""
+    from trainer.trackers import written
+
+    out = []
+    for name, folder in written(run.folder).items():
+        label, command = TRACKER_VIEWS[name]
+        out.append({"name": name, "label": label, "folder": f"runs/{run.id}/{folder.name}",
+                    "command": command.format(folder=folder.name), "file": f"{folder.name}.zip"})
+    return out

@@ -5,6 +5,7 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from trainer.trackers import TRACKERS
 from webapp.api.serializers import BuiltOnceFields, GreaterThan, QuerySerializer, RequestSerializer
 from webapp.runs import capacity, launch
 from webapp.runs.models import Checkpoint, CheckpointExport, LogLine, MetricPoint, Run
@@ -139,6 +140,8 @@ def _training_field(name: str) -> serializers.Field:
     spec = launch.registry_json()["fields"][name]
     kwargs = {"required": False, "help_text": spec.get("help", "")}
     default = launch.field_default(name)
+    if spec.get("multiple"):  # report_to: some of the choices
+        return serializers.ListField(child=serializers.ChoiceField(choices=spec["choices"]), **kwargs)
     if isinstance(default, list):  # betas: two numbers
         return serializers.ListField(child=serializers.FloatField(min_value=0.0, max_value=0.999999),
                                      min_length=len(default), max_length=len(default), **kwargs)
@@ -274,6 +277,9 @@ class FinetuneCreateSerializer(RequestSerializer):
     num_threads = _finetune_int("num_threads", help_text="CPU threads of the run (0, the default: PyTorch's own).")
     data_workers = _finetune_int("data_workers", help_text="Processes that build the training batches (-1, the "
                                                            "default: auto; 0: none, in the training process).")
+    report_to = serializers.ListField(child=serializers.ChoiceField(choices=list(TRACKERS)), required=False,
+                                      help_text="Experiment trackers that also get the metrics, the config and the "
+                                                "test report, in the run's folder: tensorboard, mlflow, wandb.")
     extra_datasets = ExtraDatasetSerializer(many=True, required=False, max_length=16,
                                             help_text="T5 multi-task mixing: more datasets trained in the same "
                                                       "text-to-text run, each with its own task prefix.")

@@ -389,7 +389,7 @@ MIX_FIELDS = ("task_name", "mixing", "mixing_limit", "mixing_temperature")
 # the processes that build its batches (-1: auto).
 RUNTIME_FIELDS = ("seed", "num_threads", "data_workers")
 OPTIONAL_FIELDS = (GENERATION_FIELDS + LORA_FIELDS + ADAPTER_FIELDS + MIX_FIELDS + RUNTIME_FIELDS
-                   + ("device",))  # device: auto when not sent
+                   + ("device", "report_to"))  # device: auto when not sent; report_to: no tracker
 FINETUNE_FIELDS += OPTIONAL_FIELDS
 
 

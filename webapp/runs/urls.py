@@ -21,4 +21,5 @@ urlpatterns = [
     path("<uuid:run_id>/finetune-on/", views.run_finetune_on, name="finetune-on"),
     path("<uuid:run_id>/config.yaml", views.run_config_yaml, name="config-yaml"),
     path("<uuid:run_id>/predictions.<str:fmt>", views.run_predictions, name="predictions"),
+    path("<uuid:run_id>/trackers/<str:name>.zip", views.run_tracker_logs, name="tracker-logs"),
 ]

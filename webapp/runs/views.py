@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import json
+import tempfile
 import uuid
+import zipfile
 from importlib import resources
 
 from django.contrib import messages
@@ -199,6 +201,7 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
         "base_record": readiness.record(run.base_checkpoint) if run.is_finetune and run.base_checkpoint_id else None,
         "test_report": selectors.test_report(run),
         "has_predictions": selectors.predictions_file(run, "jsonl") is not None,
+        "tracker_logs": selectors.tracker_logs(run),
         "shows_samples": selectors.shows_samples(run),
         "mix_tasks": services.mix_datasets(run),
         "handed_on": services.handed_on_checkpoint(run) if run.config.get("extra_datasets") else None,
@@ -340,6 +343,32 @@ def run_predictions(request: HttpRequest, run_id, fmt: str) -> HttpResponse:
         return render(request, "error.html", {"code": 404, "title": "No predictions", "message": NO_PREDICTIONS},
                       status=404)
     return response
+
+
+@login_required
+@require_GET
+def run_tracker_logs(request: HttpRequest, run_id, name: str) -> HttpResponse:
+    """What one of the run's trackers (report_to) wrote, as a zip of its folder."""
+    run = selectors.run_get(request.user, run_id)
+    folder = selectors.tracker_folder(run, name)
+    if folder is None:
+        return render(request, "error.html", {"code": 404, "title": "No tracker logs",
+                                              "message": f"This run has no {name} logs: its report_to did not name "
+                                                         f"{name}, or nothing was written yet."}, status=404)
+    return FileResponse(zip_folder(folder), content_type="application/zip", as_attachment=True,
+                        filename=f"run-{run.id}-{folder.name}.zip")
+
+
+def zip_folder(folder) -> tempfile.SpooledTemporaryFile:
+    """A zip of `folder`, its files under the folder's own name, rewound for reading (in memory
+    up to 16 MB, then in a temporary file)."""
+    out = tempfile.SpooledTemporaryFile(max_size=16 * 2**20)
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(folder.rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                archive.write(path, arcname=str(path.relative_to(folder.parent)))
+    out.seek(0)
+    return out
 
 
 @require_GET
