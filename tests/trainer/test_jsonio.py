@@ -75,3 +75,11 @@ def test_an_imported_config_nested_too_deep_is_refused_before_anything_reads_it(
     (tmp_path / "config.json").write_text('{"model_type": "bert", "x": ' + nested(20_000) + "}")
     with pytest.raises(ModelImportError, match=f"^config.json is nested more than .*{LIMIT}"):
         check_hf_directory(tmp_path)
+
+
+def test_an_imported_yaml_config_nested_too_deep_is_a_sentence_not_a_recursion_error():
+    from trainer.config import RunConfig
+    from trainer.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="^The YAML is nested too deeply to read"):
+        RunConfig.from_yaml("max_steps: " + nested(5000))

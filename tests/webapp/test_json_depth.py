@@ -65,3 +65,11 @@ def test_a_socket_message_nested_too_deep_is_answered_with_the_sentence(alice_cl
     assert deep == {"type": "error", "message": f"The message is nested more than {jsonio.MAX_DEPTH} levels deep "
                                                 f"(lists or objects inside one another); {LIMIT}."}
     assert broken == {"type": "error", "message": "The message is not valid JSON."} and pong == {"type": "pong"}
+
+
+def test_the_launch_form_s_yaml_import_nested_too_deep_is_a_sentence():
+    from trainer.errors import ConfigError
+    from webapp.runs.launch import parse_config_yaml
+
+    with pytest.raises(ConfigError, match="^The YAML is nested too deeply to read"):
+        parse_config_yaml("max_steps: " + "[" * 5000 + "]" * 5000)
