@@ -188,6 +188,9 @@ JOBS_QUEUE = "jobs"
 NEIGHBOURS_MAX_TEXTS = int(os.environ.get("NEIGHBOURS_MAX_TEXTS", "2000"))
 # The most runs one user may have queued or running at once (a 429 beyond it).
 MAX_ACTIVE_RUNS_PER_USER = int(os.environ.get("MAX_ACTIVE_RUNS_PER_USER", "8"))
+# The most combinations a grid sweep may have (the product of its settings' value counts,
+# computed, never listed): Optuna's grid sampler builds every one of them in memory.
+SWEEP_MAX_GRID = int(os.environ.get("SWEEP_MAX_GRID", "10000"))
 
 # The CPU priority (nice value, 0-19) Celery workers lower themselves to at start (webapp/celery.py):
 # where training shares the cores with the web server, pages, the API and live events go first.
