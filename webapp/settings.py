@@ -159,6 +159,10 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A pool process whose resident memory has passed this many KiB (Celery's unit) when its task ends
+# is replaced by a fresh one: after a training run or the explorer's models a child held 1-1.5 GB
+# while idle. Default 1 GiB (a fresh child with torch loaded holds a few hundred MB); 0 turns it off.
+CELERY_WORKER_MAX_MEMORY_PER_CHILD = int(os.environ.get("WORKER_MAX_MEMORY_PER_CHILD", str(1024 * 1024))) or None
 CELERY_TASK_DEFAULT_QUEUE = "cpu"
 # Long runs outlive any visibility timeout; the Run row's atomic claim makes redelivery harmless.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 12 * 3600}
