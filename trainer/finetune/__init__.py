@@ -139,7 +139,7 @@ def check_memory(config: Any, *, memory: int | None = None, memory_of: str = "th
         meta = read_model_config(config.checkpoint)
         model_cfg = FAMILIES[meta["family"]].config_cls.from_dict({"family": meta["family"], **meta["config"]})
     except (ValueError, TypeError, KeyError):
-        raise ConfigError("That checkpoint's files cannot be read, so it cannot be fine-tuned.") from None
+        return  # an unreadable checkpoint: loading it (or check_checkpoint, at launch) says why
     check_model_size(model_cfg, training=True, fields={}, where="This fine-tuning run", memory=memory,
                      memory_of=memory_of, batch=batch_of(config, processes=processes) if activations else None)
 
