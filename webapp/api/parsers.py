@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import codecs
 
-from django.conf import settings
 from rest_framework.exceptions import ParseError
-from rest_framework.parsers import JSONParser
+from rest_framework.parsers import JSONParser, get_encoding
 from rest_framework.utils import json as drf_json
 
 from trainer import jsonio
@@ -21,7 +20,7 @@ class JSONObjectParser(JSONParser):
     names the nesting limit instead of a RecursionError in ``json`` (a 500)."""
 
     def parse(self, stream, media_type=None, parser_context=None):
-        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
+        encoding = get_encoding(parser_context or {})  # DRF's: text charsets only (no bz2_codec bombs)
         constant = drf_json.strict_constant if self.strict else None
         try:
             data = jsonio.loads(codecs.getreader(encoding)(stream).read(), subject="The JSON body",
