@@ -83,3 +83,14 @@ def test_an_imported_yaml_config_nested_too_deep_is_a_sentence_not_a_recursion_e
 
     with pytest.raises(ConfigError, match="^The YAML is nested too deeply to read"):
         RunConfig.from_yaml("max_steps: " + nested(5000))
+
+
+def test_a_json_cell_nested_too_deep_names_its_row_and_column():
+    from trainer.prep.labelled.examples import ExampleBuilder
+    from trainer.prep.labelled.readers import Row
+
+    builder = ExampleBuilder("multilabel", {"text": "text", "tags": "label"})
+    row = Row({"text": "a sentence", "tags": nested(1000)}, "Row 3 (line 4)")
+    with pytest.raises(DatasetError, match=f'^Row 3 \\(line 4\\): the label \\(column "tags"\\) is nested more than '
+                                           f".*{LIMIT}"):
+        builder(row)
