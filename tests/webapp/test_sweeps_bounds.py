@@ -90,3 +90,29 @@ def test_a_sweep_that_fails_in_the_scheduler_is_failed_once_and_not_retried(
     assert sorted(asked) == ["broken", "healthy"]
     broken.refresh_from_db()
     assert broken.status == SweepStatus.FAILED
+
+
+def test_a_sweep_whose_advance_killed_the_scheduler_is_failed_not_advanced_again(
+        alice, enqueued, monkeypatch, django_capture_on_commit_callbacks):
+    from webapp.runs.capacity import _redis
+    from webapp.sweeps import tasks
+
+    corpus, tokenizer = make_data(alice, real=True)
+    sweep = _sweep(alice, make_run(alice, corpus=corpus, tokenizer=tokenizer), django_capture_on_commit_callbacks)
+    key = f"{tasks.ADVANCING_PREFIX}{sweep.pk}"
+    with django_capture_on_commit_callbacks(execute=True):
+        assert tasks.advance_sweeps() == 1
+    assert not _redis().exists(key)  # a pass that ends removes its marker
+    sweep.refresh_from_db()
+    assert sweep.status == SweepStatus.RUNNING
+
+    _redis().set(key, "1", ex=60)  # what a pass killed while advancing it leaves behind
+    monkeypatch.setattr(study, "ask", lambda *a, **kw: pytest.fail("the sweep was advanced again"))
+    Run.objects.filter(pk=sweep.trials.get(number=0).run_id).update(status=RunStatus.FAILED)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert tasks.advance_sweeps() == 1
+    sweep.refresh_from_db()
+    assert sweep.status == SweepStatus.FAILED
+    assert sweep.error == ("The sweep could not go on and was stopped: the scheduler stopped while advancing it (its "
+                           "process was killed, most likely out of memory), so it is not advanced again.")
+    assert not _redis().exists(key)

@@ -167,12 +167,16 @@ def sweep_advance_or_fail(*, sweep_id) -> bool:
         return False
     except Exception as exc:  # noqa: BLE001 - any failure: recorded on the sweep, logged in full
         log.exception("Advancing sweep %s failed; the sweep is stopped", sweep_id)
-        reason = str(exc) if isinstance(exc, UserError) else (
-            f"an internal error ({type(exc).__name__}), logged for the administrator")
-        Sweep.objects.filter(pk=sweep_id, status=SweepStatus.RUNNING).update(
-            status=SweepStatus.FAILED, finished_at=timezone.now(),
-            error=f"The sweep could not go on and was stopped: {reason}.".replace("..", "."))
+        sweep_fail(sweep_id=sweep_id, reason=str(exc) if isinstance(exc, UserError) else (
+            f"an internal error ({type(exc).__name__}), logged for the administrator"))
         return False
+
+
+def sweep_fail(*, sweep_id, reason: str) -> None:
+    """End a running sweep as failed, saying why (its trials' runs go on as runs of their own)."""
+    Sweep.objects.filter(pk=sweep_id, status=SweepStatus.RUNNING).update(
+        status=SweepStatus.FAILED, finished_at=timezone.now(),
+        error=f"The sweep could not go on and was stopped: {reason}.".replace("..", "."))
 
 
 def sweep_advance(*, sweep_id) -> None:
