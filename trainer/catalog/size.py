@@ -32,8 +32,8 @@ SIZE_FIELDS = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "e
                "n_inner", "n_positions", "embedding_dim", "projection_dim", "num_hidden_layers", "max_positions")
 
 
-# Activations, per layer, kept for the backward pass (fp32; mixed precision keeps some in half,
-# so the estimate errs on the side of refusing less than it could):
+# Activations, per layer, kept for the backward pass, counted in fp32 (mixed precision keeps some
+# in half, where the estimate is then high) and without the allocator's own overhead:
 ACTIVATION_BYTES = 4
 WIDTH_TENSORS = 10  # per token, as wide as the model: input, q, k, v, context, projection, 2 norms, 2 dropouts
 INNER_TENSORS = 2   # per token, as wide as the feed-forward: before and after its nonlinearity
