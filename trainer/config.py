@@ -72,6 +72,17 @@ AUTO_WORKERS = -1  # data_workers: as many as the cores left by the training thr
 DUPE_FACTOR = 10
 
 
+def load_yaml(text: str) -> Any:
+    """yaml.safe_load for text a user gives (an imported config). PyYAML composes nested lists and
+    mappings recursively, so ``[[[[...`` thousands deep is a RecursionError: refused here as a
+    ConfigError with a sentence instead (JSON has trainer.jsonio's depth limit for the same)."""
+    try:
+        return yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError("The YAML is nested too deeply to read (lists or mappings inside one another); a run "
+                          "config is a flat mapping of settings.") from None
+
+
 # ---------------------------------------------------------------------- setting groups
 # A run's settings in the groups the code that reads them works with: the optimizer reads
 # OptimArgs, the data stream ObjectiveArgs and TrainArgs, and so on. RunConfig stays the one
@@ -193,7 +204,7 @@ class FlatRecord:
     @classmethod
     def from_yaml(cls, text: str) -> Any:
         try:
-            data = yaml.safe_load(text)
+            data = load_yaml(text)
         except yaml.YAMLError as e:
             raise ConfigError(f"The config is not valid YAML: {e}".replace("\n", " ")) from None
         return cls.from_dict(data if data is not None else {})

@@ -160,6 +160,10 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A pool process whose resident memory has passed this many KiB (Celery's unit) when its task ends
+# is replaced by a fresh one: after a training run or the explorer's models a child held 1-1.5 GB
+# while idle. Default 1 GiB (a fresh child with torch loaded holds a few hundred MB); 0 turns it off.
+CELERY_WORKER_MAX_MEMORY_PER_CHILD = int(os.environ.get("WORKER_MAX_MEMORY_PER_CHILD", str(1024 * 1024))) or None
 CELERY_TASK_DEFAULT_QUEUE = "cpu"
 # Long runs outlive any visibility timeout; the Run row's atomic claim makes redelivery harmless.
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 12 * 3600}
@@ -189,6 +193,9 @@ JOBS_QUEUE = "jobs"
 NEIGHBOURS_MAX_TEXTS = int(os.environ.get("NEIGHBOURS_MAX_TEXTS", "2000"))
 # The most runs one user may have queued or running at once (a 429 beyond it).
 MAX_ACTIVE_RUNS_PER_USER = int(os.environ.get("MAX_ACTIVE_RUNS_PER_USER", "8"))
+# The most combinations a grid sweep may have (the product of its settings' value counts,
+# computed, never listed): Optuna's grid sampler builds every one of them in memory.
+SWEEP_MAX_GRID = int(os.environ.get("SWEEP_MAX_GRID", "10000"))
 
 # The CPU priority (nice value, 0-19) Celery workers lower themselves to at start (webapp/celery.py):
 # where training shares the cores with the web server, pages, the API and live events go first.

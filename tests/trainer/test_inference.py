@@ -88,3 +88,31 @@ def test_list_checkpoints_sorted_and_ignores_unfinished(trained_run):
     assert [s for s, _ in found] == [20, 40] and found[0][1].name == "step-00000020"
     assert loading.list_checkpoints(run / "checkpoints") == found
     assert loading.list_checkpoints(run / "nowhere") == []
+
+
+def test_the_cache_is_bounded_in_bytes_and_evicts_the_least_recently_used(ckpt, tmp_path, monkeypatch):
+    """CACHE_BYTES bounds what the explorer keeps between requests (issue 22, point 6): three copies
+    of a tiny model under a budget of two and a half keep the two most recently used."""
+    copies = [shutil.copytree(ckpt, tmp_path / f"copy{i}") for i in range(3)]
+    loading.clear_cache()
+    one = loading.load(copies[0]).nbytes
+    assert one == sum(p.numel() * 4 for p in loading.load(copies[0]).model.parameters()) + sum(
+        b.numel() * b.element_size() for b in loading.load(copies[0]).model.buffers())
+    monkeypatch.setattr(loading, "CACHE_BYTES", int(2.5 * one))
+    calls = []
+    real = loading._read
+    monkeypatch.setattr(loading, "_read", lambda folder: calls.append(folder.name) or real(folder))
+    loading.load(copies[1])
+    loading.load(copies[0])  # used again: now the most recent
+    loading.load(copies[2])  # over the budget: copy1, the least recently used, goes
+    assert loading.cached_bytes() == 2 * one <= loading.CACHE_BYTES
+    loading.load(copies[0])
+    loading.load(copies[2])
+    assert calls == ["copy1", "copy2"]  # copy0 and copy2 came from the cache
+    loading.load(copies[1])
+    assert calls == ["copy1", "copy2", "copy1"]  # it had been evicted
+    # a model larger than the whole budget is served, not kept
+    monkeypatch.setattr(loading, "CACHE_BYTES", one - 1)
+    loading.clear_cache()
+    assert loading.load(copies[0]).nbytes == one and loading.cached_bytes() == 0
+    loading.clear_cache()

@@ -60,3 +60,33 @@ def test_the_import_checks_the_size_before_it_loads_the_weights(tmp_path, monkey
     monkeypatch.setattr(importing, "_load_model", lambda src: pytest.fail("the weights were loaded"))
     with pytest.raises(ModelImportError, match="config.json's hidden_size = 200,000 gives a model of"):
         importing.import_hf_directory(folder, tmp_path / "out")
+
+
+def test_activations_grow_with_the_batch_and_the_square_of_the_length_and_count_in_the_same_check():
+    from models_lib.families.bert import BertConfig
+    from trainer.catalog.size import Batch, activation_bytes
+
+    cfg = BertConfig.from_preset("bert-tiny", vocab_size=1000)
+    one = activation_bytes(cfg, Batch(8, 128))
+    assert activation_bytes(cfg, Batch(16, 128)) == 2 * one
+    assert activation_bytes(cfg, Batch(8, 256)) > 2 * one  # the attention scores: length squared
+    assert activation_bytes(cfg, Batch(8, 128, recompute=True)) < one  # one layer live at a time
+    weights = 16 * cfg.count_params(embeddings=True)
+    batch = Batch(64, 512, "batch_size", "seq_len")
+    assert check_model_size(cfg, training=True, fields={}, where="x", memory=weights, batch=None) > 0
+    with pytest.raises(ConfigError, match=r"x: batch_size = 64 sequences of seq_len = 512 tokens keep about .* of "
+                                          r"activations for the backward pass .* Use a smaller batch_size or seq_len"):
+        check_model_size(cfg, training=True, fields={}, where="x", memory=weights + 1000, batch=batch)
+    # loading (explorer, export) keeps no activations for a backward pass
+    assert check_model_size(cfg, training=False, fields={}, where="x", memory=weights, batch=batch) > 0
+
+
+@pytest.mark.parametrize("family, preset", [("t5", "t5-tiny"), ("gpt", "gpt-tiny"), ("elmo", "elmo-tiny"),
+                                            ("xlnet", "xlnet-tiny"), ("electra", "electra-tiny"),
+                                            ("transfo_xl", "transfo-xl-tiny")])
+def test_every_family_has_an_activation_estimate(family, preset):
+    from trainer import families
+    from trainer.catalog.size import Batch, activation_bytes
+
+    cfg = families.get(family).preset_config(preset, vocab_size=1000)
+    assert activation_bytes(cfg, Batch(4, 64)) > 0

@@ -79,13 +79,14 @@ def test_a_worker_consumes_the_queues_of_the_device_counts_it_can_give(monkeypat
     assert "gpu.x2" not in one_gpu.amqp.queues.consume_from  # a 2-device run never reaches it
 
     four = selected(queues=["gpu"])
-    advertised = capacity.serve_queues(four.amqp.queues, gpus=4)
+    advertised = capacity.serve_queues(four.amqp.queues, gpus=4, memory=8 * 2**30)
     assert advertised == {"gpus": 4, "cpu_processes": None, "queues": ["gpu", "gpu.x2", "gpu.x3", "gpu.x4"],
-                          "gpu_slices": ["0,1,2,3"]}
+                          "gpu_slices": ["0,1,2,3"], "memory": 8 * 2**30}
 
     shared = selected(queues=["gpu"])  # two pool processes: two runs at once, each on two GPUs of its own
-    advertised = capacity.serve_queues(shared.amqp.queues, gpus=4, processes=2)
+    advertised = capacity.serve_queues(shared.amqp.queues, gpus=4, processes=2, memory=8 * 2**30)
     assert advertised["gpus"] == 2 and advertised["gpu_slices"] == ["0,1", "2,3"]
+    assert advertised["memory"] == 4 * 2**30  # each pool process trains a run of its own
     assert advertised["queues"] == ["gpu", "gpu.x2"]
 
     both = selected(queues=["cpu", "gpu"])

@@ -8,11 +8,17 @@ with an allocator's message. Memory is estimated per parameter: training keeps f
 their gradients and AdamW's two moments (16 bytes); loading keeps the weights (4 bytes). The
 limit is the smaller of MAX_MODEL_PARAMS (a setting, environment variable of the same name)
 and what the machine's available memory can hold.
+
+Training also keeps every layer's activations for the backward pass, which grow with the
+batch and (through the attention scores) with the square of the length: given the batch
+(`Batch`), the same check adds them (`activation_bytes`), so batch_size 8,192 of 8,192 tokens
+is refused with a sentence naming those fields, not by the kernel's OOM killer.
 """
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from trainer.errors import ConfigError
@@ -24,6 +30,78 @@ LOAD_BYTES_PER_PARAM = 4    # fp32 weights
 SIZE_FIELDS = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "embedding_size", "vocab_size",
                "max_position_embeddings", "d_model", "d_ff", "d_kv", "num_decoder_layers", "n_embd", "n_layer",
                "n_inner", "n_positions", "embedding_dim", "projection_dim", "num_hidden_layers", "max_positions")
+
+
+# Activations, per layer, kept for the backward pass, counted in fp32 (mixed precision keeps some
+# in half, where the estimate is then high) and without the allocator's own overhead:
+ACTIVATION_BYTES = 4
+WIDTH_TENSORS = 10  # per token, as wide as the model: input, q, k, v, context, projection, 2 norms, 2 dropouts
+INNER_TENSORS = 2   # per token, as wide as the feed-forward: before and after its nonlinearity
+SCORE_TENSORS = 2   # per head and pair of positions: the softmax kept for backward and its dropout mask
+# How many blocks' worth each layer keeps, where a family's layer is more than one encoder block:
+# XLNet runs a content and a query stream through every layer; a T5 decoder layer adds
+# cross-attention (1.5 blocks, counted on its decoder layers); ELMo's layers are LSTMs (below).
+FAMILY_FACTOR = {"xlnet": 2.0}
+T5_DECODER_FACTOR = 1.5
+LSTM_TENSORS = 6    # ELMo, per token, direction and layer: 4 gates, the cell and the output, as wide as the cells
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one training process holds at once: ``size`` sequences of ``length`` tokens, named by
+    the fields the user set them with (``batch_size``, ``seq_len`` or ``max_length``).
+    ``processes``: processes of the run on this machine (a CPU run over gloo), each with its own."""
+    size: int
+    length: int
+    size_field: str = "batch_size"
+    length_field: str = "seq_len"
+    processes: int = 1
+    recompute: bool | None = False  # activation checkpointing: each layer's input kept, one layer's worth live;
+    # None: the run has no such setting (fine-tuning), so the refusal does not suggest it
+
+
+def batch_of(config: Any, *, processes: int = 1) -> Batch:
+    """The Batch of a pre-training RunConfig (batch_size x seq_len) or a FinetuneConfig
+    (batch_size x max_length, no activation_checkpointing setting)."""
+    if hasattr(config, "max_length"):  # first: a FinetuneConfig answers seq_len too (its max_length)
+        return Batch(int(config.batch_size), int(config.max_length), "batch_size", "max_length", processes, None)
+    return Batch(int(config.batch_size), int(config.seq_len), "batch_size", "seq_len", processes,
+                 bool(getattr(config, "activation_checkpointing", False)))
+
+
+def activation_bytes(model_cfg: Any, batch: Batch) -> int:
+    """Bytes of activations one training step keeps for its backward pass, per process: batch x
+    length x (width tensors + feed-forward tensors) x layers, plus batch x heads x length x keys x
+    layers for the attention scores, scaled by the family's factor (FAMILY_FACTOR)."""
+    family = str(getattr(model_cfg, "family", ""))
+    tokens = batch.size * batch.length
+    if family == "elmo":
+        cells = int(model_cfg.hidden_size) * LSTM_TENSORS + int(model_cfg.embedding_dim)
+        return ACTIVATION_BYTES * tokens * 2 * cells * int(model_cfg.num_layers)
+    per_layer = _block_elements(model_cfg, batch)
+    layers = float(model_cfg.num_layers)
+    if family == "t5":
+        layers += T5_DECODER_FACTOR * int(getattr(model_cfg, "num_decoder_layers", None) or model_cfg.num_layers)
+    kept = per_layer * layers * FAMILY_FACTOR.get(family, 1.0)
+    if batch.recompute:  # each layer's input is kept; one layer's activations live at a time
+        kept = tokens * _width(model_cfg) * layers + per_layer
+    if family == "electra":  # the generator runs too: same depth, narrower
+        kept += _block_elements(model_cfg.generator_config(), batch) * layers
+    return int(ACTIVATION_BYTES * kept)
+
+
+def _width(model_cfg: Any) -> int:
+    return int(getattr(model_cfg, "hidden_size", None) or getattr(model_cfg, "d_model"))
+
+
+def _block_elements(model_cfg: Any, batch: Batch) -> int:
+    """Elements one transformer block keeps for ``batch``: its token tensors and its attention scores."""
+    width = _width(model_cfg)
+    inner = int(getattr(model_cfg, "intermediate_size", None) or getattr(model_cfg, "d_ff", None) or 4 * width)
+    heads = int(getattr(model_cfg, "num_heads", 1) or 1)
+    keys = batch.length + int(getattr(model_cfg, "mem_len", 0) or 0)  # Transformer-XL, XLNet: the memory too
+    tokens = batch.size * batch.length
+    return tokens * (WIDTH_TENSORS * width + INNER_TENSORS * inner) + SCORE_TENSORS * batch.size * heads * batch.length * keys
 
 
 def available_memory() -> int | None:
@@ -42,11 +120,13 @@ def available_memory() -> int | None:
 
 
 def check_model_size(model_cfg: Any, *, training: bool, fields: dict[str, Any], where: str,
-                     memory: int | None | bool = None, max_params: int | None = None) -> int:
+                     memory: int | None | bool = None, max_params: int | None = None,
+                     batch: Batch | None = None, memory_of: str = "this machine has free") -> int:
     """The model's parameter count, or ConfigError naming the field (`fields`: the size settings
     the user gave, e.g. model_overrides or config.json's, by the name to show) when it does not fit.
     `memory`: bytes free (None: this machine's now; False: the setting alone, for checks that must
-    not depend on the moment, such as reading a stored config)."""
+    not depend on the moment, such as reading a stored config); `memory_of` says whose it is in
+    the message. With `batch` (training), the activations it keeps count too, in every process."""
     params = int(model_cfg.count_params(embeddings=True))
     per_param = TRAIN_BYTES_PER_PARAM if training else LOAD_BYTES_PER_PARAM
     limit = MAX_MODEL_PARAMS if max_params is None else max_params
@@ -55,7 +135,9 @@ def check_model_size(model_cfg: Any, *, training: bool, fields: dict[str, Any], 
     if params > limit:
         why = f"more than the {limit:,} this installation allows (MAX_MODEL_PARAMS)"
     elif memory is not None and params * per_param > memory:
-        why = f"more than the {_gb(memory)} of memory this machine has free"
+        why = f"more than the {_gb(memory)} of memory {memory_of}"
+    elif memory is not None and batch is not None and training:
+        _check_activations(model_cfg, batch, params * per_param, memory, where, memory_of)
     if not why:
         return params
     culprit = _culprit(fields)
@@ -63,6 +145,20 @@ def check_model_size(model_cfg: Any, *, training: bool, fields: dict[str, Any], 
     need = f"about {_gb(params * per_param)} to {'train' if training else 'load'}"
     advice = f" Use a smaller {culprit[0]}." if culprit else " Choose a smaller preset."
     raise ConfigError(f"{where}: {named} a model of {params:,} parameters, which needs {need}, {why}.{advice}")
+
+
+def _check_activations(model_cfg: Any, batch: Batch, weights: int, memory: int, where: str, memory_of: str) -> None:
+    activations = activation_bytes(model_cfg, batch)
+    need = batch.processes * (weights + activations)
+    if need <= memory:
+        return
+    each = f" in each of its {batch.processes} processes" if batch.processes > 1 else ""
+    raise ConfigError(
+        f"{where}: {batch.size_field} = {batch.size:,} sequences of {batch.length_field} = {batch.length:,} tokens "
+        f"keep about {_gb(activations)} of activations for the backward pass{each} (on top of {_gb(weights)} for "
+        f"the model's weights, gradients and optimizer state), more than the {_gb(memory)} of memory {memory_of}. "
+        f"Use a smaller {batch.size_field} or {batch.length_field} (raise grad_accum to keep the effective batch)"
+        f"{', or turn on activation_checkpointing' if batch.recompute is False else ''}.")
 
 
 def overrides_of(config: Any) -> dict[str, Any]:

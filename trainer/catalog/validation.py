@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer import families
 from trainer import objectives
-from trainer.catalog.size import check_model_size, overrides_of
+from trainer.catalog.size import batch_of, check_model_size, overrides_of
 from trainer.errors import ConfigError
 from trainer.families import Family
 
@@ -70,6 +70,18 @@ def validate(config: "RunConfig") -> None:
             raise ConfigError(f"seq_len must be between 16 and {cap:,} tokens, not {config.seq_len}.")
     elif not (16 <= config.seq_len <= positions):
         raise ConfigError(f"seq_len must be between 16 and the model's {positions} positions, not {config.seq_len}.")
+
+
+def check_memory(config: "RunConfig", *, memory: int, memory_of: str, vocab_size: int = 1024,
+                 processes: int = 1) -> None:
+    """validate()'s size check against a worker's memory, with the activations of batch_size x
+    seq_len in each of its `processes` (a CPU run): ConfigError naming the fields and the estimate.
+    Kept out of validate(), which must not depend on a machine: the web app calls it at launch
+    with what the workers advertise, the worker again before it allocates (training.steps)."""
+    family = families.get(config.family)
+    model_cfg = family.preset_config(config.preset, vocab_size=vocab_size, **config.model_overrides)
+    check_model_size(model_cfg, training=True, fields=overrides_of(config), where="This run's model", memory=memory,
+                     memory_of=memory_of, batch=batch_of(config, processes=processes))
 
 
 def _check_objectives(family: Family, config: "RunConfig") -> None:

@@ -10,7 +10,7 @@ Importing this package imports no torch (the task modules load on first use).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from trainer.errors import ConfigError
 
@@ -124,6 +124,24 @@ def checkpoint_family(folder) -> str:
         return str(read_model_config(folder).get("family", ""))
     except ValueError:
         raise ConfigError("That checkpoint's files cannot be read, so it cannot be fine-tuned.") from None
+
+
+def check_memory(config: Any, *, memory: int | None = None, memory_of: str = "this machine has free",
+                 processes: int = 1, activations: bool = True) -> None:
+    """The one size check (trainer.catalog.size) for a fine-tuning run: the checkpoint's weights,
+    gradients and optimizer state plus (`activations`: a CPU run's, which share that memory) the
+    activations of batch_size x max_length, against `memory` (None: this machine's free memory
+    now). ConfigError naming the fields otherwise."""
+    from models_lib.checkpoint import FAMILIES, read_model_config
+    from trainer.catalog.size import batch_of, check_model_size
+
+    try:
+        meta = read_model_config(config.checkpoint)
+        model_cfg = FAMILIES[meta["family"]].config_cls.from_dict({"family": meta["family"], **meta["config"]})
+    except (ValueError, TypeError, KeyError):
+        return  # an unreadable checkpoint: loading it (or check_checkpoint, at launch) says why
+    check_model_size(model_cfg, training=True, fields={}, where="This fine-tuning run", memory=memory,
+                     memory_of=memory_of, batch=batch_of(config, processes=processes) if activations else None)
 
 
 def refusal(family: str, name: str) -> str:

@@ -198,6 +198,8 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
         if task.has_classes and len(labels) < 2:
             raise ConfigError("The dataset has fewer than two labels, so there is nothing to tell apart.")
         device, precision = setup_runtime(config)
+        # Before loading anything; on the CPU the activations come out of the same memory.
+        tasks.check_memory(config, activations=str(device).startswith("cpu"))
         try:
             base = load_model(checkpoint, map_location="cpu")
         except (OSError, ValueError) as e:

@@ -36,7 +36,7 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Any, Iterator
 
-from trainer import families
+from trainer import families, jsonio
 from trainer.errors import TokenizerError, UserError
 from trainer.families import Family
 
@@ -248,7 +248,9 @@ def check_hf_directory(src: str | Path) -> dict[str, Any]:
     if not (src / "config.json").is_file():
         raise ModelImportError("The folder has no config.json, so it is not a Hugging Face model folder.")
     try:
-        config = json.loads((src / "config.json").read_text(encoding="utf-8"))
+        config = jsonio.load_path(src / "config.json")
+    except jsonio.JsonNestingError as e:
+        raise ModelImportError(str(e)) from None
     except (ValueError, UnicodeDecodeError) as e:
         raise ModelImportError(f"config.json is not valid JSON ({e}).") from None
     if not isinstance(config, dict):
@@ -344,7 +346,7 @@ def import_hf_directory(src_dir: str | Path, dest_checkpoint_dir: str | Path) ->
 def read_import_info(folder: str | Path) -> dict[str, Any]:
     """import_info.json of an imported checkpoint ({} for a trained one or when unreadable)."""
     try:
-        data = json.loads((Path(folder) / INFO_NAME).read_text(encoding="utf-8"))
+        data = jsonio.load_path(Path(folder) / INFO_NAME)
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -1,5 +1,7 @@
 """Load a checkpoint for the explorer: its model, tokenizer and what it learnt, kept in a small
-per-process LRU cache.
+per-process LRU cache, bounded in models (CACHE_SIZE) and in bytes (CACHE_BYTES: the parameters
+and buffers of the models it keeps), so that what a web or worker process holds while idle is
+bounded whatever the models' sizes; the least recently used model goes first.
 
 A checkpoint is a trained run's (trainer_state.json says which objectives it learnt) or an
 imported Hugging Face model (import_info.json lists the heads whose weights it brought); a
@@ -12,6 +14,7 @@ comparing family names. Every problem the user can fix raises InferenceError wit
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -26,9 +29,13 @@ from trainer.families import Family
 from trainer.training import checkpoints
 
 CACHE_SIZE = 4
+# Bytes of parameters and buffers the cache keeps (an environment variable of the same name); a
+# model larger than this alone is served but not kept.
+CACHE_BYTES = int(os.environ.get("EXPLORER_CACHE_BYTES", str(2 * 1024**3)))
 MAX_INPUT_TOKENS = 1024      # T5 and ELMo inputs (models with learned positions stop at their own maximum)
 
 _cache: "OrderedDict[tuple[str, int], Loaded]" = OrderedDict()
+_sizes: dict[tuple[str, int], int] = {}  # each cached model's nbytes, counted once as it is kept
 _lock = threading.Lock()
 
 
@@ -41,6 +48,11 @@ class Loaded:
     # One request at a time runs this model: recording attention switches its modules' state,
     # and hooks see every call of the module, whichever thread makes it.
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the model's parameters and buffers (shared tensors once): what keeping it costs."""
+        return model_bytes(self.model)
 
     @property
     def max_positions(self) -> int:
@@ -104,9 +116,21 @@ def list_checkpoints(run_folder: str | Path) -> list[tuple[int, Path]]:
     return checkpoints.list_checkpoints(Path(run_folder))
 
 
+def model_bytes(model: nn.Module) -> int:
+    tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
 def clear_cache() -> None:
     with _lock:
         _cache.clear()
+        _sizes.clear()
+
+
+def cached_bytes() -> int:
+    """Bytes of parameters and buffers the cache holds now."""
+    with _lock:
+        return sum(_sizes.values())
 
 
 def load(checkpoint_dir: str | Path) -> Loaded:
@@ -124,11 +148,14 @@ def load(checkpoint_dir: str | Path) -> Loaded:
             _cache.move_to_end(key)
             return _cache[key]
     loaded = _read(folder)
+    size = loaded.nbytes
     with _lock:
         _cache[key] = loaded
+        _sizes[key] = size
         _cache.move_to_end(key)
-        while len(_cache) > CACHE_SIZE:
-            _cache.popitem(last=False)
+        while _cache and (len(_cache) > CACHE_SIZE or sum(_sizes.values()) > CACHE_BYTES):
+            oldest, _ = _cache.popitem(last=False)  # this one itself, last, when it alone is too large
+            _sizes.pop(oldest, None)
     return loaded
 
 

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from trainer.prep.demo import write_demo_corpus  # noqa: F401  (re-exported: part of this module's API)
+from trainer import jsonio
 from trainer.errors import CorpusError, UserError
 from trainer.prep.sentences import count_words, split_sentences
 from trainer.progress import PercentProgress
@@ -424,7 +425,9 @@ def _jsonl_documents(lines: Iterable[tuple[int, str]]) -> Iterator[list[str]]:
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = jsonio.loads(line, subject=f"Line {line_no} of the JSONL file")
+        except jsonio.JsonNestingError as e:
+            raise CorpusError(str(e)) from None
         except json.JSONDecodeError as e:
             raise CorpusError(
                 f"Line {line_no} of the JSONL file is not valid JSON ({e.msg} at column "

@@ -44,6 +44,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from trainer import jsonio
 from trainer.errors import TokenizerError
 from trainer.prep.sentences import count_words
 from trainer.progress import PercentProgress
@@ -600,7 +601,7 @@ def _infer_meta(tok: Tokenizer, folder: Path) -> dict:
 
 def _hf_lowercase(folder: Path) -> bool:
     try:
-        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        config = jsonio.load_path(folder / "tokenizer_config.json")
         return bool(config.get("do_lower_case", True))
     except (OSError, ValueError):
         return True

@@ -17,7 +17,7 @@ from torch import nn
 from trainer import objectives
 from trainer import families
 from trainer.catalog import validation
-from trainer.catalog.size import check_model_size, overrides_of
+from trainer.catalog.size import batch_of, check_model_size, overrides_of
 from trainer.errors import ConfigError
 from trainer.objectives.base import Step
 from trainer.objectives.examples import SpecialIds
@@ -66,7 +66,9 @@ def build(config: RunConfig, *, vocab_size: int, pad_id: int, device: str,
 
         tokenizer = load_tokenizer(Path(data_dir))
     cfg = model_config(config, vocab_size, pad_id, tokenizer)
-    check_model_size(cfg, training=True, fields=overrides_of(config), where="This run's model")  # before allocating
+    # Before allocating; on the CPU the activations of batch_size x seq_len come out of the same memory.
+    check_model_size(cfg, training=True, fields=overrides_of(config), where="This run's model",
+                     batch=batch_of(config) if str(device).startswith("cpu") else None)
     model = spec.build_model(cfg)
     spec.prepare_model(model, tokenizer)  # ELMo's character table
     extra = objective.prepare(config, model, vocab_size=vocab_size, data_dir=data_dir, device=device) \

@@ -28,6 +28,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.http import Http404
 
+from trainer import jsonio
 from trainer.errors import UserError
 from webapp.explorer import services
 from webapp.explorer.serializers import GenerateRequestSerializer, decoding_of
@@ -37,6 +38,10 @@ log = logging.getLogger(__name__)
 
 FORBIDDEN = 4403
 NOT_YOURS = "Not found. It does not exist, or it is not yours."
+
+
+class _Unreadable(str):
+    """A message that could not be read, as the sentence that answers it."""
 OOPS = "Something went wrong on our side. The error has been logged."
 
 
@@ -58,7 +63,19 @@ class GenerateConsumer(AsyncJsonWebsocketConsumer):
         if self.task is not None and not self.task.done():
             self.task.cancel()
 
+    @classmethod
+    async def decode_json(cls, text_data: str) -> Any:
+        """Messages go through the bounded reader: one nested too deep, or not JSON at all, is
+        answered with a sentence (receive_json gets it as an _Unreadable), not a crash."""
+        try:
+            return jsonio.loads(text_data, subject="The message")
+        except ValueError as e:
+            return _Unreadable(str(e) if isinstance(e, jsonio.JsonNestingError) else "The message is not valid JSON.")
+
     async def receive_json(self, content: Any, **kwargs) -> None:
+        if isinstance(content, _Unreadable):
+            await self._error(str(content))
+            return
         kind = content.get("type") if isinstance(content, dict) else None
         if kind == "ping":
             await self.send_json({"type": "pong"})

@@ -16,7 +16,11 @@ give one run and adds the queues of the device counts it can serve:
   gets its own G // C GPUs through CUDA_VISIBLE_DEVICES (gpu_slices, set in the child as it
   starts: on_child_start), and a worker with more processes than GPUs refuses to start;
 - a CPU worker: settings.RUN_MAX_DEVICES processes over gloo.
-It then writes {queues, gpus, cpu_processes} to the Redis key KEY_PREFIX + its node name every
+Each also counts the memory it gives one run: the machine's available memory as it starts
+(trainer.catalog.size.available_memory, the source of the model-size check), shared out
+between its pool processes. Launching a CPU run checks the model and its activations against
+the most a live worker on the run's queue gives (run_memory).
+It then writes {queues, gpus, cpu_processes, memory} to the Redis key KEY_PREFIX + its node name every
 BEAT_S seconds (the Advertise bootstep), which expires TTL_S seconds after its last beat, and
 deletes it when it stops. waiting() reads those keys to say whether a live worker can take a
 queued run; when Redis does not answer it says only what the run waits for.
@@ -39,6 +43,7 @@ from typing import Any
 from celery import bootsteps
 from django.conf import settings
 
+from trainer.catalog.size import available_memory
 from trainer.config import ALL_DEVICES, resolve_device, resolve_devices
 from trainer.errors import ConfigError
 
@@ -110,11 +115,12 @@ def gpu_slices(total: int, processes: int) -> list[str]:
 
 
 def serve_queues(queues: Any, *, gpus: int | None = None, cpu_processes: int | None = None,
-                 processes: int = 1) -> dict[str, Any]:
+                 processes: int = 1, memory: int | None = None) -> dict[str, Any]:
     """Add to a worker's selected queues (app.amqp.queues, as -Q left them) the queues of the
     device counts it can give one run; returns what it advertises. A kind it was not started
     with stays out: a CPU worker takes no GPU run, however many processes it may start.
-    `processes`: the worker's pool size; a GPU worker gives each its own share of its GPUs."""
+    `processes`: the worker's pool size; a GPU worker gives each its own share of its GPUs, and
+    every worker each its share of `memory` (bytes; None: the machine's available memory now)."""
     selected = set(queues.consume_from)
     offer: dict[str, Any] = {"gpus": None, "cpu_processes": None}
     if "gpu" in selected:
@@ -126,6 +132,8 @@ def serve_queues(queues: Any, *, gpus: int | None = None, cpu_processes: int | N
             offer["gpus"] = total
     if "cpu" in selected:
         offer["cpu_processes"] = int(settings.RUN_MAX_DEVICES) if cpu_processes is None else cpu_processes
+    memory = available_memory() if memory is None else memory
+    offer["memory"] = memory // max(1, processes) if memory else None
     for kind, most in (("gpu", offer["gpus"]), ("cpu", offer["cpu_processes"])):
         for devices in range(2, (most or 0) + 1):
             queues.select_add(queue_name(kind, devices))
@@ -260,6 +268,15 @@ def live_workers() -> list[dict[str, Any]] | None:
         found = None
     _cache = (now, found)
     return found
+
+
+def run_memory(queue: str) -> int | None:
+    """The most memory (bytes) a live worker consuming `queue` gives one run, as it advertises;
+    None when none says (no live worker, Redis away, a worker from before it advertised memory):
+    then only the worker's own check, before it allocates, applies."""
+    sizes = [w["memory"] for w in live_workers() or [] if queue in w.get("queues", ())
+             and isinstance(w.get("memory"), int) and not isinstance(w.get("memory"), bool)]
+    return max(sizes) if sizes else None
 
 
 def _need(kind: str, devices: int) -> str:

@@ -14,12 +14,12 @@ family's paper values) are optional; the page shows betas and epsilon for AdamW 
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from django import forms
 from django.db import models
 
+from trainer import jsonio
 from trainer.errors import ConfigError
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
 from webapp.datasets.models import Dataset
@@ -176,7 +176,7 @@ class RunForm(forms.Form):
     def extra_settings_display(self) -> dict[str, Any]:
         raw = self["extra_settings"].value() or ""
         try:
-            value = json.loads(raw) if raw else {}
+            value = jsonio.loads(raw) if raw else {}
         except ValueError:
             return {}
         return value if isinstance(value, dict) else {}
@@ -187,7 +187,7 @@ class RunForm(forms.Form):
         if not raw:
             return {}
         try:
-            value = json.loads(raw)
+            value = jsonio.loads(raw)
         except ValueError:
             raise forms.ValidationError("The imported settings could not be read; import the YAML again.") from None
         if not isinstance(value, dict):

@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 
 from trainer.catalog import schema
-from trainer.config import RunConfig
+from trainer.config import RunConfig, load_yaml
 from trainer.errors import ConfigError
 
 # Shown on the form (in this order); the rest of RunConfig keeps its defaults unless a YAML sets it.
@@ -142,7 +142,7 @@ def preset_label(preset: dict[str, Any]) -> str:
 def parse_config_yaml(text: str) -> tuple[RunConfig, str]:
     """A RunConfig from YAML text (an exported run config or a CLI config), plus a run name if it has one."""
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as e:
         raise ConfigError(f"The file is not valid YAML: {' '.join(str(e).split())}") from None
     if data is None:

@@ -267,6 +267,25 @@ def _publish_on_commit(run: Run) -> None:
 
 # -- create, cancel, resume, clone ----------------------------------------------------------
 
+def check_memory(config, *, vocab_size: int = 1024) -> None:
+    """ConfigError with a sentence naming batch_size and seq_len (max_length) and the estimate when a
+    CPU run's model and activations need more memory than a live worker on its queue gives one run
+    (capacity.run_memory; with none live, the worker checks before it allocates). A GPU run's
+    activations live on the GPU: its worker says so if they do not fit."""
+    from trainer import finetune
+
+    queue = queue_for(config)
+    kind, processes = capacity.parse_queue(queue)
+    memory = capacity.run_memory(queue) if kind == "cpu" else None
+    if memory is None:
+        return
+    whose = f"a worker on the {queue} queue gives one run"
+    if isinstance(config, RunConfig):
+        validation.check_memory(config, memory=memory, memory_of=whose, vocab_size=vocab_size, processes=processes)
+    else:
+        finetune.check_memory(config, memory=memory, memory_of=whose, processes=processes)
+
+
 @transaction.atomic
 def run_create(*, owner, name: str = "", corpus: Corpus | None, tokenizer: Tokenizer, family: str,
                preset: str, objectives, training: dict | None = None, cloned_from: Run | None = None) -> Run:
@@ -278,6 +297,7 @@ def run_create(*, owner, name: str = "", corpus: Corpus | None, tokenizer: Token
                           owner=owner)
     check_tokenizer(config=config, tokenizer=tokenizer)
     check_teacher(config=config, tokenizer=tokenizer)
+    check_memory(config, vocab_size=tokenizer.vocab_size)
     name = (name or "").strip() or f"{config.preset} on {corpus.name}"
     run = Run.objects.create(
         owner=owner, name=name[:200], corpus=corpus, tokenizer=tokenizer,
@@ -484,6 +504,7 @@ def finetune_create(*, owner, checkpoint: Checkpoint | None, dataset, training: 
                                     extra_datasets=[e.get("dataset") for e in extra_datasets])
     config = build_finetune_config(checkpoint=checkpoint, dataset=dataset, training=training,
                                    extra_datasets=extra_datasets)
+    check_memory(config)
     name = (name or "").strip() or f"{checkpoint.label} on {dataset.name}" + (
         f" and {len(extra_datasets)} more" if extra_datasets else "")
     run = Run.objects.create(

@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
 from trainer.errors import ConfigError, UserError
@@ -128,7 +128,7 @@ def sweep_create(*, owner, name: str = "", kind: str, base: dict[str, Any], spac
             parallelism=parallelism, seed=seed,
         )
         sweep_id = sweep.pk
-        transaction.on_commit(lambda: sweep_advance(sweep_id=sweep_id))
+        transaction.on_commit(lambda: sweep_advance_or_fail(sweep_id=sweep_id))
     return sweep
 
 
@@ -152,6 +152,32 @@ def sweep_cancel(*, sweep: Sweep) -> Sweep:
 
 
 # -- advancing ---------------------------------------------------------------------------------
+
+def sweep_advance_or_fail(*, sweep_id) -> bool:
+    """sweep_advance, where a failure ends the sweep instead of coming back: the scheduler's
+    periodic pass (and the first advance after creating a sweep) would otherwise retry the same
+    crash every minute, and stop every other sweep behind it. The sweep is marked failed once,
+    with the reason as a sentence; True when it advanced. The database away is no fault of the
+    sweep's: that is left for the next pass to retry."""
+    try:
+        sweep_advance(sweep_id=sweep_id)
+        return True
+    except (OperationalError, InterfaceError):
+        log.warning("Could not advance sweep %s (the database); the next pass retries", sweep_id, exc_info=True)
+        return False
+    except Exception as exc:  # noqa: BLE001 - any failure: recorded on the sweep, logged in full
+        log.exception("Advancing sweep %s failed; the sweep is stopped", sweep_id)
+        sweep_fail(sweep_id=sweep_id, reason=str(exc) if isinstance(exc, UserError) else (
+            f"an internal error ({type(exc).__name__}), logged for the administrator"))
+        return False
+
+
+def sweep_fail(*, sweep_id, reason: str) -> None:
+    """End a running sweep as failed, saying why (its trials' runs go on as runs of their own)."""
+    Sweep.objects.filter(pk=sweep_id, status=SweepStatus.RUNNING).update(
+        status=SweepStatus.FAILED, finished_at=timezone.now(),
+        error=f"The sweep could not go on and was stopped: {reason}.".replace("..", "."))
+
 
 def sweep_advance(*, sweep_id) -> None:
     """Record the trials whose run ended, queue new trials up to the parallelism, and end the

@@ -106,6 +106,8 @@ def validate(space: Any, *, kind: str, sampler: str) -> list[dict[str, Any]]:
         if log and low <= 0:
             raise ConfigError(f"A log-scale range needs a low bound above 0; '{name}' starts at {low}.")
         out.append({"name": name, "low": low, "high": high, "log": log})
+    if sampler == "grid":
+        check_grid(out)
     return out
 
 
@@ -149,7 +151,22 @@ def distributions(space: list[dict[str, Any]], *, kind: str) -> dict[str, BaseDi
 
 
 def grid_size(space: list[dict[str, Any]]) -> int:
+    """The grid's combinations, by arithmetic: 12 settings of 64 values is 64**12, never listed."""
     return math.prod(len(e["values"]) for e in space if "values" in e)
+
+
+def check_grid(space: list[dict[str, Any]]) -> None:
+    """ConfigError unless the grid has at most settings.SWEEP_MAX_GRID combinations: Optuna's
+    grid sampler holds all of them in memory (64**12 of them filled gigabytes, then killed the
+    web process and the scheduler)."""
+    from django.conf import settings
+
+    size, limit = grid_size(space), int(settings.SWEEP_MAX_GRID)
+    if size > limit:
+        counts = " x ".join(str(len(e["values"])) for e in space if "values" in e)
+        raise ConfigError(f"The grid has {size:,} combinations ({counts} values), more than the {limit:,} a grid sweep "
+                          f"may have (SWEEP_MAX_GRID). List fewer values, or use the TPE or random sampler, which "
+                          f"draw from the same values without listing every combination.")
 
 
 _LINE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*[=:]\s*(.+?)\s*$")

@@ -24,6 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from trainer import jsonio
 from trainer.errors import DatasetError
 from trainer.prep.labelled.readers import Row, json_type
 from trainer.prep.labelled.tasks import MULTILABEL_SEPARATORS, check_mapping, task_spec
@@ -327,7 +328,9 @@ class ExampleBuilder:
 
     def _json(self, row: Row, role: str, text: str) -> Any:
         try:
-            return json.loads(text)
+            return jsonio.loads(text, subject=f'{row.where}: the {role} (column "{self.column[role]}")')
+        except jsonio.JsonNestingError as e:
+            raise DatasetError(str(e)) from None
         except json.JSONDecodeError as e:
             raise DatasetError(f'{row.where}: the {role} (column "{self.column[role]}") look like JSON but do not '
                                f"parse ({e.msg} at character {e.pos}).") from None

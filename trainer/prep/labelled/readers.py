@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from trainer import jsonio
 from trainer.errors import DatasetError
 from trainer.prep.corpus import UploadReader
 from trainer.prep.labelled.tasks import suggest_mapping, suggest_task
@@ -100,7 +101,9 @@ def _json_kind(path: Path) -> str:
                            'file (an object with a "data" list).')
     first_line = stripped.split("\n", 1)[0].strip()
     try:
-        first = json.loads(first_line)
+        first = jsonio.loads(first_line, subject="The JSON file")
+    except jsonio.JsonNestingError as e:
+        raise DatasetError(str(e)) from None
     except json.JSONDecodeError:
         return "squad"
     return "jsonl" if isinstance(first, dict) and "data" not in first else "squad"
@@ -209,7 +212,9 @@ class DatasetReader:
                 continue
             where = f"Line {line_no}{self.suffix}"
             try:
-                obj = json.loads(line)
+                obj = jsonio.loads(line, subject=where)
+            except jsonio.JsonNestingError as e:
+                raise DatasetError(str(e)) from None
             except json.JSONDecodeError as e:
                 raise DatasetError(f"{where} is not valid JSON ({e.msg} at column {e.colno}); each line must "
                                    "hold one JSON object.") from None
@@ -362,8 +367,14 @@ class _JsonStream:
         self.pos += 1
 
     def value(self) -> Any:
+        """The next JSON value. Its text so far is measured for depth before each decode, so a
+        value nested deeper than jsonio.MAX_DEPTH is refused before ``json`` recurses into it."""
         self.peek()
         while True:
+            try:
+                jsonio.check_depth(self.buf, self.pos, subject=f"The JSON file{self.suffix}")
+            except jsonio.JsonNestingError as e:
+                raise DatasetError(str(e)) from None
             try:
                 value, end = self._DECODER.raw_decode(self.buf, self.pos)
             except json.JSONDecodeError as e:
