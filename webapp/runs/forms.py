@@ -560,6 +560,8 @@ class FinetuneForm(forms.Form):
                 field = forms.IntegerField(initial=default, help_text=help_text, required=required)
             else:
                 field = forms.FloatField(initial=default, help_text=help_text, required=required)
+            if name == "epochs":
+                field.initial = None  # empty: the length is max_steps
             self.fields[name] = field
 
     def _chosen(self, name: str) -> str:
