@@ -85,3 +85,21 @@ def test_a_pre_training_launch_takes_epochs_or_steps(alice, alice_api, alice_cli
     page = alice_client.post(reverse("runs:new"), {**form, "epochs": 2})
     assert page.status_code == 302 and Run.objects.count() == before + 1
     assert Run.objects.order_by("-created_at").first().config["epochs"] == 2
+
+
+def test_a_multi_device_runs_count_reaches_the_run_through_rank_0s_json_lines():
+    import io
+
+    from trainer.training.sinks import JsonLinesSink
+    from webapp.runs.multiproc import _Relay
+
+    told = []
+
+    class Sink:
+        def run_length(self, max_steps, epochs):
+            told.append((max_steps, epochs))
+
+    lines = io.StringIO()
+    JsonLinesSink(lines).run_length(26, 2.0)  # what `python -m trainer train --events` writes on rank 0
+    _Relay(Sink(), step=0, tokens_seen=0).line(lines.getvalue())
+    assert told == [(26, 2.0)]
