@@ -1,6 +1,10 @@
 """Stand-alone training: `python -m trainer run config.yaml [--resume]` (no Django, no Redis),
 fine-tuning: `python -m trainer finetune config.yaml` (see cmd_finetune for its YAML), and GPT-3's
 in-context evaluation: `python -m trainer incontext --checkpoint DIR --dataset DIR --k-max N`.
+What the web pages do with models, from the command line: `import DIR_OR_ARCHIVE OUT` (a Hugging
+Face model as a checkpoint), `export CHECKPOINT OUT [--format hf|zip]` (a checkpoint in the
+Hugging Face format) and `evaluate CHECKPOINT DATASET` (a fine-tuned checkpoint's test report).
+Long steps draw a progress bar when the command runs in a terminal (trainer.progress.TerminalBar).
 
 The YAML file holds the RunConfig fields plus:
   corpus:      path of a raw .txt or .jsonl corpus (relative paths: from the YAML file's folder)
@@ -68,8 +72,31 @@ class RunFile:
         return self.output_dir / "tokenizer"
 
 
+IMPORT_EXAMPLES = """examples:
+  python -m trainer import ./bert-base-uncased ./checkpoints/bert-base     # a folder save_pretrained() wrote
+  python -m trainer import ./my-model.zip ./checkpoints/my-model           # or a .zip / .tar.gz / .tgz / .tar of one
+"""
+EXPORT_EXAMPLES = """examples:
+  python -m trainer export out/checkpoints/step-00000300 ./hf-model        # a folder transformers loads
+  python -m trainer export out ./model-hf.zip                              # a run folder: its latest checkpoint, zipped
+"""
+EVALUATE_EXAMPLES = """examples:
+  python -m trainer evaluate ft-out/checkpoints/step-00000300 ft-out/dataset          # its test split
+  python -m trainer evaluate ft-out reviews-2024.csv --out report/                    # every row of a file
+  python -m trainer evaluate ft-out ft-out/dataset --split validation
+"""
+
+
+def _command(sub: Any, name: str, help: str, examples: str = "") -> argparse.ArgumentParser:
+    return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".", epilog=examples or None,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    import trainer
+
     parser = argparse.ArgumentParser(prog="python -m trainer", description="Train language models from the command line.")
+    parser.add_argument("--version", action="version", version=f"LM Workbench {trainer.__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = sub.add_parser("run", help="prepare the corpus and tokenizer, then train, as a YAML file says")
     run.add_argument("config", type=Path, help="the run's YAML file (see examples/bert-tiny.yaml)")
@@ -105,6 +132,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     icl.add_argument("--no-normalise", action="store_true", help="score labels by total, not per-token, log-likelihood")
     demo = sub.add_parser("demo-corpus", help="write a small English corpus (Python docstrings) to a .txt file")
     demo.add_argument("out", type=Path, help="the .txt file to write")
+    imp = _command(sub, "import", "make a checkpoint of a Hugging Face model (BERT, RoBERTa, ALBERT, ELECTRA, "
+                                  "DistilBERT, T5, GPT-2 or XLNet), as the explorer's import does", IMPORT_EXAMPLES)
+    imp.add_argument("source", type=Path, metavar="DIR_OR_ARCHIVE",
+                     help="the folder save_pretrained() wrote (config.json, the weights, tokenizer.json or vocab.txt), "
+                          "or a .zip, .tar.gz, .tgz or .tar of it")
+    imp.add_argument("out", type=Path, metavar="OUT", help="the checkpoint folder to write (a new one)")
+    exp = _command(sub, "export", "write a checkpoint in the Hugging Face transformers format, as the web's "
+                                  "\"Export HF\" does", EXPORT_EXAMPLES)
+    exp.add_argument("checkpoint", type=Path, metavar="CHECKPOINT",
+                     help="a checkpoint folder, or a run's folder (its latest checkpoint)")
+    exp.add_argument("out", type=Path, metavar="OUT", help="the folder (or .zip) to write (a new one)")
+    from trainer.export import FORMATS
+
+    exp.add_argument("--format", choices=tuple(FORMATS), default=None,
+                     help="; ".join(f"{k}: {v}" for k, v in FORMATS.items()) + " (default: zip when OUT ends in "
+                                                                               ".zip, else hf)")
+    ev = _command(sub, "evaluate", "score a fine-tuned checkpoint on a labelled dataset: the test report its run "
+                                   "ends with (the task's metrics, the confusion matrix and per-class table, and with "
+                                   "--out the predictions)", EVALUATE_EXAMPLES)
+    ev.add_argument("checkpoint", type=Path, metavar="CHECKPOINT",
+                    help="a fine-tuned checkpoint folder, or a fine-tuning run's folder (its latest checkpoint)")
+    ev.add_argument("dataset", type=Path, metavar="DATASET",
+                    help="a labelled dataset folder (its --split is scored), or a CSV, TSV, JSONL, CoNLL or SQuAD "
+                         "file of the checkpoint's task (every row is scored)")
+    ev.add_argument("--split", choices=("test", "validation", "train"), default="test",
+                    help="the split of a dataset folder to score (default: test)")
+    ev.add_argument("--out", type=Path, default=None, metavar="DIR",
+                    help="also write test_metrics.json, test_report.json and predictions.jsonl / .csv there")
+    ev.add_argument("--batch-size", type=int, default=None, metavar="N", help="default: the run's batch size")
+    ev.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: auto")
     args = parser.parse_args(argv)
     try:
         if args.command == "run":
@@ -115,6 +172,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                              events=args.events)
         if args.command == "finetune":
             return cmd_finetune(args.config)
+        if args.command == "import":
+            return cmd_import(args.source, args.out)
+        if args.command == "export":
+            return cmd_export(args.checkpoint, args.out, fmt=args.format)
+        if args.command == "evaluate":
+            return cmd_evaluate(args.checkpoint, args.dataset, split=args.split, out=args.out,
+                                batch_size=args.batch_size, device=args.device)
         if args.command == "incontext":
             return cmd_incontext(args.checkpoint, args.dataset, k_max=args.k_max, template=args.template,
                                  seed=args.seed, n_queries=args.queries, normalise=not args.no_normalise)
@@ -288,6 +352,8 @@ def cmd_finetune(config_path: Path) -> int:
     if not raw_output:
         raise ConfigError("Set output_dir: the folder the fine-tuned checkpoints go to.")
     output_dir = _resolve(base, str(raw_output))
+    then_on, then_steps = data.pop("then_finetune_on", None), data.pop("then_steps", 0)
+    _check_settings(data, then_on, then_steps)  # cheap: before a dataset is read or ingested
     data["checkpoint"] = str(_latest_checkpoint(_resolve(base, str(data.get("checkpoint") or ""))))
     data["dataset"] = str(_labelled_dataset(data.get("dataset"), base, output_dir))
     extras = data.get("extra_datasets")
@@ -295,7 +361,6 @@ def cmd_finetune(config_path: Path) -> int:
         data["extra_datasets"] = [
             {**spec, "dataset": str(_labelled_dataset(spec.get("dataset"), base, output_dir, f"dataset-{i}"))}
             if isinstance(spec, dict) else spec for i, spec in enumerate(extras, 1)]
-    then_on, then_steps = data.pop("then_finetune_on", None), data.pop("then_steps", 0)
     config = FinetuneConfig.from_dict(data)
     if then_on is not None:
         _check_then(config, then_on, then_steps)
@@ -318,12 +383,29 @@ def cmd_finetune(config_path: Path) -> int:
             raise ConfigError("The multi-task phase left no checkpoint, so there is nothing to fine-tune further.")
         second = mixing.then_config(config, then_on, checkpoint=start, max_steps=then_steps)
         out = output_dir / f"then-{then_on}"
-        print(f"Fine-tuning {start.name} on the task {then_on!r} alone for {second.max_steps} steps, into {out}.")
+        length = f"{second.epochs:g} epochs" if second.epochs else f"{second.max_steps} steps"
+        print(f"Fine-tuning {start.name} on the task {then_on!r} alone for {length}, into {out}.")
         with stop.installed():
             result = finetune(second, out_dir=out, sink=ConsoleSink(out, max_steps=second.max_steps), should_stop=stop)
         if result.last_checkpoint is not None:
             print(f"Checkpoints are in {result.last_checkpoint.parent} (latest: {result.last_checkpoint.name}).")
     return EXIT_INTERRUPTED if result.status == "cancelled" else 0
+
+
+def _check_settings(data: dict, then_on: Any, then_steps: Any) -> None:
+    """FinetuneConfig's checks of the settings as the YAML gives them (unknown keys, bounds, max_steps
+    with epochs, ...), the checkpoint and the datasets stood in for: a bad setting is refused in a
+    moment, not after a dataset has been ingested."""
+    from trainer.finetune.config import FinetuneConfig
+
+    stand_in = {**data, "checkpoint": "checkpoint", "dataset": "dataset"}
+    extras = data.get("extra_datasets")
+    if isinstance(extras, list):
+        stand_in["extra_datasets"] = [{**spec, "dataset": f"dataset-{i}"} if isinstance(spec, dict) else spec
+                                      for i, spec in enumerate(extras, 1)]
+    config = FinetuneConfig.from_dict(stand_in)
+    if then_on is not None:
+        _check_then(config, then_on, then_steps)
 
 
 def _check_then(config, name, steps) -> None:
@@ -359,6 +441,105 @@ def cmd_incontext(checkpoint: Path, dataset: Path, *, k_max: int, template: str 
     best = max(out["k"], key=lambda k: (out["accuracy"][k], -k))
     print(f"Best: k={best} ({out['accuracy'][best]:.4f}).")
     return 0
+
+
+def _check_new(out: Path) -> None:
+    """A command writes a new file or folder: an existing one (other than an empty folder) is refused."""
+    if out.exists() and not (out.is_dir() and not any(out.iterdir())):
+        raise ConfigError(f"{out} already exists; name a new {'folder' if out.is_dir() else 'path'} (nothing is "
+                          f"overwritten).")
+
+
+def cmd_import(source: Path, out: Path) -> int:
+    """A Hugging Face model folder or archive -> a checkpoint folder (trainer.inference.importing)."""
+    from trainer.inference.importing import import_model
+    from trainer.progress import TerminalBar
+
+    _check_new(out)
+    with TerminalBar(f"Importing {source.name}") as bar:
+        info = import_model(source, out, progress=bar)
+    heads = ", ".join(info.get("objectives") or []) or "none"
+    print(f"Imported a {info['model_type']} model ({info['class']}, {info['parameters']:,} parameters, "
+          f"vocabulary {info['vocab_size']:,}; pre-training heads with weights: {heads}) as the checkpoint {out}.")
+    return 0
+
+
+def cmd_export(checkpoint: Path, out: Path, *, fmt: str | None = None) -> int:
+    """A checkpoint (or a run's latest) -> the transformers folder, or its zip (trainer.export)."""
+    import shutil
+
+    from trainer.export import check_exportable, export_checkpoint, zip_export
+    from trainer.progress import TerminalBar
+
+    fmt = fmt or ("zip" if out.suffix.lower() == ".zip" else "hf")
+    folder = _latest_checkpoint(checkpoint)
+    check_exportable(folder)  # ELMo, adapters: a sentence before anything is loaded
+    _check_new(out)
+    with TerminalBar(f"Exporting {folder.name}") as bar:
+        if fmt == "hf":
+            result = export_checkpoint(folder, out, progress=bar)
+        else:
+            staging = out.with_name(f".{out.name}.export")
+            try:
+                result = export_checkpoint(folder, staging, name=out.stem, progress=lambda p: bar(0.8 * p))
+                zip_export(result, out, top=out.stem or "model", progress=lambda p: bar(80 + 0.2 * p))
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+    what = f"{out} (a zip of {len(result.files)} files)" if fmt == "zip" else f"{out} ({', '.join(result.files)})"
+    print(f"Exported {folder.name} as transformers' {result.architecture} to {what}.")
+    return 0
+
+
+def cmd_evaluate(checkpoint: Path, dataset: Path, *, split: str = "test", out: Path | None = None,
+                 batch_size: int | None = None, device: str = "auto") -> int:
+    """Print a fine-tuned checkpoint's test report on a dataset folder's split, or on every row of a
+    dataset file (ingested for the checkpoint's task into a temporary folder first)."""
+    import tempfile
+
+    from trainer.finetune.evaluation import evaluate_checkpoint, finetuned_config
+
+    folder = _latest_checkpoint(checkpoint)
+    if batch_size is not None and batch_size < 1:
+        raise ConfigError(f"--batch-size must be at least 1, not {batch_size}.")
+    task = finetuned_config(folder, checkpoint=str(folder), dataset=".").task  # refuses a pre-training checkpoint
+    if dataset.is_dir():
+        result = evaluate_checkpoint(folder, dataset, split=split, out_dir=out, batch_size=batch_size, device=device)
+    elif dataset.is_file():
+        with tempfile.TemporaryDirectory(prefix="lmwb-evaluate-") as tmp:
+            result = evaluate_checkpoint(folder, _ingest_for_scoring(dataset, task, Path(tmp) / "dataset"),
+                                         out_dir=out, batch_size=batch_size, device=device)
+    else:
+        raise ConfigError(f"{dataset} does not exist: name a labelled dataset folder or a dataset file.")
+    print(_format_evaluation(result, folder, dataset if dataset.is_file() else f"{dataset} ({split} split)"))
+    if out is not None:
+        print(f"Wrote test_metrics.json, the predictions and the report to {out}.")
+    return 0
+
+
+def _ingest_for_scoring(source: Path, task: str, target: Path) -> Path:
+    """A dataset file stored with every row in its test split (and, since a stored dataset needs
+    one, in its train split), checked as an upload is (trainer.prep.labelled)."""
+    from trainer.prep import labelled
+    from trainer.progress import TerminalBar
+
+    preview = labelled.sniff(source, source.name)
+    with TerminalBar(f"Reading {source.name}") as bar:
+        labelled.ingest({"train": source, "test": source}, target, original_filename=source.name, task=task,
+                        mapping=preview.mapping, progress=bar)
+    return target
+
+
+def _format_evaluation(result: Any, checkpoint: Path, where: Any) -> str:
+    """The metrics (the primary first), then the per-class table of a classifier or tagger."""
+    lines = [f"{checkpoint.name} on {where}: {result.examples:,} examples, {result.task.replace('_', ' ')}."]
+    keys = [result.primary, *(k for k in result.metrics if k != result.primary)]
+    lines += [f"  {k:<24} {result.metrics[k]:.4f}" for k in keys if isinstance(result.metrics.get(k), (int, float))]
+    table = (result.report or {}).get("per_class") or []
+    if table:
+        lines.append(f"  {'label':<20} {'precision':>9} {'recall':>9} {'f1':>9} {'support':>8}")
+        lines += [f"  {str(r['label'])[:20]:<20} {r['precision']:>9.4f} {r['recall']:>9.4f} {r['f1']:>9.4f} "
+                  f"{r['support']:>8,}" for r in table]
+    return "\n".join(lines)
 
 
 def _resolve(base: Path, value: str) -> Path:
@@ -521,26 +702,32 @@ def prepare(run: RunFile, *, quiet: bool = False) -> None:
     from trainer.prep.corpus import CleaningOptions, ingest
     from trainer.prep.shards import encode_corpus
     from trainer.prep.tokenization import train_tokenizer
+    from trainer.progress import TerminalBar
 
     run.output_dir.mkdir(parents=True, exist_ok=True)
     check_stamp(run)
     if not (run.corpus_dir / "stats.json").is_file():
         print(f"Cleaning and splitting {run.corpus.name} ...", flush=True)
-        result = ingest(run.corpus, run.corpus_dir, original_filename=run.corpus.name,
-                        options=CleaningOptions.from_dict(run.cleaning), valid_fraction=run.valid_fraction)
+        with TerminalBar("  cleaning") as bar:
+            result = ingest(run.corpus, run.corpus_dir, original_filename=run.corpus.name,
+                            options=CleaningOptions.from_dict(run.cleaning), valid_fraction=run.valid_fraction,
+                            progress=bar)
         s = result.stats
         total = s.get("total", s)
         print(f"  {_fmt_stats(total)}", flush=True)
     if not (run.tokenizer_dir / "tokenizer.json").is_file():
         print(f"Training a {run.tokenizer['algorithm']} tokenizer ({run.tokenizer['vocab_size']:,} tokens) ...", flush=True)
-        stats = train_tokenizer(run.corpus_dir, run.tokenizer_dir, algorithm=run.tokenizer["algorithm"],
-                                vocab_size=int(run.tokenizer["vocab_size"]), lowercase=bool(run.tokenizer["lowercase"]),
-                                extra_ids=int(run.tokenizer.get("extra_ids", 0)))
+        with TerminalBar("  training") as bar:
+            stats = train_tokenizer(run.corpus_dir, run.tokenizer_dir, algorithm=run.tokenizer["algorithm"],
+                                    vocab_size=int(run.tokenizer["vocab_size"]),
+                                    lowercase=bool(run.tokenizer["lowercase"]),
+                                    extra_ids=int(run.tokenizer.get("extra_ids", 0)), progress=bar)
         print(f"  vocabulary {stats['vocab_size']:,}, {stats.get('tokens_per_word', 0):.2f} tokens per word, "
               f"unknown rate {stats.get('unk_rate', 0):.2%}", flush=True)
     if not (run.tokenizer_dir / "shards" / "train" / "shard.json").is_file():
         print("Encoding the corpus into token shards ...", flush=True)
-        stats = encode_corpus(run.corpus_dir, run.tokenizer_dir)
+        with TerminalBar("  encoding") as bar:
+            stats = encode_corpus(run.corpus_dir, run.tokenizer_dir, progress=bar)
         print(f"  {stats['train']['n_tokens']:,} training tokens, {stats['valid']['n_tokens']:,} validation tokens",
               flush=True)
 

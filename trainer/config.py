@@ -26,7 +26,8 @@ MIN_SEQ_LEN = 16
 # Inclusive bounds of the numeric fields: used by validation and shown on the launch form.
 BOUNDS: dict[str, tuple[float, float]] = {
     "mask_prob": (0.01, 0.5),
-    "max_steps": (1, 10_000_000),
+    "max_steps": (1, 10_000_000),  # 0 while `epochs` has not been turned into steps (resolve_epochs)
+    "epochs": (0, 100_000),
     "batch_size": (1, 8192),
     "seq_len": (MIN_SEQ_LEN, 8192),  # the real upper bound is the model's max positions
     "grad_accum": (1, 1024),
@@ -121,6 +122,7 @@ class TrainArgs:
     """How long and in what batches."""
 
     max_steps: int
+    epochs: float
     batch_size: int
     seq_len: int
     grad_accum: int
@@ -171,6 +173,53 @@ GROUPS: dict[str, type] = {"model": ModelArgs, "objective": ObjectiveArgs, "trai
                            "eval": EvalArgs, "runtime": RuntimeArgs}
 
 
+# ---------------------------------------------------------------------- epochs or max_steps
+# A run's length is max_steps (optimizer updates) or epochs (passes over the train split), never
+# both. With epochs, max_steps is 0 until the engine knows the train split's size and turns the
+# epochs into steps (resolve_epochs); the config it trains with (and its checkpoints record) has both.
+BOTH_LENGTHS = ("Give the run's length as max_steps (optimizer updates) or as epochs (passes over the train "
+                "split), not both: leave one of them out.")
+
+
+def _given(value: Any) -> bool:
+    """A length setting that says something: not absent, null, empty or 0."""
+    return value not in (None, "", 0) and value is not False
+
+
+def check_length_fields(d: dict[str, Any]) -> dict[str, Any]:
+    """A config dict as given (YAML, the API, a form) with its length settings checked: both
+    max_steps and epochs -> ConfigError; epochs alone -> max_steps 0 (to be resolved)."""
+    if not _given(d.get("epochs")):
+        return d
+    if _given(d.get("max_steps")):
+        raise ConfigError(BOTH_LENGTHS)
+    return {**d, "max_steps": 0}
+
+
+def resolve_epochs(config: Any, examples: int, per_step: int) -> Any:
+    """The config a run trains with: with `epochs`, max_steps = steps_for_epochs (a pre-training
+    run's warmup_steps must fit in them); without, the config as it is. The same data gives the
+    same steps, so a resumed run resolves them again to the same count."""
+    if not config.epochs:
+        return config
+    steps = steps_for_epochs(config.epochs, examples, per_step)
+    warmup = config.warmup_steps
+    if isinstance(config, RunConfig) and warmup > steps:
+        raise ConfigError(f"warmup_steps ({warmup}) is more than the {steps:,} steps that {config.epochs:g} epochs "
+                          f"take ({examples:,} training sequences, {per_step:,} a step); lower warmup_steps.")
+    return config.replace(max_steps=steps)
+
+
+def steps_for_epochs(epochs: float, examples: int, per_step: int) -> int:
+    """Optimizer updates that make `epochs` passes over `examples` training examples, `per_step`
+    of them an update (batch_size x grad_accum x devices): ceil(epochs x examples / per_step). The
+    training streams run on across an epoch's end (its last batch is completed from the next
+    epoch), so this is exactly that many passes, rounded up to a whole update."""
+    if examples < 1:
+        raise ConfigError("The train split has no examples, so it cannot be trained on for a number of epochs.")
+    return max(1, math.ceil(float(epochs) * examples / max(1, per_step)))
+
+
 class FlatRecord:
     """A flat settings record (a dataclass): a plain dict and YAML in and out, unknown fields
     refused with a sentence. RunConfig and trainer.finetune's FinetuneConfig are ones."""
@@ -199,7 +248,7 @@ class FlatRecord:
         if unknown:
             raise ConfigError(f"Unknown {cls.WHAT} field{'s' if len(unknown) > 1 else ''}: "
                               f"{', '.join(map(str, unknown))}.")
-        return cls(**d)
+        return cls(**check_length_fields(d))
 
     @classmethod
     def from_yaml(cls, text: str) -> Any:
@@ -266,7 +315,9 @@ class RunConfig(FlatRecord):
 
     # --- length and batches
     max_steps: int = 1000
-    """Number of optimizer updates to make."""
+    """Number of optimizer updates to make (or give epochs instead)."""
+    epochs: float = 0.0
+    """Passes over the train split instead of max_steps (0: train for max_steps). An epoch is the train split's sequences for these settings (what the run's first log line counts), so a run trains ceil(epochs x sequences / (batch_size x grad_accum x devices)) steps."""
     batch_size: int = 32
     """Sequences per forward pass (per micro-batch)."""
     seq_len: int = 128
@@ -366,6 +417,8 @@ class RunConfig(FlatRecord):
                 raise ConfigError(f"{name} must be a finite number, not {value}.")
             if name == "seq_len" or (name == "devices" and value == ALL_DEVICES):
                 continue  # seq_len: checked against the model's positions by the registry
+            if name == "max_steps" and value == 0 and self.epochs:
+                continue  # set from the epochs when the run starts (resolve_epochs)
             if not lo <= value <= hi:
                 raise ConfigError(f"{name} must be between {_num(lo)} and {_num(hi)}, not {_num(value)}.")
         if self.seq_len < MIN_SEQ_LEN:
@@ -387,7 +440,7 @@ class RunConfig(FlatRecord):
             raise ConfigError(f"objectives must be names like \"mlm\", not {self.objectives!r}.")
         if not all(isinstance(k, str) for k in self.model_overrides):
             raise ConfigError("model_overrides must map field names to values.")
-        if self.warmup_steps > self.max_steps:
+        if self.max_steps and self.warmup_steps > self.max_steps:  # with epochs: checked by resolve_epochs
             raise ConfigError(
                 f"warmup_steps ({self.warmup_steps}) must not be larger than max_steps ({self.max_steps})."
             )

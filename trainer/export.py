@@ -1,6 +1,7 @@
 """Export a checkpoint to the Hugging Face `transformers` format (a folder `from_pretrained` loads).
 
     export_checkpoint(checkpoint_dir, out_dir) -> ExportResult(folder, architecture, files)
+    zip_export(result, archive, top=...)        the folder as one zip (what the web page downloads)
 
 The weights and config.json come from models_lib.hf.to_pretrained: a fine-tuned checkpoint of an
 encoder family is written as transformers' {Bert,Roberta,Albert,Electra,DistilBert}For{Sequence,
@@ -16,8 +17,10 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from trainer.errors import UserError
 
@@ -49,6 +52,9 @@ length) and mc_token_ids = the position of each choice's extract token; the soft
 over the choices gives their probabilities.
 """
 
+
+FORMATS = {"hf": "a folder transformers' from_pretrained loads",
+           "zip": "that folder as a zip (what the web page's \u201cExport HF\u201d downloads)"}
 
 ELMO_REFUSED = "ELMo has no transformers class, so it cannot be exported to the Hugging Face format."
 
@@ -107,9 +113,10 @@ def check_exportable(checkpoint_dir: str | Path) -> None:
                           f"be fine-tuned again.")
 
 
-def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, *, name: str = "") -> ExportResult:
+def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, *, name: str = "",
+                      progress: Callable[[float], None] = lambda p: None) -> ExportResult:
     """Write the checkpoint in `checkpoint_dir` as a transformers folder at `out_dir` (replaced
-    whole, so a failed export leaves no half-written folder)."""
+    whole, so a failed export leaves no half-written folder). progress: percentages, 0 to 100."""
     from models_lib import hf
     from models_lib.checkpoint import load_model
 
@@ -121,6 +128,7 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, *, name: 
     family = str(getattr(model.config, "family", ""))
     if family == "elmo":
         raise ExportError(ELMO_REFUSED)
+    progress(30)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
@@ -128,6 +136,7 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, *, name: 
             hf.to_pretrained(model, staging)
         except (TypeError, ValueError) as e:
             raise ExportError(f"This {family} model cannot be written in the Hugging Face format: {e}") from None
+        progress(90)
         hf_config = json.loads((staging / "config.json").read_text(encoding="utf-8"))
         architecture = (hf_config.get("architectures") or [type(model).__name__])[0]
         with_types = bool(getattr(model.config, "type_vocab_size", 0)) and hf_config.get("model_type") not in (
@@ -150,4 +159,24 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, *, name: 
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
+    progress(100)
     return ExportResult(out, architecture, sorted(p.name for p in out.iterdir()))
+
+
+def zip_export(result: ExportResult, archive: str | Path, *, top: str,
+               progress: Callable[[float], None] = lambda p: None) -> Path:
+    """Zip an export's files under one folder `top` (so that unzipping makes one folder) into
+    `archive`, written beside it first and moved into place, so a failure leaves no broken zip.
+    progress: percentages, 0 to 100 (one step per file)."""
+    archive = Path(archive)
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    tmp = archive.with_name(archive.name + ".tmp")
+    try:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            for i, name in enumerate(result.files, 1):
+                zf.write(result.folder / name, arcname=f"{top}/{name}")
+                progress(100 * i / len(result.files))
+        os.replace(tmp, archive)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return archive

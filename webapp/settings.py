@@ -18,6 +18,8 @@ from pathlib import Path
 
 import dj_database_url
 
+import trainer
+
 
 def env_bool(name: str, default: bool) -> bool:
     value = os.environ.get(name)
@@ -245,7 +247,7 @@ SPECTACULAR_SETTINGS = {
     "TITLE": "LM Workbench API",
     "DESCRIPTION": ("Upload corpora, train tokenizers, launch and follow pretraining runs, explore checkpoints; "
                     "upload and map labelled datasets for fine-tuning."),
-    "VERSION": "0.1.0",
+    "VERSION": trainer.__version__,
     # The JSON endpoints are documented as JSON: a form encoding cannot carry their nested objects,
     # lists and types (they still read forms). Uploads name multipart/form-data themselves.
     "PARSER_WHITELIST": ["webapp.api.parsers.JSONObjectParser"],

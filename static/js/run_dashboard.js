@@ -167,13 +167,19 @@
 
   // ---- run state --------------------------------------------------------------------------
   const state = {
-    status: run.status, step: run.step, maxSteps: run.max_steps, finished: run.finished,
+    status: run.status, step: run.step, maxSteps: run.max_steps, epochs: run.epochs || 0, finished: run.finished,
     cancelRequested: run.cancel_requested,
   };
 
   function setStep(step) {
     state.step = step;
-    document.getElementById("run-step").textContent = `step ${step.toLocaleString()} / ${state.maxSteps.toLocaleString()}`;
+    document.getElementById("run-step").textContent =
+      `step ${step.toLocaleString()}` + (state.maxSteps ? ` / ${state.maxSteps.toLocaleString()}` : "");
+    const epoch = document.getElementById("run-epoch");  // a run given in epochs (runs_extras.epoch_of)
+    if (epoch) {
+      const done = state.maxSteps ? Math.min(state.epochs, (state.epochs * step) / state.maxSteps) : 0;
+      epoch.textContent = `epoch ${done.toFixed(1)} / ${state.epochs}`;
+    }
     const pct = state.maxSteps ? Math.min(100, (100 * step) / state.maxSteps) : 0;
     document.getElementById("run-progress-bar").style.width = pct.toFixed(1) + "%";
   }
@@ -332,6 +338,7 @@
           if (msg.step > state.step) setStep(msg.step);
           setStat("tokens_seen", fmt.integer(msg.tokens_seen));
           break;
+        case "length": state.maxSteps = msg.max_steps; setStep(state.step); break;
         case "log": appendLog(msg); break;
         case "checkpoint": addCheckpoint(msg); break;
         case "samples": showSamples(msg); break;

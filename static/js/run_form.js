@@ -273,9 +273,11 @@
     if (!seqs || !tokens) { out.textContent = ""; return; }
     const fmt = (x) => x >= 1e9 ? (x / 1e9).toFixed(1) + "B" : x >= 1e6 ? (x / 1e6).toFixed(1) + "M" : x.toLocaleString();
     const across = devices > 1 ? ` (${n("batch_size")} × ${n("grad_accum")} × ${devices} devices)` : "";
+    const length = n("epochs")  // a run given in epochs: its steps are counted once the worker has read the data
+      ? `${n("epochs").toLocaleString()} epochs (passes over the train split; the steps are counted when the run starts).`
+      : `${n("max_steps").toLocaleString()} steps read up to ${fmt(total)} tokens.`;
     out.textContent = `Effective batch: each step sees ${seqs.toLocaleString()} sequences${across} ` +
-      `(up to ${tokens.toLocaleString()} tokens); ` +
-      `${n("max_steps").toLocaleString()} steps read up to ${fmt(total)} tokens.`;
+      `(up to ${tokens.toLocaleString()} tokens); ` + length;
   }
 
   arch.addEventListener("change", () => {

@@ -35,7 +35,7 @@
       if (t.run_url) {
         const a = el("a", "", t.run_status.charAt(0).toUpperCase() + t.run_status.slice(1));
         a.href = t.run_url;
-        run.append(a, el("span", "muted small", ` step ${t.step} / ${t.max_steps}`));
+        run.append(a, el("span", "muted small", ` step ${t.step}` + (t.max_steps ? ` / ${t.max_steps}` : "")));
       } else run.append(el("span", "muted", "deleted"));
       row.append(run, el("td", "small", t.note || ""));
       body.append(row);

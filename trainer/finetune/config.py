@@ -19,7 +19,8 @@ from trainer import trackers
 
 BOUNDS: dict[str, tuple[float, float]] = {
     "max_length": (8, 8192),
-    "max_steps": (1, 10_000_000),
+    "max_steps": (1, 10_000_000),  # 0 while `epochs` has not been turned into steps (trainer.config.resolve_epochs)
+    "epochs": (0, 100_000),
     "batch_size": (1, 8192),
     "grad_accum": (1, 1024),
     "lr": (1e-8, 1.0),
@@ -66,6 +67,8 @@ class FinetuneConfig(FlatRecord):
     task: str = ""
     max_length: int = 128
     max_steps: int = 300
+    epochs: float = 0.0
+    """Passes over the train split instead of max_steps (0: train for max_steps): ceil(epochs x train examples / (batch_size x grad_accum)) steps."""
     batch_size: int = 16
     grad_accum: int = 1
     optimizer: str = "adamw"
@@ -73,7 +76,7 @@ class FinetuneConfig(FlatRecord):
     betas: tuple[float, float] = (0.9, 0.999)
     eps: float = 1e-8
     weight_decay: float = 0.01
-    warmup_ratio: float = 0.1  # of max_steps, then the schedule's decay (BERT: linear)
+    warmup_ratio: float = 0.1  # of max_steps (rounded up, as transformers does), then the schedule's decay
     schedule: str = "linear"
     clip_grad: float = 1.0
     label_smoothing: float = 0.0
@@ -162,6 +165,8 @@ class FinetuneConfig(FlatRecord):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ConfigError(f"{name} must be a number, not {value!r}.")
+            if name == "max_steps" and value == 0 and self.epochs:
+                continue  # set from the epochs when the run starts (trainer.config.resolve_epochs)
             if not lo <= value <= hi:
                 raise ConfigError(f"{name} must be between {lo:g} and {hi:g}, not {value:g}.")
         for name in ("schedule", "device", "precision"):
@@ -193,7 +198,9 @@ class FinetuneConfig(FlatRecord):
 
     @property
     def warmup_steps(self) -> int:
-        return int(round(self.warmup_ratio * self.max_steps))
+        """warmup_ratio of max_steps, rounded up as transformers' TrainingArguments.get_warmup_steps
+        does (math.ceil), so that the same ratio warms up for the same steps in both."""
+        return math.ceil(self.max_steps * self.warmup_ratio)
 
     @property
     def multi_task(self) -> bool:

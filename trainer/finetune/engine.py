@@ -23,8 +23,10 @@ from trainer.finetune.config import FinetuneConfig
 from trainer.finetune.metrics import METRICS
 from trainer.training import checkpoints
 from trainer.training.data import DataPosition
-from trainer.training.engine import TrainResult, TrainState, find_resume_point, restore, setup_runtime
 from trainer.training import tracker_sinks
+from trainer.training.engine import (
+    TrainResult, TrainState, find_resume_point, restore, setup_runtime, with_epochs,
+)
 from trainer.training.sinks import MetricsSink, TeeSink
 
 
@@ -211,7 +213,11 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             raise ConfigError(f"The checkpoint {checkpoint.name} cannot be fine-tuned for {task.label}: {e}") from None
         config = config.replace(task=task.name, family=model.config.family, preset=checkpoint.name,
                                 label_words=labels if getattr(task, "writes_labels", False) else [])
-        if config.report_to:  # the trackers report_to names get everything the run's sink gets
+        train_examples = [] if mix is not None else list(iter_examples(dataset, "train"))
+        examples = sum(len(t.splits["train"]) for t in mix) if mix is not None else len(train_examples)
+        config = with_epochs(config, examples, config.batch_size * config.grad_accum, sink,
+                             what="training examples")  # a multi-task run's epoch: every task's train split once
+        if config.report_to:  # the trackers report_to names get everything the run's sink gets (its steps counted)
             mirrors = tracker_sinks.open_sinks(config.report_to, config.to_dict(), out_dir)
             sink = TeeSink(sink, *mirrors)
             sink.log(tracker_sinks.describe(config.report_to))
@@ -242,7 +248,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
                 began = "grouped by length" if order == GROUPED else "in a plain shuffle (not grouped by length)"
                 sink.log(f"This run started with its training examples {began}, so it goes on in that order: its "
                          f"place in the data counts in it.")
-            stream = ExampleStream(list(iter_examples(dataset, "train")), collator, batch_size=config.batch_size,
+            stream = ExampleStream(train_examples, collator, batch_size=config.batch_size,
                                    seed=config.seed, position=state.position, group_by_length=order == GROUPED)
             config = config.replace(batch_order=GROUPED if stream.grouped else SHUFFLED)  # what checkpoints record
             grouping = stream.describe_grouping()

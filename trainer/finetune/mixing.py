@@ -250,7 +250,9 @@ def then_config(config: Any, name: str, *, checkpoint: str | Path, max_steps: in
     """The second phase of "multi-task, then fine-tuned on one of them" (Raffel et al. 2020,
     section 3.5.3): the same settings on task `name` alone (its dataset and prefix; the dataset's
     own task, so a classification or regression one is T5's label words, text_classify), from the
-    multi-task run's checkpoint, for max_steps (0: the multi-task run's)."""
+    multi-task run's checkpoint, for max_steps (0: the multi-task run's length: its max_steps, or
+    its epochs, then over this task's train split)."""
     spec = task_spec(config, name)
+    length = {"max_steps": int(max_steps), "epochs": 0.0} if max_steps else {}
     return config.replace(checkpoint=str(checkpoint), dataset=spec["dataset"], source_prefix=spec["prefix"],
-                          extra_datasets=[], task="", task_name="", max_steps=int(max_steps) or config.max_steps)
+                          extra_datasets=[], task="", task_name="", **length)

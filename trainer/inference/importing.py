@@ -12,6 +12,8 @@ Two steps, both usable on their own:
   `tokenizer.json` + `tokenizer_meta.json` (what a trained run's checkpoint holds, so
   the explorer (trainer.inference) reads it unchanged) and `import_info.json` (where it came from, which
   pre-training heads had weights). The folder appears complete or not at all.
+- `import_model(source, dest)`: both, for a folder or an archive (what the web app's upload job
+  and `python -m trainer import` call).
 
 What is model-specific comes from the family a model_type imports as (trainer.families):
 T5 and GPT-2 tokenizers lack roles our tokenizer metadata names (GPT-2 has only
@@ -34,7 +36,7 @@ import stat
 import tarfile
 import zipfile
 from pathlib import Path, PurePosixPath
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from trainer import families, jsonio
 from trainer.errors import TokenizerError, UserError
@@ -340,6 +342,32 @@ def import_hf_directory(src_dir: str | Path, dest_checkpoint_dir: str | Path) ->
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    return info
+
+
+def import_model(source: str | Path, dest_checkpoint_dir: str | Path, *, work_dir: str | Path | None = None,
+                 max_bytes: int = MAX_UNPACKED_BYTES,
+                 progress: Callable[[float], None] = lambda p: None) -> dict[str, Any]:
+    """Import a Hugging Face model folder, or an archive of one (unpacked into `work_dir`, a new
+    folder removed afterwards; default: a hidden one beside the destination), as the checkpoint
+    folder `dest_checkpoint_dir`; returns import_hf_directory's info. progress: 0 to 100."""
+    source, dest = Path(source), Path(dest_checkpoint_dir)
+    progress(0)
+    if source.is_dir():
+        info = import_hf_directory(source, dest)
+        progress(100)
+        return info
+    if not source.is_file():
+        raise ModelImportError(f"{source} does not exist: name a Hugging Face model folder (what save_pretrained() "
+                               f"wrote) or a .zip / .tar.gz of one.")
+    work = Path(work_dir) if work_dir is not None else dest.with_name(f".{dest.name}.unpack")
+    try:
+        folder = extract_archive(source, work, max_bytes=max_bytes)
+        progress(30)
+        info = import_hf_directory(folder, dest)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    progress(100)
     return info
 
 

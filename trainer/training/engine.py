@@ -87,6 +87,12 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
             reporter = TeeSink(sink, *mirrors)
             reporter.log(tracker_sinks.describe(config.report_to))
         resume_from = find_resume_point(out_dir, resume, reporter)
+        special = SpecialIds.from_tokenizer(tokenizer)
+        stream = None
+        if config.epochs:  # an epoch: the train split's sequences for these settings (the first epoch's)
+            stream = build_train_stream(config, data_dir, special, shard=(ctx.rank, ctx.world_size))
+            config = with_epochs(config, stream.epoch_size, config.batch_size * config.grad_accum * ctx.world_size,
+                                 reporter, what="training sequences")
         model, forward = steps.build(config, vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
                                         device=device, data_dir=data_dir, tokenizer=tokenizer)
         # activation checkpointing, torch.compile: in place, on the model itself (before any wrapper)
@@ -97,8 +103,8 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
         state = TrainState()
         if resume_from is not None:
             state = restore(resume_from, config, data_dir, model, optimizer, scheduler, forward, ctx=ctx)
-        special = SpecialIds.from_tokenizer(tokenizer)
-        stream = build_train_stream(config, data_dir, special, state.position, shard=(ctx.rank, ctx.world_size))
+        if stream is None or state.position != stream.position:
+            stream = build_train_stream(config, data_dir, special, state.position, shard=(ctx.rank, ctx.world_size))
         valid = build_valid_batches(config, data_dir, special)
         if not valid:
             reporter.log("The validation split gives no examples for these settings; training without validation.")
@@ -114,6 +120,22 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
 
 
 # ---------------------------------------------------------------------------- building
+def with_epochs(config: Any, examples: int, per_step: int, sink: MetricsSink, *, what: str) -> Any:
+    """The config with max_steps from its epochs (trainer.config.resolve_epochs), said in the log
+    and told to a sink that asks (its run_length(max_steps, epochs): the web app's run row, the
+    console's step counter); a config without epochs as it is."""
+    from trainer.config import resolve_epochs
+
+    if not config.epochs:
+        return config
+    config = resolve_epochs(config, examples, per_step)
+    sink.log(f"{config.epochs:g} epochs of {examples:,} {what}, {per_step:,} a step: {config.max_steps:,} steps.")
+    tell = getattr(sink, "run_length", None)
+    if callable(tell):
+        tell(config.max_steps, config.epochs)
+    return config
+
+
 def load_tokenizer(config: RunConfig, data_dir: Path) -> Any:
     from trainer.prep.tokenization import load_tokenizer as _load
 
@@ -371,6 +393,9 @@ class Loop:
         mfu = flops.mfu(self.flops_per_token, values["tokens_per_s"] / self.dist.world_size, self.peak)
         if mfu is not None:
             values["mfu"] = mfu
+        if self.config.epochs:  # a run given in epochs: how far through them (the data position)
+            position = self.state.position
+            values["epoch"] = position.epoch + position.index / max(1, self.stream.epoch_size)
         self.state.train_metrics = values
         self.sink.metrics(step, "train", values)
         self.interval = _Interval()
@@ -417,34 +442,12 @@ class Loop:
             self.interval.started += time.perf_counter() - started
 
     # -- the pieces
-    @torch.no_grad()
     def evaluate(self, batches: list[Batch] | None = None) -> dict[str, float]:
-        """Every named loss (weighted per target / sequence / token over the fixed validation
-        batches), "loss" = their weighted sum as in training, the perplexities the family names
-        (exp of the MLM or LM loss; ELMo's per direction), and the ratios (accuracies, RTD
-        precision and recall)."""
-        model = self.model
-        model.eval()
-        self.forward.start_validation()
-        tally = Tally(weighted=True)
+        """score() over the fixed validation batches (or the test split's), shared out among the
+        processes training together (validation_share)."""
         mine, extra, shared = self.validation_share(self.valid if batches is None else batches)  # or the test split
-        for batch in mine:
-            batch = batch.to(self.device)
-            with self.autocast:
-                tally.add(self.forward(batch, train=False))
-        for batch in extra:  # FSDP2: as many forwards as the others (each gathers the weights), unscored
-            with self.autocast:
-                self.forward(batch.to(self.device), train=False)
-        model.train()
-        parts = self.summed(tally) if shared else tally.values()
-        weights = self.forward.loss_weights
-        values = {"loss": sum(weights.get(k, 1.0) * v for k, v in parts.items() if k.endswith("_loss"))}
-        values.update(_ordered(parts))
-        for name, source in self.forward.perplexities.items():
-            if source in values:
-                values[name] = math.exp(min(values[source], 50.0))
-        values.update(self.forward.finish_validation())
-        return values
+        return score(self.model, self.forward, mine, device=self.device, autocast=self.autocast, unscored=extra,
+                     combine=self.summed if shared else None)
 
     def validation_share(self, batches: list[Batch]) -> tuple[list[Batch], list[Batch], bool]:
         """(the batches this process scores, those it runs unscored, whether the processes share
@@ -552,6 +555,39 @@ def optimizer_label(cfg: RunConfig) -> str:
     """E.g. "Adafactor at lr 0.01 (inverse_sqrt schedule)", for the start-of-training log line."""
     name = {"adamw": "AdamW", "adafactor": "Adafactor"}.get(cfg.optimizer, cfg.optimizer)
     return f"{name} at lr {cfg.lr:g} ({cfg.schedule} schedule)"
+
+
+@torch.no_grad()
+def score(model: nn.Module, forward: Step, batches: list[Batch], *, device: str,
+          autocast: Any = contextlib.nullcontext(), unscored: Any = (),
+          combine: Callable[[Tally], dict[str, float]] | None = None) -> dict[str, float]:
+    """Every named loss of `forward` over `batches` (weighted per target / sequence / token), "loss"
+    = their weighted sum as in training, the perplexities the family names (exp of the MLM or LM
+    loss; ELMo's per direction), the ratios (accuracies, RTD precision and recall) and what the
+    step adds at the end (a fine-tuning task's metrics). unscored: batches run but not counted
+    (FSDP2: as many forwards as the other processes, each gathers the weights); combine: how a
+    Tally becomes values over several processes (Loop.summed), else this process's own. The
+    validation of a run (Loop.evaluate) and `python -m trainer evaluate` alike."""
+    model.eval()
+    forward.start_validation()
+    tally = Tally(weighted=True)
+    for batch in batches:
+        batch = batch.to(device)
+        with autocast:
+            tally.add(forward(batch, train=False))
+    for batch in unscored:
+        with autocast:
+            forward(batch.to(device), train=False)
+    model.train()
+    parts = combine(tally) if combine is not None else tally.values()
+    weights = forward.loss_weights
+    values = {"loss": sum(weights.get(k, 1.0) * v for k, v in parts.items() if k.endswith("_loss"))}
+    values.update(_ordered(parts))
+    for name, source in forward.perplexities.items():
+        if source in values:
+            values[name] = math.exp(min(values[source], 50.0))
+    values.update(forward.finish_validation())
+    return values
 
 
 def _ordered(values: dict[str, float]) -> dict[str, float]:

@@ -114,6 +114,12 @@ class TeeSink:
             if callable(send):
                 send(step, rows)
 
+    def run_length(self, max_steps: int, epochs: float) -> None:
+        for s in self.sinks:
+            tell = getattr(s, "run_length", None)
+            if callable(tell):
+                tell(max_steps, epochs)
+
     def close(self) -> None:
         for s in self.sinks:
             s.close()
@@ -125,6 +131,7 @@ class JsonLinesSink:
     webapp/runs/multiproc.py). Lines:
       {"event": "metrics", "step", "split", "values"}     {"event": "log", "text"}
       {"event": "checkpoint", "step", "path", "metrics"}  {"event": "heartbeat", "step", "tokens_seen"}
+      {"event": "run_length", "max_steps", "epochs"}     (a run given in epochs, once its steps are known)
     Heartbeats are written at most every `heartbeat_every_s` seconds, and the last one held back
     when the sink closes (so the reader learns the run's final step and tokens)."""
 
@@ -142,6 +149,9 @@ class JsonLinesSink:
 
     def checkpoint(self, step: int, path: Path, metrics: dict) -> None:
         self._write({"event": "checkpoint", "step": step, "path": str(path), "metrics": metrics})
+
+    def run_length(self, max_steps: int, epochs: float) -> None:
+        self._write({"event": "run_length", "max_steps": max_steps, "epochs": epochs})
 
     def heartbeat(self, step: int, tokens_seen: int) -> None:
         beat = {"event": "heartbeat", "step": step, "tokens_seen": tokens_seen}
@@ -183,6 +193,10 @@ class ConsoleSink:
     def log(self, text: str) -> None:
         self._print(text)
 
+    def run_length(self, max_steps: int, epochs: float) -> None:
+        """A run given in epochs: the steps they take, known once the train split is read."""
+        self.max_steps = max_steps
+
     def checkpoint(self, step: int, path: Path, metrics: dict) -> None:
         pass  # train() logs a line for it
 
@@ -205,6 +219,8 @@ def format_metrics(step: int, split: str, v: dict[str, float], max_steps: int | 
                      ("mlm_acc", ".3f"), ("nsp_acc", ".3f"), ("lr", ".2e"), ("grad_norm", ".2f")):
         if key in v and v[key] is not None and not (isinstance(v[key], float) and math.isnan(v[key])):
             parts.append(f"{key} {v[key]:{fmt}}")
+    if v.get("epoch") is not None:
+        parts.append(f"epoch {v['epoch']:.2f}")
     if "tokens_per_s" in v:
         parts.append(f"{v['tokens_per_s']:,.0f} tok/s")
     if "memory_mb" in v:

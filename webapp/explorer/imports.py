@@ -138,15 +138,14 @@ def checkpoint_import(*, owner, name: str, archive_path: str | Path) -> Checkpoi
 
     Raises a UserError (trainer.inference.importing.ModelImportError) with a sentence when the archive
     is unsafe or not an importable model; nothing is left behind then."""
-    from trainer.inference.importing import extract_archive, import_hf_directory
+    from trainer.inference.importing import import_model
 
     checkpoint_id = uuid.uuid4()
     relative = Path("imports") / "checkpoints" / str(checkpoint_id)
     storage = Path(settings.STORAGE_ROOT)
-    work = storage / "tmp" / f"import-{checkpoint_id}"
+    work = storage / "tmp" / f"import-{checkpoint_id}"  # unpacked there, and removed by import_model
     try:
-        source = extract_archive(archive_path, work, max_bytes=max_unpacked_bytes())
-        info = import_hf_directory(source, storage / relative)
+        info = import_model(archive_path, storage / relative, work_dir=work, max_bytes=max_unpacked_bytes())
         return Checkpoint.objects.create(
             id=checkpoint_id, owner=owner, run=None, source=CheckpointSource.IMPORT, step=0, path=str(relative),
             name=(name or "").strip()[:200] or f"Imported {info.get('model_type', 'model')}",
@@ -154,8 +153,6 @@ def checkpoint_import(*, owner, name: str, archive_path: str | Path) -> Checkpoi
     except BaseException:
         shutil.rmtree(storage / relative, ignore_errors=True)
         raise
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 @transaction.atomic

@@ -143,6 +143,10 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "samples", "step": event["step"], "samples": event["samples"],
                               "sent_at": event.get("sent_at")})
 
+    async def run_length(self, event) -> None:
+        """A run given in epochs: its steps, once the worker has counted them."""
+        await self.send_json({**_without_type(event), "type": "length"})
+
     async def run_heartbeat(self, event) -> None:
         await self.send_json({"type": "heartbeat", "step": event["step"], "tokens_seen": event["tokens_seen"],
                               "sent_at": event.get("sent_at")})

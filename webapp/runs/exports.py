@@ -15,9 +15,7 @@ webapp.runs.apps) removes the folder once the deletion commits.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import zipfile
 from pathlib import Path
 from typing import Callable
 
@@ -157,25 +155,19 @@ def export_process(*, export_id) -> None:
 def write_archive(checkpoint: Checkpoint, *, progress: Callable[[float], None] = lambda p: None) -> str:
     """Write `<checkpoint>/exports/hf.zip` (trainer.export, then zipped; the folder removed) and
     return the transformers class. Nothing half-written stays when it fails."""
-    from trainer.export import export_checkpoint
+    from trainer.export import export_checkpoint, zip_export
 
     _weights(checkpoint)
     check_free_space(needed=space_needed(checkpoint), what=WHAT)  # again: the disk may have filled since
     root = export_folder(checkpoint)
-    folder, archive = root / "hf", root / ARCHIVE
-    tmp = archive.with_name(archive.name + ".tmp")
+    folder = root / "hf"
     progress(5)
     try:
         result = export_checkpoint(checkpoint.folder, folder, name=checkpoint.label)
         progress(50)
-        top = slugify(checkpoint.label) or "checkpoint"
-        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-            for i, name in enumerate(result.files, 1):
-                zf.write(result.folder / name, arcname=f"{top}/{name}")
-                progress(50 + 50 * i / len(result.files))
-        os.replace(tmp, archive)
+        zip_export(result, root / ARCHIVE, top=slugify(checkpoint.label) or "checkpoint",
+                   progress=lambda p: progress(50 + p / 2))
     finally:
-        tmp.unlink(missing_ok=True)
         shutil.rmtree(folder, ignore_errors=True)
     return result.architecture
 

@@ -148,6 +148,7 @@ class RunForm(forms.Form):
         for name, value in launch.launch_defaults().items():
             self.fields[name].initial = value
         self.fields["masking_unit"].initial = ""
+        self.fields["epochs"].initial = None  # the default length is the steps
 
     # -- groups for the template
     def main_fields(self):
@@ -203,6 +204,8 @@ class RunForm(forms.Form):
         if arch.get("needs_teacher") and not data.get("teacher_checkpoint") and "teacher_checkpoint" not in self.errors:
             self.add_error("teacher_checkpoint", f"{arch['label']} distils a trained BERT model: choose one of your "
                                                  f"BERT checkpoints as its teacher.")
+        if "max_steps" not in self.errors and not data.get("max_steps") and not data.get("epochs"):
+            self.add_error("max_steps", "Give the run's length: its steps, or its epochs (passes over the train split).")
         needed = ("family", "preset", "objectives", "extra_settings", "teacher_checkpoint",
                   *launch.CONFIG_FIELDS, *launch.model_field_names())
         if any(name in self.errors for name in needed):
@@ -379,7 +382,9 @@ class YamlImportForm(forms.Form):
 # does; bounds are FinetuneConfig's, checked again by the service (a sentence when out of range).
 FINETUNE_HELP = {
     "max_length": "Tokens per example; longer inputs are cut (dynamic padding per batch).",
-    "max_steps": "Optimizer updates in all.",
+    "max_steps": "Optimizer updates in all (or leave it empty and give epochs).",
+    "epochs": "Passes over the train split instead of steps: ceil(epochs × train examples / batch size) steps. "
+              "Give steps or epochs, not both.",
     "batch_size": "Examples per update.",
     "lr": "Peak learning rate of AdamW (BERT's recipes: 2e-5 to 5e-5).",
     "warmup_ratio": "Share of max_steps over which the learning rate climbs from 0, then decays linearly.",
@@ -569,6 +574,8 @@ class FinetuneForm(forms.Form):
                 field = forms.IntegerField(initial=default, help_text=help_text, required=required)
             else:
                 field = forms.FloatField(initial=default, help_text=help_text, required=required)
+            if name == "epochs":
+                field.initial = None  # empty: the length is max_steps
             self.fields[name] = field
 
     def _chosen(self, name: str) -> str:

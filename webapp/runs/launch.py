@@ -13,15 +13,17 @@ from trainer.config import RunConfig, load_yaml
 from trainer.errors import ConfigError
 
 # Shown on the form (in this order); the rest of RunConfig keeps its defaults unless a YAML sets it.
-MAIN_FIELDS = ("max_steps", "batch_size", "seq_len", "lr", "warmup_steps", "grad_accum",
+MAIN_FIELDS = ("max_steps", "epochs", "batch_size", "seq_len", "lr", "warmup_steps", "grad_accum",
                "eval_every", "checkpoint_every", "masking", "seed", "device", "devices")
 ADVANCED_FIELDS = ("mask_prob", "schedule", "weight_decay", "clip_grad", "eval_batches", "log_every",
                    "precision", "num_threads", "data_workers", "strategy", "compile", "activation_checkpointing",
                    "report_to")
 TRAINING_FIELDS = MAIN_FIELDS + ADVANCED_FIELDS
 # Training fields a form may leave out (empty = RunConfig's default: one device, strategy auto,
-# data workers auto; an unticked box is off).
-OPTIONAL_FIELDS = ("devices", "strategy", "data_workers", "compile", "activation_checkpointing", "report_to")
+# data workers auto; an unticked box is off). The run's length is max_steps or epochs: one of them.
+OPTIONAL_FIELDS = ("max_steps", "epochs", "devices", "strategy", "data_workers", "compile", "activation_checkpointing",
+                   "report_to")
+LENGTH_FIELDS = ("max_steps", "epochs")
 # Shown with the objectives: what a mask covers, how single segments are packed (empty = default).
 OBJECTIVE_FIELDS = ("masking_unit", "packing")
 # The optimizer (empty = the family's: Adafactor for T5, AdamW otherwise) and AdamW's own
@@ -37,7 +39,7 @@ TEACHER_FIELD = "teacher_checkpoint"
 CONFIG_FIELDS = TRAINING_FIELDS + OPTIMIZER_FIELDS + OBJECTIVE_FIELDS + FAMILY_FIELDS
 
 LABELS = {
-    "max_steps": "Steps", "batch_size": "Batch size", "seq_len": "Sequence length (tokens)",
+    "max_steps": "Steps", "epochs": "Epochs (instead of steps)", "batch_size": "Batch size", "seq_len": "Sequence length (tokens)",
     "lr": "Peak learning rate", "warmup_steps": "Warm-up steps", "grad_accum": "Gradient accumulation",
     "eval_every": "Validate every (steps)", "checkpoint_every": "Checkpoint every (steps)",
     "masking": "Masking", "seed": "Seed", "device": "Device", "mask_prob": "Mask probability",
@@ -196,6 +198,9 @@ def launch_values(data: dict[str, Any], *, config_yaml: str = "") -> tuple[dict[
     for key in ("family", "preset", "objectives", "model_overrides", TEACHER_FIELD, *CONFIG_FIELDS):
         if key in data:
             values[key] = data[key]
+    given = [k for k in LENGTH_FIELDS if data.get(k) not in (None, "", 0)]
+    if len(given) == 1:  # the length given replaces the other one of the defaults or the YAML
+        values[next(k for k in LENGTH_FIELDS if k not in given)] = 0
     for name in model_field_names():  # generator_size, share_layers: top-level shortcuts
         if data.get(name) not in (None, ""):
             values["model_overrides"] = {**(values.get("model_overrides") or {}), name: data[name]}

@@ -144,6 +144,8 @@ class _Relay:
             self.sink.checkpoint(int(event["step"]), Path(event["path"]), event.get("metrics") or {})
         elif kind == "heartbeat":
             self.step, self.tokens_seen = int(event["step"]), int(event["tokens_seen"])
+        elif kind == "run_length" and callable(getattr(self.sink, "run_length", None)):
+            self.sink.run_length(int(event["max_steps"]), float(event["epochs"]))
         elif kind == "result":
             self.result = event
 

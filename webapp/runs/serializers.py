@@ -216,8 +216,8 @@ def _finetune_int(name: str, **kwargs) -> serializers.IntegerField:
                                     **kwargs)
 
 
-def _finetune_float(name: str) -> serializers.FloatField:
-    return serializers.FloatField(required=False, **_finetune_bounds(name))
+def _finetune_float(name: str, **kwargs) -> serializers.FloatField:
+    return serializers.FloatField(required=False, **_finetune_bounds(name), **kwargs)
 
 
 class ExtraDatasetSerializer(RequestSerializer):
@@ -240,7 +240,8 @@ class FinetuneCreateSerializer(RequestSerializer):
                                                  "ELMo's for its features.")
     dataset = serializers.UUIDField(help_text="One of your ready labelled datasets; its task is what is trained.")
     max_length = _finetune_int("max_length")
-    max_steps = _finetune_int("max_steps")
+    max_steps = _finetune_int("max_steps", help_text="Optimizer updates (default 300); or give epochs, not both.")
+    epochs = _finetune_float("epochs", help_text="Passes over the train split instead of max_steps.")
     batch_size = _finetune_int("batch_size")
     lr = _finetune_float("lr")
     warmup_ratio = _finetune_float("warmup_ratio")
@@ -316,6 +317,7 @@ class FinetuneOnSerializer(RequestSerializer):
     name = serializers.CharField(required=False, allow_blank=True, max_length=200,
                                  help_text="Empty: “<run>, then <dataset>”.")
     max_steps = _finetune_int("max_steps")
+    epochs = _finetune_float("epochs", help_text="Passes over the train split instead of max_steps.")
     batch_size = _finetune_int("batch_size")
     lr = _finetune_float("lr")
     warmup_ratio = _finetune_float("warmup_ratio")

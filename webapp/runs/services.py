@@ -392,7 +392,7 @@ def run_clone(*, run: Run, owner, name: str | None = None) -> Run:
 
 # The FinetuneConfig fields the launch form and the API take; the rest keep their defaults, and
 # the checkpoint, dataset and task come from the rows the user chose.
-FINETUNE_FIELDS = ("max_length", "max_steps", "batch_size", "lr", "warmup_ratio", "eval_every", "llrd",
+FINETUNE_FIELDS = ("max_length", "batch_size", "lr", "warmup_ratio", "eval_every", "llrd",
                    "freeze_embeddings", "freeze_layers", "gradual_unfreeze_every", "early_stopping_patience",
                    "class_weights", "group_by_length")
 # The settings of the tasks on T5, UniLM and GPT (text to text, SFT, GPT-1's classifier); every
@@ -408,7 +408,9 @@ MIX_FIELDS = ("task_name", "mixing", "mixing_limit", "mixing_temperature")
 # The run's seed (data order, head initialisation, dropout), CPU threads (0: torch's default) and
 # the processes that build its batches (-1: auto).
 RUNTIME_FIELDS = ("seed", "num_threads", "data_workers")
-OPTIONAL_FIELDS = (GENERATION_FIELDS + LORA_FIELDS + ADAPTER_FIELDS + MIX_FIELDS + RUNTIME_FIELDS
+# The run's length: max_steps (300 when neither is given) or epochs, not both.
+LENGTH_FIELDS = ("max_steps", "epochs")
+OPTIONAL_FIELDS = (LENGTH_FIELDS + GENERATION_FIELDS + LORA_FIELDS + ADAPTER_FIELDS + MIX_FIELDS + RUNTIME_FIELDS
                    + ("device", "report_to"))  # device: auto when not sent; report_to: no tracker
 FINETUNE_FIELDS += OPTIONAL_FIELDS
 
@@ -592,7 +594,11 @@ def finetune_on_one(*, owner, run: Run, dataset_id, training: dict | None = None
     checkpoint = handed_on_checkpoint(run)
     if checkpoint is None:
         raise RunStateError("This run has no checkpoint yet; fine-tune on one of its datasets once it has saved one.")
-    settings = {**finetune_on_one_settings(run, task), **{k: v for k, v in (training or {}).items() if v is not None}}
+    given = {k: v for k, v in (training or {}).items() if v is not None}
+    handed = finetune_on_one_settings(run, task)
+    if given.keys() & set(LENGTH_FIELDS):  # a length given here replaces the multi-task run's
+        handed = {k: v for k, v in handed.items() if k not in LENGTH_FIELDS}
+    settings = {**handed, **given}
     name = (name or "").strip() or f"{run.name}, then {task['dataset'].name}"
     return finetune_create(owner=owner, checkpoint=checkpoint, dataset=task["dataset"], training=settings, name=name)
 

@@ -120,6 +120,12 @@ class DatabaseChannelsSink:
         send_run_event(self.run_id, {"type": "run.samples", "step": int(step),
                                      "samples": [{k: str(r.get(k, "")) for k in SAMPLE_FIELDS} for r in rows]})
 
+    def run_length(self, max_steps: int, epochs: float) -> None:
+        """A run given in epochs: the steps they take (known once the worker has read the train
+        split) go on the row, so that its progress, ETA and epoch count are right."""
+        Run.objects.filter(pk=self.run_id).update(max_steps=int(max_steps))
+        send_run_event(self.run_id, {"type": "run.length", "max_steps": int(max_steps), "epochs": float(epochs)})
+
     def heartbeat(self, step: int, tokens_seen: int) -> None:
         now = self.clock()
         if now - self._last_heartbeat < self.heartbeat_every_s:

@@ -23,6 +23,7 @@ from webapp.runs import capacity, exports, launch, readiness, results, selectors
 from webapp.runs.api import NO_PREDICTIONS, config_text, config_yaml_response, export_response, predictions_response
 from webapp.runs.forms import FinetuneForm, RunForm, YamlImportForm
 from webapp.runs.models import RunStatus
+from webapp.runs.templatetags.runs_extras import run_epochs
 
 
 @login_required
@@ -214,7 +215,7 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
         "dashboard": {
             "run_id": str(run.id), "status": run.status, "status_label": run.get_status_display(),
             "step": run.current_step, "max_steps": run.max_steps, "error": run.error,
-            "cancel_requested": run.cancel_requested, "finished": run.is_finished,
+            "epochs": run_epochs(run), "cancel_requested": run.cancel_requested, "finished": run.is_finished,
             "objectives": run.objectives, "last_log_id": log_lines[-1].id if log_lines else 0,
         },
     })

@@ -224,6 +224,9 @@ def _create_run(sweep: Sweep, number: int, params: dict[str, Any]) -> Run:
     base = sweep.base
     name = f"{sweep.name} · trial {number}"
     training = {**base.get("training", {}), **params}
+    for length, other in (("max_steps", "epochs"), ("epochs", "max_steps")):
+        if length in params:  # a searched length replaces the base run's other one
+            training[other] = 0
     if sweep.kind == SweepKind.FINETUNE:
         checkpoint, dataset = _finetune_sources(sweep.owner, base)
         return runs.finetune_create(owner=sweep.owner, checkpoint=checkpoint, dataset=dataset, training=training,

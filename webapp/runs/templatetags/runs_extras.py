@@ -36,6 +36,25 @@ def progress_of(run) -> float:
     return round(min(100.0, 100.0 * run.current_step / run.max_steps), 1)
 
 
+def run_epochs(run) -> float:
+    """The epochs a run was given instead of max_steps (0: none)."""
+    try:
+        return max(0.0, float((run.config or {}).get("epochs") or 0))
+    except (TypeError, ValueError, AttributeError):
+        return 0.0
+
+
+@register.simple_tag
+def epoch_of(run) -> str:
+    """"epoch 1.4 / 2" for a run given in epochs: the passes its steps so far make (max_steps is
+    the steps of all of them, set by the worker once it has read the train split), else ""."""
+    epochs = run_epochs(run)
+    if not epochs:
+        return ""
+    done = min(epochs, epochs * run.current_step / run.max_steps) if run.max_steps else 0.0
+    return f"epoch {done:.1f} / {epochs:g}"
+
+
 @register.filter
 def ago(value) -> str:
     """'just now', '5 minutes ago', '2 days, 3 hours ago'."""

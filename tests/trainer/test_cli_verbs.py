@@ -1,0 +1,139 @@
+"""`python -m trainer import / export / evaluate / --version` (trainer/cli.py), and the progress bar
+the long steps draw in a terminal (trainer.progress.TerminalBar)."""
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+import pytest
+import torch
+
+import trainer
+from tests.trainer.finetune_helpers import fine_tuned, ingested_demo
+from tests.trainer.importing_helpers import write_tiny_hf_bert, zip_folder
+from trainer.cli import main
+from trainer.progress import TerminalBar
+
+IDS = torch.tensor([[2, 5, 6, 7, 8, 5, 9, 3], [2, 10, 12, 13, 5, 14, 26, 3]])
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"LM Workbench {trainer.__version__}"
+
+
+@pytest.mark.parametrize("kind, cls, output", [("model", "BertModel", "last_hidden_state"),
+                                              ("masked-lm", "BertForMaskedLM", "logits")])
+def test_import_then_export_gives_the_same_model_in_transformers(tmp_path, capsys, kind, cls, output):
+    import transformers
+
+    source = write_tiny_hf_bert(tmp_path / "hf", kind=kind)
+    archive = zip_folder(source, tmp_path / "hf.zip")
+    assert main(["import", str(archive), str(tmp_path / "checkpoint")]) == 0
+    assert "as the checkpoint" in capsys.readouterr().out
+    assert main(["export", str(tmp_path / "checkpoint"), str(tmp_path / "exported"), "--format", "hf"]) == 0
+
+    before = getattr(transformers, cls).from_pretrained(source).eval()
+    after = getattr(transformers, cls).from_pretrained(tmp_path / "exported").eval()
+    with torch.no_grad():
+        want, got = getattr(before(IDS), output), getattr(after(IDS), output)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_import_of_a_folder_and_export_as_the_web_pages_zip(tmp_path, capsys):
+    source = write_tiny_hf_bert(tmp_path / "hf", kind="masked-lm")
+    assert main(["import", str(source), str(tmp_path / "checkpoint")]) == 0
+    assert main(["export", str(tmp_path / "checkpoint"), str(tmp_path / "bert-hf.zip")]) == 0  # .zip: zipped
+    names = zipfile.ZipFile(tmp_path / "bert-hf.zip").namelist()
+    assert {"bert-hf/config.json", "bert-hf/model.safetensors", "bert-hf/tokenizer.json"} <= set(names)
+    assert not list(tmp_path.glob(".bert-hf*"))  # the staging folder is gone
+
+    capsys.readouterr()
+    assert main(["export", str(tmp_path / "checkpoint"), str(tmp_path / "bert-hf.zip")]) == 2  # never overwritten
+    assert "already exists" in capsys.readouterr().err
+
+
+def test_import_refusals_are_one_line(tmp_path, capsys):
+    assert main(["import", str(tmp_path / "nowhere"), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "does not exist" in err and err.count("\n") == 1
+    (tmp_path / "notes.zip").write_bytes(b"not an archive")
+    assert main(["import", str(tmp_path / "notes.zip"), str(tmp_path / "out")]) == 2
+    assert "not an archive" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+@pytest.fixture(scope="module")
+def tuned(trained_run, tmp_path_factory):
+    """A 10-step classification fine-tuning run on the demo dataset: (its checkpoint, the dataset, its folder)."""
+    root = tmp_path_factory.mktemp("evaluate")
+    dataset = ingested_demo("classification", root)
+    checkpoint = fine_tuned(trained_run[0].last_checkpoint, dataset, root / "run", steps=10, batch_size=8)
+    return checkpoint, dataset, root / "run"
+
+
+def test_evaluate_gives_the_test_report_the_run_ended_with(tuned, tmp_path, capsys):
+    checkpoint, dataset, run = tuned
+    assert main(["evaluate", str(run), str(dataset), "--out", str(tmp_path / "report")]) == 0  # a run folder: its latest
+    printed = capsys.readouterr().out
+    assert "accuracy" in printed and "precision" in printed
+    mine = json.loads((tmp_path / "report" / "test_metrics.json").read_text())
+    theirs = json.loads((run / "test_metrics.json").read_text())
+    assert mine.keys() == theirs.keys()
+    for key in theirs:
+        assert mine[key] == pytest.approx(theirs[key], abs=1e-6), key
+    assert (tmp_path / "report" / "test_report.json").read_text() == (run / "test_report.json").read_text()
+    assert (tmp_path / "report" / "predictions.jsonl").read_text() == (run / "predictions.jsonl").read_text()
+
+
+def test_evaluate_scores_every_row_of_a_file(tuned, tmp_path, capsys):
+    from trainer.prep.labelled import DEMOS, read_meta, write_demo_dataset
+
+    checkpoint, dataset, _ = tuned
+    source = write_demo_dataset("classification", tmp_path / DEMOS["classification"].filename)
+    assert main(["evaluate", str(checkpoint), str(source), "--batch-size", "32"]) == 0
+    rows = sum(read_meta(dataset)["sizes"].values())
+    assert f"{rows:,} examples" in capsys.readouterr().out
+
+
+def test_evaluate_refuses_a_pre_training_checkpoint_and_another_task(tuned, trained_run, tmp_path, capsys):
+    checkpoint, dataset, _ = tuned
+    assert main(["evaluate", str(trained_run[0].last_checkpoint), str(dataset)]) == 2
+    assert "not a checkpoint of a fine-tuning run" in capsys.readouterr().err
+    other = ingested_demo("regression", tmp_path)
+    assert main(["evaluate", str(checkpoint), str(other)]) == 2
+    assert "fine-tuned for classification" in capsys.readouterr().err
+
+
+def test_every_verb_has_help_with_examples(capsys):
+    for verb in ("import", "export", "evaluate"):
+        with pytest.raises(SystemExit):
+            main([verb, "--help"])
+        text = capsys.readouterr().out
+        assert "examples:" in text and f"python -m trainer {verb} " in text
+
+
+# ---------------------------------------------------------------------------- progress bars
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_bar_draws_in_a_terminal_only(monkeypatch):
+    monkeypatch.setattr("sys.stdout", Terminal())
+    screen = Terminal()
+    with TerminalBar("Encoding", stream=screen) as bar:
+        for p in (0, 10, 10.4, 55):
+            bar(p)
+    lines = screen.getvalue().split("\r")[1:]
+    assert len(lines) == 4  # 0, 10, 55 and the full bar at the end (10.4 is still 10 %)
+    assert lines[-1] == "Encoding [" + "#" * TerminalBar.WIDTH + "] 100%\n"
+
+    piped = io.StringIO()  # a log file or a pipe: nothing at all
+    with TerminalBar("Encoding", stream=piped) as bar:
+        bar(50)
+    assert piped.getvalue() == ""
+    monkeypatch.setattr("sys.stdout", io.StringIO())  # stdout captured: quiet as well
+    with TerminalBar("Encoding", stream=screen) as bar:
+        assert not bar.enabled
