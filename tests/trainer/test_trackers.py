@@ -247,4 +247,5 @@ def test_a_resumed_run_goes_on_under_the_same_wandb_id(tmp_path):
         sink.metrics(step, "train", {"loss": 1.0 / step})
         sink.close()
     runs = sorted((tmp_path / "wandb").glob("offline-run-*"))
-    assert len(runs) == 2 and len({r.name.rsplit("-", 1)[1] for r in runs}) == 1
+    # offline-run-<date>_<time>-<id>, with "-1" appended when both runs started in the same second
+    assert len(runs) == 2 and len({r.name.split("-")[3] for r in runs}) == 1
