@@ -4,6 +4,9 @@
 //                                         JSON answer, rejects with an Error whose message is a
 //                                         sentence a person can read (the API's own "error" when
 //                                         it sent one). opts.signal aborts it (AbortError as is).
+//   Workbench.chartHead(title, opts)     a Plotly layout's title, legend and top margin: the legend in
+//                                         a row of its own under the title (opts.below: under the
+//                                         plot), so that it never covers the title
 // base.html loads this file before the page scripts (all deferred, so they run in order).
 (function () {
   "use strict";
@@ -67,5 +70,19 @@
     return data;
   }
 
-  window.Workbench = Object.freeze({ el, postJSON, csrfToken, UNREACHABLE });
+  // A chart's title at the top left, and its legend in a row of its own: between the title and the
+  // plot, or under the plot (opts.below, for legends too wide for one row). A legend placed beside
+  // the title ran over it once its names were long (issue 21).
+  function chartHead(title, opts = {}) {
+    const legend = opts.showLegend !== false;
+    return {
+      title: { text: title, font: { size: 14 }, x: 0.02, xanchor: "left", y: 1, yref: "container",
+               yanchor: "top", pad: { t: 10 } },
+      legend: opts.below ? { orientation: "h", x: 0, xanchor: "left", y: -0.3, yanchor: "top" }
+        : { orientation: "h", x: 0, xanchor: "left", y: 1.02, yanchor: "bottom" },
+      marginTop: legend && !opts.below ? 64 : 40,
+    };
+  }
+
+  window.Workbench = Object.freeze({ el, postJSON, csrfToken, chartHead, UNREACHABLE });
 })();

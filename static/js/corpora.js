@@ -10,6 +10,7 @@
     var percent = el.querySelector(".job-percent");
     var label = el.querySelector(".job-label");
     var hint = el.querySelector(".job-hint");
+    var badge = el.dataset.jobBadge ? document.querySelector(el.dataset.jobBadge) : null;
     var failures = 0;
 
     function tick() {
@@ -24,8 +25,14 @@
           if (bar) bar.style.width = p + "%";
           if (bar && bar.parentElement) bar.parentElement.setAttribute("aria-valuenow", p);
           if (percent) percent.textContent = p + " %";
-          if (label) label.textContent = job.status === "pending" ? "Waiting for a worker…" : "Processing…";
-          if (hint && job.status !== "pending") hint.hidden = true;
+          // once a worker has made progress the job is no longer waiting for one, whatever the row said
+          var waiting = job.status === "pending" && p === 0;
+          if (label) label.textContent = waiting ? "Waiting for a worker…" : "Processing…";
+          if (hint && !waiting) hint.hidden = true;
+          if (badge && (job.status === "pending" || job.status === "processing")) {
+            badge.className = "badge " + (waiting ? "pending" : "processing");
+            badge.textContent = waiting ? (job.status_label || "Waiting for a worker") : "Processing";
+          }
           if (job.status === "ready" || job.status === "failed") {
             window.location.reload();
             return;

@@ -26,7 +26,7 @@
       badge.className = `badge ${run.status}`;
       badge.textContent = run.status_label;
       row.querySelector('[data-role="bar"]').style.width = `${(100 * run.progress).toFixed(1)}%`;
-      row.querySelector('[data-role="steps"]').textContent = `step ${run.current_step} / ${run.max_steps}`;
+      row.querySelector('[data-role="steps"]').textContent = `step ${run.current_step.toLocaleString("en-US")} / ${run.max_steps.toLocaleString("en-US")}`;
       if (ACTIVE.has(run.status)) active = true;
     }
     if (active) setTimeout(refresh, delay);

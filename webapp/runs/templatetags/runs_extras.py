@@ -53,3 +53,12 @@ def ago(value) -> str:
 def get_item(mapping, key):
     """mapping[key] in a template (None when absent or not a mapping)."""
     return mapping.get(key) if isinstance(mapping, dict) else None
+
+
+@register.filter
+def objectives_label(run) -> str:
+    """What a run trains for, in words: "Masked language modelling (MLM) + Next sentence prediction
+    (NSP)", a fine-tuning run's task ("Token classification"); never a raw name (SPAN_CORRUPTION)."""
+    from webapp.runs.selectors import objective_labels
+
+    return " + ".join(objective_labels(run))
