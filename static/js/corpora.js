@@ -73,4 +73,17 @@
       }
     });
   });
+
+  // The tokenizer form: the number of T5 sentinel tokens follows the algorithm (Unigram, the one
+  // T5 trains: T5's 100; the others: none) until the person types a number of their own.
+  var sentinels = document.querySelector("input[name=extra_ids][data-defaults]");
+  var algorithm = sentinels && sentinels.form ? sentinels.form.querySelector("select[name=algorithm]") : null;
+  if (sentinels && algorithm) {
+    var defaults = JSON.parse(sentinels.dataset.defaults);
+    var edited = false;
+    sentinels.addEventListener("input", function () { edited = true; });
+    algorithm.addEventListener("change", function () {
+      if (!edited) sentinels.value = String(defaults[algorithm.value] || 0);
+    });
+  }
 })();
