@@ -37,7 +37,8 @@ def test_bert_with_mlm_and_nsp():
     assert series(result, "lr") == [("lr", "train", "learning rate")]
     loss = result[0]
     assert loss == {"id": "loss", "title": "Loss", "unit": "", "scale": "linear", "legend_below": False,
-                    "y2_title": "", "series": loss["series"]}
+                    "y2_title": "", "per_token": True, "series": loss["series"]}
+    assert not next(c for c in result if c["id"] == "lr")["per_token"]  # compare notes only tokenizer-bound ones
     assert next(c for c in result if c["id"] == "nsp_acc")["scale"] == "percent"
     assert next(c for c in result if c["id"] == "lr")["scale"] == "scientific"
 
@@ -198,3 +199,11 @@ def test_the_module_imports_neither_django_nor_torch():
     code = "import sys, trainer.charts; print(sorted(m for m in ('django', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_per_token_metrics_are_those_of_per_token_charts_the_run_records():
+    """What the compare page flags when the tokenizers differ (issue 21): a language model's loss,
+    accuracy and perplexity (also MLM's, shown only as a number), and throughput; not the learning rate."""
+    assert objectives.per_token_metrics(["mlm", "nsp"]) == {"loss", "mlm_loss", "mlm_acc", "perplexity", "tokens_per_s"}
+    assert {"lm_loss", "lm_acc", "perplexity"} <= objectives.per_token_metrics(["span_corruption"])
+    assert not {"lr", "grad_norm", "nsp_acc", "memory_mb"} & objectives.per_token_metrics(["mlm", "nsp"])
