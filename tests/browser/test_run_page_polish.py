@@ -1,0 +1,74 @@
+"""The run page in the system Chromium (issue 21, point 6): a series of one point is drawn with a
+marker, a legend never sits on its chart's title, the "queued" message goes once the run trains,
+and a number a live update writes has the same thousands separators as the page's own.
+
+Django serves the page from a thread of this process (pytest-django's live_server); the run's
+websocket is a stand-in that says the run now trains."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.webapp.runs_helpers import make_run
+from webapp.runs.models import MetricPoint, RunStatus
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def queued_run(alice):
+    """A run shown as queued, with one training point logged (its first) and one validation."""
+    run = make_run(alice, objectives=["mlm", "nsp"], status=RunStatus.QUEUED, max_steps=20, tokens_seen=140031)
+    MetricPoint.objects.create(run=run, step=1, split="train", values={
+        "loss": 7.5, "mlm_acc": 0.1, "nsp_acc": 0.5, "lr": 1e-4, "grad_norm": 2.0, "tokens_per_s": 14269.4,
+        "memory_mb": 300.0})
+    MetricPoint.objects.create(run=run, step=1, split="valid", values={"loss": 7.0, "mlm_acc": 0.12, "nsp_acc": 0.5})
+    return run
+
+
+def boxes_overlap(a: dict, b: dict) -> bool:
+    return not (a["x"] + a["width"] <= b["x"] or b["x"] + b["width"] <= a["x"]
+                or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"])
+
+
+def test_one_point_a_clear_legend_and_the_queued_message_going(queued_run, alice_cookie, live_server_page, shots):
+    sockets = []
+
+    def socket(ws):  # the run's websocket: the run is still queued; the test says when it trains
+        sockets.append(ws)
+        ws.send(json.dumps({"type": "hello", "status": "queued", "status_label": "Queued", "step": 0,
+                            "max_steps": 20, "error": "", "cancel_requested": False, "finished": False}))
+
+    page = live_server_page
+    page.context.add_cookies([alice_cookie])
+    page.route_web_socket("**/ws/runs/**", socket)
+    page.goto(f"/runs/{queued_run.id}/")
+    page.wait_for_function("() => { const el = document.getElementById('chart-loss');"
+                           " return el && el.data && el.data[0].x.length === 1; }")
+
+    # one point a series: markers, so that the chart does not look empty
+    modes = page.evaluate("() => document.getElementById('chart-loss').data.map(t => [t.x.length, t.mode])")
+    assert modes == [[1, "lines+markers"], [1, "lines+markers"]]
+
+    # the legend has a row of its own under the title: it covers no part of it
+    title = page.locator("#chart-loss .gtitle").bounding_box()
+    legend = page.locator("#chart-loss .legend").bounding_box()
+    assert title and legend and not boxes_overlap(title, legend), (title, legend)
+
+    # whole numbers with thousands separators, the page's own and the script's alike
+    assert page.text_content('[data-stat="tokens_seen"]').strip() == "140,031"
+    assert page.text_content('[data-stat="tokens_per_s"]').strip() == "14,269"
+    page.screenshot(path=str(shots / "dashboard-one-point.png"), full_page=True)
+
+    # "… queued …" stays while the run waits, and goes once it trains
+    page.click("form[action$='/clone/'] button")
+    page.wait_for_url(lambda url: str(queued_run.id) not in url)
+    page.wait_for_function("() => document.getElementById('ws-state').textContent === 'Live.'")
+    assert "queued on the" in page.text_content(".messages .msg.run-queued")
+    sockets[-1].send(json.dumps({"type": "status", "status": "running", "status_label": "Running", "step": 0,
+                                 "max_steps": 20, "error": "", "cancel_requested": False, "finished": False}))
+    page.wait_for_function("() => !document.querySelector('.messages .msg.run-queued')")
+    assert page.is_hidden("#run-note")
+    sockets[-1].send(json.dumps({"type": "heartbeat", "step": 3, "tokens_seen": 1234567}))
+    page.wait_for_function("() => document.querySelector('[data-stat=tokens_seen]').textContent === '1,234,567'")
