@@ -4,9 +4,9 @@
 //                                         JSON answer, rejects with an Error whose message is a
 //                                         sentence a person can read (the API's own "error" when
 //                                         it sent one). opts.signal aborts it (AbortError as is).
-//   Workbench.chartHead(title, opts)     a Plotly layout's title, legend and top margin: the legend in
-//                                         a row of its own under the title (opts.below: under the
-//                                         plot), so that it never covers the title
+//   Workbench.chartHead(title)           a Plotly layout's title, legend and margins: the title
+//                                         at the top, the legend under the plot, so that it never
+//                                         covers the title
 // base.html loads this file before the page scripts (all deferred, so they run in order).
 (function () {
   "use strict";
@@ -70,17 +70,15 @@
     return data;
   }
 
-  // A chart's title at the top left, and its legend in a row of its own: between the title and the
-  // plot, or under the plot (opts.below, for legends too wide for one row). A legend placed beside
-  // the title ran over it once its names were long (issue 21).
-  function chartHead(title, opts = {}) {
-    const legend = opts.showLegend !== false;
+  // A chart's title at the top left and its legend under the plot, past the x axis's title, where
+  // it may take as many rows as its names need (Plotly widens the bottom margin for them). A legend
+  // beside or under the title ran over it once its names were long or wrapped (issue 21).
+  function chartHead(title) {
     return {
       title: { text: title, font: { size: 14 }, x: 0.02, xanchor: "left", y: 1, yref: "container",
                yanchor: "top", pad: { t: 10 } },
-      legend: opts.below ? { orientation: "h", x: 0, xanchor: "left", y: -0.3, yanchor: "top" }
-        : { orientation: "h", x: 0, xanchor: "left", y: 1.02, yanchor: "bottom" },
-      marginTop: legend && !opts.below ? 64 : 40,
+      legend: { orientation: "h", x: 0, xanchor: "left", y: -0.3, yanchor: "top" },
+      margin: { t: 40, b: 72 },
     };
   }
 

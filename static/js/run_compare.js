@@ -24,7 +24,7 @@
     const head = Workbench.chartHead(`${m.metric} (${m.split === "valid" ? "validation" : "training"})`);
     Plotly.react("compare-chart", traces, {
       title: head.title, legend: head.legend,
-      margin: { l: 56, r: 16, t: head.marginTop, b: 40 }, hovermode: "x unified",
+      margin: { l: 56, r: 16, ...head.margin }, hovermode: "x unified",
       xaxis: { title: { text: "step", font: { size: 11 } }, rangemode: "tozero" },
     }, { responsive: true, displaylogo: false });
   }

@@ -42,17 +42,16 @@
 
   function layout(chart, empty) {
     const y = SCALES[chart.scale] || {};
-    const head = Workbench.chartHead(chart.title, { below: chart.legend_below, showLegend: chart.series.length > 1 });
+    const head = Workbench.chartHead(chart.title);
     return {
       title: head.title,
-      margin: { l: 56, r: 16, t: head.marginTop, b: chart.legend_below ? 72 : 36 },
+      margin: { l: 56, r: 16, ...head.margin },
       // An empty chart spans the whole run instead of Plotly's arbitrary default axes.
       xaxis: { title: { text: "step", font: { size: 11 } }, rangemode: "tozero",
                ...(empty ? { range: [0, Math.max(1, state.maxSteps)] } : {}) },
       yaxis: { ...y, ...(empty ? { range: [0, 1] } : {}) },
-      // The legend has a row of its own under the title; four traces do not fit in one: those
-      // charts put it under the plot.
-      legend: head.legend,
+      legend: head.legend, // under the plot, clear of the title
+
       hovermode: "x unified",
       showlegend: chart.series.length > 1,
       ...(chart.y2_title

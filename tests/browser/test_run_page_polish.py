@@ -72,3 +72,33 @@ def test_one_point_a_clear_legend_and_the_queued_message_going(queued_run, alice
     assert page.is_hidden("#run-note")
     sockets[-1].send(json.dumps({"type": "heartbeat", "step": 3, "tokens_seen": 1234567}))
     page.wait_for_function("() => document.querySelector('[data-stat=tokens_seen]').textContent === '1,234,567'")
+
+
+def test_no_legend_sits_on_its_charts_title(alice, alice_cookie, live_server_page, shots):
+    """ELECTRA's loss chart has four long legend names ("discriminator (validation)", ...): beside
+    the title they ran over it; in their own row they cover no title."""
+    run = make_run(alice, family="electra", objectives=["mlm", "rtd"], status=RunStatus.SUCCEEDED, max_steps=20)
+    for step in (5, 10):
+        MetricPoint.objects.create(run=run, step=step, split="train", values={
+            "loss": 8.0 / step, "mlm_loss": 7.0, "rtd_loss": 0.5, "mlm_acc": 0.1, "rtd_precision": 0.5,
+            "rtd_recall": 0.4, "rtd_acc": 0.9, "lr": 1e-4, "grad_norm": 1.0, "tokens_per_s": 900.0})
+        MetricPoint.objects.create(run=run, step=step, split="valid", values={
+            "loss": 7.5, "mlm_loss": 7.1, "rtd_loss": 0.6, "mlm_acc": 0.1, "rtd_precision": 0.5, "rtd_recall": 0.4})
+    page = live_server_page
+    page.context.add_cookies([alice_cookie])
+    page.route_web_socket("**/ws/runs/**", lambda ws: None)
+    page.goto(f"/runs/{run.id}/")
+    page.wait_for_function("() => { const el = document.getElementById('chart-electra_loss');"
+                           " return el && el.data && el.data[0].x.length === 2; }")
+    checked = 0
+    for chart in page.locator("#charts .chart").all():
+        title, legend = chart.locator(".gtitle"), chart.locator(".legend")
+        if not legend.count() or not title.count():
+            continue
+        a, b = title.bounding_box(), legend.bounding_box()
+        assert not boxes_overlap(a, b), (chart.get_attribute("id"), a, b)
+        step = chart.locator(".xtitle")  # nor the x axis's title
+        assert not step.count() or not boxes_overlap(step.bounding_box(), b), (chart.get_attribute("id"), b)
+        checked += 1
+    assert checked >= 3  # loss, the generator/discriminator losses, the RTD scores
+    page.screenshot(path=str(shots / "dashboard-legends.png"), full_page=True)
