@@ -58,8 +58,12 @@ def test_whole_numbers_have_thousands_separators(alice, alice_client):
 
 
 def test_the_run_list_names_objectives_and_tasks_in_words(alice, alice_client, classifier):
-    make_run(alice, name="t5", family="t5", objectives=["span_corruption"])
+    t5 = make_run(alice, name="t5", family="t5", objectives=["span_corruption"])
     make_run(alice, name="bert", objectives=["mlm", "nsp"])
+    detail = page(alice_client, reverse("runs:detail", args=[t5.id]))
+    assert "Span corruption (T5)" in detail and "SPAN_CORRUPTION" not in detail
+    tuned = page(alice_client, reverse("runs:detail", args=[classifier.id]))
+    assert '<p class="muted" id="run-lineage">Token classification · ' in tuned
     listing = page(alice_client, reverse("runs:list"))
     assert "SPAN_CORRUPTION" not in listing and "MLM + NSP" not in listing and "tokenclassification" not in listing
     assert "Span corruption (T5)" in listing and "Token classification" in listing
