@@ -50,7 +50,6 @@ class ChartSpec:
     order: int  # position on the page, ascending
     scale: str = "linear"  # SCALES
     legend: str = "split"  # LEGENDS
-    legend_below: bool = False  # the legend under the plot (four series do not fit beside the title)
     y2_title: str = ""  # a second y axis on the right, for series with axis="y2"
     # Its values are per token of the run's tokenizer (a language model's loss, perplexity, token
     # accuracy, throughput): runs with different tokenizers count different units of text, so the
@@ -128,11 +127,10 @@ CHARTS: dict[str, ChartSpec] = {c.id: c for c in (
     ChartSpec("lm_acc", "Token accuracy (predicted tokens)", order=30, scale="percent", per_token=True),
     ChartSpec("perplexity", "Perplexity (exp of the LM loss)", order=40, scale="log", per_token=True),
     ChartSpec("elmo_perplexity", "ELMo perplexity: forward and backward LM", order=50, scale="log",
-              legend="metric_split", legend_below=True, per_token=True),
-    ChartSpec("elmo_loss", "ELMo loss: forward and backward LM", order=60, legend="metric_split", legend_below=True,
-              per_token=True),
+              legend="metric_split", per_token=True),
+    ChartSpec("elmo_loss", "ELMo loss: forward and backward LM", order=60, legend="metric_split", per_token=True),
     ChartSpec("elmo_acc", "ELMo accuracy: forward and backward LM", order=70, scale="percent",
-              legend="metric_split", legend_below=True, per_token=True),
+              legend="metric_split", per_token=True),
     ChartSpec("nsp_acc", "NSP accuracy", order=80, scale="percent"),
     ChartSpec("sop_acc", "SOP accuracy (sentence order)", order=90, scale="percent"),
     ChartSpec("sbo_loss", "SBO loss (span boundary)", order=100, per_token=True),
@@ -201,7 +199,7 @@ def charts_for(metrics: Sequence[MetricSpec], extra_charts: Sequence[ChartSpec] 
     """The charts of the common metrics and `metrics` (the run's objectives' chart entries, in the
     objectives' registered order), in page order, as JSON-able dicts:
 
-    {"id", "title", "unit", "scale", "legend_below", "y2_title", "per_token",
+    {"id", "title", "unit", "scale", "y2_title", "per_token",
      "series": [{"metric", "label", "split", "unit", "color", "axis", "transform"}, ...]}
 
     Charts without a series are left out; a series (chart, metric, split, transform) that two
@@ -227,7 +225,7 @@ def charts_for(metrics: Sequence[MetricSpec], extra_charts: Sequence[ChartSpec] 
             })
     charts = sorted((known[chart_id] for chart_id in series), key=lambda c: (c.order, c.id))
     return [{
-        "id": c.id, "title": c.title, "unit": c.unit, "scale": c.scale, "legend_below": c.legend_below,
+        "id": c.id, "title": c.title, "unit": c.unit, "scale": c.scale,
         "y2_title": c.y2_title, "per_token": c.per_token, "series": series[c.id],
     } for c in charts]
 

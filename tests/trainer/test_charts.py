@@ -36,7 +36,7 @@ def test_bert_with_mlm_and_nsp():
     assert series(result, "mlm_acc") == [("mlm_acc", "train", "train"), ("mlm_acc", "valid", "validation")]
     assert series(result, "lr") == [("lr", "train", "learning rate")]
     loss = result[0]
-    assert loss == {"id": "loss", "title": "Loss", "unit": "", "scale": "linear", "legend_below": False,
+    assert loss == {"id": "loss", "title": "Loss", "unit": "", "scale": "linear",
                     "y2_title": "", "per_token": True, "series": loss["series"]}
     assert not next(c for c in result if c["id"] == "lr")["per_token"]  # compare notes only tokenizer-bound ones
     assert next(c for c in result if c["id"] == "nsp_acc")["scale"] == "percent"
@@ -54,7 +54,7 @@ def test_span_corruption_charts_token_accuracy_and_perplexity_from_the_lm_loss()
     assert charts_for(["clm"]) == result  # GPT's causal LM reports the same
 
 
-def test_bilm_charts_both_directions_with_the_legend_below():
+def test_bilm_charts_both_directions():
     result = charts_for(["bilm"])
     assert ids(result) == ["loss", "elmo_perplexity", "elmo_loss", "elmo_acc", *COMMON_CHARTS]
     assert series(result, "elmo_perplexity") == [
@@ -62,7 +62,7 @@ def test_bilm_charts_both_directions_with_the_legend_below():
         ("forward_perplexity", "valid", "forward (validation)"),
         ("backward_perplexity", "valid", "backward (validation)")]
     for chart in result[1:4]:
-        assert chart["legend_below"] and len(chart["series"]) == 4
+        assert len(chart["series"]) == 4
         assert {s["color"] for s in chart["series"]} == {charts.BLUE, charts.GREEN}
     assert "mlm_acc" not in ids(result) and "perplexity" not in ids(result)
 
