@@ -102,3 +102,28 @@ def test_no_legend_sits_on_its_charts_title(alice, alice_cookie, live_server_pag
         checked += 1
     assert checked >= 3  # loss, the generator/discriminator losses, the RTD scores
     page.screenshot(path=str(shots / "dashboard-legends.png"), full_page=True)
+
+
+def test_compare_shows_the_tokenizer_note_only_for_per_token_metrics(alice, alice_cookie, live_server_page):
+    from tests.webapp.runs_helpers import make_data
+
+    first = make_run(alice, status=RunStatus.SUCCEEDED, name="first")
+    corpus, tokenizer = make_data(alice, name="second")
+    second = make_run(alice, status=RunStatus.SUCCEEDED, name="second", corpus=corpus, tokenizer=tokenizer)
+    for run in (first, second):
+        MetricPoint.objects.create(run=run, step=10, split="train", values={"loss": 7.0, "lr": 1e-4, "eta_s": 3.0})
+        MetricPoint.objects.create(run=run, step=10, split="valid", values={"loss": 6.5, "perplexity": 665.1})
+    page = live_server_page
+    page.context.add_cookies([alice_cookie])
+    page.goto(f"/runs/compare/?run={first.id}&run={second.id}")
+    page.wait_for_function("() => { const el = document.getElementById('compare-chart'); return el && el.data; }")
+    options = page.eval_on_selector_all("#compare-metric option", "els => els.map(e => e.textContent)")
+    assert "perplexity (validation)" in options and not any("eta_s" in o for o in options)
+    assert page.is_visible("#compare-tokenizer-note")  # the first choice: the validation perplexity
+    assert page.evaluate("() => document.getElementById('compare-chart').data[0].mode") == "lines+markers"
+    page.select_option("#compare-metric", label="lr (training)")
+    assert page.is_hidden("#compare-tokenizer-note")
+    modes = page.evaluate("() => document.getElementById('compare-chart').data.map(t => t.mode)")
+    assert modes == ["lines+markers", "lines+markers"]  # one training point each: markers
+    page.select_option("#compare-metric", label="loss (training)")
+    assert page.is_visible("#compare-tokenizer-note")
