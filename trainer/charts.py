@@ -18,7 +18,7 @@ collect them for a run. Imports neither Django nor torch.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import KW_ONLY, dataclass
 
 SPLITS = ("train", "valid")
@@ -50,8 +50,11 @@ class ChartSpec:
     order: int  # position on the page, ascending
     scale: str = "linear"  # SCALES
     legend: str = "split"  # LEGENDS
-    legend_below: bool = False  # the legend under the plot (four series do not fit beside the title)
     y2_title: str = ""  # a second y axis on the right, for series with axis="y2"
+    # Its values are per token of the run's tokenizer (a language model's loss, perplexity, token
+    # accuracy, throughput): runs with different tokenizers count different units of text, so the
+    # compare page says so when it overlays them (webapp.runs.results).
+    per_token: bool = False
 
     def __post_init__(self) -> None:
         _check(self.scale, SCALES, f"chart {self.id!r}: scale")
@@ -119,27 +122,27 @@ BLUE, ORANGE, GREEN = "#3f5bd9", "#e0692b", "#1a9e77"
 
 # ------------------------------------------------------------------------------------ charts
 CHARTS: dict[str, ChartSpec] = {c.id: c for c in (
-    ChartSpec("loss", "Loss", order=10),
-    ChartSpec("mlm_acc", "MLM accuracy", order=20, scale="percent"),
-    ChartSpec("lm_acc", "Token accuracy (predicted tokens)", order=30, scale="percent"),
-    ChartSpec("perplexity", "Perplexity (exp of the LM loss)", order=40, scale="log"),
+    ChartSpec("loss", "Loss", order=10, per_token=True),
+    ChartSpec("mlm_acc", "MLM accuracy", order=20, scale="percent", per_token=True),
+    ChartSpec("lm_acc", "Token accuracy (predicted tokens)", order=30, scale="percent", per_token=True),
+    ChartSpec("perplexity", "Perplexity (exp of the LM loss)", order=40, scale="log", per_token=True),
     ChartSpec("elmo_perplexity", "ELMo perplexity: forward and backward LM", order=50, scale="log",
-              legend="metric_split", legend_below=True),
-    ChartSpec("elmo_loss", "ELMo loss: forward and backward LM", order=60, legend="metric_split", legend_below=True),
+              legend="metric_split", per_token=True),
+    ChartSpec("elmo_loss", "ELMo loss: forward and backward LM", order=60, legend="metric_split", per_token=True),
     ChartSpec("elmo_acc", "ELMo accuracy: forward and backward LM", order=70, scale="percent",
-              legend="metric_split", legend_below=True),
+              legend="metric_split", per_token=True),
     ChartSpec("nsp_acc", "NSP accuracy", order=80, scale="percent"),
     ChartSpec("sop_acc", "SOP accuracy (sentence order)", order=90, scale="percent"),
-    ChartSpec("sbo_loss", "SBO loss (span boundary)", order=100),
-    ChartSpec("sbo_acc", "SBO accuracy (span boundary)", order=110, scale="percent"),
+    ChartSpec("sbo_loss", "SBO loss (span boundary)", order=100, per_token=True),
+    ChartSpec("sbo_acc", "SBO accuracy (span boundary)", order=110, scale="percent", per_token=True),
     ChartSpec("electra_loss", "Generator (MLM) and discriminator (RTD) loss", order=120, legend="metric_split",
-              y2_title="discriminator loss"),
+              y2_title="discriminator loss", per_token=True),
     ChartSpec("rtd", "Replaced-token detection: precision, recall, accuracy", order=130, scale="percent",
-              legend="metric"),
+              legend="metric", per_token=True),
     ChartSpec("distill", "Distillation losses (soft targets, MLM, cosine)", order=140, legend="metric"),
     ChartSpec("lr", "Learning rate", order=150, scale="scientific", legend="metric"),
     ChartSpec("grad_norm", "Gradient norm", order=160, legend="metric"),
-    ChartSpec("tokens_per_s", "Tokens per second", unit="tokens/s", order=170, legend="metric"),
+    ChartSpec("tokens_per_s", "Tokens per second", unit="tokens/s", order=170, legend="metric", per_token=True),
     ChartSpec("mfu", "Model FLOPs utilisation (share of the device's peak)", order=175, scale="percent",
               legend="metric"),
     ChartSpec("fill", "Fill (real tokens / positions computed)", order=177, scale="percent", legend="metric"),
@@ -196,7 +199,7 @@ def charts_for(metrics: Sequence[MetricSpec], extra_charts: Sequence[ChartSpec] 
     """The charts of the common metrics and `metrics` (the run's objectives' chart entries, in the
     objectives' registered order), in page order, as JSON-able dicts:
 
-    {"id", "title", "unit", "scale", "legend_below", "y2_title",
+    {"id", "title", "unit", "scale", "y2_title", "per_token",
      "series": [{"metric", "label", "split", "unit", "color", "axis", "transform"}, ...]}
 
     Charts without a series are left out; a series (chart, metric, split, transform) that two
@@ -222,18 +225,21 @@ def charts_for(metrics: Sequence[MetricSpec], extra_charts: Sequence[ChartSpec] 
             })
     charts = sorted((known[chart_id] for chart_id in series), key=lambda c: (c.order, c.id))
     return [{
-        "id": c.id, "title": c.title, "unit": c.unit, "scale": c.scale, "legend_below": c.legend_below,
-        "y2_title": c.y2_title, "series": series[c.id],
+        "id": c.id, "title": c.title, "unit": c.unit, "scale": c.scale,
+        "y2_title": c.y2_title, "per_token": c.per_token, "series": series[c.id],
     } for c in charts]
 
 
-def stats_for(stats: Sequence[StatSpec]) -> list[dict]:
+def stats_for(stats: Sequence[StatSpec], recorded: Collection[str] | None = None) -> list[dict]:
     """The numbers above the charts, in page order: {"id", "label", "metric", "splits", "format", "digits"}.
-    A stat id that two objectives both list appears once."""
+    A stat id that two objectives both list appears once. `recorded`: the metric keys the run
+    records, when not every common stat applies (a classifier reports no perplexity), so that
+    no number stays a dash for ever; None: all of them."""
     specs = [*COMMON_STATS, *stats]
     unique: dict[str, StatSpec] = {}
     for stat in specs:
-        unique.setdefault(stat.id, stat)
+        if recorded is None or stat.metric in recorded:
+            unique.setdefault(stat.id, stat)
     return [{
         "id": s.id, "label": s.label, "metric": s.metric, "splits": list(s.splits), "format": s.format,
         "digits": s.digits,

@@ -49,7 +49,6 @@ EXIT_INTERRUPTED = 130
 RUN_FILE_KEYS = ("corpus", "tokenizer", "output_dir", "cleaning", "valid_fraction")
 TOKENIZER_DEFAULTS = {"algorithm": "wordpiece", "vocab_size": 8000, "lowercase": True}
 TOKENIZER_KEYS = (*TOKENIZER_DEFAULTS, "extra_ids")  # extra_ids: T5's sentinel tokens (absent = 0)
-T5_EXTRA_IDS = 100
 
 
 @dataclass
@@ -675,6 +674,8 @@ def load_run_file(path: Path) -> RunFile:
         validation.validate_teacher(config)
     tok = {**TOKENIZER_DEFAULTS, "algorithm": family.tokenizer_algorithms[0], **tokenizer}
     if "extra_ids" not in tok and any(objectives.get(o).needs_sentinels for o in family.objectives):
+        from trainer.prep.tokenization import T5_EXTRA_IDS
+
         tok["extra_ids"] = T5_EXTRA_IDS  # T5's 100 sentinels (kept out of the stamp of other families)
     try:
         extra_ids = int(tok.get("extra_ids", 0))

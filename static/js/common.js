@@ -4,6 +4,9 @@
 //                                         JSON answer, rejects with an Error whose message is a
 //                                         sentence a person can read (the API's own "error" when
 //                                         it sent one). opts.signal aborts it (AbortError as is).
+//   Workbench.chartHead(title)           a Plotly layout's title, legend and margins: the title
+//                                         at the top, the legend under the plot, so that it never
+//                                         covers the title
 // base.html loads this file before the page scripts (all deferred, so they run in order).
 (function () {
   "use strict";
@@ -67,5 +70,17 @@
     return data;
   }
 
-  window.Workbench = Object.freeze({ el, postJSON, csrfToken, UNREACHABLE });
+  // A chart's title at the top left and its legend under the plot, past the x axis's title, where
+  // it may take as many rows as its names need (Plotly widens the bottom margin for them). A legend
+  // beside or under the title ran over it once its names were long or wrapped (issue 21).
+  function chartHead(title) {
+    return {
+      title: { text: title, font: { size: 14 }, x: 0.02, xanchor: "left", y: 1, yref: "container",
+               yanchor: "top", pad: { t: 10 } },
+      legend: { orientation: "h", x: 0, xanchor: "left", y: -0.3, yanchor: "top" },
+      margin: { t: 40, b: 72 },
+    };
+  }
+
+  window.Workbench = Object.freeze({ el, postJSON, csrfToken, chartHead, UNREACHABLE });
 })();

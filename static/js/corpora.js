@@ -10,6 +10,7 @@
     var percent = el.querySelector(".job-percent");
     var label = el.querySelector(".job-label");
     var hint = el.querySelector(".job-hint");
+    var badge = el.dataset.jobBadge ? document.querySelector(el.dataset.jobBadge) : null;
     var failures = 0;
 
     function tick() {
@@ -24,8 +25,14 @@
           if (bar) bar.style.width = p + "%";
           if (bar && bar.parentElement) bar.parentElement.setAttribute("aria-valuenow", p);
           if (percent) percent.textContent = p + " %";
-          if (label) label.textContent = job.status === "pending" ? "Waiting for a worker…" : "Processing…";
-          if (hint && job.status !== "pending") hint.hidden = true;
+          // once a worker has made progress the job is no longer waiting for one, whatever the row said
+          var waiting = job.status === "pending" && p === 0;
+          if (label) label.textContent = waiting ? "Waiting for a worker…" : "Processing…";
+          if (hint && !waiting) hint.hidden = true;
+          if (badge && (job.status === "pending" || job.status === "processing")) {
+            badge.className = "badge " + (waiting ? "pending" : "processing");
+            badge.textContent = waiting ? (job.status_label || "Waiting for a worker") : "Processing";
+          }
           if (job.status === "ready" || job.status === "failed") {
             window.location.reload();
             return;
@@ -66,4 +73,17 @@
       }
     });
   });
+
+  // The tokenizer form: the number of T5 sentinel tokens follows the algorithm (Unigram, the one
+  // T5 trains: T5's 100; the others: none) until the person types a number of their own.
+  var sentinels = document.querySelector("input[name=extra_ids][data-defaults]");
+  var algorithm = sentinels && sentinels.form ? sentinels.form.querySelector("select[name=algorithm]") : null;
+  if (sentinels && algorithm) {
+    var defaults = JSON.parse(sentinels.dataset.defaults);
+    var edited = false;
+    sentinels.addEventListener("input", function () { edited = true; });
+    algorithm.addEventListener("change", function () {
+      if (!edited) sentinels.value = String(defaults[algorithm.value] || 0);
+    });
+  }
 })();

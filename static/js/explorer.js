@@ -46,6 +46,9 @@
     const origin = document.getElementById("checkpoint-origin");
     if (runLink && opt) { runLink.textContent = opt.dataset.runName; runLink.href = opt.dataset.runUrl; }
     if (origin && opt) origin.textContent = opt.dataset.origin;
+    // what this checkpoint can do (a fine-tuned one: its task, not fill-mask), the server's sentence
+    const about = document.getElementById("checkpoint-kind");
+    if (about && opt) about.textContent = opt.dataset.about || "";
     const opts = chosen();
     const able = {
       fill_mask: opts.some((o) => o.dataset.mlm === "1"),

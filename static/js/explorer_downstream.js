@@ -12,6 +12,7 @@
   if (!form || !select) return;
   const { el, postJSON } = Workbench;
   const pct = (v) => (100 * v).toFixed(1) + "%";
+  const count = (n) => Number(n).toLocaleString("en-US"); // as the server writes them: "14,269"
   const COLORS = ["#3f5bd9", "#e0692b", "#2a9d5b", "#8e44ad", "#c0392b", "#16a085", "#7f8c8d", "#d35400"];
 
   function onCheckpoint() {
@@ -222,7 +223,8 @@
       statusBox.prepend(line);
     }
     line.dataset.status = index.status;
-    line.replaceChildren(el("span", "", `${index.dataset_name}, ${index.pooling} pooling:`));
+    // the space the server's template has between the name and the status ("mean pooling: ready")
+    line.replaceChildren(el("span", "", `${index.dataset_name}, ${index.pooling} pooling:`), " ");
     if (index.status === "pending" || index.status === "processing") {
       const bar = el("div", "progress");
       bar.setAttribute("role", "progressbar");
@@ -235,7 +237,7 @@
       line.append(bar, el("span", "muted small", `${index.status_label}, ${Math.round(index.progress)}% embedded.`));
     } else if (index.status === "ready") {
       line.appendChild(el("span", "muted small",
-        `ready: ${index.count} of the dataset's ${index.total} texts embedded.`));
+        `ready: ${count(index.count)} of the dataset's ${count(index.total)} texts embedded.`));
     } else {
       line.appendChild(el("span", "error", `failed: ${index.error}`));
     }
@@ -275,7 +277,7 @@
                  el("td", "", n.split), el("td", "", n.similarity.toFixed(3)));
       body.appendChild(row);
     }
-    box.append(table, el("p", "helptext", `Searched ${data.count} of the ${data.total} texts `
+    box.append(table, el("p", "helptext", `Searched ${count(data.count)} of the ${count(data.total)} texts `
       + `(${data.pooling} pooling).${data.truncated ? " The query was cut to the model's length." : ""}`));
   }
   const neighboursAction = () => ask("neighbours", form.dataset.neighbours, {

@@ -21,6 +21,7 @@
     .filter((c) => document.getElementById("chart-" + c.id));
   const STATS = JSON.parse(document.getElementById("dashboard-stats").textContent);
   const COLORS = { train: "#3f5bd9", valid: "#e0692b" };
+  const FEW_POINTS = 3; // a series of at most this many points is drawn with markers
   const SCALES = {
     percent: { tickformat: ".0%", rangemode: "tozero" },
     scientific: { exponentformat: "e" },
@@ -41,16 +42,16 @@
 
   function layout(chart, empty) {
     const y = SCALES[chart.scale] || {};
+    const head = Workbench.chartHead(chart.title);
     return {
-      title: { text: chart.title, font: { size: 14 }, x: 0.02 },
-      margin: { l: 56, r: 16, t: 36, b: chart.legend_below ? 72 : 36 },
+      title: head.title,
+      margin: { l: 56, r: 16, ...head.margin },
       // An empty chart spans the whole run instead of Plotly's arbitrary default axes.
       xaxis: { title: { text: "step", font: { size: 11 } }, rangemode: "tozero",
                ...(empty ? { range: [0, Math.max(1, state.maxSteps)] } : {}) },
       yaxis: { ...y, ...(empty ? { range: [0, 1] } : {}) },
-      // Four traces do not fit beside the title: those charts put the legend under the plot.
-      legend: chart.legend_below ? { orientation: "h", x: 0, y: -0.3 }
-        : { orientation: "h", x: 1, xanchor: "right", y: 1.12 },
+      legend: head.legend, // under the plot, clear of the title
+
       hovermode: "x unified",
       showlegend: chart.series.length > 1,
       ...(chart.y2_title
@@ -67,15 +68,20 @@
     return { x, y };
   }
 
+  const modeOf = (s, points) => (s.split === "valid" || points <= FEW_POINTS ? "lines+markers" : "lines");
+
   function drawChart(chart) {
-    // Validation points get markers; a series with its own colour is dotted in validation, so that
-    // it stands apart from its training line.
-    const traces = chart.series.map((s) => ({
-      ...traceData(s.split, s.metric, s.transform), name: s.label, type: "scatter",
-      mode: s.split === "valid" ? "lines+markers" : "lines",
-      line: { color: s.color || COLORS[s.split], width: 2, ...(s.color && s.split === "valid" ? { dash: "dot" } : {}) },
-      marker: { size: 5 }, ...(s.axis === "y2" ? { yaxis: "y2" } : {}),
-    }));
+    // Validation points get markers, and so does a series of a few points (one point draws no
+    // line: without a marker the chart looked empty); a series with its own colour is dotted in
+    // validation, so that it stands apart from its training line.
+    const traces = chart.series.map((s) => {
+      const data = traceData(s.split, s.metric, s.transform);
+      return {
+        ...data, name: s.label, type: "scatter", mode: modeOf(s, data.x.length),
+        line: { color: s.color || COLORS[s.split], width: 2, ...(s.color && s.split === "valid" ? { dash: "dot" } : {}) },
+        marker: { size: 5 }, ...(s.axis === "y2" ? { yaxis: "y2" } : {}),
+      };
+    });
     const empty = logged.train.size === 0 && logged.valid.size === 0;
     Plotly.react("chart-" + chart.id, traces, layout(chart, empty), { responsive: true, displaylogo: false });
   }
@@ -110,7 +116,13 @@
       });
       const idx = chart.series.map((_, i) => i).filter((i) => xs[i].length);
       if (idx.length) {
-        Plotly.extendTraces("chart-" + chart.id, { x: idx.map((i) => xs[i]), y: idx.map((i) => ys[i]) }, idx);
+        const id = "chart-" + chart.id;
+        Plotly.extendTraces(id, { x: idx.map((i) => xs[i]), y: idx.map((i) => ys[i]) }, idx);
+        // a series that has grown past a few points drops its markers
+        const drawn = document.getElementById(id).data;
+        const mode = (i) => modeOf(chart.series[i], drawn[i].x.length);
+        const grown = idx.filter((i) => drawn[i].mode !== mode(i));
+        if (grown.length) Plotly.restyle(id, { mode: grown.map(mode) }, grown);
       }
     }
   }
@@ -124,10 +136,13 @@
   }
 
   // ---- numbers on the page --------------------------------------------------------------
+  // Whole numbers with the server's thousands separators (corpora_tags.thousands: "140,031"), so
+  // that a number the page was rendered with and one a live update wrote look the same.
+  const count = (n) => n.toLocaleString("en-US");
   const fmt = {
     fixed: (v, digits) => v.toFixed(digits),
     percent: (v, digits) => (100 * v).toFixed(digits) + "%",
-    integer: (v) => Math.round(v).toLocaleString(),
+    integer: (v) => count(Math.round(v)),
     duration: (s) => {
       s = Math.max(0, Math.round(s));
       if (s < 60) return s + "s";
@@ -174,7 +189,7 @@
   function setStep(step) {
     state.step = step;
     document.getElementById("run-step").textContent =
-      `step ${step.toLocaleString()}` + (state.maxSteps ? ` / ${state.maxSteps.toLocaleString()}` : "");
+      `step ${count(step)}` + (state.maxSteps ? ` / ${count(state.maxSteps)}` : "");
     const epoch = document.getElementById("run-epoch");  // a run given in epochs (runs_extras.epoch_of)
     if (epoch) {
       const done = state.maxSteps ? Math.min(state.epochs, (state.epochs * step) / state.maxSteps) : 0;
@@ -213,7 +228,19 @@
     if (msg.status === "queued") { note.hidden = false; note.textContent = msg.waiting || "Waiting for a worker to pick the run up."; }
     else if (msg.status === "running" && state.cancelRequested) { note.hidden = false; note.textContent = "Stopping: the run saves a checkpoint, then ends."; }
     else note.hidden = true;
+    dropQueuedMessages();
     updateEta();
+  }
+
+  // "… is queued" (the message of the page that launched, resumed or cloned the run) is true only
+  // while the run waits: it goes once the run trains, and after it ends.
+  function dropQueuedMessages() {
+    if (state.status === "queued") return;
+    for (const msg of document.querySelectorAll(".messages .msg.run-queued")) {
+      const list = msg.parentElement;
+      msg.remove();
+      if (!list.children.length) list.remove();
+    }
   }
 
   function refreshButtons() {
@@ -240,7 +267,7 @@
       return row;
     });
     body.replaceChildren(...rows);
-    document.getElementById("samples-step").textContent = `at step ${msg.step.toLocaleString()}`;
+    document.getElementById("samples-step").textContent = `at step ${count(msg.step)}`;
     document.getElementById("samples-empty").hidden = rows.length > 0;
   }
 
@@ -253,7 +280,7 @@
     row.dataset.step = c.step;
     const m = c.metrics || {};
     const loss = (split) => (m[split] && typeof m[split].loss === "number" ? m[split].loss.toFixed(4) : "–");
-    const cells = [String(c.step), loss("train"), loss("valid"),
+    const cells = [count(c.step), loss("train"), loss("valid"),
       c.created_at ? new Date(c.created_at).toLocaleTimeString() : ""];
     for (const text of cells) { const td = document.createElement("td"); td.textContent = text; row.appendChild(td); }
     const td = document.createElement("td"), a = document.createElement("a");
@@ -363,6 +390,7 @@
 
   drawAll();
   setStep(state.step);
+  dropQueuedMessages();
   fetchMetrics()
     .catch(() => { wsState.textContent = "Could not load the metric history; retrying live."; })
     .finally(() => { if (!(state.finished && newest.train >= 0)) connect(); else wsState.textContent = "The run has finished."; });

@@ -221,12 +221,21 @@
     const sentinelBox = document.getElementById("sentinel-warning");
     const needs = selectedObjectives().filter((o) => (spec.sentinel_objectives || []).includes(o));
     const noSentinels = !bad && algorithm && needs.length && opt.dataset.extraIds === "0";
-    if (sentinelBox) {
+    if (sentinelBox) {  // beside the launch button, which it turns off
       sentinelBox.hidden = !noSentinels;
-      sentinelBox.textContent = noSentinels
-        ? `${registry.objectives[needs[0]].label} replaces each noise span by a sentinel token (<extra_id_0>, ...), ` +
-          `and “${opt.textContent.trim()}” has none: train a tokenizer with 100 sentinel tokens on the corpus page, ` +
-          "or choose another objective." : "";
+      sentinelBox.textContent = "";
+      if (noSentinels) {
+        sentinelBox.append(`${registry.objectives[needs[0]].label} replaces each noise span by a sentinel token ` +
+          `(<extra_id_0>, ...), and “${opt.textContent.trim()}” has none: `);
+        // the corpus page's tokenizer form, on this algorithm, whose default is T5's 100 sentinels
+        sentinelBox.append(corpusLink(opt, algorithm, "train a tokenizer with 100 sentinel tokens"),
+          ", or choose another objective.");
+      }
+    }
+    const blocked = document.getElementById("launch-blocked");
+    if (blocked) {
+      blocked.hidden = !bad;
+      blocked.textContent = bad ? `The tokenizer does not suit ${spec.label}: see the note under the tokenizer.` : "";
     }
     box.hidden = !bad;
     box.textContent = "";
@@ -238,12 +247,18 @@
     const want = spec.default_tokenizer_algorithm;
     box.append(`${spec.label} needs a ${names[want] || want} tokenizer; “${opt.textContent.trim()}” is ` +
       `${names[algorithm] || algorithm}. `);
+    box.append(corpusLink(opt, want, `Train a ${names[want] || want} tokenizer on the corpus page`), ".");
+  }
+
+  // A link to the tokenizer form of the chosen tokenizer's corpus, on `algorithm` (its defaults follow).
+  function corpusLink(opt, algorithm, text) {
     const link = document.createElement("a");
     const corpusId = opt.dataset.corpus;
-    link.href = corpusId && urls.corpus ? urls.corpus.replace("00000000-0000-0000-0000-000000000000", corpusId)
-      : (urls.corpora || "/");
-    link.textContent = `Train a ${names[want] || want} tokenizer on the corpus page`;
-    box.append(link, ".");
+    const page = corpusId && urls.corpus ? urls.corpus.replace("00000000-0000-0000-0000-000000000000", corpusId)
+      : "";
+    link.href = page ? `${page}?algorithm=${encodeURIComponent(algorithm)}#train-tokenizer` : (urls.corpora || "/");
+    link.textContent = text;
+    return link;
   }
 
   function filterTokenizers() {

@@ -27,7 +27,7 @@
       badge.textContent = run.status_label;
       row.querySelector('[data-role="bar"]').style.width = `${(100 * run.progress).toFixed(1)}%`;
       row.querySelector('[data-role="steps"]').textContent =
-        `step ${run.current_step}` + (run.max_steps ? ` / ${run.max_steps}` : "");  // 0: a run in epochs, not counted yet
+        `step ${run.current_step.toLocaleString("en-US")}` + (run.max_steps ? ` / ${run.max_steps.toLocaleString("en-US")}` : "");  // 0: a run in epochs, not counted yet
       if (ACTIVE.has(run.status)) active = true;
     }
     if (active) setTimeout(refresh, delay);

@@ -50,6 +50,9 @@ def test_export_shows_its_progress_then_the_download_of_a_loadable_zip(checkpoin
     CheckpointExport.objects.filter(pk=export.pk).update(status=JobStatus.PROCESSING, progress=50.0)
     page.wait_for_function("() => document.querySelector('.job-percent').textContent.trim() === '50 %'")
     assert page.text_content(".job-label").strip() == "Processing…"
+    # the heading's badge follows the bar: no "Waiting for a worker" above a bar at 50% (issue 21)
+    page.wait_for_function("() => document.getElementById('export-status').textContent.trim() === 'Processing'")
+    assert "processing" in page.get_attribute("#export-status", "class")
     assert page.get_attribute(".progress > div", "style").replace(" ", "") == "width:50%;"
 
     exports.export_process(export_id=export.pk)  # and finishes: the page reloads with the download

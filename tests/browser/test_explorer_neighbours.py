@@ -51,6 +51,7 @@ def test_the_panel_follows_the_job_and_lists_the_neighbours(encoder_and_dataset,
     neighbours.index_process(index_id=NeighbourIndex.objects.get().pk)  # the worker
     page.wait_for_selector("#neighbours-status [data-status=ready]")
     assert f"ready: {LIMIT} of the dataset's" in page.text_content("#neighbours-status")
+    assert "mean pooling: ready" in page.text_content("#neighbours-status")  # spaced as the server writes it
 
     text = "Return the absolute path of a file."
     page.fill("#id_nn_text", text)

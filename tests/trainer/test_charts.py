@@ -36,8 +36,9 @@ def test_bert_with_mlm_and_nsp():
     assert series(result, "mlm_acc") == [("mlm_acc", "train", "train"), ("mlm_acc", "valid", "validation")]
     assert series(result, "lr") == [("lr", "train", "learning rate")]
     loss = result[0]
-    assert loss == {"id": "loss", "title": "Loss", "unit": "", "scale": "linear", "legend_below": False,
-                    "y2_title": "", "series": loss["series"]}
+    assert loss == {"id": "loss", "title": "Loss", "unit": "", "scale": "linear",
+                    "y2_title": "", "per_token": True, "series": loss["series"]}
+    assert not next(c for c in result if c["id"] == "lr")["per_token"]  # compare notes only tokenizer-bound ones
     assert next(c for c in result if c["id"] == "nsp_acc")["scale"] == "percent"
     assert next(c for c in result if c["id"] == "lr")["scale"] == "scientific"
 
@@ -53,7 +54,7 @@ def test_span_corruption_charts_token_accuracy_and_perplexity_from_the_lm_loss()
     assert charts_for(["clm"]) == result  # GPT's causal LM reports the same
 
 
-def test_bilm_charts_both_directions_with_the_legend_below():
+def test_bilm_charts_both_directions():
     result = charts_for(["bilm"])
     assert ids(result) == ["loss", "elmo_perplexity", "elmo_loss", "elmo_acc", *COMMON_CHARTS]
     assert series(result, "elmo_perplexity") == [
@@ -61,7 +62,7 @@ def test_bilm_charts_both_directions_with_the_legend_below():
         ("forward_perplexity", "valid", "forward (validation)"),
         ("backward_perplexity", "valid", "backward (validation)")]
     for chart in result[1:4]:
-        assert chart["legend_below"] and len(chart["series"]) == 4
+        assert len(chart["series"]) == 4
         assert {s["color"] for s in chart["series"]} == {charts.BLUE, charts.GREEN}
     assert "mlm_acc" not in ids(result) and "perplexity" not in ids(result)
 
@@ -198,3 +199,11 @@ def test_the_module_imports_neither_django_nor_torch():
     code = "import sys, trainer.charts; print(sorted(m for m in ('django', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_per_token_metrics_are_those_of_per_token_charts_the_run_records():
+    """What the compare page flags when the tokenizers differ (issue 21): a language model's loss,
+    accuracy and perplexity (also MLM's, shown only as a number), and throughput; not the learning rate."""
+    assert objectives.per_token_metrics(["mlm", "nsp"]) == {"loss", "mlm_loss", "mlm_acc", "perplexity", "tokens_per_s"}
+    assert {"lm_loss", "lm_acc", "perplexity"} <= objectives.per_token_metrics(["span_corruption"])
+    assert not {"lr", "grad_norm", "nsp_acc", "memory_mb"} & objectives.per_token_metrics(["mlm", "nsp"])

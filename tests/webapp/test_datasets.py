@@ -7,6 +7,7 @@ import logging
 import re
 
 import pytest
+from django.conf import settings
 from django.urls import reverse
 
 from tests.webapp.datasets_helpers import conll, review_csv, upload
@@ -102,7 +103,9 @@ def test_confirming_on_the_page_ingests_and_the_page_charts_the_labels(alice_cli
     assert ('<div class="stat" data-split="train"><b>24</b>train · 60%<span class="muted small origin">0.6 of '
             'reviews.csv, at random</span></div>') in html
     assert "Train a tokenizer on a corpus first" in html  # Alice has none yet
-    assert f"dataset: {dataset.data_dir}" in html and "python -m trainer finetune" in html
+    # the fine-tune form, with the dataset chosen; no folder of the server on the page (issue 21)
+    assert f'href="{reverse("runs:finetune")}?dataset={dataset.id}">Fine-tune a checkpoint on it</a>' in html
+    assert "command line" not in html and str(dataset.data_dir) not in html and str(settings.STORAGE_ROOT) not in html
 
 
 def test_the_ready_page_measures_token_lengths_with_a_chosen_tokenizer(alice_client, alice, eager,
@@ -211,7 +214,8 @@ def test_the_list_offers_one_demo_per_entry_with_its_description(alice_client):
     options = re.findall(r'<option value="([a-z_]+)"', html)
     assert options == list(DEMOS)
     assert script_data(html, "demo-descriptions") == {name: demo.how for name, demo in DEMOS.items()}
-    assert "Create a demo dataset" in html and "python -m trainer finetune" in html
+    assert "Create a demo dataset" in html and "command line" not in html
+    assert f'<a href="{reverse("runs:finetune")}" id="finetune-form-link">' in html
 
 
 def test_creating_a_demo_dataset_writes_and_ingests_it(alice_client, alice, eager,
@@ -265,11 +269,13 @@ def test_the_navigation_and_the_home_page_present_both_halves(alice_client, alic
     from django.test import Client
 
     landing = Client().get(reverse("home")).content.decode()
-    assert "fine-tune" in landing and "python -m trainer finetune" in landing and "5 · Dataset" in landing
+    assert "fine-tune" in landing and "5 · Dataset" in landing and "command line" not in landing
+    assert f'<a href="{reverse("runs:finetune")}">fine-tune form</a>' in landing
     home = alice_client.get(reverse("home")).content.decode()
     assert f'<a href="{reverse("datasets:list")}">Datasets</a>' in home
     assert "Getting started" in home and 'id="fine-tuning"' in home and "Recent datasets" in home
-    assert "python -m trainer finetune FILE.yaml" in home
+    assert "command line" not in home and "python -m trainer finetune" not in home
+    assert f'href="{reverse("runs:finetune")}">Fine-tune</a>' in home
     Dataset.objects.create(owner=alice, name="Ready one", status=DatasetStatus.READY)
     home = alice_client.get(reverse("home")).content.decode()
     assert "Ready one" in home and "Add a labelled dataset</b> <span class=\"muted\">— done" in home

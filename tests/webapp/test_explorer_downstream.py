@@ -3,6 +3,8 @@ sentence embeddings through the API (each only on your own checkpoints, a senten
 one) and the panels the page shows for a fine-tuned checkpoint."""
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.urls import reverse
 
@@ -85,8 +87,13 @@ def test_the_page_shows_the_fine_tuned_panels(alice_client, tuned):
     assert '<section class="card" id="tag" data-tasks="token_classification" hidden>' in html
     assert 'id="fill-mask" data-kinds="encoder unilm" data-pretrained hidden>' in html
     assert '<section class="card" id="embed" data-kinds="encoder unilm">' in html
-    assert "Fine-tuned for classification" in html
+    # what it says it can do is what it still can (issue 21): its task, not fill-mask
+    about = re.search(r'<p class="helptext" id="checkpoint-kind">([^<]*)</p>', html).group(1)
+    assert about.startswith("An encoder fine-tuned for classification: ask it what it was fine-tuned for")
+    assert "fill in masks, score" not in about and "no longer fills in masks" in about
+    assert f'value="{checkpoint.id}"' in html and f'data-about="{about}"' in html  # the script's copy for the select
     plain = alice_client.get(reverse("explorer:index") + f"?checkpoint={base.id}").content.decode()
+    assert '<p class="helptext" id="checkpoint-kind">An encoder: fill in masks, score sentence pairs' in plain
     assert 'id="classify" data-tasks="classification regression multilabel" hidden>' in plain
     assert 'id="fill-mask" data-kinds="encoder unilm" data-pretrained>' in plain
 

@@ -75,8 +75,8 @@ def test_a_metric_added_to_the_table_reaches_the_page(alice, alice_client, monke
     run = make_run(alice, objectives=["mlm", "nsp"], status=RunStatus.RUNNING)
     html = page(alice_client, run)
     toy = next(c for c in embedded(html, "dashboard-charts") if c["id"] == "toy")
-    assert toy == {"id": "toy", "title": "Toy metric (made up)", "unit": "", "scale": "log", "legend_below": False,
-                   "y2_title": "", "series": [{"metric": "toy_metric", "label": "validation", "split": "valid",
+    assert toy == {"id": "toy", "title": "Toy metric (made up)", "unit": "", "scale": "log",
+                   "y2_title": "", "per_token": False, "series": [{"metric": "toy_metric", "label": "validation", "split": "valid",
                                                "unit": "", "color": "#123456", "axis": "y", "transform": ""}]}
     assert 'id="chart-toy"' in html
     # ... and only for runs with that objective

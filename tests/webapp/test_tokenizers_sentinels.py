@@ -1,7 +1,10 @@
 """The "T5 sentinel tokens" option of a tokenizer: form, API, training and the detail page."""
 from __future__ import annotations
 
+import html as html_lib
+import json
 import random
+import re
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -52,11 +55,17 @@ def test_the_api_trains_a_tokenizer_with_sentinels(alice_api, ready_corpus, eage
     assert {"token": "<extra_id_7>", "id": bundle.sentinel_ids[7]} in pieces
 
 
-def test_sentinels_default_to_none(alice_api, alice):
+def test_sentinels_default_to_t5s_for_unigram_and_to_none_otherwise(alice_api, alice):
     corpus = Corpus.objects.create(owner=alice, name="c", status=JobStatus.READY)
     response = alice_api.post("/api/tokenizers/", {"corpus": str(corpus.id)}, format="json")
-    assert response.status_code == 201 and response.json()["extra_ids"] == 0
-    assert Tokenizer.objects.get().extra_ids == 0
+    assert response.status_code == 201 and response.json()["extra_ids"] == 0  # WordPiece: none
+    # Unigram is what T5 trains: its 100 sentinels unless told otherwise (issue 21)
+    unigram = alice_api.post("/api/tokenizers/", {"corpus": str(corpus.id), "algorithm": "unigram"}, format="json")
+    assert unigram.status_code == 201 and unigram.json()["extra_ids"] == 100
+    none = alice_api.post("/api/tokenizers/", {"corpus": str(corpus.id), "algorithm": "unigram", "extra_ids": 0},
+                          format="json")
+    assert none.json()["extra_ids"] == 0
+    assert sorted(Tokenizer.objects.values_list("extra_ids", flat=True)) == [0, 0, 100]
 
 
 @pytest.mark.parametrize("value, message", [
@@ -77,14 +86,23 @@ def test_the_form_offers_sentinels_and_the_detail_page_shows_them(alice_client, 
     monkeypatch.setattr(corpora_services, "_enqueue", lambda *a, **kw: None)  # the setting is what is tested here
     page = alice_client.get(reverse("corpora:detail", args=[ready_corpus.id])).content.decode()
     assert "T5 sentinel tokens" in page and "T5 span corruption needs these; T5 uses 100" in page
-    assert 'name="extra_ids"' in page and 'value="0"' in page
+    assert re.search(r'<input type="number" name="extra_ids" value="0" [^>]*data-defaults="([^"]+)"', page)
+    defaults = json.loads(html_lib.unescape(re.search(r'data-defaults="([^"]+)"', page).group(1)))
+    assert defaults["unigram"] == 100 and defaults["wordpiece"] == defaults["bpe"] == 0
+    # the launch form's link for T5 (?algorithm=unigram) opens the form on Unigram with T5's 100
+    linked = alice_client.get(reverse("corpora:detail", args=[ready_corpus.id]) + "?algorithm=unigram").content.decode()
+    assert '<option value="unigram" selected>' in linked
+    assert re.search(r'<input type="number" name="extra_ids" value="100"', linked)
 
     alice_client.post(reverse("corpora:tokenizer-create", args=[ready_corpus.id]), {
         "name": "With sentinels", "algorithm": "unigram", "vocab_size": 300, "lowercase": "on", "extra_ids": 100})
     alice_client.post(reverse("corpora:tokenizer-create", args=[ready_corpus.id]), {
-        "name": "Without", "algorithm": "unigram", "vocab_size": 300, "lowercase": "on"})
+        "name": "Without", "algorithm": "unigram", "vocab_size": 300, "lowercase": "on", "extra_ids": 0})
+    alice_client.post(reverse("corpora:tokenizer-create", args=[ready_corpus.id]), {
+        "name": "Left empty", "algorithm": "unigram", "vocab_size": 300, "lowercase": "on", "extra_ids": ""})
     with_sentinels, without = Tokenizer.objects.get(name="With sentinels"), Tokenizer.objects.get(name="Without")
     assert (with_sentinels.extra_ids, without.extra_ids) == (100, 0)
+    assert Tokenizer.objects.get(name="Left empty").extra_ids == 100  # without JavaScript: Unigram's default
     html = alice_client.get(reverse("corpora:tokenizer-detail", args=[with_sentinels.id])).content.decode()
     assert "100 T5 sentinel tokens" in html and "&lt;extra_id_99&gt;" in html
     html = alice_client.get(reverse("corpora:tokenizer-detail", args=[without.id])).content.decode()

@@ -46,6 +46,19 @@ def as_json() -> dict[str, Any]:
     }
 
 
+def default_extra_ids(algorithm: str) -> int:
+    """How many T5 sentinel tokens a new tokenizer of `algorithm` gets unless told: T5's 100 when a
+    family that trains that algorithm first has an objective reading sentinels (Unigram, for T5's
+    span corruption), else none."""
+    from trainer.prep.tokenization import T5_EXTRA_IDS
+
+    for family in families.all():
+        if family.tokenizer_algorithms[:1] == (algorithm,) and any(
+                objectives.get(o).needs_sentinels for o in with_objectives(family).objectives):
+            return T5_EXTRA_IDS
+    return 0
+
+
 def family_json(family: Family) -> dict[str, Any]:
     """One family as the form shows it."""
     presets = [{"name": name, **preset_size(family.preset_config(name, vocab_size=1024))}

@@ -94,8 +94,10 @@ def stats_for(name: str, *, unanswerable: bool = False) -> list[dict]:
     """The numbers above the charts for a fine-tuning run of task `name` (trainer.charts.stats_for)."""
     from trainer import charts
 
-    own = metrics_for(name, unanswerable=unanswerable).stats if name in REGISTRY else ()
-    return charts.stats_for(own)
+    task = metrics_for(name, unanswerable=unanswerable) if name in REGISTRY else None
+    # Only what the run records: a classifier's dashboard has no perplexity to show.
+    recorded = {m.name for m in (*charts.COMMON_METRICS, *(task.metrics if task else ()))}
+    return charts.stats_for(task.stats if task else (), recorded)
 
 
 def has_unanswerable(dataset) -> bool:

@@ -444,7 +444,7 @@ FINETUNE_CHARTS: tuple[ChartSpec, ...] = (
     ChartSpec("ft_entities", "Entities: precision, recall, F1", order=15, scale="percent", legend="metric"),
     ChartSpec("ft_squad", "Exact match and F1", order=16, scale="percent", legend="metric"),
     ChartSpec("ft_squad_split", "Answerable and unanswerable questions", order=17, scale="percent",
-              legend="metric", legend_below=True),
+              legend="metric"),
     ChartSpec("ft_rouge", "ROUGE-L (F)", order=18, scale="percent"),
     ChartSpec("ft_bleu", "BLEU", unit="BLEU", order=19),
     ChartSpec("ft_text", "ROUGE-1, ROUGE-2, ROUGE-L (F) and exact match", order=20, scale="percent",

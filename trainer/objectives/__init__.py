@@ -111,6 +111,22 @@ def stats_for(objective_names: Sequence[str] | None) -> list[dict]:
     return charts.stats_for([s for o in _chosen(objective_names) for s in o.stats])
 
 
+def per_token_metrics(objective_names: Sequence[str] | None) -> frozenset[str]:
+    """The metric keys of a run with these objectives that count tokens of its tokenizer: every
+    series the tables draw on a per-token chart (trainer.charts.ChartSpec.per_token), also where
+    the run shows it only as a number above the charts (MLM's validation perplexity)."""
+    from trainer import charts
+
+    every = all()
+    known = {**charts.CHARTS, **{c.id: c for o in every for c in o.chart_specs}}
+    per_token = {m.name for m in (*charts.COMMON_METRICS, *charts.LM_METRICS, *(m for o in every for m in o.charts))
+                 if known[m.chart].per_token}
+    recorded = {m.name for m in charts.COMMON_METRICS}
+    for objective in _chosen(objective_names):
+        recorded |= {*objective.metrics, *(m.name for m in objective.charts), *objective.step.perplexities}
+    return frozenset(per_token & recorded)
+
+
 def _chosen(objective_names: Sequence[str] | None) -> list[Objective]:
     wanted = set(objective_names or ())
     return [get(n) for n in REGISTRY if n in wanted]

@@ -291,7 +291,7 @@ MEMORY_CHARTS = (
     MetricSpec("perplexity", "with memory", chart="memory_perplexity", splits=VALID),
 )
 MEMORY_CHART_SPECS = (ChartSpec("memory_perplexity", "Validation perplexity with and without memory", order=25,
-                                scale="log", legend="metric"),)
+                                scale="log", legend="metric", per_token=True),)
 MEMORY_STATS = (*LM_STATS, StatSpec("perplexity_no_memory", "perplexity without memory",
                                     metric="perplexity_no_memory", digits=1, order=31))
 MEMORY_METRICS = (*LM_METRICS, "lm_loss_no_memory", "perplexity_no_memory")

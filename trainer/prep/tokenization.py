@@ -56,6 +56,7 @@ STATS_MAX_SENTENCES = 50_000  # evaluate tokens/word and [UNK] rate on at most t
 N_EXAMPLES = 3
 META_VERSION = 1
 MAX_EXTRA_IDS = 1000  # T5 uses 100 sentinels
+T5_EXTRA_IDS = 100  # T5's sentinels: the default for a tokenizer trained for T5 (trainer.catalog.schema)
 SENTINEL_FORMAT = "<extra_id_{}>"
 
 

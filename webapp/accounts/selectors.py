@@ -28,7 +28,6 @@ class Step:
     done: bool
     url: str
     action: str
-    command: str = ""  # a step done from the command line shows this instead of a button
 
 
 @dataclass
@@ -53,7 +52,7 @@ def dashboard_for(user: AbstractBaseUser, *, recent: int = 5) -> Dashboard:
     ready_corpus = corpora.filter(status=JobStatus.READY).first()
     ready_tokenizer = tokenizers.filter(status=JobStatus.READY).first()
     has_run = runs.exists()
-    from webapp.runs.models import Checkpoint  # the runs app owns checkpoints
+    from webapp.runs.models import Checkpoint, RunKind  # the runs app owns checkpoints and runs
 
     has_checkpoint = Checkpoint.objects.filter(owner=user).exists()
 
@@ -86,9 +85,10 @@ def dashboard_for(user: AbstractBaseUser, *, recent: int = 5) -> Dashboard:
              "Upload a CSV, TSV, JSONL, CoNLL or SQuAD file and map its columns, or start with a demo dataset.",
              datasets.filter(status=DatasetStatus.READY).exists(), reverse("datasets:list"), "Go to datasets"),
         Step(6, "Fine-tune a checkpoint",
-             "From the command line for now, with a YAML file naming a checkpoint of your runs and a dataset's "
-             "folder (see examples/finetune-*.yaml).",
-             False, "", "", command="python -m trainer finetune FILE.yaml"),
+             "Choose a checkpoint (one of your runs' or an imported Hugging Face model) and a ready dataset on the "
+             "fine-tune form, then follow the task's scores live.",
+             runs.filter(kind=RunKind.FINETUNE).exists(), _url("runs:finetune", fallback="/runs/finetune/"),
+             "Fine-tune"),
     ]
     return Dashboard(
         steps=steps,

@@ -1,6 +1,7 @@
 """Forms of the corpus pages. The cleaning checkboxes are generated from trainer.prep.corpus.RULES."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from django import forms
@@ -9,7 +10,8 @@ from webapp.corpora.uploads import ACCEPT_ATTRIBUTE, check_upload
 
 VOCAB_DEFAULT = 8000
 EXTRA_IDS_LABEL = "T5 sentinel tokens"
-EXTRA_IDS_HELP = "T5 span corruption needs these; T5 uses 100."
+EXTRA_IDS_HELP = ("T5 span corruption needs these; T5 uses 100. Left empty: 100 for a Unigram tokenizer (the "
+                  "one T5 trains), none for the others.")
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,14 @@ def vocab_bounds() -> tuple[int, int]:
     from trainer.prep.tokenization import MAX_VOCAB_SIZE, MIN_VOCAB_SIZE
 
     return MIN_VOCAB_SIZE, MAX_VOCAB_SIZE
+
+
+def extra_ids_defaults() -> dict[str, int]:
+    """Each offered algorithm's number of sentinel tokens when none is given
+    (trainer.catalog.schema.default_extra_ids: Unigram, T5's, gets T5's 100)."""
+    from trainer.catalog.schema import default_extra_ids
+
+    return {name: default_extra_ids(name) for name, _ in algorithm_choices()}
 
 
 def extra_ids_max() -> int:
@@ -92,9 +102,16 @@ class TokenizerForm(forms.Form):
     )
     lowercase = forms.BooleanField(required=False, initial=True, label="Lowercase the text",
                                    help_text="An uncased tokenizer: “Paris” and “paris” become one token.")
-    extra_ids = forms.IntegerField(min_value=0, max_value=extra_ids_max(), initial=0, required=False,
+    extra_ids = forms.IntegerField(min_value=0, max_value=extra_ids_max(), required=False,
                                    label=EXTRA_IDS_LABEL, help_text=EXTRA_IDS_HELP)
 
-    def clean_extra_ids(self) -> int:
-        return self.cleaned_data.get("extra_ids") or 0  # left empty: none
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # The page's script fills in the chosen algorithm's default until the field is edited.
+        self.fields["extra_ids"].widget.attrs["data-defaults"] = json.dumps(extra_ids_defaults())
+        if self.initial.get("extra_ids") is None and not self.is_bound:
+            self.initial["extra_ids"] = extra_ids_defaults().get(self.initial.get("algorithm") or "wordpiece", 0)
+
+    def clean_extra_ids(self) -> int | None:
+        return self.cleaned_data.get("extra_ids")  # None (left empty): the algorithm's default, see services
 

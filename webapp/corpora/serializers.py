@@ -96,8 +96,8 @@ class TokenizerCreateSerializer(RequestSerializer):
     vocab_size = serializers.IntegerField(
         min_value=vocab_bounds()[0], max_value=vocab_bounds()[1], default=VOCAB_DEFAULT)
     lowercase = serializers.BooleanField(default=True)
-    extra_ids = serializers.IntegerField(min_value=0, max_value=extra_ids_max(), default=0, label=EXTRA_IDS_LABEL,
-                                         help_text=EXTRA_IDS_HELP)
+    extra_ids = serializers.IntegerField(min_value=0, max_value=extra_ids_max(), default=None, allow_null=True,
+                                         label=EXTRA_IDS_LABEL, help_text=EXTRA_IDS_HELP)
     name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
 

@@ -158,10 +158,13 @@ def corpus_delete(*, corpus: Corpus) -> None:
 @transaction.atomic
 def tokenizer_create(
     *, owner: AbstractBaseUser, corpus: Corpus, name: str, algorithm: str, vocab_size: int, lowercase: bool,
-    extra_ids: int = 0,
+    extra_ids: int | None = None,
 ) -> Tokenizer:
     """Queue training a tokenizer on a ready corpus (then encoding the corpus into shards).
-    extra_ids: T5 sentinel tokens to add (<extra_id_0> ...), 0 for none."""
+    extra_ids: T5 sentinel tokens to add (<extra_id_0> ...), 0 for none; None: the algorithm's
+    default (trainer.catalog.schema.default_extra_ids: T5's 100 for Unigram, else none)."""
+    from trainer.catalog.schema import default_extra_ids
+
     from webapp.corpora.tasks import build_tokenizer
 
     if corpus.owner_id != owner.pk:  # callers look corpora up by owner; this is a last guard
@@ -178,7 +181,7 @@ def tokenizer_create(
         )
     tokenizer = Tokenizer.objects.create(
         owner=owner, corpus=corpus, algorithm=algorithm, vocab_size=vocab_size, lowercase=lowercase,
-        extra_ids=int(extra_ids or 0),
+        extra_ids=default_extra_ids(algorithm) if extra_ids is None else int(extra_ids),
         name=(name or "").strip() or default_tokenizer_name(corpus, algorithm, vocab_size, lowercase),
     )
     _enqueue(build_tokenizer, tokenizer)

@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.corpora import display
-from webapp.corpora.forms import CorpusUploadForm, TokenizerForm, VOCAB_DEFAULT
+from webapp.corpora.forms import CorpusUploadForm, TokenizerForm, VOCAB_DEFAULT, algorithm_choices
 from webapp.corpora.models import Corpus, JobStatus
 from webapp.corpora.selectors import corpora_for, corpus_get, tokenizer_get, tokenizers_for
 from webapp.corpora.services import (
@@ -66,8 +66,10 @@ def corpus_demo(request: HttpRequest) -> HttpResponse:
 
 def _corpus_page(request: HttpRequest, corpus: Corpus, form: TokenizerForm | None = None,
                  status: int = 200) -> HttpResponse:
-    if form is None:
-        form = TokenizerForm(initial={"vocab_size": VOCAB_DEFAULT})
+    if form is None:  # ?algorithm=unigram (the launch form's link for T5) preselects the algorithm
+        chosen = request.GET.get("algorithm", "")
+        algorithm = chosen if chosen in dict(algorithm_choices()) else "wordpiece"
+        form = TokenizerForm(initial={"vocab_size": VOCAB_DEFAULT, "algorithm": algorithm})
     return render(request, "corpora/corpus_detail.html", {
         "corpus": corpus,
         "in_flight": corpus.status in (JobStatus.PENDING, JobStatus.PROCESSING),

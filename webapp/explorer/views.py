@@ -30,7 +30,7 @@ from webapp.explorer.forms import (
 )
 from webapp.explorer.models import ImportStatus
 from webapp.runs.models import Checkpoint
-from webapp.runs.selectors import checkpoint_get, checkpoints_for, latest_checkpoint, run_get, runs_for
+from webapp.runs.selectors import checkpoint_get, checkpoints_for, latest_checkpoint, objective_labels, run_get, runs_for
 
 EXAMPLE_TEXT = "The capital of France is [MASK]."
 INSPECT_EXAMPLES = 4
@@ -91,9 +91,11 @@ def index(request: HttpRequest) -> HttpResponse:
                                     "icl_template": incontext.DEFAULT_TEMPLATE, "icl_k": 2, "icl_index": 0,
                                     "icl_seed": 0, "icl_normalise": True, "icl_kmax": 4, "icl_queries": 20})
     kind = services.family_kind(services.checkpoint_family(selected)) if selected else ""
+    task = services.checkpoint_task(selected) if selected else ""
     return render(request, "explorer/index.html", {
         "kind": kind,
-        "task": services.checkpoint_task(selected) if selected else "",
+        "task": task,
+        "about": services.checkpoint_about(kind, task),
         "selected_prefix": services.checkpoint_prefix(selected) if selected else "",
         "tools": {"classify": ("classification", "regression", "multilabel")},
         "examples": DOWNSTREAM_EXAMPLES,
@@ -254,19 +256,21 @@ def _grouped(checkpoints) -> list[dict[str, Any]]:
             run = ckpt.run
             group = groups.setdefault(run.id, {
                 "label": f"{run.name} ({run.get_status_display().lower()}, {run.preset}, "
-                         f"{'+'.join(run.objectives or []).upper()})", "imported": False, "items": []})
+                         f"{' + '.join(objective_labels(run))})", "imported": False, "items": []})
             objectives = list(run.objectives or [])
         else:
             group = groups.setdefault("imported", {"label": "Imported models", "imported": True, "items": []})
             objectives = services.checkpoint_objectives(ckpt)
         family = services.checkpoint_family(ckpt)
+        kind, task = services.family_kind(family), services.checkpoint_task(ckpt)
         group["items"].append({
             "family": family,
-            "kind": services.family_kind(family),
+            "kind": kind,
+            "about": services.checkpoint_about(kind, task),  # the sentence under the select, once chosen
             "checkpoint": ckpt,
             "pair": services.pair_head(objectives),
             "mlm": "mlm" in objectives,
-            "task": services.checkpoint_task(ckpt),
+            "task": task,
             "prefix": services.checkpoint_prefix(ckpt),
             "origin_name": ckpt.run.name if ckpt.run_id else ckpt.label,
             "origin_url": _origin_url(ckpt),

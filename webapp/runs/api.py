@@ -221,8 +221,11 @@ class RunCompareView(APIView):
     @extend_schema(parameters=[OpenApiParameter("run", OpenApiTypes.UUID, many=True, required=True,
                                                 description="2 to 6 run ids, the parameter repeated")],
                    responses={200: OpenApiTypes.OBJECT, 400: ERROR, 404: ERROR},
-                   summary="Two to six of your runs side by side: settings (the differing ones first) and the "
-                           "curves of every metric they share")
+                   summary="Two to six of your runs side by side: settings (family, preset, tokenizer, corpus, "
+                           "base checkpoint and dataset first, then the config's, the differing ones first; "
+                           "`lead` marks the first six, `differs` the differing ones), the curves of every "
+                           "metric they share (`per_token` where the runs' tokenizers differ and the metric "
+                           "counts tokens) and `tokenizer_note`, the sentence saying so")
     def get(self, request: Request) -> Response:
         runs = [owned_run(request, run_id) for run_id in dict.fromkeys(request.query_params.getlist("run"))]
         try:
@@ -362,16 +365,18 @@ class RegistryView(APIView):
         return Response({**launch.registry_json(), "launch_defaults": launch.launch_defaults()})
 
 
-def config_text(run: Run) -> str:
+def config_text(run: Run, *, shown: bool = False) -> str:
     """The run's config as YAML: a RunConfig's (re-importable by the launch form and the CLI), or
-    a fine-tuning run's FinetuneConfig fields (`python -m trainer finetune` reads the same names)."""
+    a fine-tuning run's FinetuneConfig fields (`python -m trainer finetune` reads the same names).
+    shown: as the run page shows it, its server folders named instead (selectors.shown_config)."""
+    config = selectors.shown_config(run) if shown else run.config
     if run.is_finetune:
         import yaml
 
-        return yaml.safe_dump(run.config, sort_keys=False, allow_unicode=True)
+        return yaml.safe_dump(config, sort_keys=False, allow_unicode=True)
     from trainer.config import RunConfig
 
-    return RunConfig.from_dict(run.config).to_yaml()
+    return RunConfig.from_dict(config).to_yaml()
 
 
 def config_yaml_response(run: Run) -> HttpResponse:

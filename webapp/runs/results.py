@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from webapp.runs import selectors
+from webapp.runs.launch import family_json, registry_json
 from webapp.runs.models import MetricPoint, Run, RunKind
 
 # Config fields that say where a run's files are, not how it trains: never a "setting".
@@ -171,22 +173,42 @@ class CompareError(ValueError):
     """A compare request that cannot be answered; the message is a sentence."""
 
 
+# What differs most between two runs, first in the settings diff and always shown: what the model
+# is, what it read, what it started from and what it was tuned on (the rest is the config's).
+LEAD_ROWS = (("family", "Family"), ("preset", "Preset"), ("tokenizer", "Tokenizer"), ("corpus", "Corpus"),
+             ("base_checkpoint", "Base checkpoint"), ("dataset", "Dataset"))
+TOKENIZER_NOTE = ("These runs read text through different tokenizers ({names}), so a per-token metric "
+                  "(a loss or perplexity per token, a token accuracy, tokens per second) counts different "
+                  "units in each: its curves do not compare like for like. Compare a task's scores, or "
+                  "runs with the same tokenizer.")
+
+
 def compare(runs: Sequence[Run]) -> dict[str, Any]:
-    """Two to six runs side by side: their settings (the differing ones first), and per metric
-    they share (by split), each run's curve as (steps, values)."""
+    """Two to six runs side by side: their settings (what the model is and what it read first,
+    then the config, the differing fields before the shared ones), and per metric they share (by
+    split) each run's curve as (steps, values). Only the series the runs' dashboards chart or
+    report count as metrics (not the trainer's own eta_s or progress); a per-token one is marked
+    when the runs' tokenizers differ, with the sentence saying why (`tokenizer_note`)."""
     if not COMPARE_MIN <= len(runs) <= COMPARE_MAX:
         raise CompareError(f"Choose from {COMPARE_MIN} to {COMPARE_MAX} runs to compare, not {len(runs)}.")
+    specs = [_metric_names(run) for run in runs]
+    metric_names = set.intersection(*(names for names, _ in specs))
+    per_token = set.union(*(tokens for _, tokens in specs))
+    tokenizers = [_tokenizer_of(run) for run in runs]
+    note = ""
+    if len({key for key, _ in tokenizers}) > 1:
+        note = TOKENIZER_NOTE.format(names=", ".join(dict.fromkeys(name for _, name in tokenizers)))
     series: dict[tuple[str, str], dict[str, tuple[list[int], list[float]]]] = {}
     for run in runs:
         for p in MetricPoint.objects.filter(run=run, split__in=("train", "valid")).order_by("step"):
             if not isinstance(p.values, dict):
                 continue
             for key, value in p.values.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if key in metric_names and _number(value):
                     steps, values = series.setdefault((p.split, key), {}).setdefault(str(run.id), ([], []))
                     steps.append(p.step)
                     values.append(float(value))
-    shared = [{"split": split, "metric": key, "curves": [
+    shared = [{"split": split, "metric": key, "per_token": bool(note) and key in per_token, "curves": [
         {"run": str(r.id), "name": r.name, "steps": curves[str(r.id)][0], "values": curves[str(r.id)][1]}
         for r in runs]}
         for (split, key), curves in sorted(series.items(), key=lambda kv: (kv[0][0] != "valid", kv[0][1]))
@@ -194,6 +216,85 @@ def compare(runs: Sequence[Run]) -> dict[str, Any]:
     return {
         "runs": [{"id": str(r.id), "name": r.name, "kind": r.kind, "status": r.status,
                   "objectives": list(r.objectives or []), "lineage": r.lineage} for r in runs],
-        "settings": settings_diff([r.config for r in runs]),
+        "settings": _lead_rows(runs, [name for _, name in tokenizers]) + _labelled(settings_diff([r.config for r in runs])),
         "metrics": shared,
+        "tokenizer_note": note,
     }
+
+
+def shown_settings(rows: list[dict], *, everything: bool) -> list[dict]:
+    """The settings rows the compare page shows: the leading rows and the differing ones, or all."""
+    return [row for row in rows if everything or row.get("lead") or row["differs"]]
+
+
+def _labelled(rows: list[dict]) -> list[dict]:
+    return [{**row, "label": row["name"], "lead": False} for row in rows]
+
+
+def _lead_rows(runs: Sequence[Run], tokenizer_names: list[str]) -> list[dict]:
+    """LEAD_ROWS for each run: the family's label, the preset, the tokenizer and corpus (a fine-tuning
+    run's through its base checkpoint), the base checkpoint and the dataset; None where it has none."""
+    def family(run: Run) -> str:
+        spec = family_json(run.family) if run.family else None
+        return spec["label"] if spec else run.family or None
+
+    def corpus(run: Run) -> str | None:
+        origin = _pretraining_run(run)
+        if origin is None or origin.corpus_id is None:
+            return None
+        return origin.corpus.name
+
+    values = {
+        "family": [family(r) for r in runs],
+        "preset": [None if r.is_finetune else r.preset for r in runs],  # a fine-tuning run's is its checkpoint's
+        "tokenizer": tokenizer_names,
+        "corpus": [corpus(r) for r in runs],
+        "base_checkpoint": [(r.base_checkpoint.label if r.base_checkpoint_id else "a deleted checkpoint")
+                            if r.is_finetune else None for r in runs],
+        "dataset": [(r.dataset.name if r.dataset_id else "a deleted dataset") if r.is_finetune else None
+                    for r in runs],
+    }
+    return [{"name": name, "label": label, "values": values[name], "lead": True,
+             "differs": any(v != values[name][0] for v in values[name][1:])} for name, label in LEAD_ROWS]
+
+
+def _pretraining_run(run: Run, depth: int = 8) -> Run | None:
+    """The pre-training run a run's model comes from: itself, or for a fine-tuning run the run of
+    its base checkpoint, followed back (None for an imported model or a deleted checkpoint)."""
+    while run is not None and run.is_finetune and depth > 0:
+        base = run.base_checkpoint if run.base_checkpoint_id else None
+        run = base.run if base is not None and base.run_id else None
+        depth -= 1
+    return run if run is not None and not run.is_finetune else None
+
+
+def _tokenizer_of(run: Run) -> tuple[str, str]:
+    """(what identifies the run's tokenizer, its name): the pre-training run's tokenizer; an imported
+    model's own (it came with the model); "unknown" when the checkpoint was deleted."""
+    origin = _pretraining_run(run)
+    if origin is not None and origin.tokenizer_id is not None:
+        return f"tokenizer:{origin.tokenizer_id}", origin.tokenizer.name
+    base = run
+    while base is not None and base.is_finetune and base.base_checkpoint_id:
+        checkpoint = base.base_checkpoint
+        if checkpoint.run_id is None:  # an imported model and the tokenizer it came with
+            return f"checkpoint:{checkpoint.id}", f"{checkpoint.label}'s own"
+        base = checkpoint.run
+    return f"run:{run.id}", "unknown (its checkpoint was deleted)"
+
+
+def _metric_names(run: Run) -> tuple[set[str], set[str]]:
+    """(the metric keys the run's dashboard charts or reports, those of them counted per token of the
+    tokenizer): trainer.charts' tables through selectors.dashboard_specs. A fine-tuning run's loss is
+    its task's (per example, or per tag), so only the task's own per-token series count there."""
+    from trainer.charts import COMMON_METRICS
+    from trainer.objectives import per_token_metrics
+
+    charts, stats = selectors.dashboard_specs(run)
+    names = {s["metric"] for c in charts for s in c["series"]} | {s["metric"] for s in stats}
+    per_token = {s["metric"] for c in charts if c.get("per_token") for s in c["series"]}
+    if run.is_finetune:
+        return names, per_token - {m.name for m in COMMON_METRICS if m.name != "tokens_per_s"}
+    known = registry_json()["objectives"]  # and what each objective says it reports (MLM's mlm_loss, ...)
+    names |= {key for o in run.objectives or [] if o in known for key in known[o]["metrics"]}
+    return names, per_token | per_token_metrics(run.objectives)

@@ -202,3 +202,76 @@ def tracker_logs(run: Run) -> list[dict]:
         out.append({"name": name, "label": label, "folder": f"runs/{run.id}/{folder.name}",
                     "command": command.format(folder=folder.name), "file": f"{folder.name}.zip"})
     return out
+
+
+def dashboard_specs(run: Run) -> tuple[list[dict], list[dict]]:
+    """The run's charts and the numbers above them (trainer.charts): a fine-tuning run's from its
+    task (trainer.finetune), a pre-training run's from its objectives. The run page draws them;
+    the compare page reads which metrics they name."""
+    from trainer import finetune, objectives
+    from trainer.finetune.config import mix_task_names
+
+    if not run.is_finetune:
+        return objectives.charts_for(run.objectives), objectives.stats_for(run.objectives)
+    task = (run.objectives or [""])[0]
+    unanswerable = task == "extractive_qa" and finetune.has_unanswerable((run.config or {}).get("dataset", ""))
+    charts = finetune.charts_for(task, unanswerable=unanswerable,  # SQuAD 2.0: answerable / unanswerable too
+                                 mix_tasks=mix_task_names(run.config or {}))  # multi-task: each task's scores
+    return charts, finetune.stats_for(task, unanswerable=unanswerable)
+
+
+def objective_labels(run: Run) -> list[str]:
+    """What the run trains for, as people read it: a fine-tuning run's task ("Token classification"),
+    a pre-training run's objectives ("Span corruption (T5)"); a name no longer registered as is,
+    its underscores spaced."""
+    names = [str(n) for n in run.objectives or []]
+    if run.is_finetune:
+        from trainer.prep.labelled.tasks import TASKS
+
+        return [TASKS[n].title if n in TASKS else n.replace("_", " ") for n in names]
+    from webapp.runs.launch import registry_json
+
+    known = registry_json()["objectives"]
+    return [known[n]["label"] if n in known else n.replace("_", " ") for n in names]
+
+
+def shown_config(run: Run) -> dict:
+    """The run's config as its page shows it: the folders on the server that a fine-tuning run's
+    config names (its checkpoint, its datasets, a distillation teacher) give way to what the user
+    knows them by, so that no server path reaches the page."""
+    config = dict(run.config or {})
+    if "checkpoint" in config:
+        config["checkpoint"] = run.base_checkpoint.label if run.base_checkpoint_id else "a deleted checkpoint"
+    if "dataset" in config:
+        config["dataset"] = run.dataset.name if run.dataset_id else "a deleted dataset"
+    for key in ("output_dir", "data_dir"):
+        config.pop(key, None)
+    if config.get("teacher_checkpoint"):
+        config["teacher_checkpoint"] = _checkpoint_named(run.owner_id, str(config["teacher_checkpoint"]))
+    extras = config.get("extra_datasets")
+    if isinstance(extras, list):
+        config["extra_datasets"] = [_extra_named(run.owner_id, e) for e in extras]
+    return config
+
+
+def _checkpoint_named(owner_id, folder: str) -> str:
+    from django.conf import settings
+
+    root = Path(settings.STORAGE_ROOT)
+    try:
+        relative = str(Path(folder).relative_to(root))
+    except ValueError:
+        return "a checkpoint folder"
+    found = Checkpoint.objects.filter(owner_id=owner_id, path=relative).select_related("run").first()
+    return found.label if found is not None else "a deleted checkpoint"
+
+
+def _extra_named(owner_id, extra):
+    """A multi-task run's extra dataset ({dataset: folder, prefix, name}) with the dataset's name."""
+    if not isinstance(extra, dict) or "dataset" not in extra:
+        return extra
+    from webapp.datasets.models import Dataset
+
+    folder = str(extra["dataset"])
+    named = next((d.name for d in Dataset.objects.filter(owner_id=owner_id) if str(d.data_dir) == folder), None)
+    return {**extra, "dataset": named or "a deleted dataset"}

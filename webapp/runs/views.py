@@ -13,10 +13,7 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from trainer import finetune
-from trainer.objectives import charts_for, stats_for
 from trainer.config import RunConfig
-from trainer.finetune.config import mix_task_names
 from trainer.errors import UserError
 from webapp.corpora.models import JobStatus, Tokenizer
 from webapp.runs import capacity, exports, launch, readiness, results, selectors, services
@@ -24,6 +21,9 @@ from webapp.runs.api import NO_PREDICTIONS, config_text, config_yaml_response, e
 from webapp.runs.forms import FinetuneForm, RunForm, YamlImportForm
 from webapp.runs.models import RunStatus
 from webapp.runs.templatetags.runs_extras import run_epochs
+
+# The class of a "queued" message: the run page's script takes it away once the run has left the queue.
+QUEUED_TAG = "run-queued"
 
 
 @login_required
@@ -60,7 +60,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
             except UserError as e:
                 form.add_error(None, str(e))
             else:
-                messages.success(request, f"Run “{run.name}” is queued on the {run.queue} queue.")
+                messages.success(request, f"Run “{run.name}” is queued on the {run.queue} queue.", extra_tags=QUEUED_TAG)
                 return redirect("runs:detail", run_id=run.id)
     else:
         form = RunForm(user=request.user, initial=_initial_from_get(request))
@@ -120,7 +120,7 @@ def finetune_new(request: HttpRequest) -> HttpResponse:
             except UserError as e:
                 form.add_error(None, str(e))
             else:
-                messages.success(request, f"Fine-tuning run “{run.name}” is queued on the {run.queue} queue.")
+                messages.success(request, f"Fine-tuning run “{run.name}” is queued on the {run.queue} queue.", extra_tags=QUEUED_TAG)
                 return redirect("runs:detail", run_id=run.id)
     else:
         form = FinetuneForm(user=request.user, initial=_finetune_initial(request))
@@ -182,14 +182,7 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     run = selectors.run_get(request.user, run_id)
     checkpoints = list(run.checkpoints.order_by("step"))
     log_lines = selectors.log_tail(run)
-    if run.is_finetune:  # the task's metrics (trainer.finetune), else the objectives'
-        task = (run.objectives or [""])[0]
-        unanswerable = task == "extractive_qa" and finetune.has_unanswerable(run.config.get("dataset", ""))
-        charts = finetune.charts_for(task, unanswerable=unanswerable,  # SQuAD 2.0: answerable / unanswerable too
-                                     mix_tasks=mix_task_names(run.config or {}))  # multi-task: each task's scores
-        stats = finetune.stats_for(task, unanswerable=unanswerable)
-    else:
-        charts, stats = charts_for(run.objectives), stats_for(run.objectives)
+    charts, stats = selectors.dashboard_specs(run)
     return render(request, "runs/detail.html", {
         "run": run,
         "charts": charts,
@@ -208,7 +201,7 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
         "handed_on": services.handed_on_checkpoint(run) if run.config.get("extra_datasets") else None,
         "follow_ups": selectors.follow_ups(run),
         "latest_samples": (selectors.validation_samples(run) or [None])[-1],
-        "config_yaml": config_text(run),
+        "config_yaml": config_text(run, shown=True),
         "batch": batch_summary(run.config),
         "can_resume": run.status in services.RESUMABLE_STATES and bool(checkpoints),
         "waiting": capacity.waiting(run),
@@ -231,7 +224,7 @@ def run_finetune_on(request: HttpRequest, run_id) -> HttpResponse:
     except UserError as e:
         messages.error(request, str(e))
         return redirect("runs:detail", run_id=run.id)
-    messages.success(request, f"Fine-tuning run “{child.name}” is queued on the {child.queue} queue.")
+    messages.success(request, f"Fine-tuning run “{child.name}” is queued on the {child.queue} queue.", extra_tags=QUEUED_TAG)
     return redirect("runs:detail", run_id=child.id)
 
 
@@ -260,7 +253,7 @@ def run_resume(request: HttpRequest, run_id) -> HttpResponse:
     except UserError as e:
         messages.error(request, str(e))
     else:
-        messages.success(request, "The run is queued again and continues from its last checkpoint.")
+        messages.success(request, "The run is queued again and continues from its last checkpoint.", extra_tags=QUEUED_TAG)
     return redirect("runs:detail", run_id=run.id)
 
 
@@ -273,7 +266,7 @@ def run_clone(request: HttpRequest, run_id) -> HttpResponse:
     except UserError as e:
         messages.error(request, f"Could not clone the run: {e}")
         return redirect("runs:detail", run_id=run.id)
-    messages.success(request, f"Cloned into “{clone.name}”, queued on the {clone.queue} queue.")
+    messages.success(request, f"Cloned into “{clone.name}”, queued on the {clone.queue} queue.", extra_tags=QUEUED_TAG)
     return redirect("runs:detail", run_id=clone.id)
 
 
@@ -293,7 +286,20 @@ def run_compare(request: HttpRequest) -> HttpResponse:
         comparison = results.compare(runs)
     except results.CompareError as e:
         return render(request, "runs/compare.html", {"error": str(e), "runs": runs}, status=400)
-    return render(request, "runs/compare.html", {"comparison": comparison, "runs": runs})
+    everything = request.GET.get("settings") == "all"  # ?settings=all: the shared settings too
+    toggle = request.GET.copy()
+    if everything:
+        toggle.pop("settings", None)
+    else:
+        toggle["settings"] = "all"
+    shown = results.shown_settings(comparison["settings"], everything=everything)
+    return render(request, "runs/compare.html", {
+        "comparison": comparison, "runs": runs, "settings": shown, "everything": everything,
+        "hidden_settings": len(comparison["settings"]) - len(shown), "toggle_url": f"?{toggle.urlencode()}",
+        # the sentence about tokenizers, when a metric on offer is counted per token (the page's
+        # script shows it while such a metric is drawn)
+        "tokenizer_note": comparison["tokenizer_note"] if any(m["per_token"] for m in comparison["metrics"]) else "",
+    })
 
 
 @login_required

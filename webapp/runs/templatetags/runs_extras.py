@@ -80,3 +80,12 @@ def cpu_notice() -> dict:
     from webapp.runs.readiness import no_gpu
 
     return {"no_gpu": no_gpu()}
+
+
+@register.filter
+def objectives_label(run) -> str:
+    """What a run trains for, in words: "Masked language modelling (MLM) + Next sentence prediction
+    (NSP)", a fine-tuning run's task ("Token classification"); never a raw name (SPAN_CORRUPTION)."""
+    from webapp.runs.selectors import objective_labels
+
+    return " + ".join(objective_labels(run))
