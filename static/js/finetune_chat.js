@@ -2,6 +2,9 @@
 (() => {
   // The chat template's preview: each turn is the template with {role} and {content} filled in;
   // the assistant's content is what SFT learns (trainer/finetune/chat.py does the same).
+  // The settings are swapped in as the choices change (finetune_fields.js): it says so with
+  // "finetune:settings", and the preview binds to the new field.
+  const bind = () => {
   const field = document.getElementById("id_chat_template");
   const out = document.getElementById("chat-preview");
   if (!field || !out) return;
@@ -28,4 +31,7 @@
   };
   field.addEventListener("input", show);
   show();
+  };
+  document.addEventListener("finetune:settings", bind);
+  bind();
 })();

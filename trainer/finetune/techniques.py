@@ -221,11 +221,13 @@ class FinetuneLoop(Loop):
     """The pre-training Loop plus gradual unfreezing (before each update) and early stopping
     (after each evaluation)."""
 
-    def __init__(self, config: FinetuneConfig, *, tuning: Tuning, metrics: str, **kwargs: Any):
-        """metrics: the task's key of trainer.finetune.metrics.METRICS (its primary metric is watched)."""
+    def __init__(self, config: FinetuneConfig, *, tuning: Tuning, metrics: str | TaskMetrics, **kwargs: Any):
+        """metrics: the task's TaskMetrics (Task.scores()), or its key of trainer.finetune.metrics.METRICS;
+        its primary metric is watched."""
         super().__init__(config, optimizer=tuning.optimizer, scheduler=tuning.scheduler, **kwargs)
         self.tuning = tuning
-        self.early = (EarlyStopping(METRICS[metrics], config.early_stopping_patience)
+        self.early = (EarlyStopping(METRICS[metrics] if isinstance(metrics, str) else metrics,
+                                    config.early_stopping_patience)
                       if config.early_stopping_patience else None)
         if self.early is not None and not self.valid:
             raise ConfigError("early_stopping_patience needs a validation split to watch, and this dataset's is "

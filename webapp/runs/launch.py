@@ -84,6 +84,14 @@ def registry_json() -> dict[str, Any]:
     return schema.as_json()
 
 
+@functools.lru_cache(maxsize=1)
+def finetune_json() -> dict[str, Any]:
+    """The fine-tuning form's schema (trainer.catalog.finetune): tasks, techniques, settings, families."""
+    from trainer.catalog import finetune as catalog_finetune
+
+    return catalog_finetune.as_json()
+
+
 def family_json(name: str) -> dict[str, Any] | None:
     return next((a for a in registry_json()["families"] if a["name"] == name), None)
 

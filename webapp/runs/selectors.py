@@ -138,12 +138,13 @@ def test_report(run: Run) -> dict | None:
 
 # The generated samples of a text-to-text or SFT run's validations (trainer.finetune.report.SAMPLES_FILE).
 SAMPLES_FILE = "samples.json"
-GENERATIVE_TASKS = ("text_to_text", "sft")
 
 
 def shows_samples(run: Run) -> bool:
-    """Whether the run writes text at validation (its page has a Samples panel)."""
-    return run.is_finetune and bool(set(run.objectives or []) & set(GENERATIVE_TASKS))
+    """Whether the run writes text at validation (its page has a Samples panel): its task generates."""
+    from trainer import finetune
+
+    return run.is_finetune and any(finetune.generates(task) for task in run.objectives or [])
 
 
 def validation_samples(run: Run) -> list[dict]:

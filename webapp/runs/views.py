@@ -105,15 +105,22 @@ def _initial_from_config(config: RunConfig, name: str = "", *, user=None) -> dic
 @login_required
 def finetune_new(request: HttpRequest) -> HttpResponse:
     """The fine-tuning form; ?checkpoint=<id> and ?dataset=<id> preselect (from a checkpoint's row
-    or a dataset's page), ?from=<run id> copies a fine-tuning run's choices and settings."""
-    if request.method == "POST":
+    or a dataset's page), ?technique= picks LoRA or adapters, ?from=<run id> copies a fine-tuning
+    run's choices and settings. The settings shown follow those choices (FinetuneForm); a POST with
+    "refresh" (the page's "Show the settings for these choices" button, or its script as a choice
+    changes) shows the form again for the posted choices, keeping the values given, and launches
+    nothing."""
+    if request.method == "POST" and request.POST.get("refresh"):
+        form = FinetuneForm(user=request.user, initial=_posted_values(request))
+    elif request.method == "POST":
         form = FinetuneForm(request.POST, user=request.user)
         if form.is_valid():
             data = form.cleaned_data
             try:
                 run = services.finetune_create(owner=request.user, checkpoint=data["checkpoint"],
                                                dataset=data["dataset"], training=form.training_settings(),
-                                               name=data["name"], extra_datasets=form.mix_datasets())
+                                               name=data["name"], extra_datasets=form.mix_datasets(),
+                                               plan=form.plan)
             except UserError as e:
                 form.add_error(None, str(e))
             else:
@@ -122,6 +129,13 @@ def finetune_new(request: HttpRequest) -> HttpResponse:
     else:
         form = FinetuneForm(user=request.user, initial=_finetune_initial(request))
     return render(request, "runs/finetune.html", {"form": form})
+
+
+def _posted_values(request: HttpRequest) -> dict:
+    """A refreshed form's values: what was posted (the checked extra datasets as a list)."""
+    values = {k: v for k, v in request.POST.items() if k not in ("csrfmiddlewaretoken", "refresh")}
+    values["extra_datasets"] = request.POST.getlist("extra_datasets")
+    return values
 
 
 def _finetune_initial(request: HttpRequest) -> dict:
@@ -138,7 +152,7 @@ def _finetune_initial(request: HttpRequest) -> dict:
     if request.GET.get("from"):
         run = selectors.run_get(request.user, request.GET["from"])
         if run.is_finetune:
-            initial.update({k: run.config[k] for k in services.FINETUNE_FIELDS if k in run.config})
+            initial.update({k: run.config[k] for k in services.finetune_fields() if k in run.config})
             initial.update(checkpoint=run.base_checkpoint_id, dataset=run.dataset_id, name=f"{run.name} (copy)")
             extras = [e for e in run.config.get("extra_datasets") or [] if isinstance(e, dict)]
             if extras:  # a multi-task run: its extra datasets still yours, with their prefixes
@@ -151,6 +165,8 @@ def _finetune_initial(request: HttpRequest) -> dict:
     for key in ("checkpoint", "dataset"):
         if request.GET.get(key) and _uuid_or_none(request.GET[key]):
             initial[key] = _uuid_or_none(request.GET[key])
+    if request.GET.get("technique"):
+        initial["technique"] = request.GET["technique"]
     return initial
 
 
@@ -171,11 +187,10 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     checkpoints = list(run.checkpoints.order_by("step"))
     log_lines = selectors.log_tail(run)
     if run.is_finetune:  # the task's metrics (trainer.finetune), else the objectives'
-        task = (run.objectives or [""])[0]
-        unanswerable = task == "extractive_qa" and finetune.has_unanswerable(run.config.get("dataset", ""))
-        charts = finetune.charts_for(task, unanswerable=unanswerable,  # SQuAD 2.0: answerable / unanswerable too
+        task, dataset = (run.objectives or [""])[0], run.config.get("dataset", "")
+        charts = finetune.charts_for(task, dataset=dataset,  # the task scores its dataset (QA: SQuAD 2.0 or not)
                                      mix_tasks=mix_task_names(run.config or {}))  # multi-task: each task's scores
-        stats = finetune.stats_for(task, unanswerable=unanswerable)
+        stats = finetune.stats_for(task, dataset=dataset)
     else:
         charts, stats = charts_for(run.objectives), stats_for(run.objectives)
     return render(request, "runs/detail.html", {
