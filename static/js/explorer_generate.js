@@ -195,7 +195,7 @@
       const output = box.querySelector("[data-output]");
       const promptText = $("id_gen_prompt").value.trim();
       const chatBox = $("id_gen_chat");
-      const chat = Boolean(chatBox && chatBox.checked && !chatBox.closest("[data-tasks]").hidden);
+      const chat = Boolean(chatBox && chatBox.checked && !chatBox.closest("[data-tool]").hidden);
       const body = { checkpoint: select.value, prompt: promptText, chat, ...decoding() };
       box.querySelector("[data-prompt]").textContent = promptText;
       output.textContent = "";

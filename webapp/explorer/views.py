@@ -95,7 +95,7 @@ def index(request: HttpRequest) -> HttpResponse:
         "kind": kind,
         "task": services.checkpoint_task(selected) if selected else "",
         "selected_prefix": services.checkpoint_prefix(selected) if selected else "",
-        "tools": {"classify": ("classification", "regression", "multilabel")},
+        "tool": services.checkpoint_tool(selected) if selected else "",
         "examples": DOWNSTREAM_EXAMPLES,
         "attention_max_tokens": services.ATTENTION_MAX_TOKENS,
         "decoding_fields": [form[name] for name in ExploreForm.DECODING_FIELDS],
@@ -144,7 +144,7 @@ def _single(action: str, data: dict, selected: Checkpoint) -> dict[str, Any]:
         return services.generate(checkpoint=selected, prompt=data["prompt"], decoding=decoding)
     if action == "generate":
         # The box is offered (and ticked) for SFT checkpoints only; elsewhere a ticked box is not a question.
-        chat = bool(data.get("gen_chat")) and services.checkpoint_task(selected) == "sft"
+        chat = bool(data.get("gen_chat")) and services.checkpoint_tool(selected) == "chat"
         out = services.generate(checkpoint=selected, prompt=data["gen_prompt"], decoding=decoding, chat=chat)
         return {**out, "prompt": data["gen_prompt"].strip(), "chat": chat}
     if action == "generate_seq2seq":  # UniLM's target for a source, decoded as the Decoding card says
@@ -267,6 +267,7 @@ def _grouped(checkpoints) -> list[dict[str, Any]]:
             "pair": services.pair_head(objectives),
             "mlm": "mlm" in objectives,
             "task": services.checkpoint_task(ckpt),
+            "tool": services.checkpoint_tool(ckpt),
             "prefix": services.checkpoint_prefix(ckpt),
             "origin_name": ckpt.run.name if ckpt.run_id else ckpt.label,
             "origin_url": _origin_url(ckpt),
