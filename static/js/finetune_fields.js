@@ -33,6 +33,9 @@
     if (!fresh) return;
     const open = new Set(Array.from(settings.querySelectorAll("details[open]")).map(d => d.closest("section").id));
     settings.replaceChildren(...fresh.childNodes);
+    const note = document.getElementById("ft-technique-note");
+    const freshNote = page.getElementById("ft-technique-note");
+    if (note && freshNote) note.textContent = freshNote.textContent;
     const stale = document.getElementById("ft-refresh");
     if (stale) stale.remove();
     for (const details of settings.querySelectorAll("details")) {

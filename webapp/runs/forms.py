@@ -511,12 +511,12 @@ class FinetuneForm(forms.Form):
 
     def setting_groups(self) -> list[dict[str, Any]]:
         """The shown settings by card, each {"id", "title", "main": [bound fields], "advanced": [...]}."""
-        titles = {"training": "Training", "techniques": "Technique", "task": "This task's settings",
+        titles = {"training": "Training", "techniques": "Techniques", "task": "This task's settings",
                   "multitask": "Multi-task"}
         groups = []
         for section, title in titles.items():
             rows = [s for s in self.settings if s["section"] == section]
-            if not rows and section not in ("techniques", "multitask"):
+            if not rows and section != "multitask":
                 continue
             if section == "multitask" and not self.mixes:
                 continue
