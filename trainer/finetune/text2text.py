@@ -367,7 +367,9 @@ class TextToTextTask(Task):
         for name, collator, step in self.per_family:
             if name == family:
                 return collator, step
-        trained = " or ".join(name.upper() if len(name) <= 3 else name for name, _, _ in self.per_family)
+        from trainer import families
+
+        trained = " or ".join(families.get(name).label for name, _, _ in self.per_family)
         raise ConfigError(f"Text to text trains {trained}, not {family or 'an unknown family'}.")
 
     def build_model(self, base: Any, labels: Sequence[str], config: Any = None) -> Any:
