@@ -374,4 +374,6 @@ def _classification_datasets(user):
     from webapp.datasets.models import DatasetStatus
     from webapp.datasets.selectors import datasets_for
 
-    return list(datasets_for(user).filter(status=DatasetStatus.READY, task="classification"))
+    from trainer.inference.incontext import DATASET_TASK
+
+    return list(datasets_for(user).filter(status=DatasetStatus.READY, task=DATASET_TASK))

@@ -28,6 +28,7 @@ from trainer import families
 from trainer.catalog import validation
 from trainer import objectives
 from trainer.config import RunConfig
+from trainer.finetune.config import MIX_TASK  # the task a multi-task run trains
 from trainer.errors import ConfigError, UserError
 from webapp.api.storage import check_free_space
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
@@ -362,10 +363,6 @@ def run_clone(*, run: Run, owner, name: str | None = None) -> Run:
 
 
 # -- fine-tuning --------------------------------------------------------------------------------
-
-# The dataset task a multi-task run trains (trainer.finetune.mixing writes every dataset as text).
-MIX_TASK = "text_to_text"
-
 
 def finetune_fields() -> list[str]:
     """The FinetuneConfig fields the form and the API take (every setting of trainer.catalog.finetune's
