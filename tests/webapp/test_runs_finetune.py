@@ -326,3 +326,16 @@ def test_the_masking_inspector_answers_a_finetune_run_with_a_sentence(alice, ali
     assert response.status_code == 400
     assert response.json()["error"].startswith("The masking inspector shows pre-training batches; this is a "
                                                "fine-tuning run.")
+
+
+def test_a_launch_builds_and_validates_its_config_once(alice, alice_client, eager, enqueued, monkeypatch,
+                                                       django_capture_on_commit_callbacks):
+    """The form validates the config (so a refusal lands on its field) and hands it to the service."""
+    from trainer.finetune.config import FinetuneConfig
+
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks)
+    base = tiny_checkpoint(alice)
+    built, real = [], FinetuneConfig.__post_init__
+    monkeypatch.setattr(FinetuneConfig, "__post_init__", lambda self: (built.append(self), real(self))[1])
+    response = alice_client.post(reverse("runs:finetune"), {"checkpoint": base.id, "dataset": dataset.id, **FAST})
+    assert response.status_code == 302 and len(built) == 1
