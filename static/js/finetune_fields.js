@@ -41,6 +41,7 @@
     for (const details of settings.querySelectorAll("details")) {
       if (open.has(details.closest("section").id)) details.open = true;
     }
+    form.dataset.refreshed = String(Number(form.dataset.refreshed || 0) + 1);  // how many swaps (tests wait on it)
     document.dispatchEvent(new CustomEvent("finetune:settings"));
   };
 
