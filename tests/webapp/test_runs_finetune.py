@@ -159,9 +159,12 @@ def test_the_form_for_a_bert_classifier_shows_only_what_applies_until_more_is_ch
     lora = alice_client.get(url + "&technique=lora").content.decode()
     assert 'name="lora_r" value="8"' in lora and 'name="lora_targets"' in lora and 'name="source_prefix"' not in lora
     posted = alice_client.post(reverse("runs:finetune"), {"checkpoint": base.id, "dataset": dataset.id, "lr": "0.001",
-                                                          "technique": "adapters", "refresh": "1"})
+                                                          "technique": "adapters", "refresh": "1",
+                                                          "shown": "lr group_by_length"})  # the box unticked
     page = posted.content.decode()
     assert posted.status_code == 200 and 'name="adapter_size" value="64"' in page and 'name="lr" value="0.001"' in page
+    box = page[page.index('name="group_by_length"'):]
+    assert "checked" not in box[:box.index(">")]  # kept unticked, not back to its default
     assert 'name="lora_r"' not in page and not Run.objects.filter(owner=alice, kind="finetune").exists()
 
 

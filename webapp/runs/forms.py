@@ -525,6 +525,10 @@ class FinetuneForm(forms.Form):
                            "advanced": [self[s["name"]] for s in rows if s["advanced"]]})
         return groups
 
+    def shown_names(self) -> str:
+        """The settings shown, space-separated (a refresh tells an unticked box from one not shown)."""
+        return " ".join(s["name"] for s in self.settings)
+
     def technique_note(self) -> str:
         return self.technique_help.get(self.technique_name, "")
 

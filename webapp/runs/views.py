@@ -133,8 +133,11 @@ def finetune_new(request: HttpRequest) -> HttpResponse:
 
 def _posted_values(request: HttpRequest) -> dict:
     """A refreshed form's values: what was posted (the checked extra datasets as a list)."""
-    values = {k: v for k, v in request.POST.items() if k not in ("csrfmiddlewaretoken", "refresh")}
+    values = {k: v for k, v in request.POST.items() if k not in ("csrfmiddlewaretoken", "refresh", "shown")}
     values["extra_datasets"] = request.POST.getlist("extra_datasets")
+    # A box that was shown and is not posted was unticked (not left at its default).
+    boxes = [n for n in request.POST.get("shown", "").split() if n not in values]
+    values.update({n: False for n in boxes if launch.finetune_json()["settings"].get(n, {}).get("type") == "bool"})
     return values
 
 
