@@ -493,7 +493,8 @@ class FinetuneForm(forms.Form):
         extras = self["extra_datasets"].value() or []
         self.task = services.MIX_TASK if extras and chosen.get("mixes") else (dataset or {}).get("task", "")
         family_spec = spec["families"].get(self.family, {})
-        offered = [t for t in spec["techniques"] if t["name"] in family_spec.get("techniques", [t["name"]])]
+        allowed = family_spec.get("techniques")  # no checkpoint chosen yet: every technique
+        offered = [t for t in spec["techniques"] if allowed is None or t["name"] in allowed]
         self.fields["technique"].choices = [(t["name"], t["label"]) for t in offered]
         self.technique_help = {t["name"]: t["help"] for t in offered}
         given = self._given()
@@ -536,7 +537,8 @@ class FinetuneForm(forms.Form):
         """The options' data attributes, and the disabled ones (the class docstring)."""
         checkpoints, datasets = self.choices["checkpoints"], self.choices["datasets"]
         self.fields["checkpoint"].widget.option_attrs = {
-            pk: {"data-tasks": " ".join(c["tasks"]), "data-note": fit_note(c)} for pk, c in checkpoints.items()}
+            pk: {"data-tasks": " ".join(c["tasks"]), "data-note": fit_note(c), "data-mixes": "1" if c["mixes"] else "0"}
+            for pk, c in checkpoints.items()}
         chosen = checkpoints.get(self._chosen("checkpoint"))
         self.chosen_checkpoint = chosen
         dataset, picked = self._chosen("dataset"), {str(v) for v in (self["extra_datasets"].value() or [])}
