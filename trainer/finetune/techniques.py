@@ -54,7 +54,6 @@ from trainer.training.engine import Loop
 from trainer.training.optim import build_optimizer, no_decay_ids, split_decay
 from trainer.training.sinks import MetricsSink
 
-BALANCED_TASKS = ("classification", "token_classification")
 BEST_FILE = "best.json"
 
 
@@ -73,7 +72,7 @@ def class_weights_for(config: FinetuneConfig, task: Any, meta: dict, labels: Seq
     ConfigError where the task has no classes to balance or the dataset lacks its counts."""
     if config.class_weights == "none":
         return None
-    if task.name not in BALANCED_TASKS:
+    if not task.balances_classes:  # the task says whether its classes can be weighed (Task.balances_classes)
         raise ConfigError(f"class_weights: balanced weighs the classes of classification and token classification; "
                           f"a {task.name} run cannot use it (set class_weights: none).")
     counts = (meta.get("label_counts") or {}).get("train") or {}
