@@ -5,29 +5,29 @@
   // The settings are swapped in as the choices change (finetune_fields.js): it says so with
   // "finetune:settings", and the preview binds to the new field.
   const bind = () => {
-  const field = document.getElementById("id_chat_template");
-  const out = document.getElementById("chat-preview");
-  if (!field || !out) return;
-  const turns = [["user", "What does the function os.getcwd do?"], ["assistant", "Return a string representing the current working directory."]];
-  const show = () => {
-    const template = field.value;
-    out.replaceChildren();
-    if (template.split("{content}").length !== 2) {
-      out.textContent = "The template must hold {content} exactly once.";
-      return;
-    }
-    for (const [role, content] of turns) {
-      const [before, after] = template.split("{role}").join(role).split("{content}");
-      out.append(before);
-      if (role === "assistant") {
-        const mark = document.createElement("mark");
-        mark.textContent = content + " <end-of-text>";
-        out.append(mark);
-      } else {
-        out.append(content);
+    const field = document.getElementById("id_chat_template");
+    const out = document.getElementById("chat-preview");
+    if (!field || !out) return;
+    const turns = [["user", "What does the function os.getcwd do?"], ["assistant", "Return a string representing the current working directory."]];
+    const show = () => {
+      const template = field.value;
+      out.replaceChildren();
+      if (template.split("{content}").length !== 2) {
+        out.textContent = "The template must hold {content} exactly once.";
+        return;
       }
-      out.append(after);
-    }
+      for (const [role, content] of turns) {
+        const [before, after] = template.split("{role}").join(role).split("{content}");
+        out.append(before);
+        if (role === "assistant") {
+          const mark = document.createElement("mark");
+          mark.textContent = content + " <end-of-text>";
+          out.append(mark);
+        } else {
+          out.append(content);
+        }
+        out.append(after);
+      }
   };
   field.addEventListener("input", show);
   show();

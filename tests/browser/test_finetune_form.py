@@ -93,3 +93,10 @@ def test_the_settings_follow_the_checkpoint_the_dataset_and_the_technique(choice
     page.wait_for_selector("#id_source_prefix")
     assert "chat_template" not in page.evaluate(SHOWN)
     page.screenshot(path=str(SHOTS / "finetune_form.png"), full_page=True)
+
+    # GPT on a chat dataset: SFT's chat template, previewed live in the swapped-in settings
+    page.select_option("#id_checkpoint", str(checkpoints["gpt"].id))
+    page.select_option("#id_dataset", str(datasets["chats"].id))
+    page.wait_for_selector("#id_chat_template")
+    page.wait_for_function("() => document.getElementById('chat-preview').textContent.includes('<end-of-text>')")
+    assert "source_prefix" not in page.evaluate(SHOWN)
