@@ -56,7 +56,13 @@ over the choices gives their probabilities.
 FORMATS = {"hf": "a folder transformers' from_pretrained loads",
            "zip": "that folder as a zip (what the web page's \u201cExport HF\u201d downloads)"}
 
-ELMO_REFUSED = "ELMo has no transformers class, so it cannot be exported to the Hugging Face format."
+
+def export_refusal(family: str) -> str:
+    """Why a `family` model has no Hugging Face export, as its Family says (ELMo: no transformers
+    class); "" when it has one, or for a family nobody registered (the writer then says why)."""
+    from trainer import families
+
+    return families.get(family).hf_export_refusal if family in families.names() else ""
 
 
 class ExportError(UserError):
@@ -102,8 +108,8 @@ def check_exportable(checkpoint_dir: str | Path) -> None:
     except (OSError, ValueError):
         raise ExportError("This checkpoint's model_config.json cannot be read, so it cannot be exported.") from None
     family = str(meta.get("family", "")) if isinstance(meta, dict) else ""
-    if family == "elmo":
-        raise ExportError(ELMO_REFUSED)
+    if export_refusal(family):
+        raise ExportError(export_refusal(family))
     adapters = meta.get("adapters") if isinstance(meta, dict) else None
     size = adapters.get("size") if isinstance(adapters, dict) else None
     if size:
@@ -126,8 +132,8 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, *, name: 
     except (OSError, ValueError) as e:
         raise ExportError(f"The checkpoint {checkpoint.name} cannot be loaded, so it cannot be exported: {e}") from None
     family = str(getattr(model.config, "family", ""))
-    if family == "elmo":
-        raise ExportError(ELMO_REFUSED)
+    if export_refusal(family):
+        raise ExportError(export_refusal(family))
     progress(30)
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))

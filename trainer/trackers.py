@@ -23,6 +23,8 @@ TRACKERS: dict[str, tuple[str, str]] = {
     "mlflow": ("mlflow", "mlflow"),
     "wandb": ("wandb", "wandb"),
 }
+# tracker -> what the forms call it
+LABELS = {"tensorboard": "TensorBoard", "mlflow": "MLflow (a local store)", "wandb": "Weights & Biases (offline)"}
 # tracker -> the folder of the run it writes into
 FOLDERS = {"tensorboard": "tensorboard", "mlflow": "mlruns", "wandb": "wandb"}
 

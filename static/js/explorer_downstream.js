@@ -2,8 +2,8 @@
 // embeddings, nearest neighbours in a dataset): ask /api/explore/classify|choose|tag|answer|embed|neighbours/
 // and draw the answers in place. Each panel's button submits the page's form; without JavaScript
 // the server answers it and the template draws the same answers.
-// Which panels show follows the chosen checkpoint: data-tasks lists the fine-tuning tasks a panel
-// serves (the option's data-task); a fine-tuned model hides the pre-training panels
+// Which panels show follows the chosen checkpoint: a panel's data-tool is the tool it is (the
+// option's data-tool: what its fine-tuning task declares); a fine-tuned model hides the pre-training panels
 // (data-pretrained: fill-mask, sentence pairs), which its task head cannot answer.
 (function () {
   "use strict";
@@ -18,9 +18,10 @@
   function onCheckpoint() {
     const opt = select.selectedOptions[0];
     const task = opt ? opt.dataset.task || "" : "";
+    const tool = opt ? opt.dataset.tool || "" : "";
     form.dataset.task = task;
-    for (const node of form.querySelectorAll("[data-tasks]")) {
-      node.hidden = !task || !node.dataset.tasks.split(" ").includes(task);
+    for (const node of form.querySelectorAll("[data-tool]")) {
+      node.hidden = !tool || node.dataset.tool !== tool;
     }
     if (task) for (const node of form.querySelectorAll("[data-pretrained]")) node.hidden = true;
   }

@@ -66,18 +66,29 @@
   // ---- T5: task prefixes and sentinels ------------------------------------------------------------
   const prefix = $("id_task_prefix");
   const prompt = $("id_prompt");
-  if (prefix && prompt) prefix.addEventListener("change", () => {
-    if (!prefix.value) return;
-    // Replace a prefix the prompt already has (one of the presets), else put the new one in front.
-    let rest = prompt.value.trimStart();
+  // The picker shows the preset the input starts with (none: "type it yourself"), so it keeps the
+  // chosen prefix through a run and follows the input as it is edited.
+  const matching = () => {
+    const text = prompt.value.trimStart();
     for (const option of prefix.options) {
       const known = option.value.trim();
-      if (known && rest.startsWith(known)) { rest = rest.slice(known.length).trimStart(); break; }
+      if (known && text.startsWith(known)) return option.value;
     }
-    prompt.value = prefix.value + rest;
-    prefix.value = "";
-    prompt.focus();
-  });
+    return "";
+  };
+  if (prefix && prompt) {
+    prefix.addEventListener("change", () => {
+      if (!prefix.value) return;
+      // Replace a prefix the prompt already has (one of the presets), else put the new one in front.
+      let rest = prompt.value.trimStart();
+      const had = matching();
+      if (had) rest = rest.slice(had.trim().length).trimStart();
+      prompt.value = prefix.value + rest;
+      prompt.focus();
+    });
+    prompt.addEventListener("input", () => { prefix.value = matching(); });
+    if (!prefix.value) prefix.value = matching();
+  }
 
   // A checkpoint of a text-to-text fine-tuning run: its inputs began with the run's task prefix.
   const runPrefix = $("run-prefix");
@@ -92,6 +103,7 @@
     runPrefix.querySelector("[data-prefix]").textContent = now;
     runPrefix.hidden = !now;
     lastRunPrefix = now;
+    if (prefix) prefix.value = matching();
   });
 
   function withPrefix() {
@@ -195,7 +207,7 @@
       const output = box.querySelector("[data-output]");
       const promptText = $("id_gen_prompt").value.trim();
       const chatBox = $("id_gen_chat");
-      const chat = Boolean(chatBox && chatBox.checked && !chatBox.closest("[data-tasks]").hidden);
+      const chat = Boolean(chatBox && chatBox.checked && !chatBox.closest("[data-tool]").hidden);
       const body = { checkpoint: select.value, prompt: promptText, chat, ...decoding() };
       box.querySelector("[data-prompt]").textContent = promptText;
       output.textContent = "";

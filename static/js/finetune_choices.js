@@ -26,7 +26,7 @@
     }
     for (const box of extras()) {
       const mixes = box.dataset.ready === "1" && box.dataset.mixable === "1" &&
-        (tasks === null || tasks.includes("text_to_text"));
+        (tasks === null || picked.dataset.mixes === "1");
       box.disabled = !mixes;
       if (!mixes) box.checked = false;
     }

@@ -48,6 +48,8 @@ def test_dataset_to_fine_tuning_to_results_to_the_explorer(eager, base_checkpoin
     page.wait_for_selector("#finetune-form")
     assert page.input_value("#id_dataset") != ""
     page.select_option("#id_checkpoint", str(base_checkpoint.id))
+    page.wait_for_function("() => document.getElementById('finetune-form').dataset.refreshed")  # its settings
+    page.click("#ft-training summary")  # max_length, warm-up and validation wait in the "advanced" fold
     for field, value in (("max_length", "32"), ("max_steps", "8"), ("batch_size", "8"), ("lr", "0.001"),
                          ("warmup_ratio", "0"), ("eval_every", "4")):
         page.fill(f"#id_{field}", value)

@@ -82,9 +82,9 @@ def test_the_wrong_checkpoint_or_input_gets_a_sentence_and_only_yours_answer(ali
 def test_the_page_shows_the_fine_tuned_panels(alice_client, tuned):
     base, checkpoint, _ = tuned
     html = alice_client.get(reverse("explorer:index") + f"?checkpoint={checkpoint.id}").content.decode()
-    assert 'data-task="classification"' in html and "js/explorer_downstream.js" in html
-    assert '<section class="card" id="classify" data-tasks="classification regression multilabel">' in html
-    assert '<section class="card" id="tag" data-tasks="token_classification" hidden>' in html
+    assert 'data-task="classification" data-tool="classify"' in html and "js/explorer_downstream.js" in html
+    assert '<section class="card" id="classify" data-tool="classify">' in html
+    assert '<section class="card" id="tag" data-tool="tag" hidden>' in html
     assert 'id="fill-mask" data-kinds="encoder unilm" data-pretrained hidden>' in html
     assert '<section class="card" id="embed" data-kinds="encoder unilm">' in html
     # what it says it can do is what it still can (issue 21): its task, not fill-mask
@@ -94,7 +94,7 @@ def test_the_page_shows_the_fine_tuned_panels(alice_client, tuned):
     assert f'value="{checkpoint.id}"' in html and f'data-about="{about}"' in html  # the script's copy for the select
     plain = alice_client.get(reverse("explorer:index") + f"?checkpoint={base.id}").content.decode()
     assert '<p class="helptext" id="checkpoint-kind">An encoder: fill in masks, score sentence pairs' in plain
-    assert 'id="classify" data-tasks="classification regression multilabel" hidden>' in plain
+    assert 'id="classify" data-tool="classify" hidden>' in plain
     assert 'id="fill-mask" data-kinds="encoder unilm" data-pretrained>' in plain
 
 

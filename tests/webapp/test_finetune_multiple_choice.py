@@ -110,8 +110,8 @@ def the_explorer_chooses_with_each_choices_probability(alice_api, bob_api, alice
     assert hidden.status_code == 404 and "not yours" in hidden.json()["error"]
 
     html = alice_client.get(reverse("explorer:index") + f"?checkpoint={checkpoint.id}").content.decode()
-    assert '<section class="card" id="choose" data-tasks="multiple_choice">' in html
-    assert 'id="classify" data-tasks="classification regression multilabel" hidden>' in html
+    assert '<section class="card" id="choose" data-tool="choose">' in html
+    assert 'id="classify" data-tool="classify" hidden>' in html
     assert f'data-choose="{reverse("api-explore-choose")}"' in html
 
     # without JavaScript the form posts the question and the page answers it in a table

@@ -103,3 +103,25 @@ def test_a_multi_device_runs_count_reaches_the_run_through_rank_0s_json_lines():
     JsonLinesSink(lines).run_length(26, 2.0)  # what `python -m trainer train --events` writes on rank 0
     _Relay(Sink(), step=0, tokens_seen=0).line(lines.getvalue())
     assert told == [(26, 2.0)]
+
+
+def test_the_fine_tune_form_takes_epochs_and_trackers_from_the_schema(
+        alice, alice_client, eager, enqueued, django_capture_on_commit_callbacks):
+    """epochs and report_to are settings of the fine-tuning schema: the generated form shows them,
+    epochs typed beside the steps it filled in launch a run in epochs, and ticked trackers reach
+    the config; both lengths changed by hand are refused on the form."""
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks)
+    base = tiny_checkpoint(alice)
+    html = alice_client.get(reverse("runs:finetune") + f"?checkpoint={base.id}&dataset={dataset.id}").content.decode()
+    assert 'name="epochs"' in html and 'name="report_to" value="tensorboard"' in html
+    form = {"checkpoint": base.id, "dataset": dataset.id, "max_steps": 300, "epochs": 2,
+            "report_to": ["tensorboard", "mlflow"]}
+    with django_capture_on_commit_callbacks(execute=True):
+        response = alice_client.post(reverse("runs:finetune"), form)
+    assert response.status_code == 302, response.content.decode()[-2000:]
+    run = Run.objects.filter(kind=RunKind.FINETUNE).get()
+    assert (run.config["epochs"], run.config["max_steps"]) == (2, 0)
+    assert run.config["report_to"] == ["tensorboard", "mlflow"]
+    refused = alice_client.post(reverse("runs:finetune"), {**form, "max_steps": 50})
+    assert refused.status_code == 200 and "not both" in refused.content.decode()
+    assert Run.objects.filter(kind=RunKind.FINETUNE).count() == 1

@@ -116,9 +116,12 @@ def test_the_page_shows_every_setting_the_service_takes_and_launches_with_them(
     is False, so group_by_length (on by default) was silently off for every run launched here."""
     dataset = ready_demo(alice, django_capture_on_commit_callbacks)
     base = tiny_checkpoint(alice)
-    html = alice_client.get(reverse("runs:finetune")).content.decode()
-    missing = [name for name in services.FINETUNE_FIELDS if f'name="{name}"' not in html]
-    assert not missing, missing
+    html = alice_client.get(reverse("runs:finetune") + f"?checkpoint={base.id}&dataset={dataset.id}").content.decode()
+    from trainer.catalog.finetune import fields_for
+
+    shown = [s.name for s in fields_for("bert", "classification")]
+    missing = [name for name in shown if f'name="{name}"' not in html]
+    assert not missing and "class_weights" in shown, missing
     box = html[html.index('name="group_by_length"'):]
     assert box[:box.index(">")].endswith(" checked")  # on by default
     with django_capture_on_commit_callbacks(execute=True):
@@ -134,6 +137,50 @@ def test_the_page_shows_every_setting_the_service_takes_and_launches_with_them(
     assert (defaults.config["seed"], defaults.config["num_threads"]) == (0, 0)  # left out: the defaults
 
 
+T5_GPT_LORA = ("source_prefix", "max_target_length", "target_mask_prob", "num_beams", "samples_shown", "chat_template",
+               "aux_lm_weight", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "adapter_size", "mixing",
+               "extra_datasets", "doc_stride")
+
+
+def test_the_form_for_a_bert_classifier_shows_only_what_applies_until_more_is_chosen(
+        alice, alice_client, eager, django_capture_on_commit_callbacks):
+    """No T5, GPT, QA or LoRA settings beside a BERT checkpoint and a classification dataset; human
+    labels, defaults filled in, an advanced fold; LoRA's settings once LoRA is chosen (in the query,
+    or posted back by the page's refresh button, which launches nothing)."""
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks)
+    base = tiny_checkpoint(alice)
+    url = reverse("runs:finetune") + f"?checkpoint={base.id}&dataset={dataset.id}"
+    html = alice_client.get(url).content.decode()
+    assert [n for n in T5_GPT_LORA if f'name="{n}"' in html] == []
+    assert ">Learning rate</label>" in html and ">Lr</label>" not in html and ">Llrd<" not in html
+    assert 'name="lr" value="5e-05"' in html and 'name="max_steps" value="300"' in html  # defaults filled in
+    fold = html[html.index("<details"):]
+    assert 'name="llrd"' in fold and 'name="lr"' not in fold[:fold.index("</details>")]
+    lora = alice_client.get(url + "&technique=lora").content.decode()
+    assert 'name="lora_r" value="8"' in lora and 'name="lora_targets"' in lora and 'name="source_prefix"' not in lora
+    posted = alice_client.post(reverse("runs:finetune"), {"checkpoint": base.id, "dataset": dataset.id, "lr": "0.001",
+                                                          "technique": "adapters", "refresh": "1",
+                                                          "shown": "lr group_by_length"})  # the box unticked
+    page = posted.content.decode()
+    assert posted.status_code == 200 and 'name="adapter_size" value="64"' in page and 'name="lr" value="0.001"' in page
+    box = page[page.index('name="group_by_length"'):]
+    assert "checked" not in box[:box.index(">")]  # kept unticked, not back to its default
+    assert 'name="lora_r"' not in page and not Run.objects.filter(owner=alice, kind="finetune").exists()
+
+
+def test_a_refusal_lands_on_its_field(alice, alice_client, eager, enqueued, django_capture_on_commit_callbacks):
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks)
+    base = tiny_checkpoint(alice)
+    response = alice_client.post(reverse("runs:finetune"), {"checkpoint": base.id, "dataset": dataset.id,
+                                                            "technique": "lora", "lora_r": "0", "llrd": "0"})
+    form = response.context["form"]
+    assert "with LoRA; choose full fine-tuning" in form.errors["lora_r"][0]
+    response = alice_client.post(reverse("runs:finetune"), {"checkpoint": base.id, "dataset": dataset.id,
+                                                            "llrd": "0"})
+    assert "llrd (layer-wise lr decay) must be a number above 0" in response.context["form"].errors["llrd"][0]
+    assert not enqueued
+
+
 def test_the_page_refuses_with_sentences(alice, alice_client, eager, enqueued, django_capture_on_commit_callbacks):
     dataset = ready_demo(alice, django_capture_on_commit_callbacks)
     xlnet = family_stub(alice, "xlnet")  # T5 writes the labels as words (test_runs_finetune_t5_classify.py)
@@ -146,7 +193,7 @@ def test_the_page_refuses_with_sentences(alice, alice_client, eager, enqueued, d
     response = alice_client.post(reverse("runs:finetune"), {
         "checkpoint": base.id, "dataset": dataset.id, **FAST, "llrd": 1.5, "freeze_layers": 0,
         "gradual_unfreeze_every": 0, "early_stopping_patience": 0, "class_weights": "none"})
-    assert "llrd (layer-wise lr decay) must be a number above 0 and at most 1" in response.content.decode()
+    assert "Layer-wise learning-rate decay must be at most 1." in response.content.decode()  # beside its field
     assert not Run.objects.filter(kind=RunKind.FINETUNE).exists() and not enqueued
 
 
@@ -282,3 +329,16 @@ def test_the_masking_inspector_answers_a_finetune_run_with_a_sentence(alice, ali
     assert response.status_code == 400
     assert response.json()["error"].startswith("The masking inspector shows pre-training batches; this is a "
                                                "fine-tuning run.")
+
+
+def test_a_launch_builds_and_validates_its_config_once(alice, alice_client, eager, enqueued, monkeypatch,
+                                                       django_capture_on_commit_callbacks):
+    """The form validates the config (so a refusal lands on its field) and hands it to the service."""
+    from trainer.finetune.config import FinetuneConfig
+
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks)
+    base = tiny_checkpoint(alice)
+    built, real = [], FinetuneConfig.__post_init__
+    monkeypatch.setattr(FinetuneConfig, "__post_init__", lambda self: (built.append(self), real(self))[1])
+    response = alice_client.post(reverse("runs:finetune"), {"checkpoint": base.id, "dataset": dataset.id, **FAST})
+    assert response.status_code == 302 and len(built) == 1

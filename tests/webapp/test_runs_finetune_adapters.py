@@ -52,7 +52,9 @@ def test_the_form_offers_adapter_size_and_settings_that_cannot_work_are_refused_
     dataset = ready_demo(alice, django_capture_on_commit_callbacks)
     base = make_checkpoint(make_run(alice, status=RunStatus.SUCCEEDED, name="tiny bert"), step=20, real=True)
     page = alice_client.get(reverse("runs:finetune")).content.decode()
-    assert 'name="adapter_size"' in page and "Bottleneck adapters (Houlsby et al. 2019)" in page
+    assert 'name="adapter_size"' not in page and " Bottleneck adapters</label>" in page  # offered as a technique
+    page = alice_client.get(reverse("runs:finetune") + "?technique=adapters").content.decode()
+    assert 'name="adapter_size" value="64"' in page and "(Houlsby et al. 2019)" in page
     url = reverse("api-finetune")
     refused = alice_api.post(url, {"checkpoint": str(base.id), "dataset": str(dataset.id), "adapter_size": 8,
                                    "lora_r": 4}, format="json")

@@ -94,7 +94,7 @@ def test_sft_on_gpt_through_the_page_keeps_the_chat_template_as_typed(
     # by the API on request, and refused with a sentence for a checkpoint that learnt no template.
     tuned = run.checkpoints.order_by("-step").first()
     page = alice_client.get(reverse("explorer:index") + f"?checkpoint={tuned.id}").content.decode()
-    assert 'name="gen_chat"' in page and 'data-tasks="sft">' in page
+    assert 'name="gen_chat"' in page and 'data-tool="chat">' in page
     ask = {"checkpoint": str(tuned.id), "prompt": "Name the object.", "max_new_tokens": 3}
     chatted = alice_api.post(reverse("api-explore-generate"), {**ask, "chat": True}, format="json")
     plain = alice_api.post(reverse("api-explore-generate"), ask, format="json")

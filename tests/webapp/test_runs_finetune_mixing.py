@@ -65,8 +65,9 @@ def test_the_form_picks_several_of_your_datasets_with_their_prefixes(
     pairs = ready_demo(alice, django_capture_on_commit_callbacks, "pair_classification")
     theirs = ready_demo(bob, django_capture_on_commit_callbacks, "regression")
     base = family_checkpoint(alice, "t5", run=False)
-    page = alice_client.get(reverse("runs:finetune")).content.decode()
-    assert 'id="multitask-settings"' in page and f'value="{kinds.id}"' in page and str(theirs.id) not in page
+    assert 'id="ft-multitask"' not in alice_client.get(reverse("runs:finetune")).content.decode()  # no T5 chosen
+    page = alice_client.get(reverse("runs:finetune") + f"?checkpoint={base.id}").content.decode()
+    assert 'id="ft-multitask"' in page and f'value="{kinds.id}"' in page and str(theirs.id) not in page
     form = {"checkpoint": base.id, "dataset": summary.id, "name": "", **FAST, "llrd": 1.0, "freeze_layers": 0,
             "gradual_unfreeze_every": 0, "early_stopping_patience": 0, "class_weights": "none",
             "source_prefix": "summarize: ", "mixing": "temperature", "mixing_temperature": 3.0}

@@ -114,6 +114,7 @@ class Family:
     hf_objective: str = ""                    # what an imported model's one output layer learnt ("clm")
     # our tokenizer role -> the spellings to look for, when the model's tokenizer has no [CLS]/[MASK]
     hf_tokenizer_roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    hf_export_refusal: str = ""               # why its checkpoints have no Hugging Face export ("" = they do)
 
     # ---- the explorer
     explorer_kind: str = "encoder"            # which panels apply: encoder | unilm | t5 | gpt | elmo

@@ -48,6 +48,7 @@ FAMILY = ElmoFamily(
                         "weight_decay": 0.0, "schedule": "constant"},
     default_preset="elmo-tiny",
     recomputes_blocks=False,  # LSTMs: no transformer blocks to recompute
+    hf_export_refusal="ELMo has no transformers class, so it cannot be exported to the Hugging Face format.",
     hidden_fields=("masking", "mask_prob", "masking_unit", "packing"),
     model_fields=(
         ModelField("char_cnn", "Character CNN",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from trainer.errors import ConfigError
 
 if TYPE_CHECKING:
+    from trainer.finetune.metrics import TaskMetrics
     from trainer.finetune.tasks import Task
 
 # task name -> "module:ATTRIBUTE" of its Task, one line each.
@@ -67,37 +68,52 @@ def for_family(name: str, family: str) -> "Task":
     return getattr(importlib.import_module(module), attr)
 
 
-def metrics_for(name: str, *, unanswerable: bool = False):
-    """The task's trainer.finetune.metrics.TaskMetrics (extractive QA on a dataset with
-    unanswerable questions is scored as SQuAD 2.0, as the engine does)."""
-    from trainer.finetune.metrics import METRICS
-
-    key = get(name).metrics
-    if unanswerable and f"{key}_v2" in METRICS:
-        key = f"{key}_v2"
-    return METRICS[key]
+def every_task() -> list["Task"]:
+    """Every registered Task and every family variant of one (VARIANTS), registry order first."""
+    out = [get(name) for name in REGISTRY]
+    for (name, family) in VARIANTS:
+        out.append(for_family(name, family))
+    return out
 
 
-def charts_for(name: str, *, unanswerable: bool = False, mix_tasks: Sequence[str] = ()) -> list[dict]:
-    """The dashboard's charts for a fine-tuning run of task `name`: the common series plus the
-    task's metrics, drawn on FINETUNE_CHARTS (trainer.charts.charts_for); [] of the task's own for
-    an unknown task name (an older version's run still opens). mix_tasks: a multi-task run's task
-    names (trainer.finetune.config.mix_task_names), each charted apart with their mean."""
+def metrics_for(name: str, *, dataset="") -> "TaskMetrics":
+    """The task's trainer.finetune.metrics.TaskMetrics on the stored dataset `dataset` (Task.scores:
+    extractive QA on a dataset with unanswerable questions is scored as SQuAD 2.0, as the engine does)."""
+    return get(name).scores(dataset)
+
+
+def charts_for(name: str, *, dataset="", mix_tasks: Sequence[str] = ()) -> list[dict]:
+    """The dashboard's charts for a fine-tuning run of task `name` on the stored dataset `dataset`:
+    the common series plus the task's metrics, drawn on FINETUNE_CHARTS and the task's own charts
+    (trainer.charts.charts_for); [] of the task's own for an unknown task name (an older version's
+    run still opens). mix_tasks: a multi-task run's task names
+    (trainer.finetune.config.mix_task_names), each charted apart with their mean."""
     from trainer import charts
     from trainer.finetune.metrics import FINETUNE_CHARTS, mix_series
 
-    own = metrics_for(name, unanswerable=unanswerable).metrics if name in REGISTRY else ()
-    return charts.charts_for([*own, *mix_series(mix_tasks)], FINETUNE_CHARTS)
+    own = metrics_for(name, dataset=dataset).metrics if name in REGISTRY else ()
+    specs = (*FINETUNE_CHARTS, *get(name).charts) if name in REGISTRY else FINETUNE_CHARTS
+    return charts.charts_for([*own, *mix_series(mix_tasks)], specs)
 
 
-def stats_for(name: str, *, unanswerable: bool = False) -> list[dict]:
+def stats_for(name: str, *, dataset="") -> list[dict]:
     """The numbers above the charts for a fine-tuning run of task `name` (trainer.charts.stats_for)."""
     from trainer import charts
 
-    task = metrics_for(name, unanswerable=unanswerable) if name in REGISTRY else None
+    task = metrics_for(name, dataset=dataset) if name in REGISTRY else None
     # Only what the run records: a classifier's dashboard has no perplexity to show.
     recorded = {m.name for m in (*charts.COMMON_METRICS, *(task.metrics if task else ()))}
     return charts.stats_for(task.stats if task else (), recorded)
+
+
+def generates(name: str) -> bool:
+    """Whether a run of task `name` writes text at validation (its page shows the samples)."""
+    return name in REGISTRY and get(name).generates
+
+
+def explorer_action(name: str) -> str:
+    """The explorer's tool for checkpoints fine-tuned for task `name` ("" for none, or an unknown name)."""
+    return get(name).explorer_action if name in REGISTRY else ""
 
 
 def has_unanswerable(dataset) -> bool:

@@ -218,11 +218,12 @@ REFERENCES: dict[str, Callable[[Sequence[dict]], list]] = {
 
 
 # ---------------------------------------------------------------------------- computing
-def _metric_key(task: str, unanswerable: bool) -> tuple[Callable[..., dict], str, bool]:
-    """(the metric function, its primary key, higher is better) of the run that fine-tunes on `task`."""
+def _metric_key(task: str, data_dir: Path) -> tuple[Callable[..., dict], str, bool]:
+    """(the metric function, its primary key, higher is better) of the run that fine-tunes on `task`
+    with the dataset in `data_dir` (the task picks its scoring from it: SQuAD 2.0 or not)."""
     from trainer import finetune
 
-    metrics = finetune.metrics_for(task, unanswerable=unanswerable)
+    metrics = finetune.metrics_for(task, dataset=data_dir)
     return metrics.compute, metrics.primary, metrics.higher_is_better
 
 
@@ -239,7 +240,6 @@ def compute(data_dir: str | Path) -> dict[str, Any]:
          "note": a sentence when the task has none, or when one could not be fit}
 
     A split without examples scores None. DatasetError when the dataset cannot be read."""
-    from trainer.finetune import has_unanswerable
     from trainer.prep.labelled.store import iter_examples, read_meta
 
     data_dir = Path(data_dir)
@@ -249,7 +249,7 @@ def compute(data_dir: str | Path) -> dict[str, Any]:
     if task not in BASELINES:
         out["note"] = NO_BASELINE.get(task, f"The task {task!r} has no baseline.")
         return out
-    score, primary, higher = _metric_key(task, has_unanswerable(data_dir))
+    score, primary, higher = _metric_key(task, data_dir)
     out.update(metric=primary, higher_is_better=higher)
     train = []
     for ex in iter_examples(data_dir, "train"):

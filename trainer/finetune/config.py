@@ -259,7 +259,8 @@ def check_generation(config: FinetuneConfig) -> None:
 
 MAX_EXTRA_DATASETS = 16
 STRATEGIES = ("proportional", "temperature", "equal")  # trainer.finetune.mixing.mixing_rates
-MIX_DATASET_TASKS = ("text_to_text", "classification", "regression")  # what mixing.as_text writes as text
+MIX_TASK = "text_to_text"  # the task a multi-task run trains: every dataset written as text
+MIX_DATASET_TASKS = (MIX_TASK, "classification", "regression")  # what mixing.as_text writes as text
 
 
 def task_name(prefix: str, fallback: str) -> str:
@@ -310,7 +311,7 @@ def check_mixing(config: FinetuneConfig) -> None:
     if len(set(names)) < len(names):
         twice = next(n for n in names if names.count(n) > 1)
         raise ConfigError(f"Two tasks of the mix are both called {twice!r}; give them different prefixes or names.")
-    if extras and config.task and config.task != "text_to_text":
+    if extras and config.task and config.task != MIX_TASK:
         raise ConfigError("Multi-task mixing (extra_datasets) trains text to text; set task to text_to_text "
                           "or leave it empty.")
 

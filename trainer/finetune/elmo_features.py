@@ -33,8 +33,8 @@ class ElmoTask(Task):
 ELMO_CLASSIFICATION = ElmoTask("classification", "Sequence classification (ELMo: a frozen biLM's layers, a learned "
                                "scalar mix, a BiLSTM and a linear layer)", "sequence_classification",
                                "single_label_classification", SequenceCollator, SequenceStep, "classification",
-                               smoothing=True, families=FAMILIES)
+                               smoothing=True, families=FAMILIES, explorer_action="classify", balances_classes=True)
 ELMO_TOKEN_CLASSIFICATION = ElmoTask("token_classification", "Token classification (ELMo: a frozen biLM's layers, "
                                      "a learned scalar mix, a BiLSTM and a linear layer per token)",
                                      "token_classification", None, TokenCollator, TokenStep, "token_classification",
-                                     smoothing=True, families=FAMILIES)
+                                     smoothing=True, families=FAMILIES, explorer_action="tag", balances_classes=True)

@@ -20,7 +20,6 @@ from trainer import finetune as tasks
 from trainer.errors import ConfigError
 from trainer.finetune import adapters, lora, techniques
 from trainer.finetune.config import FinetuneConfig
-from trainer.finetune.metrics import METRICS
 from trainer.training import checkpoints
 from trainer.training.data import DataPosition
 from trainer.training import tracker_sinks
@@ -255,7 +254,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             if grouping:
                 sink.log(grouping)
         valid = _batches(_split(mix, dataset, "validation"), collator, config.batch_size)
-        loop = techniques.FinetuneLoop(config, tuning=tuning, metrics=task.metrics, model=model,
+        loop = techniques.FinetuneLoop(config, tuning=tuning, metrics=task.scores(), model=model,
                                        forward=forward, stream=stream, valid=valid, state=state, sink=sink,
                                        data_dir=checkpoint, out_dir=out_dir, device=device, precision=precision,
                                        resumed_from=resume_from)
@@ -269,7 +268,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             values = loop.evaluate(test)
             sink.metrics(result.final_step, "test", values)
             (out_dir / "test_metrics.json").write_text(json.dumps(values, indent=2) + "\n", encoding="utf-8")
-            key = METRICS[task.metrics].primary
+            key = task.scores().primary
             sink.log(f"Test split: {key} {values.get(key, float('nan')):.4f} over {sum(b.size for b in test)} examples.")
             _write_test_outputs(out_dir, forward, test_examples, sink)
         if lora_names and result.status == "succeeded":

@@ -27,10 +27,13 @@ import numpy as np
 import torch
 
 from trainer.errors import ConfigError
+from trainer.finetune.settings import Setting
 from trainer.finetune.tasks import SequenceCollator, SequenceStep, Task
 from trainer.objectives.base import Batch, StepOutput
 
 FAMILIES = ("gpt",)
+AUX_LM = (Setting("aux_lm_weight", "Language-model loss weight", "GPT-1: the weight of the language-model loss "
+                  "kept beside the task's (0.5 in the paper; 0: off).", advanced=True, section="task"),)
 
 
 @dataclass
@@ -178,10 +181,11 @@ class GPT1Task(Task):
 
 GPT_CLASSIFICATION = GPT1Task("classification", "Sequence classification (GPT-1: start/delimiter/extract tokens, "
                               "the auxiliary LM loss)", "sequence_classification", "single_label_classification",
-                              GPT1Collator, GPT1Step, "classification", smoothing=True, families=FAMILIES)
+                              GPT1Collator, GPT1Step, "classification", smoothing=True, families=FAMILIES,
+                              settings=AUX_LM, explorer_action="classify", balances_classes=True)
 GPT_REGRESSION = GPT1Task("regression", "Regression (GPT-1: a pair read in both orders, the auxiliary LM loss)",
                           "sequence_classification", "regression", GPT1Collator, GPT1Step, "regression",
-                          families=FAMILIES)
+                          families=FAMILIES, settings=AUX_LM, explorer_action="classify")
 
 
 # ---------------------------------------------------------------------------- multiple choice
@@ -266,4 +270,4 @@ class GPT1ChoiceTask(GPT1Task):
 GPT_MULTIPLE_CHOICE = GPT1ChoiceTask("multiple_choice", "Multiple choice (GPT-1: one pass per choice, a softmax over "
                                      "the choices' scores, the auxiliary LM loss)", "multiple_choice", None,
                                      GPT1ChoiceCollator, GPT1ChoiceStep, "multiple_choice", smoothing=True,
-                                     families=FAMILIES)
+                                     families=FAMILIES, settings=AUX_LM, explorer_action="choose")

@@ -42,6 +42,7 @@ import torch
 
 from trainer.errors import ConfigError
 from trainer.finetune import metrics as metric_fns
+from trainer.finetune.settings import Setting
 from trainer.finetune.tasks import EncodesAhead, Task, TaskStep
 from trainer.objectives.base import Batch, StepOutput
 
@@ -345,10 +346,26 @@ class QATask(Task):
     def num_labels(self, labels: Sequence[str]) -> int:
         return 2  # a start and an end logit per token
 
+    def scores(self, dataset: Any = "") -> Any:
+        """SQuAD 2.0's metrics (answerable and unanswerable apart) on a dataset with unanswerable questions."""
+        return metric_fns.METRICS["extractive_qa_v2" if dataset and has_unanswerable(dataset) else "extractive_qa"]
+
     @property
     def has_classes(self) -> bool:
         return False
 
 
 EXTRACTIVE_QA = QATask("extractive_qa", "Extractive question answering (SQuAD v1.1/v2.0: an answer span of the "
-                       "context, or none)", "question_answering", None, QACollator, QAStep, "extractive_qa")
+                       "context, or none)", "question_answering", None, QACollator, QAStep, "extractive_qa",
+                       explorer_action="answer", settings=(
+                           Setting("doc_stride", "Window overlap (tokens)", "Context tokens that consecutive windows "
+                                   "of a long context share (0: a third of the maximum length).", advanced=True,
+                                   section="task"),
+                           Setting("max_answer_length", "Longest answer (tokens)", "The longest answer prediction "
+                                   "considers.", advanced=True, section="task"),
+                           Setting("n_best", "Candidates per window", "How many of the highest start and end logits "
+                                   "of each window are paired into candidate answers.", advanced=True, section="task"),
+                           Setting("null_score_threshold", "No-answer threshold", "SQuAD 2.0: predict “no answer” "
+                                   "when its score beats the best answer's by more than this.", advanced=True,
+                                   section="task"),
+                       ))

@@ -24,6 +24,7 @@ from trainer.errors import ConfigError
 from trainer.finetune import chat
 from trainer.finetune import metrics as metric_fns
 from trainer.finetune.tasks import IGNORE_INDEX, EncodesAhead, Task
+from trainer.finetune.settings import Setting
 from trainer.finetune.text2text import GenerativeStep, _pad
 from trainer.objectives.base import Batch, StepOutput
 
@@ -182,4 +183,12 @@ class SFTTask(Task):
 
 
 SFT = SFTTask("sft", "Supervised fine-tuning (GPT: prompt/response or chats, the loss on the replies only)", "",
-              None, SFTCollator, SFTStep, "sft", families=FAMILIES)
+              None, SFTCollator, SFTStep, "sft", families=FAMILIES, generates=True, explorer_action="chat", settings=(
+                  Setting("chat_template", "Chat template", "How each chat turn is written: {role} is system, user "
+                          "or assistant, {content} the message; the model learns the assistant's content.",
+                          section="task", textarea=True, keep_if_empty=True),
+                  Setting("max_target_length", "Reply length (tokens)", "Tokens of the sample replies written at "
+                          "each validation.", advanced=True, section="task"),
+                  Setting("samples_shown", "Samples shown", "Validation prompts whose reply each evaluation writes "
+                          "to the log.", advanced=True, section="task"),
+              ))

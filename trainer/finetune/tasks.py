@@ -226,7 +226,7 @@ class TaskStep(Step):
     def finish_validation(self) -> dict[str, float]:
         if not self.references:
             return {}
-        return metric_fns.METRICS[self.task.metrics].compute(self.predictions, self.references)
+        return self.task.scores().compute(self.predictions, self.references)
 
     def gather(self, logits: torch.Tensor, batch: Any) -> None:
         raise NotImplementedError
@@ -293,6 +293,26 @@ class Task:
     metrics: str         # trainer.finetune.metrics.METRICS key
     smoothing: bool = False  # label smoothing applies (softmax over classes)
     families: tuple[str, ...] = ()  # the model families it fine-tunes; () = the encoders, through a task head
+    # What the web app reads to offer, chart and explore it (docs/internals.md, "How to add a task"):
+    settings: tuple = ()          # its own trainer.finetune.settings.Setting rows (QA's doc_stride, T5's prefix)
+    generates: bool = False       # it writes text at validation (the run page's Samples panel)
+    explorer_action: str = ""     # the explorer's tool for its checkpoints ("classify", "tag", ...; "": by family)
+    balances_classes: bool = False  # class_weights "balanced" applies (trainer.finetune.techniques)
+    scoring: Any = None           # its own trainer.finetune.metrics.TaskMetrics; None: METRICS[metrics]
+    charts: tuple = ()            # its own trainer.charts.ChartSpec rows, beside FINETUNE_CHARTS
+    dataset: Any = None           # its own trainer.prep.labelled.TaskSpec; None: TASKS[name]
+
+    def scores(self, dataset: Any = "") -> Any:
+        """The TaskMetrics it is scored, charted and ranked with on the stored dataset `dataset`
+        (a task may score some datasets another way: extractive QA with unanswerable questions)."""
+        return self.scoring if self.scoring is not None else metric_fns.METRICS[self.metrics]
+
+    @property
+    def dataset_spec(self) -> Any:
+        """The labelled-dataset task it reads (its roles, title and labels), or None."""
+        from trainer.prep.labelled.tasks import TASKS
+
+        return self.dataset if self.dataset is not None else TASKS.get(self.name)
 
     def build_model(self, base: Any, labels: Sequence[str], config: Any = None) -> Any:
         """The model to train from the loaded checkpoint `base`: its encoder with a fresh head
@@ -319,11 +339,13 @@ class Task:
 
 
 CLASSIFICATION = Task("classification", "Sequence classification (one sentence or a pair)", "sequence_classification",
-                      "single_label_classification", SequenceCollator, SequenceStep, "classification", smoothing=True)
+                      "single_label_classification", SequenceCollator, SequenceStep, "classification", smoothing=True,
+                      explorer_action="classify", balances_classes=True)
 REGRESSION = Task("regression", "Regression (one score per sentence or pair, MSE)", "sequence_classification",
-                  "regression", SequenceCollator, SequenceStep, "regression")
+                  "regression", SequenceCollator, SequenceStep, "regression", explorer_action="classify")
 MULTILABEL = Task("multilabel", "Multi-label classification (a sigmoid per label)", "sequence_classification",
-                  "multi_label_classification", SequenceCollator, SequenceStep, "multilabel_classification")
+                  "multi_label_classification", SequenceCollator, SequenceStep, "multilabel_classification",
+                  explorer_action="classify")
 TOKEN_CLASSIFICATION = Task("token_classification", "Token classification (BIO tags; the first sub-token of "
                             "each word carries its tag)", "token_classification", None, TokenCollator, TokenStep,
-                            "token_classification", smoothing=True)
+                            "token_classification", smoothing=True, explorer_action="tag", balances_classes=True)

@@ -54,7 +54,6 @@ from trainer.training.engine import Loop
 from trainer.training.optim import build_optimizer, no_decay_ids, split_decay
 from trainer.training.sinks import MetricsSink
 
-BALANCED_TASKS = ("classification", "token_classification")
 BEST_FILE = "best.json"
 
 
@@ -73,7 +72,7 @@ def class_weights_for(config: FinetuneConfig, task: Any, meta: dict, labels: Seq
     ConfigError where the task has no classes to balance or the dataset lacks its counts."""
     if config.class_weights == "none":
         return None
-    if task.name not in BALANCED_TASKS:
+    if not task.balances_classes:  # the task says whether its classes can be weighed (Task.balances_classes)
         raise ConfigError(f"class_weights: balanced weighs the classes of classification and token classification; "
                           f"a {task.name} run cannot use it (set class_weights: none).")
     counts = (meta.get("label_counts") or {}).get("train") or {}
@@ -221,11 +220,13 @@ class FinetuneLoop(Loop):
     """The pre-training Loop plus gradual unfreezing (before each update) and early stopping
     (after each evaluation)."""
 
-    def __init__(self, config: FinetuneConfig, *, tuning: Tuning, metrics: str, **kwargs: Any):
-        """metrics: the task's key of trainer.finetune.metrics.METRICS (its primary metric is watched)."""
+    def __init__(self, config: FinetuneConfig, *, tuning: Tuning, metrics: str | TaskMetrics, **kwargs: Any):
+        """metrics: the task's TaskMetrics (Task.scores()), or its key of trainer.finetune.metrics.METRICS;
+        its primary metric is watched."""
         super().__init__(config, optimizer=tuning.optimizer, scheduler=tuning.scheduler, **kwargs)
         self.tuning = tuning
-        self.early = (EarlyStopping(METRICS[metrics], config.early_stopping_patience)
+        self.early = (EarlyStopping(METRICS[metrics] if isinstance(metrics, str) else metrics,
+                                    config.early_stopping_patience)
                       if config.early_stopping_patience else None)
         if self.early is not None and not self.valid:
             raise ConfigError("early_stopping_patience needs a validation split to watch, and this dataset's is "

@@ -32,10 +32,26 @@ import torch.nn.functional as F
 
 from trainer.errors import ConfigError
 from trainer.finetune import metrics as metric_fns
+from trainer.finetune.settings import Setting
 from trainer.finetune.tasks import IGNORE_INDEX, EncodesAhead, Task, TaskStep
 from trainer.objectives.base import Batch, StepOutput
 
 FAMILIES = ("t5", "unilm")
+
+# The settings text to text offers (trainer.finetune.settings); T5's classification shares the prefix.
+SOURCE_PREFIX = Setting("source_prefix", "Task prefix", "Put before every input, as T5's task prefixes "
+                        "(“summarize: ”, “sst2 sentence: ”).", section="task")
+TEXT_SETTINGS = (
+    SOURCE_PREFIX,
+    Setting("max_target_length", "Target length (tokens)", "Target tokens kept for training and generated when "
+            "scoring.", advanced=True, section="task"),
+    Setting("target_mask_prob", "Masked target share", "UniLM: the share of target tokens masked and predicted per "
+            "example (0.7 in the paper).", advanced=True, section="task", families=("unilm",)),
+    Setting("num_beams", "Beams", "Beam search width when generating for the scores (1: greedy).", advanced=True,
+            section="task"),
+    Setting("samples_shown", "Samples shown", "Validation examples whose generated text each evaluation writes to "
+            "the log.", advanced=True, section="task"),
+)
 UNILM_SOURCE_ROOM = 4  # the fewest source tokens UniLM's max_length must leave beside the target
 SAMPLE_CHARS = 160
 
@@ -333,8 +349,8 @@ class UniLMStep(Text2TextStep):
 
 
 def text_to_text_step(config: Any, model: Any, device: str, *, task: Task, labels: Sequence[str]) -> Text2TextStep:
-    """The step of the checkpoint's family (what Task.step is called as)."""
-    step = T5Step if config.family == "t5" else UniLMStep
+    """The step of the checkpoint's family (what Task.step is called as): the task's per_family entry."""
+    _, step = task.of_family(config.family)
     return step(config, model, device, task=task, labels=labels)
 
 
@@ -342,7 +358,19 @@ def text_to_text_step(config: Any, model: Any, device: str, *, task: Task, label
 @dataclass(frozen=True)
 class TextToTextTask(Task):
     """Trains the checkpoint's own model (T5's encoder-decoder, UniLM's encoder with its MLM head);
-    the collator and the step follow its family."""
+    the collator and the step follow its family: `per_family` holds (family, collator, step)."""
+
+    per_family: tuple = ()
+
+    def of_family(self, family: str) -> tuple[type, Any]:
+        """(collator class, step) of a `family` checkpoint; ConfigError for a family it does not train."""
+        for name, collator, step in self.per_family:
+            if name == family:
+                return collator, step
+        from trainer import families
+
+        trained = " or ".join(families.get(name).label for name, _, _ in self.per_family)
+        raise ConfigError(f"Text to text trains {trained}, not {family or 'an unknown family'}.")
 
     def build_model(self, base: Any, labels: Sequence[str], config: Any = None) -> Any:
         from models_lib.families.t5 import T5ForConditionalGeneration
@@ -359,12 +387,8 @@ class TextToTextTask(Task):
                          f"not a {type(base).__name__}")
 
     def build_collator(self, tokenizer: Any, labels: Sequence[str], max_length: int, config: Any = None) -> Any:
-        family = getattr(config, "family", "")
-        if family == "t5":
-            return T5Collator(tokenizer, max_length, config)
-        if family == "unilm":
-            return UniLMSeq2SeqCollator(tokenizer, max_length, config)
-        raise ConfigError(f"Text to text trains T5 or UniLM, not {family or 'an unknown family'}.")
+        collator, _ = self.of_family(getattr(config, "family", ""))
+        return collator(tokenizer, max_length, config)
 
     def num_labels(self, labels: Sequence[str]) -> int:
         return 0
@@ -376,4 +400,5 @@ class TextToTextTask(Task):
 
 TEXT_TO_TEXT = TextToTextTask("text_to_text", "Text to text (T5: teacher forcing with a task prefix; UniLM: the "
                               "seq2seq attention mask)", "", None, T5Collator, text_to_text_step, "text_to_text",
-                              families=FAMILIES)
+                              families=FAMILIES, generates=True, settings=TEXT_SETTINGS,
+                              per_family=(("t5", T5Collator, T5Step), ("unilm", UniLMSeq2SeqCollator, UniLMStep)))

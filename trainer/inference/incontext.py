@@ -32,6 +32,7 @@ DEFAULT_SEPARATOR = "\n\n"
 PLACEHOLDERS = ("{text}", "{sentence1}", "{sentence2}", "{label}")
 MAX_SHOTS = 32
 MAX_QUERIES = 1000
+DATASET_TASK = "classification"  # the labelled-dataset task it reads: texts with one label each
 _FIELD = re.compile(r"\{(text|sentence1|sentence2)\}")
 
 
@@ -116,7 +117,7 @@ def _dataset(dataset_dir: str | Path) -> tuple[list[str], list[dict], list[dict]
 
     try:
         meta = store.read_meta(Path(dataset_dir))
-        if meta.get("task") != "classification":
+        if meta.get("task") != DATASET_TASK:
             raise InferenceError("In-context evaluation needs a classification dataset (texts with one label each).")
         train = list(store.iter_examples(Path(dataset_dir), "train"))
         sizes = meta.get("sizes") or {}

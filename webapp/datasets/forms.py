@@ -140,7 +140,9 @@ class MappingForm(forms.Form):
         choices = current_choices(dataset)
         mapping = choices["mapping"]
         split = choices["split"] or default_split(mapping, split_files(dataset))
-        initial = {"task": choices["task"] or "classification", "seed": choices["seed"],
+        from trainer.prep.labelled.tasks import TASK_TYPES
+
+        initial = {"task": choices["task"] or TASK_TYPES[0], "seed": choices["seed"],
                    **{key: split[key] for key in ("strategy", "train", "validation", "test") if key in split}}
         for i, column in enumerate((dataset.preview or {}).get("columns") or []):
             initial[f"role_{i}"] = mapping.get(column, "")

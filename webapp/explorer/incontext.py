@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from trainer.errors import InferenceError
+from trainer.inference.incontext import DATASET_TASK
 from webapp.datasets import selectors as dataset_selectors
 from webapp.datasets.models import Dataset, DatasetStatus
 from webapp.explorer import services
@@ -64,7 +65,7 @@ def check_dataset(dataset: Dataset) -> Dataset:
     """The dataset, when in-context evaluation can read it; InferenceError with a sentence otherwise."""
     if dataset.status != DatasetStatus.READY:
         raise InferenceError(f"The dataset {dataset.name} is not ready yet ({dataset.get_status_display().lower()}).")
-    if dataset.task != "classification":
+    if dataset.task != DATASET_TASK:
         raise InferenceError(f"The dataset {dataset.name} is not a classification dataset; in-context evaluation "
                              f"scores one label per text.")
     return dataset

@@ -191,9 +191,6 @@ MAX_SENTENCES = 8  # trainer.inference.downstream.MAX_SENTENCES
 MAX_N_BEST = 20
 MAX_CHOICES = 8  # trainer.inference.downstream.MAX_CHOICES
 POOLINGS = ("mean", "cls")
-# The downstream tool each fine-tuning task's checkpoints answer (trainer.finetune's task names).
-TASK_TOOLS = {"classification": "classify", "regression": "classify", "multilabel": "classify",
-              "token_classification": "tag", "extractive_qa": "answer", "multiple_choice": "choose"}
 
 
 def classify(*, checkpoint: Checkpoint, text: str, text_b: str = "") -> dict[str, Any]:
@@ -291,6 +288,16 @@ def checkpoint_task(checkpoint: Checkpoint) -> str:
     if run is None or not run.is_finetune:
         return ""
     return str((run.objectives or [""])[0])
+
+
+def checkpoint_tool(checkpoint: Checkpoint) -> str:
+    """The explorer tool a fine-tuning run's checkpoint answers with, as its task declares it
+    (trainer.finetune: Task.explorer_action, e.g. "classify", "tag", "answer", "choose", "chat");
+    "" for a pre-training run's or an imported model's."""
+    from trainer import finetune
+
+    task = checkpoint_task(checkpoint)
+    return finetune.explorer_action(task) if task else ""
 
 
 # ---------------------------------------------------------------------------- what a checkpoint is

@@ -97,7 +97,7 @@ def index(request: HttpRequest) -> HttpResponse:
         "task": task,
         "about": services.checkpoint_about(kind, task),
         "selected_prefix": services.checkpoint_prefix(selected) if selected else "",
-        "tools": {"classify": ("classification", "regression", "multilabel")},
+        "tool": services.checkpoint_tool(selected) if selected else "",
         "examples": DOWNSTREAM_EXAMPLES,
         "attention_max_tokens": services.ATTENTION_MAX_TOKENS,
         "decoding_fields": [form[name] for name in ExploreForm.DECODING_FIELDS],
@@ -146,7 +146,7 @@ def _single(action: str, data: dict, selected: Checkpoint) -> dict[str, Any]:
         return services.generate(checkpoint=selected, prompt=data["prompt"], decoding=decoding)
     if action == "generate":
         # The box is offered (and ticked) for SFT checkpoints only; elsewhere a ticked box is not a question.
-        chat = bool(data.get("gen_chat")) and services.checkpoint_task(selected) == "sft"
+        chat = bool(data.get("gen_chat")) and services.checkpoint_tool(selected) == "chat"
         out = services.generate(checkpoint=selected, prompt=data["gen_prompt"], decoding=decoding, chat=chat)
         return {**out, "prompt": data["gen_prompt"].strip(), "chat": chat}
     if action == "generate_seq2seq":  # UniLM's target for a source, decoded as the Decoding card says
@@ -271,6 +271,7 @@ def _grouped(checkpoints) -> list[dict[str, Any]]:
             "pair": services.pair_head(objectives),
             "mlm": "mlm" in objectives,
             "task": task,
+            "tool": services.checkpoint_tool(ckpt),
             "prefix": services.checkpoint_prefix(ckpt),
             "origin_name": ckpt.run.name if ckpt.run_id else ckpt.label,
             "origin_url": _origin_url(ckpt),
@@ -377,4 +378,6 @@ def _classification_datasets(user):
     from webapp.datasets.models import DatasetStatus
     from webapp.datasets.selectors import datasets_for
 
-    return list(datasets_for(user).filter(status=DatasetStatus.READY, task="classification"))
+    from trainer.inference.incontext import DATASET_TASK
+
+    return list(datasets_for(user).filter(status=DatasetStatus.READY, task=DATASET_TASK))

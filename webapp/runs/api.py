@@ -18,6 +18,7 @@ from webapp.runs.serializers import (
     CheckpointExportSerializer, CheckpointSerializer, FinetuneCreateSerializer, FinetuneOnSerializer,
     LogLineSerializer, LogQuerySerializer, MetricPointSerializer, MetricsQuerySerializer, MetricsSerializer,
     ReadinessQuerySerializer, RunCloneSerializer, RunCreateSerializer, RunSamplesSerializer, RunSerializer,
+    finetune_create_serializer,
 )
 
 ERROR = OpenApiResponse(description='{"error": "<a sentence>"}')
@@ -106,7 +107,7 @@ class FinetuneCreateView(APIView):
         },
         summary="Fine-tune one of your checkpoints on one of your ready datasets (a run of kind \"finetune\")")
     def post(self, request: Request) -> Response:
-        ser = FinetuneCreateSerializer(data=request.data)
+        ser = finetune_create_serializer()(data=request.data)
         ser.is_valid(raise_exception=True)
         data = dict(ser.validated_data)
         from webapp.datasets.models import Dataset

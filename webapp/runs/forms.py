@@ -13,14 +13,15 @@ family's paper values) are optional; the page shows betas and epsilon for AdamW 
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from django import forms
 from django.db import models
 
 from trainer import jsonio
+from trainer.catalog import finetune as catalog_finetune
 from trainer.errors import ConfigError
+from trainer.finetune import settings as ft_settings
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
 from webapp.datasets.models import Dataset
 from webapp.runs import launch, services
@@ -378,69 +379,8 @@ class YamlImportForm(forms.Form):
 
 
 # -------------------------------------------------------------------------------- fine-tuning
-# The FinetuneConfig fields the fine-tuning form offers (services.FINETUNE_FIELDS), with what each
-# does; bounds are FinetuneConfig's, checked again by the service (a sentence when out of range).
-FINETUNE_HELP = {
-    "max_length": "Tokens per example; longer inputs are cut (dynamic padding per batch).",
-    "max_steps": "Optimizer updates in all (or leave it empty and give epochs).",
-    "epochs": "Passes over the train split instead of steps: ceil(epochs × train examples / batch size) steps. "
-              "Give steps or epochs, not both.",
-    "batch_size": "Examples per update.",
-    "lr": "Peak learning rate of AdamW (BERT's recipes: 2e-5 to 5e-5).",
-    "warmup_ratio": "Share of max_steps over which the learning rate climbs from 0, then decays linearly.",
-    "eval_every": "Steps between validation passes (the task's metrics are computed there).",
-    "llrd": "Layer-wise learning-rate decay: the head trains at lr, each layer below at the one above's lr × "
-            "this factor. 1 turns it off; 0.8 to 0.95 is usual.",
-    "freeze_embeddings": "Keep the embeddings exactly as pre-trained.",
-    "freeze_layers": "Freeze the bottom k encoder layers (0: none).",
-    "gradual_unfreeze_every": "ULMFiT: train the head alone, then unfreeze one more layer group from the top every "
-                              "n steps (0: off).",
-    "early_stopping_patience": "Stop after this many validations without a better primary metric; the best "
-                               "checkpoint is restored before the test split (0: off).",
-    "class_weights": "Balanced: weigh each class's loss by how rare it is in the train split (classification and "
-                     "token classification).",
-    "group_by_length": "Batch training examples of similar length together (each epoch still shuffled), so that "
-                       "little of each batch is padding: faster training for the same examples.",
-    "source_prefix": "Text to text: put before every input, as T5's task prefixes (“summarize: ”, “sst2 sentence: ”).",
-    "max_target_length": "Text to text: target tokens kept for training and generated when scoring; SFT: tokens "
-                         "of the sample replies.",
-    "target_mask_prob": "UniLM: the share of target tokens masked and predicted per example (0.7 in the paper).",
-    "num_beams": "Beam search width when generating for the scores (1: greedy).",
-    "samples_shown": "Validation examples whose generated text each evaluation writes to the log.",
-    "aux_lm_weight": "GPT classification and regression (GPT-1): the weight of the language-model loss kept "
-                     "beside the task's (0.5 in the paper; 0: off).",
-    "lora_r": "LoRA's rank r: the adapters' size (1 to 64 is usual); only they and the head train. 0: off.",
-    "lora_alpha": "LoRA's alpha: the update is scaled by alpha / r.",
-    "lora_dropout": "Dropout on the LoRA adapters' input.",
-    "lora_targets": "The projections LoRA adapts, comma-separated: query, key, value, output, ffn_up, ffn_down. An "
-                    "encoder's run also writes the adapter in peft's format.",
-    "adapter_size": "Bottleneck adapters (Houlsby et al. 2019): the size d of a small down-ReLU-up layer after "
-                    "every attention and feed-forward layer; only they, the layer norms and the head train. 0: off. "
-                    "Checkpoints keep them, so they have no Hugging Face export.",
-    "chat_template": "SFT: how each chat turn is written. {role} is system, user or assistant; {content} the "
-                     "message. The model learns the assistant's content and an end-of-text token after it.",
-    "task_name": "Multi-task: the main dataset's task in the metric names (exact_match/<task>); empty: from its "
-                 "prefix.",
-    "mixing": "Multi-task: how often each task's examples are drawn: in proportion to its size (capped at K), "
-              "those rates to the power 1/T renormalised, or equally (Raffel et al. 2020, 3.5.2).",
-    "mixing_limit": "Multi-task: K, the most examples a task counts as in proportional and temperature mixing "
-                    "(0: no limit).",
-    "mixing_temperature": "Multi-task: T of temperature mixing (1: proportional; large: nearly equal; 2 in the "
-                          "T5 study).",
-    "seed": "Seeds the data order, the new head's initial weights and dropout: the same seed and settings train "
-            "the same run again. Change it to see how much a result owes to chance.",
-    "num_threads": "CPU threads the run's PyTorch uses (0: PyTorch's default, one per core). Two runs side by side on "
-                   "one machine train faster with a share each.",
-    "data_workers": "Processes that build the training batches beside the run, so that steps do not wait for them "
-                    "(-1: auto, one per core the training threads leave free, at most 4; 0: none). The batches and "
-                    "their order are the same whatever the number.",
-    "device": "CUDA GPU runs on the gpu queue (a worker with a GPU), CPU on the cpu queue; Auto on the default "
-              "queue, on a GPU when its worker has one.",
-    "report_to": "Experiment trackers that also get every metric, the settings and the test report, written into "
-                 "the run's folder (no server, no network); the run's page then says where. Each needs its "
-                 "package installed where the run trains.",
-}
-DEVICE_CHOICES = [("auto", "Auto"), ("cpu", "CPU"), ("cuda", "CUDA GPU")]
+# The fine-tuning settings are generated from trainer.catalog.finetune (launch.finetune_json): their
+# labels, help, bounds and defaults are declared once, in trainer/finetune/settings.py and on each task.
 
 
 class _OptionAttrs:
@@ -480,15 +420,10 @@ class _DatasetsChoice(forms.ModelMultipleChoiceField):
         return _DatasetChoice.label_from_instance(self, obj)  # type: ignore[arg-type]
 
 
-MIXING_CHOICES = [("proportional", "examples-proportional (cap K)"), ("temperature", "temperature-scaled (T)"),
-                  ("equal", "equal")]
-
-
 def fit_note(checkpoint: dict[str, Any]) -> str:
     """What a checkpoint (services.finetune_choices) fine-tunes on, as the form says it."""
-    from trainer.prep.labelled.tasks import TASKS
-
-    names = [TASKS[t].title.lower() if t in TASKS else t.replace("_", " ") for t in checkpoint["tasks"]]
+    tasks = launch.finetune_json()["tasks"]
+    names = [tasks[t]["title"].lower() if t in tasks else t.replace("_", " ") for t in checkpoint["tasks"]]
     if not names:
         return f"A {checkpoint['family_label']} checkpoint cannot be fine-tuned here."
     listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
@@ -509,84 +444,108 @@ class FinetuneForm(forms.Form):
     A dataset that is not ready is disabled; once a checkpoint is chosen (given, or posted), the
     datasets it cannot fine-tune on are disabled too, the one chosen aside, and
     static/js/finetune_choices.js does the same in the page as the checkpoint changes.
-    services.finetune_create still refuses a pair that does not fit, with a sentence."""
+
+    The settings are those that apply to the chosen checkpoint's family, the chosen dataset's task
+    and the chosen technique (trainer.catalog.finetune.fields_for): chosen in the query (?checkpoint=
+    &dataset=&technique=), or posted; a setting that does not apply is neither shown nor sent, so it
+    keeps its default. The form builds and validates the run's config once (services.finetune_plan),
+    and a refusal lands on the field it is about."""
 
     name = forms.CharField(max_length=200, required=False, help_text="Empty: “<checkpoint> on <dataset>”.")
     checkpoint = _CheckpointChoice(queryset=Checkpoint.objects.none(), widget=_OptionsSelect,
-                                   help_text="The pre-trained (or fine-tuned) model: an encoder (BERT, RoBERTa, "
-                                             "ALBERT, ELECTRA, DistilBERT, SpanBERT, UniLM) for the task heads, T5 "
-                                             "or UniLM for text to text (T5 also for classification and regression, "
-                                             "the label written as a word), GPT for SFT and GPT-1's classifier, ELMo "
-                                             "for its features (classification, tags).")
-    dataset = _DatasetChoice(queryset=Dataset.objects.none(), widget=_OptionsSelect, help_text="A ready labelled dataset; its task "
-                             "(classification, regression, tags, QA, text to text, SFT) is what the model learns.")
-    extra_datasets = _DatasetsChoice(queryset=Dataset.objects.none(), required=False,
+                                   help_text="The pre-trained (or fine-tuned) model. Its family decides the tasks it "
+                                             "fine-tunes on and the settings below.")
+    dataset = _DatasetChoice(queryset=Dataset.objects.none(), widget=_OptionsSelect, help_text="A ready labelled "
+                             "dataset; its task is what the model learns.")
+    technique = forms.ChoiceField(required=False, label="Technique", widget=forms.RadioSelect)
+    extra_datasets = _DatasetsChoice(queryset=Dataset.objects.none(), required=False, label="More datasets",
                                      widget=_OptionsCheckboxes,
-                                     help_text="T5 multi-task: more of your datasets (text to text, classification, "
-                                               "regression) trained in the same text-to-text run, labels written as "
-                                               "words. None: a single-task run.")
-    extra_prefixes = forms.CharField(required=False, strip=False, max_length=5000,
+                                     help_text="More of your datasets (text to text, classification, regression) "
+                                               "trained in the same text-to-text run, labels written as words. "
+                                               "None: a single-task run.")
+    extra_prefixes = forms.CharField(required=False, strip=False, max_length=5000, label="Their task prefixes",
                                      widget=forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}),
-                                     help_text="Each extra dataset's task prefix, one line each: its name, “=”, the "
-                                               "prefix (“stdlib packages = package: ”). Without a line: its name "
-                                               "and “: ”.")
+                                     help_text="One line each: the dataset's name, “=”, the prefix (“stdlib "
+                                               "packages = package: ”). Without a line: its name and “: ”.")
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
-        from trainer.finetune.config import FinetuneConfig
         from webapp.datasets.selectors import datasets_for
         from webapp.runs.selectors import checkpoints_for
 
         self.fields["checkpoint"].queryset = checkpoints_for(user)
         self.fields["dataset"].queryset = datasets_for(user)
         self.fields["extra_datasets"].queryset = datasets_for(user)  # only the user's can be chosen
+        self.user = user
         self.choices = services.finetune_choices(user)
         self._mark_choices()
-        defaults = {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default  # report_to: []
-                    for f in dataclasses.fields(FinetuneConfig) if f.name in services.FINETUNE_FIELDS}
-        for name in services.FINETUNE_FIELDS:
-            default, help_text = defaults[name], FINETUNE_HELP[name]
-            # The generative tasks' settings may be left out (their defaults), so that a form
-            # posted without them, for a classifier, still validates.
-            required = name not in services.OPTIONAL_FIELDS
-            if isinstance(default, bool):
-                field = forms.BooleanField(required=False, initial=default, help_text=help_text)
-            elif name == "class_weights":
-                field = forms.ChoiceField(choices=[("none", "none"), ("balanced", "balanced")], initial=default,
-                                          help_text=help_text)
-            elif name == "mixing":
-                field = forms.ChoiceField(choices=MIXING_CHOICES, initial=default, help_text=help_text,
-                                          required=False)
-            elif name == "device":
-                field = forms.ChoiceField(choices=DEVICE_CHOICES, initial=default, help_text=help_text,
-                                          required=False)  # not sent (an older form, a script): auto
-            elif name == "report_to":  # the launch form's check boxes (launch.CHOICE_LABELS), none ticked
-                labels = launch.CHOICE_LABELS[name]
-                field = forms.MultipleChoiceField(choices=list(labels.items()), widget=forms.CheckboxSelectMultiple,
-                                                  required=False, help_text=help_text,
-                                                  label=launch.LABELS[name])
-            elif isinstance(default, str):
-                # strip=False: a prefix's or a template's spaces and line breaks are part of it
-                widget = forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}) if name == "chat_template" else None
-                field = forms.CharField(required=False, strip=False, initial=default, help_text=help_text,
-                                        widget=widget, max_length=1000)
-            elif isinstance(default, int):
-                field = forms.IntegerField(initial=default, help_text=help_text, required=required)
-            else:
-                field = forms.FloatField(initial=default, help_text=help_text, required=required)
-            if name == "epochs":
-                field.initial = None  # empty: the length is max_steps
-            self.fields[name] = field
+        self._add_settings()
 
+    # -- what is chosen, and the settings that follow
     def _chosen(self, name: str) -> str:
         value = self[name].value()
         return "" if value is None else str(value)
+
+    def _given(self) -> dict[str, Any]:
+        """The values posted, else the initial ones (what decides which settings apply)."""
+        if self.is_bound:
+            return {k: self.data.get(k) for k in self.data}
+        return dict(self.initial)
+
+    def _add_settings(self) -> None:
+        spec = launch.finetune_json()
+        chosen = self.chosen_checkpoint or {}
+        self.family = chosen.get("family", "")
+        dataset = self.choices["datasets"].get(self._chosen("dataset"))
+        extras = self["extra_datasets"].value() or []
+        self.task = services.MIX_TASK if extras and chosen.get("mixes") else (dataset or {}).get("task", "")
+        family_spec = spec["families"].get(self.family, {})
+        allowed = family_spec.get("techniques")  # no checkpoint chosen yet: every technique
+        offered = [t for t in spec["techniques"] if allowed is None or t["name"] in allowed]
+        self.fields["technique"].choices = [(t["name"], t["label"]) for t in offered]
+        self.technique_help = {t["name"]: t["help"] for t in offered}
+        given = self._given()
+        picked = str(given.get("technique") or "") or ft_settings.technique_of(given)
+        self.technique_name = picked if picked in {t["name"] for t in offered} else ft_settings.FULL.name
+        self.fields["technique"].initial = self.technique_name
+        technique = ft_settings.technique(self.technique_name)
+        self.settings = [spec["settings"][s.name] for s in catalog_finetune.fields_for(self.family, self.task,
+                                                                                      self.technique_name)]
+        for setting in self.settings:
+            self.fields[setting["name"]] = _setting_field(setting, technique)
+        self.mixes = bool(chosen.get("mixes"))
+        if not self.mixes:  # multi-task applies to a checkpoint that trains text to text
+            del self.fields["extra_datasets"], self.fields["extra_prefixes"]
+
+    def setting_groups(self) -> list[dict[str, Any]]:
+        """The shown settings by card, each {"id", "title", "main": [bound fields], "advanced": [...]}."""
+        titles = {"training": "Training", "techniques": "Techniques", "task": "This task's settings",
+                  "multitask": "Multi-task"}
+        groups = []
+        for section, title in titles.items():
+            rows = [s for s in self.settings if s["section"] == section]
+            if not rows and section != "multitask":
+                continue
+            if section == "multitask" and not self.mixes:
+                continue
+            groups.append({"id": section, "title": title,
+                           "main": [self[s["name"]] for s in rows if not s["advanced"]],
+                           "advanced": [self[s["name"]] for s in rows if s["advanced"]]})
+        return groups
+
+    def shown_names(self) -> str:
+        """The settings shown, space-separated (a refresh tells an unticked box from one not shown)."""
+        return " ".join(s["name"] for s in self.settings)
+
+    def technique_note(self) -> str:
+        return self.technique_help.get(self.technique_name, "")
 
     def _mark_choices(self) -> None:
         """The options' data attributes, and the disabled ones (the class docstring)."""
         checkpoints, datasets = self.choices["checkpoints"], self.choices["datasets"]
         self.fields["checkpoint"].widget.option_attrs = {
-            pk: {"data-tasks": " ".join(c["tasks"]), "data-note": fit_note(c)} for pk, c in checkpoints.items()}
+            pk: {"data-tasks": " ".join(c["tasks"]), "data-note": fit_note(c), "data-mixes": "1" if c["mixes"] else "0"}
+            for pk, c in checkpoints.items()}
         chosen = checkpoints.get(self._chosen("checkpoint"))
         self.chosen_checkpoint = chosen
         dataset, picked = self._chosen("dataset"), {str(v) for v in (self["extra_datasets"].value() or [])}
@@ -595,7 +554,7 @@ class FinetuneForm(forms.Form):
             fits = d["ready"] and (chosen is None or d["task"] in chosen["tasks"])
             marks[pk] = {"data-task": d["task"], "data-ready": "1" if d["ready"] else "0",
                          "disabled": not fits and pk != dataset}
-            mixes = d["ready"] and d["mixable"] and (chosen is None or "text_to_text" in chosen["tasks"])
+            mixes = d["ready"] and d["mixable"] and (chosen is None or chosen["mixes"])
             extras[pk] = {"data-task": d["task"], "data-ready": "1" if d["ready"] else "0",
                           "data-mixable": "1" if d["mixable"] else "0", "disabled": not mixes and pk not in picked}
         self.fields["dataset"].widget.option_attrs = marks
@@ -606,8 +565,7 @@ class FinetuneForm(forms.Form):
         else:
             self.fit_note = ""
 
-    KEEP_IF_EMPTY = ("chat_template", "lora_targets", "device", "mixing")  # empty: the default it showed
-
+    # -- validation: the run's config is built once, here (services.finetune_plan)
     def clean(self) -> dict[str, Any]:
         data = super().clean()
         picked = list(data.get("extra_datasets") or [])
@@ -623,6 +581,14 @@ class FinetuneForm(forms.Form):
                 continue
             prefixes[name.strip()] = prefix.strip() + " " if prefix.strip() else ""
         self.extras = [{"dataset": d, "prefix": prefixes.get(d.name, f"{d.name}: ")} for d in picked]
+        if self.errors or not data.get("checkpoint") or not data.get("dataset"):
+            return data  # the field errors say what to fix first
+        try:
+            self.plan = services.finetune_plan(owner=self.user, checkpoint=data["checkpoint"], dataset=data["dataset"],
+                                               training=self.training_settings(), extra_datasets=self.extras)
+        except ConfigError as e:
+            field = str(e).split(" ", 1)[0].strip(".:,")
+            self.add_error(field if field in self.fields and field not in ("checkpoint", "dataset") else None, str(e))
         return data
 
     def mix_datasets(self) -> list[dict[str, Any]]:
@@ -630,12 +596,43 @@ class FinetuneForm(forms.Form):
         return list(getattr(self, "extras", []))
 
     def training_settings(self) -> dict[str, Any]:
-        """The settings given; an optional setting left empty keeps its default (an empty chat
-        template or LoRA target list too: the default is shown in the field)."""
+        """The settings shown and given; one left empty keeps its default (an empty chat template,
+        LoRA target list or choice too: the default is shown in the field)."""
         out = {}
-        for name in services.FINETUNE_FIELDS:
-            value = self.cleaned_data.get(name)
-            if name in services.OPTIONAL_FIELDS and (value is None or (value == "" and name in self.KEEP_IF_EMPTY)):
+        for setting in self.settings:
+            value = self.cleaned_data.get(setting["name"])
+            if value is None or (value == "" and (setting.get("keep_if_empty") or "choices" in setting)):
                 continue
-            out[name] = value
+            out[setting["name"]] = value
+        if out.get("epochs") and out.get("max_steps") == self.fields["max_steps"].initial:
+            del out["max_steps"]  # epochs typed beside the steps the form filled in: the run is in epochs
         return out
+
+
+def _setting_field(spec: dict[str, Any], technique: Any) -> forms.Field:
+    """One fine-tuning setting's form field, from its schema entry (trainer.catalog.finetune): a
+    value left empty keeps the default; the chosen technique's switch (LoRA's rank) starts on."""
+    default = spec["default"]
+    if spec["name"] == technique.switch and not default:
+        default = technique.on
+    common = {"label": spec["label"], "help_text": spec["help"], "required": False, "initial": default}
+    if spec["type"] == "bool":
+        return forms.BooleanField(**common)
+    if spec.get("multiple"):  # check boxes, none ticked: a list
+        return forms.MultipleChoiceField(choices=[tuple(c) for c in spec["choices"]],
+                                         widget=forms.CheckboxSelectMultiple, **common)
+    if "choices" in spec:
+        return forms.ChoiceField(choices=[tuple(c) for c in spec["choices"]], **common)
+    if spec["type"] == "text":
+        widget = forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}) if spec.get("textarea") else None
+        return forms.CharField(strip=False, widget=widget, max_length=1000, **common)
+    low = spec.get("min")
+    if spec["name"] == technique.switch:
+        low = max(low or 0, 1)
+    bounds = {k: v for k, v in (("min_value", low), ("max_value", spec.get("max"))) if v is not None}
+    messages = {"min_value": f"{spec['label']} must be at least {low:g}" + (
+        f" with {technique.label}; choose full fine-tuning to train without it." if spec["name"] == technique.switch
+        else "."), "max_value": f"{spec['label']} must be at most {spec.get('max', 0):g}."}
+    if spec["type"] == "int":
+        return forms.IntegerField(**common, **{k: int(v) for k, v in bounds.items()}, error_messages=messages)
+    return forms.FloatField(**common, **bounds, error_messages=messages, widget=forms.NumberInput(attrs={"step": "any"}))

@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from trainer import trackers
 from trainer.catalog import schema
 from trainer.config import RunConfig, load_yaml
 from trainer.errors import ConfigError
@@ -70,8 +71,7 @@ CHOICE_LABELS = {
                      "ngram": "N-grams of words (ALBERT)", "span": "Spans (SpanBERT)"},
     "packing": {"full-sentences": "Full sentences, across documents", "doc-sentences": "Sentences of one document"},
     "compile": {"auto": "Auto (on a GPU)", "on": "On", "off": "Off"},
-    "report_to": {"tensorboard": "TensorBoard", "mlflow": "MLflow (a local store)",
-                  "wandb": "Weights & Biases (offline)"},
+    "report_to": trackers.LABELS,
 }
 
 # A first run should finish in minutes on a laptop CPU.
@@ -88,6 +88,14 @@ CLI_ONLY_KEYS = ("corpus", "tokenizer", "output_dir")
 @functools.lru_cache(maxsize=1)
 def registry_json() -> dict[str, Any]:
     return schema.as_json()
+
+
+@functools.lru_cache(maxsize=1)
+def finetune_json() -> dict[str, Any]:
+    """The fine-tuning form's schema (trainer.catalog.finetune): tasks, techniques, settings, families."""
+    from trainer.catalog import finetune as catalog_finetune
+
+    return catalog_finetune.as_json()
 
 
 def family_json(name: str) -> dict[str, Any] | None:

@@ -139,12 +139,13 @@ def test_report(run: Run) -> dict | None:
 
 # The generated samples of a text-to-text or SFT run's validations (trainer.finetune.report.SAMPLES_FILE).
 SAMPLES_FILE = "samples.json"
-GENERATIVE_TASKS = ("text_to_text", "sft")
 
 
 def shows_samples(run: Run) -> bool:
-    """Whether the run writes text at validation (its page has a Samples panel)."""
-    return run.is_finetune and bool(set(run.objectives or []) & set(GENERATIVE_TASKS))
+    """Whether the run writes text at validation (its page has a Samples panel): its task generates."""
+    from trainer import finetune
+
+    return run.is_finetune and any(finetune.generates(task) for task in run.objectives or [])
 
 
 def validation_samples(run: Run) -> list[dict]:
@@ -213,11 +214,10 @@ def dashboard_specs(run: Run) -> tuple[list[dict], list[dict]]:
 
     if not run.is_finetune:
         return objectives.charts_for(run.objectives), objectives.stats_for(run.objectives)
-    task = (run.objectives or [""])[0]
-    unanswerable = task == "extractive_qa" and finetune.has_unanswerable((run.config or {}).get("dataset", ""))
-    charts = finetune.charts_for(task, unanswerable=unanswerable,  # SQuAD 2.0: answerable / unanswerable too
+    task, dataset = (run.objectives or [""])[0], (run.config or {}).get("dataset", "")
+    charts = finetune.charts_for(task, dataset=dataset,  # the task scores its dataset (QA: SQuAD 2.0 or not)
                                  mix_tasks=mix_task_names(run.config or {}))  # multi-task: each task's scores
-    return charts, finetune.stats_for(task, unanswerable=unanswerable)
+    return charts, finetune.stats_for(task, dataset=dataset)
 
 
 def objective_labels(run: Run) -> list[str]:

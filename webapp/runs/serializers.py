@@ -5,7 +5,6 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from trainer.trackers import TRACKERS
 from webapp.api.serializers import BuiltOnceFields, GreaterThan, QuerySerializer, RequestSerializer
 from webapp.runs import capacity, launch
 from webapp.runs.models import Checkpoint, CheckpointExport, LogLine, MetricPoint, Run
@@ -204,11 +203,11 @@ class RunCloneSerializer(RequestSerializer):
 
 
 def _finetune_bounds(name: str) -> dict:
-    """FinetuneConfig's own bounds of a field (trainer.finetune.config), as the schema states them."""
-    from trainer.finetune.config import BOUNDS, TECHNIQUE_LIMITS
+    """FinetuneConfig's own bounds of a field (trainer.finetune.settings.bounds), as the schema states them."""
+    from trainer.finetune.settings import bounds
 
-    low, high = BOUNDS[name] if name in BOUNDS else (0, TECHNIQUE_LIMITS[name])
-    return {"min_value": low, "max_value": high}
+    found = bounds(name)
+    return {"min_value": found["min"], "max_value": found["max"]}
 
 
 def _finetune_int(name: str, **kwargs) -> serializers.IntegerField:
@@ -230,67 +229,58 @@ class ExtraDatasetSerializer(RequestSerializer):
                                  help_text="The task's name in the metric keys (empty: from the prefix).")
 
 
-class FinetuneCreateSerializer(RequestSerializer):
-    """POST /api/finetune/: one of your checkpoints and one of your ready datasets by id, and the
-    FinetuneConfig settings the form offers (each optional: the config's default)."""
+class _FinetuneCreateBase(RequestSerializer):
+    """Fine-tune one of your checkpoints on one of your ready datasets; every setting is optional."""
 
     name = serializers.CharField(required=False, allow_blank=True, max_length=200)
     checkpoint = serializers.UUIDField(help_text="One of your checkpoints: an encoder's for the task heads, T5's or "
                                                  "UniLM's for text to text, GPT's for SFT and GPT-1's classifier, "
                                                  "ELMo's for its features.")
     dataset = serializers.UUIDField(help_text="One of your ready labelled datasets; its task is what is trained.")
-    max_length = _finetune_int("max_length")
-    max_steps = _finetune_int("max_steps", help_text="Optimizer updates (default 300); or give epochs, not both.")
-    epochs = _finetune_float("epochs", help_text="Passes over the train split instead of max_steps.")
-    batch_size = _finetune_int("batch_size")
-    lr = _finetune_float("lr")
-    warmup_ratio = _finetune_float("warmup_ratio")
-    eval_every = _finetune_int("eval_every")
-    llrd = serializers.FloatField(required=False, max_value=1.0, validators=[GreaterThan(0)],
-                                  help_text="Above 0 and at most 1 (1: off).")
-    freeze_embeddings = serializers.BooleanField(required=False, default=None, allow_null=True)
-    freeze_layers = _finetune_int("freeze_layers")
-    gradual_unfreeze_every = _finetune_int("gradual_unfreeze_every")
-    early_stopping_patience = _finetune_int("early_stopping_patience")
-    class_weights = serializers.ChoiceField(choices=["none", "balanced"], required=False)
-    group_by_length = serializers.BooleanField(required=False, default=None, allow_null=True,
-                                               help_text="Batch examples of similar length together (default: on).")
-    source_prefix = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, max_length=1000,
-                                          help_text="Text to text: put before every input (T5's task prefix).")
-    max_target_length = _finetune_int("max_target_length")
-    target_mask_prob = _finetune_float("target_mask_prob")
-    num_beams = _finetune_int("num_beams")
-    samples_shown = _finetune_int("samples_shown")
-    aux_lm_weight = _finetune_float("aux_lm_weight")
-    lora_r = _finetune_int("lora_r")  # 0 (the default) turns LoRA off
-    lora_alpha = _finetune_float("lora_alpha")
-    lora_dropout = _finetune_float("lora_dropout")
-    lora_targets = serializers.CharField(required=False, max_length=200,
-                                         help_text="Comma-separated: query, key, value, output, ffn_up, ffn_down.")
-    adapter_size = _finetune_int("adapter_size", help_text=(
-        "Bottleneck adapters' size d after every attention and feed-forward layer; only they, the layer norms and "
-        "the head train. 0 (the default): off. Not with lora_r or gradual_unfreeze_every."))
-    chat_template = serializers.CharField(required=False, trim_whitespace=False, max_length=1000,
-                                          help_text="SFT: one chat turn, with {role} and {content}.")
-    device = serializers.ChoiceField(choices=["auto", "cpu", "cuda"], required=False,
-                                     help_text="cuda: the gpu queue; cpu: the cpu queue; auto: the default queue.")
-    seed = _finetune_int("seed", help_text="Seeds the data order, the head's initial weights and dropout (default 0).")
-    num_threads = _finetune_int("num_threads", help_text="CPU threads of the run (0, the default: PyTorch's own).")
-    data_workers = _finetune_int("data_workers", help_text="Processes that build the training batches (-1, the "
-                                                           "default: auto; 0: none, in the training process).")
-    report_to = serializers.ListField(child=serializers.ChoiceField(choices=list(TRACKERS)), required=False,
-                                      help_text="Experiment trackers that also get the metrics, the config and the "
-                                                "test report, in the run's folder: tensorboard, mlflow, wandb.")
     extra_datasets = ExtraDatasetSerializer(many=True, required=False, max_length=16,
                                             help_text="T5 multi-task mixing: more datasets trained in the same "
                                                       "text-to-text run, each with its own task prefix.")
-    task_name = serializers.CharField(required=False, allow_blank=True, max_length=40,
-                                      help_text="Multi-task: the main dataset's task name in the metric keys.")
-    mixing = serializers.ChoiceField(choices=["proportional", "temperature", "equal"], required=False,
-                                     help_text="Multi-task: examples-proportional (capped at mixing_limit), "
-                                               "temperature-scaled or equal.")
-    mixing_limit = _finetune_int("mixing_limit")
-    mixing_temperature = _finetune_float("mixing_temperature")
+
+
+def _setting_field(spec: dict) -> serializers.Field:
+    """One fine-tuning setting (trainer.catalog.finetune's schema entry) as an optional API field:
+    its bounds and choices checked here, its label and help as the field's help."""
+    common = {"required": False, "help_text": f"{spec['label']}: {spec['help']}"}
+    if spec["type"] == "bool":
+        return serializers.BooleanField(default=None, allow_null=True, **common)
+    if spec.get("multiple"):
+        return serializers.ListField(child=serializers.ChoiceField(choices=[c[0] for c in spec["choices"]]),
+                                     max_length=len(spec["choices"]), **common)
+    if "choices" in spec:
+        return serializers.ChoiceField(choices=[c[0] for c in spec["choices"]], **common)
+    if spec["type"] == "text":
+        return serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=1000, **common)
+    low, high = spec.get("min"), spec.get("max")
+    if spec.get("min_exclusive"):
+        return serializers.FloatField(max_value=high, validators=[GreaterThan(low)], **common)
+    if spec["type"] == "int":
+        return serializers.IntegerField(min_value=int(low), max_value=int(high), **common)
+    return serializers.FloatField(min_value=low, max_value=high, **common)
+
+
+def finetune_create_serializer() -> type[RequestSerializer]:
+    """POST /api/finetune/'s serializer: one of your checkpoints and one of your ready datasets by
+    id, and every fine-tuning setting of the schema (launch.finetune_json), each optional (the
+    config's default). Built again when the schema is (a task registered later adds its settings)."""
+    schema = launch.finetune_json()
+    cached = _SERIALIZERS.get(id(schema))
+    if cached is None:
+        cached = type("FinetuneCreateSerializer", (_FinetuneCreateBase,), {
+            "__doc__": _FinetuneCreateBase.__doc__ or "Fine-tune a checkpoint of yours on a dataset of yours.",
+            "__module__": __name__,
+            **{name: _setting_field(spec) for name, spec in schema["settings"].items()}})
+        _SERIALIZERS.clear()
+        _SERIALIZERS[id(schema)] = cached
+    return cached
+
+
+_SERIALIZERS: dict[int, type] = {}
+FinetuneCreateSerializer = finetune_create_serializer()  # what the OpenAPI schema documents
 
 
 class SampleSerializer(serializers.Serializer):

@@ -30,6 +30,7 @@ from trainer import families
 from trainer.catalog import validation
 from trainer import objectives
 from trainer.config import RunConfig
+from trainer.finetune.config import MIX_TASK  # the task a multi-task run trains
 from trainer.errors import ConfigError, UserError
 from webapp.api.storage import check_free_space, is_disk_full
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
@@ -378,7 +379,7 @@ def run_clone(*, run: Run, owner, name: str | None = None) -> Run:
         extras = [{**e, "dataset": Dataset.objects.filter(pk=e.get("id"), owner=owner).first()}
                   for e in config.extra_datasets]  # None where it was deleted: refused with a sentence
         return finetune_create(owner=owner, checkpoint=run.base_checkpoint, dataset=run.dataset,
-                               training={k: getattr(config, k) for k in FINETUNE_FIELDS},
+                               training={k: getattr(config, k) for k in finetune_fields()},
                                name=name or f"{run.name} (copy)", extra_datasets=extras)
     config = RunConfig.from_dict(run.config)
     return run_create(
@@ -390,29 +391,17 @@ def run_clone(*, run: Run, owner, name: str | None = None) -> Run:
 
 # -- fine-tuning --------------------------------------------------------------------------------
 
-# The FinetuneConfig fields the launch form and the API take; the rest keep their defaults, and
-# the checkpoint, dataset and task come from the rows the user chose.
-FINETUNE_FIELDS = ("max_length", "batch_size", "lr", "warmup_ratio", "eval_every", "llrd",
-                   "freeze_embeddings", "freeze_layers", "gradual_unfreeze_every", "early_stopping_patience",
-                   "class_weights", "group_by_length")
-# The settings of the tasks on T5, UniLM and GPT (text to text, SFT, GPT-1's classifier); every
-# task takes them and the others ignore them; a form may leave them out (their defaults).
-GENERATION_FIELDS = ("source_prefix", "max_target_length", "target_mask_prob", "num_beams", "samples_shown",
-                     "chat_template", "aux_lm_weight")
-# LoRA (trainer/finetune/lora.py), a technique for every family; optional as well.
-LORA_FIELDS = ("lora_r", "lora_alpha", "lora_dropout", "lora_targets")
-# Bottleneck adapters (trainer/finetune/adapters.py), the same: 0 (the default) is off.
-ADAPTER_FIELDS = ("adapter_size",)
-# T5 multi-task mixing (trainer/finetune/mixing.py); the extra datasets come as rows (finetune_create).
-MIX_FIELDS = ("task_name", "mixing", "mixing_limit", "mixing_temperature")
-# The run's seed (data order, head initialisation, dropout), CPU threads (0: torch's default) and
-# the processes that build its batches (-1: auto).
-RUNTIME_FIELDS = ("seed", "num_threads", "data_workers")
 # The run's length: max_steps (300 when neither is given) or epochs, not both.
 LENGTH_FIELDS = ("max_steps", "epochs")
-OPTIONAL_FIELDS = (LENGTH_FIELDS + GENERATION_FIELDS + LORA_FIELDS + ADAPTER_FIELDS + MIX_FIELDS + RUNTIME_FIELDS
-                   + ("device", "report_to"))  # device: auto when not sent; report_to: no tracker
-FINETUNE_FIELDS += OPTIONAL_FIELDS
+
+
+def finetune_fields() -> list[str]:
+    """The FinetuneConfig fields the form and the API take (every setting of trainer.catalog.finetune's
+    schema); the rest keep their defaults, and the checkpoint, dataset and task come from the rows
+    the user chose."""
+    from webapp.runs import launch
+
+    return list(launch.finetune_json()["settings"])
 
 
 def check_finetune_sources(*, owner, checkpoint: Checkpoint | None, dataset, extra_datasets: Sequence = ()) -> str:
@@ -433,7 +422,7 @@ def check_finetune_sources(*, owner, checkpoint: Checkpoint | None, dataset, ext
                 raise ConfigError(f"The dataset '{extra.name}' is a {extra.task.replace('_', ' ')} dataset; "
                                   f"multi-task mixing trains text to text, classification and regression "
                                   f"datasets written as text.")
-        return finetune.check_checkpoint(checkpoint.folder, "text_to_text")
+        return finetune.check_checkpoint(checkpoint.folder, MIX_TASK)
     if dataset.task not in finetune.names():
         raise ConfigError(f"Fine-tuning does not offer the task of the dataset '{dataset.name}' ({dataset.task}) yet.")
     return finetune.check_checkpoint(checkpoint.folder, dataset.task)
@@ -473,6 +462,7 @@ def finetune_choices(owner) -> dict[str, dict[str, dict[str, Any]]]:
         family = by_run[key]
         checkpoints[str(checkpoint.pk)] = {
             "family": family, "tasks": finetune.tasks_for_family(family) if family else [],
+            "mixes": bool(family) and MIX_TASK in finetune.tasks_for_family(family),
             "family_label": families.get(family).label if family in families.names() else family or "unreadable"}
     datasets = {str(d.pk): {"task": d.task, "ready": d.status == DatasetStatus.READY,
                             "mixable": d.task in MIX_DATASET_TASKS} for d in datasets_for(owner)}
@@ -481,32 +471,46 @@ def finetune_choices(owner) -> dict[str, dict[str, dict[str, Any]]]:
 
 def build_finetune_config(*, checkpoint: Checkpoint, dataset, training: dict | None = None,
                           extra_datasets: Sequence[dict] = ()):
-    """A validated FinetuneConfig: the user's settings (FINETUNE_FIELDS only) over the defaults,
+    """A validated FinetuneConfig: the user's settings (finetune_fields() only) over the defaults,
     with the checkpoint's and the datasets' folders resolved here, never taken from the user.
     extra_datasets: [{"dataset": a Dataset row, "prefix": ..., "name": ...}] (multi-task)."""
     from trainer.finetune.config import FinetuneConfig
 
-    chosen = {k: v for k, v in (training or {}).items() if k in FINETUNE_FIELDS and v is not None}
+    fields = finetune_fields()
+    chosen = {k: v for k, v in (training or {}).items() if k in fields and v is not None}
     extras = [{"dataset": str(e["dataset"].data_dir), "prefix": str(e.get("prefix") or ""),
                "name": str(e.get("name") or ""), "id": str(e["dataset"].pk)} for e in extra_datasets]
     return FinetuneConfig.from_dict({**chosen, "checkpoint": str(checkpoint.folder), "dataset": str(dataset.data_dir),
-                                     "task": "text_to_text" if extras else dataset.task, "extra_datasets": extras})
+                                     "task": MIX_TASK if extras else dataset.task, "extra_datasets": extras})
 
 
-@transaction.atomic
-def finetune_create(*, owner, checkpoint: Checkpoint | None, dataset, training: dict | None = None,
-                    name: str = "", extra_datasets: Sequence[dict] = ()) -> Run:
-    """Validate a fine-tuning launch, store the run (kind "finetune", its FinetuneConfig as the
-    config), enqueue it on commit. The owner's run limit applies as for pre-training.
-    extra_datasets: T5 multi-task mixing, [{"dataset": a Dataset row or None, "prefix", "name"}]."""
-    check_run_limit(owner=owner)
-    check_free_space(what="a new run (its checkpoints need room)")
+def finetune_plan(*, owner, checkpoint: Checkpoint | None, dataset, training: dict | None = None,
+                  extra_datasets: Sequence[dict] = ()) -> tuple[str, Any]:
+    """(the checkpoint's family, the validated FinetuneConfig) of a launch: the sources checked
+    (check_finetune_sources) and the config built once (build_finetune_config) and sized (check_memory). The form calls it
+    to put a refusal on its field and hands the result to finetune_create, which then builds nothing
+    again. ConfigError with a sentence."""
     extra_datasets = list(extra_datasets)
     family = check_finetune_sources(owner=owner, checkpoint=checkpoint, dataset=dataset,
                                     extra_datasets=[e.get("dataset") for e in extra_datasets])
     config = build_finetune_config(checkpoint=checkpoint, dataset=dataset, training=training,
                                    extra_datasets=extra_datasets)
-    check_memory(config)
+    check_memory(config)  # its activations against the memory a worker gives one run
+    return family, config
+
+
+@transaction.atomic
+def finetune_create(*, owner, checkpoint: Checkpoint | None, dataset, training: dict | None = None,
+                    name: str = "", extra_datasets: Sequence[dict] = (), plan: tuple[str, Any] | None = None) -> Run:
+    """Validate a fine-tuning launch, store the run (kind "finetune", its FinetuneConfig as the
+    config), enqueue it on commit. The owner's run limit applies as for pre-training.
+    extra_datasets: T5 multi-task mixing, [{"dataset": a Dataset row or None, "prefix", "name"}].
+    plan: finetune_plan's result for these same choices, when the caller (the form) made it."""
+    check_run_limit(owner=owner)
+    check_free_space(what="a new run (its checkpoints need room)")
+    extra_datasets = list(extra_datasets)
+    family, config = plan or finetune_plan(owner=owner, checkpoint=checkpoint, dataset=dataset, training=training,
+                                           extra_datasets=extra_datasets)
     name = (name or "").strip() or f"{checkpoint.label} on {dataset.name}" + (
         f" and {len(extra_datasets)} more" if extra_datasets else "")
     run = Run.objects.create(
@@ -566,9 +570,9 @@ _NOT_HANDED_ON = ("source_prefix", "task_name", "mixing", "mixing_limit", "mixin
 
 def finetune_on_one_settings(run: Run, task: dict[str, Any]) -> dict[str, Any]:
     """The launch settings of a follow-up run on one task of `run`: the multi-task run's own
-    (FINETUNE_FIELDS) and that task's prefix; what the form is pre-filled with."""
+    (finetune_fields()) and that task's prefix; what the form is pre-filled with."""
     config = run.config or {}
-    settings = {k: config[k] for k in FINETUNE_FIELDS if k in config and k not in _NOT_HANDED_ON}
+    settings = {k: config[k] for k in finetune_fields() if k in config and k not in _NOT_HANDED_ON}
     return {**settings, "source_prefix": task["prefix"]}
 
 

@@ -108,15 +108,22 @@ def _initial_from_config(config: RunConfig, name: str = "", *, user=None) -> dic
 @login_required
 def finetune_new(request: HttpRequest) -> HttpResponse:
     """The fine-tuning form; ?checkpoint=<id> and ?dataset=<id> preselect (from a checkpoint's row
-    or a dataset's page), ?from=<run id> copies a fine-tuning run's choices and settings."""
-    if request.method == "POST":
+    or a dataset's page), ?technique= picks LoRA or adapters, ?from=<run id> copies a fine-tuning
+    run's choices and settings. The settings shown follow those choices (FinetuneForm); a POST with
+    "refresh" (the page's "Show the settings for these choices" button, or its script as a choice
+    changes) shows the form again for the posted choices, keeping the values given, and launches
+    nothing."""
+    if request.method == "POST" and request.POST.get("refresh"):
+        form = FinetuneForm(user=request.user, initial=_posted_values(request))
+    elif request.method == "POST":
         form = FinetuneForm(request.POST, user=request.user)
         if form.is_valid():
             data = form.cleaned_data
             try:
                 run = services.finetune_create(owner=request.user, checkpoint=data["checkpoint"],
                                                dataset=data["dataset"], training=form.training_settings(),
-                                               name=data["name"], extra_datasets=form.mix_datasets())
+                                               name=data["name"], extra_datasets=form.mix_datasets(),
+                                               plan=form.plan)
             except UserError as e:
                 form.add_error(None, str(e))
             else:
@@ -136,6 +143,18 @@ def finetune_readiness(request: HttpRequest) -> HttpResponse:
     return render(request, "runs/_readiness.html", {**readiness.form_context(request.user, form), "fragment": True})
 
 
+def _posted_values(request: HttpRequest) -> dict:
+    """A refreshed form's values: what was posted (the checked extra datasets as a list)."""
+    settings = launch.finetune_json()["settings"]
+    values = {k: v for k, v in request.POST.items() if k not in ("csrfmiddlewaretoken", "refresh", "shown")}
+    values["extra_datasets"] = request.POST.getlist("extra_datasets")
+    values.update({n: request.POST.getlist(n) for n, spec in settings.items() if spec.get("multiple")})
+    # A box that was shown and is not posted was unticked (not left at its default).
+    boxes = [n for n in request.POST.get("shown", "").split() if n not in values]
+    values.update({n: False for n in boxes if settings.get(n, {}).get("type") == "bool"})
+    return values
+
+
 def _finetune_initial(request: HttpRequest) -> dict:
     initial: dict = {}
     if request.GET.get("then"):  # ?then=<multi-task run>&dataset=<one of its datasets>: "Fine-tune on one"
@@ -150,7 +169,7 @@ def _finetune_initial(request: HttpRequest) -> dict:
     if request.GET.get("from"):
         run = selectors.run_get(request.user, request.GET["from"])
         if run.is_finetune:
-            initial.update({k: run.config[k] for k in services.FINETUNE_FIELDS if k in run.config})
+            initial.update({k: run.config[k] for k in services.finetune_fields() if k in run.config})
             initial.update(checkpoint=run.base_checkpoint_id, dataset=run.dataset_id, name=f"{run.name} (copy)")
             extras = [e for e in run.config.get("extra_datasets") or [] if isinstance(e, dict)]
             if extras:  # a multi-task run: its extra datasets still yours, with their prefixes
@@ -163,6 +182,8 @@ def _finetune_initial(request: HttpRequest) -> dict:
     for key in ("checkpoint", "dataset"):
         if request.GET.get(key) and _uuid_or_none(request.GET[key]):
             initial[key] = _uuid_or_none(request.GET[key])
+    if request.GET.get("technique"):
+        initial["technique"] = request.GET["technique"]
     return initial
 
 

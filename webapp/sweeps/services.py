@@ -39,7 +39,7 @@ def base_from_run(*, owner, run: Run | None) -> tuple[str, dict[str, Any]]:
     if run.kind == RunKind.FINETUNE:
         if run.base_checkpoint_id is None or run.dataset_id is None:
             raise ConfigError("The checkpoint or the dataset of that fine-tuning run was deleted.")
-        training = {k: v for k, v in run.config.items() if k in runs.FINETUNE_FIELDS}
+        training = {k: v for k, v in run.config.items() if k in runs.finetune_fields()}
         return SweepKind.FINETUNE, {"checkpoint": str(run.base_checkpoint_id), "dataset": str(run.dataset_id),
                                     "training": training}
     if run.tokenizer_id is None:

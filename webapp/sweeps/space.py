@@ -31,10 +31,10 @@ def _defaults(kind: str) -> dict[str, Any]:
     """{setting: default} of the settings a sweep of `kind` may search over."""
     if kind == "finetune":
         from trainer.finetune.config import FinetuneConfig
-        from webapp.runs.services import FINETUNE_FIELDS
+        from webapp.runs.services import finetune_fields
 
         config_fields = {f.name: f for f in dataclasses.fields(FinetuneConfig)}
-        names = FINETUNE_FIELDS
+        names = finetune_fields()
     else:
         config_fields = {f.name: f for f in dataclasses.fields(RunConfig)}
         names = [n for n in config_fields if n not in FIXED]
