@@ -570,6 +570,7 @@ def _labelled_dataset(spec: Any, base: Path, output_dir: Path, folder: str = "da
     column) or {train: PATH, validation: PATH, test: PATH} (a file per split: validation, when
     absent, is carved at random from train; test, when absent, stays empty). Unknown keys are refused."""
     from trainer.prep import labelled
+    from trainer.progress import TerminalBar
 
     what = "dataset" if folder == "dataset" else "each extra dataset"
     if isinstance(spec, str) and spec:
@@ -600,8 +601,9 @@ def _labelled_dataset(spec: Any, base: Path, output_dir: Path, folder: str = "da
     task, mapping = spec.get("task") or preview.task, spec.get("mapping") or preview.mapping
     if not task:
         raise ConfigError(f"Cannot tell which task {source.name} is for; set dataset.task and dataset.mapping.")
-    result = labelled.ingest(source if "all" in files else files, target, original_filename=source.name, task=task,
-                             mapping=mapping, seed=int(spec.get("seed", 0)))
+    with TerminalBar(f"Reading {source.name}") as bar:
+        result = labelled.ingest(source if "all" in files else files, target, original_filename=source.name,
+                                 task=task, mapping=mapping, seed=int(spec.get("seed", 0)), progress=bar)
     where = labelled.origins(labelled.read_meta(target)["split"], {s: p.name for s, p in files.items()})
     print(f"Dataset: {result.task}, "
           f"{', '.join(f'{n:,} {s} ({where[s]})' for s, n in result.sizes.items())}.")

@@ -142,3 +142,15 @@ def test_an_archive_that_unpacks_past_the_bound_is_refused_and_leaves_nothing(tm
     with pytest.raises(DatasetError, match="The archive unpacks to more than"):
         unpack(tmp_path, {"train.conll": TRAIN, "test.conll": TEST}, max_bytes=len(TRAIN) + 5)
     assert not list((tmp_path / "unpacked").iterdir())
+
+
+def test_the_cli_draws_a_bar_while_it_reads_the_files_in_a_terminal(tmp_path, monkeypatch):
+    from tests.trainer.test_cli_verbs import Terminal
+
+    (tmp_path / "train.conll").write_text(TRAIN)
+    (tmp_path / "test.conll").write_text(TEST)
+    screen = Terminal()
+    monkeypatch.setattr("sys.stdout", Terminal())
+    monkeypatch.setattr("sys.stderr", screen)
+    dataset_yaml(tmp_path, "dataset: {train: train.conll, test: test.conll}\n")
+    assert screen.getvalue().split("\r")[-1] == "Reading train.conll [" + "#" * 30 + "] 100%\n"
