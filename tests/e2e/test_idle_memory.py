@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.livestack import RedisServer, start_worker, stop_process, wait_until
@@ -22,10 +21,17 @@ pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 QUEUE = "idle-memory-test"
 
 
-def pool_pids(worker: psutil.Process) -> list[int] | None:
-    """The pids of the worker's living pool processes (its children), or None unless there is
-    exactly one: between a recycled process's exit and its successor's start there is none."""
-    pids = [p.pid for p in worker.children() if p.status() != psutil.STATUS_ZOMBIE]
+def pool_pids(worker: int) -> list[int] | None:
+    """The pids of the worker's living pool processes (its children, from /proc), or None unless
+    there is exactly one: between a recycled process's exit and its successor's start there is none."""
+    pids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, parent = stat.read_text().rpartition(")")[2].split()[:2]
+        except OSError:  # the process ended meanwhile
+            continue
+        if int(parent) == worker and state != "Z":
+            pids.append(int(stat.parent.name))
     return pids if len(pids) == 1 else None
 
 
@@ -54,15 +60,14 @@ def test_a_pool_process_over_the_memory_limit_is_replaced_after_its_task(tmp_pat
 
     worker = start_worker("idle-mem", log, redis_url=broker.url, queues=QUEUE,
                           env={"WORKER_MAX_MEMORY_PER_CHILD": limit_kib})
-    process = psutil.Process(worker.pid)
 
     def one_pool_process(other_than: tuple[int, ...] = ()) -> int:
         def ready() -> bool:
-            pids = pool_pids(process)
+            pids = pool_pids(worker.pid)
             return pids is not None and pids[0] not in other_than
 
         wait_until("one living pool process", ready, 30, read_log)
-        return pool_pids(process)[0]
+        return pool_pids(worker.pid)[0]
 
     def run_task(n: int) -> None:
         send(broker.url)
@@ -80,7 +85,7 @@ def test_a_pool_process_over_the_memory_limit_is_replaced_after_its_task(tmp_pat
         else:
             run_task(2)
             time.sleep(1)  # time enough for a replacement to show, were there one
-            assert pool_pids(process) == [first], read_log()
+            assert pool_pids(worker.pid) == [first], read_log()
             names = task_processes(log)
             assert names[0] == names[1], (names, read_log())
     finally:
