@@ -70,7 +70,8 @@ TASKS = {
     "token_classification": ("token_classification", "bert", ENCODER),
     "sft": ("sft", "gpt", GENERATIVE),
     "gpt1_classification": ("classification", "gpt", ENCODER),  # GPT-1's classifier (trainer/finetune/gpt1.py)
-    "elmo_classification": ("classification", "elmo", GENERATIVE),
+    # GENERATIVE's lr; ELMo's classifier generates nothing, so the API refuses its generation settings.
+    "elmo_classification": ("classification", "elmo", dict(ENCODER, lr=3e-3)),
 }
 
 

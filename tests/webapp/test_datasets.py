@@ -279,3 +279,22 @@ def test_the_navigation_and_the_home_page_present_both_halves(alice_client, alic
     Dataset.objects.create(owner=alice, name="Ready one", status=DatasetStatus.READY)
     home = alice_client.get(reverse("home")).content.decode()
     assert "Ready one" in home and "Add a labelled dataset</b> <span class=\"muted\">— done" in home
+
+
+def test_the_label_chart_and_the_in_context_card_come_from_the_task_spec():
+    """The dataset page names no task: each TaskSpec says its chart's heading, sentence and unit, and
+    whether the prompt builder evaluates it in context."""
+    from trainer.inference.incontext import DATASET_TASK
+    from webapp.datasets import display
+
+    assert display.label_chart("token_classification", {"kind": "classes"}, ["O", "B-X", "I-X"]) == {
+        "heading": "Tags", "sentence": "3 tags, counted per token", "unit": "tokens"}
+    assert display.label_chart("multiple_choice", {"kind": "classes"}, ["0", "1"]) == {
+        "heading": "The right choice", "unit": "examples",
+        "sentence": "Where the right choice stands (choice 0 is the first), counted per example"}
+    assert display.label_chart("classification", {"kind": "classes"}, ["a", "b"]) == {
+        "heading": "Labels", "sentence": "2 labels, counted per example", "unit": "examples"}
+    assert display.label_chart("regression", {"kind": "bins", "labels": ["0-1", "1-2"]}, []) == {
+        "heading": "Scores", "sentence": "The scores in 2 equal-width bins", "unit": "examples"}
+    assert [t for t in ("classification", "regression", "token_classification", "") if display.in_context(t)] == [
+        DATASET_TASK] == ["classification"]

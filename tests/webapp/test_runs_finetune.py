@@ -257,6 +257,30 @@ def test_the_form_offers_only_the_datasets_the_checkpoint_fine_tunes_on(alice, a
     assert not Run.objects.filter(kind=RunKind.FINETUNE).exists()
 
 
+def test_the_api_refuses_a_setting_that_does_not_apply_but_takes_a_techniques_switch(
+        alice, alice_api, eager, enqueued, django_capture_on_commit_callbacks):
+    """A BERT classifier has no task prefix (the form does not show one): the API says so rather than
+    carry it along unused. LoRA's rank chooses LoRA, so its alpha applies with it."""
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks)
+    base = tiny_checkpoint(alice)
+    url = reverse("api-finetune")
+    refused = alice_api.post(url, {"checkpoint": str(base.id), "dataset": str(dataset.id), **FAST,
+                                   "source_prefix": "classify: "}, format="json")
+    assert refused.status_code == 400, refused.content
+    error = refused.json()["error"]
+    assert error.startswith("source_prefix does not apply to a BERT checkpoint fine-tuned for classification; "
+                            "the settings that apply are ") and "class_weights" in error and "lora_alpha" not in error
+    refused = alice_api.post(url, {"checkpoint": str(base.id), "dataset": str(dataset.id), "lora_alpha": 32},
+                             format="json")
+    assert refused.status_code == 400 and refused.json()["error"].startswith("lora_alpha does not apply")
+    assert not Run.objects.filter(kind=RunKind.FINETUNE).exists()
+    with django_capture_on_commit_callbacks(execute=True):
+        created = alice_api.post(url, {"checkpoint": str(base.id), "dataset": str(dataset.id), **FAST, "lora_r": 4,
+                                       "lora_alpha": 8, "source_prefix": ""}, format="json")  # the default: harmless
+    assert created.status_code == 201, created.content
+    assert (created.json()["config"]["lora_r"], created.json()["config"]["lora_alpha"]) == (4, 8)
+
+
 def test_the_api_launches_and_refuses_with_sentences(alice, alice_api, bob, eager, enqueued, settings,
                                                      django_capture_on_commit_callbacks):
     dataset = ready_demo(alice, django_capture_on_commit_callbacks)

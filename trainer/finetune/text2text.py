@@ -38,7 +38,8 @@ from trainer.objectives.base import Batch, StepOutput
 
 FAMILIES = ("t5", "unilm")
 
-# The settings text to text offers (trainer.finetune.settings); T5's classification shares the prefix.
+# The settings text to text offers (trainer.finetune.settings); T5's label-word classification and
+# regression (text_classify) generate too, so they share them all.
 SOURCE_PREFIX = Setting("source_prefix", "Task prefix", "Put before every input, as T5's task prefixes "
                         "(“summarize: ”, “sst2 sentence: ”).", section="task")
 TEXT_SETTINGS = (

@@ -40,7 +40,7 @@ import torch
 from trainer.errors import ConfigError
 from trainer.finetune import metrics as metric_fns
 from trainer.finetune.tasks import IGNORE_INDEX, Task
-from trainer.finetune.text2text import SOURCE_PREFIX, EncodedText, T5Batch, T5Collator, T5Step, _pad
+from trainer.finetune.text2text import TEXT_SETTINGS, EncodedText, T5Batch, T5Collator, T5Step, _pad
 
 INVALID = "(invalid)"   # the prediction when the generated text is none of the labels
 INVALID_SCORE = -1.0    # a regression output that is not a number (T5's string_to_float default)
@@ -249,7 +249,7 @@ class LabelWordTask(Task):
 T5_CLASSIFICATION = LabelWordTask("classification", "Classification as text to text (T5 writes the label as a word)",
                                   "text_to_text", "single_label_classification", LabelWordCollator, LabelWordStep,
                                   "classification", families=FAMILIES,
-                                  settings=(SOURCE_PREFIX,), explorer_action="classify", balances_classes=True)
+                                  settings=TEXT_SETTINGS, explorer_action="classify", balances_classes=True)
 T5_REGRESSION = LabelWordTask("regression", "Regression as text to text (T5 writes the score rounded to 0.2)",
                               "text_to_text", "regression", LabelWordCollator, LabelWordStep, "regression",
-                              families=FAMILIES, settings=(SOURCE_PREFIX,), explorer_action="classify")
+                              families=FAMILIES, settings=TEXT_SETTINGS, explorer_action="classify")

@@ -26,13 +26,15 @@ import torch
 
 from trainer.errors import DatasetError, InferenceError
 from trainer.inference.loading import Loaded, load
+from trainer.prep.labelled.tasks import TASKS
 
 DEFAULT_TEMPLATE = "Text: {text}\nLabel: {label}"
 DEFAULT_SEPARATOR = "\n\n"
 PLACEHOLDERS = ("{text}", "{sentence1}", "{sentence2}", "{label}")
 MAX_SHOTS = 32
 MAX_QUERIES = 1000
-DATASET_TASK = "classification"  # the labelled-dataset task it reads: texts with one label each
+# The labelled-dataset task it reads (texts with one class each): the one its TaskSpec marks in_context.
+DATASET_TASK = next(spec.name for spec in TASKS.values() if spec.in_context)
 _FIELD = re.compile(r"\{(text|sentence1|sentence2)\}")
 
 

@@ -51,6 +51,30 @@ def tasks_json() -> dict[str, dict[str, str]]:
             for name, spec in TASKS.items()}
 
 
+def label_chart(task: str | None, label_counts: dict | None, labels: list | None) -> dict[str, str]:
+    """What a dataset's label chart says, from its task's TaskSpec: the heading, the sentence before
+    ", per split" and the unit one count is ("examples", "tokens"); scores in bins say so."""
+    from trainer.prep.labelled import TASKS
+
+    spec = TASKS.get(task or "")
+    unit = spec.label_unit if spec is not None else "example"
+    if (label_counts or {}).get("kind") == "bins":
+        count = len(label_counts.get("labels") or [])
+        return {"heading": "Scores", "sentence": f"The scores in {count} equal-width bins", "unit": f"{unit}s"}
+    count = len(labels or [])
+    if spec is None:
+        return {"heading": "Labels", "sentence": f"{count} labels, counted per example", "unit": "examples"}
+    return {"heading": spec.label_heading, "sentence": spec.label_sentence(count), "unit": f"{unit}s"}
+
+
+def in_context(task: str | None) -> bool:
+    """Whether the explorer's prompt builder evaluates a `task` dataset in context (its TaskSpec says)."""
+    from trainer.prep.labelled import TASKS
+
+    spec = TASKS.get(task or "")
+    return spec is not None and spec.in_context
+
+
 def demos_json() -> dict[str, str]:
     """Per demo: how it is made (the demo select's help)."""
     from trainer.prep.labelled import DEMOS

@@ -117,6 +117,8 @@ def _dataset_page(request: HttpRequest, dataset: Dataset, mapping_form: MappingF
         "splits": display.split_rows(dataset.sizes, services.split_origins(dataset)),
         "split_files": display.split_file_rows(dataset.files),
         "label_stats": display.label_stats_rows(dataset.label_stats),
+        "label_chart": display.label_chart(dataset.task, dataset.label_counts, dataset.labels),
+        "in_context": display.in_context(dataset.task),
         "examples": display.example_rows(dataset.examples),
         "lengths_form": lengths_form,
         "lengths": lengths,

@@ -100,7 +100,8 @@ class FinetuneCreateView(APIView):
             400: OpenApiResponse(description='{"error": "<a sentence>"}: a field out of its bounds, a checkpoint or '
                                              'dataset id that is not one of yours, a dataset not ready, a '
                                              'checkpoint of a family the task does not train (a T5 or GPT checkpoint for '
-                                             'a task head, an encoder for text to text or SFT)'),
+                                             'a task head, an encoder for text to text or SFT), a setting that '
+                                             'does not apply to the checkpoint\'s family, the task and the technique'),
             429: OpenApiResponse(description='{"error": "<a sentence>"}: you have the most runs queued or running '
                                              'one user may have'),
             507: OpenApiResponse(description='{"error": "<a sentence>"}: the server\'s storage is nearly full'),
@@ -117,7 +118,8 @@ class FinetuneCreateView(APIView):
         extras = [{**dict(e), "dataset": _owned(Dataset, request.user, e["dataset"], "extra_datasets")}
                   for e in data.pop("extra_datasets", None) or []]
         run = services.finetune_create(owner=request.user, checkpoint=checkpoint, dataset=dataset,
-                                       name=data.pop("name", ""), training=data, extra_datasets=extras)
+                                       name=data.pop("name", ""), training=data, extra_datasets=extras,
+                                       only_applicable=True)
         return Response(RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
 

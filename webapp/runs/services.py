@@ -484,15 +484,45 @@ def build_finetune_config(*, checkpoint: Checkpoint, dataset, training: dict | N
                                      "task": MIX_TASK if extras else dataset.task, "extra_datasets": extras})
 
 
+def check_settings_apply(*, family: str, task: str, training: dict | None) -> None:
+    """ConfigError naming the first setting of `training` that does not apply to a `family`
+    checkpoint fine-tuned for the dataset task `task` (MIX_TASK: multi-task) with the technique the
+    settings choose (trainer.catalog.finetune.fields_for, what the form shows), and saying which do.
+    A technique's switch (lora_r, adapter_size) is always taken: it chooses the technique
+    (technique_of), whose settings then apply, and two switched on at once get the config's own
+    sentence (LoRA and adapters do not mix). A value equal to the setting's default changes
+    nothing, so it passes."""
+    from trainer.catalog import finetune as catalog_finetune
+    from trainer.finetune import settings as ft_settings
+    from trainer.prep.labelled import TASKS
+    from webapp.runs import launch
+
+    given = {k: v for k, v in (training or {}).items() if v is not None}
+    technique = ft_settings.technique_of(given)
+    applying = ft_settings.names(catalog_finetune.fields_for(family, task, technique))
+    defaults = {name: spec["default"] for name, spec in launch.finetune_json()["settings"].items()}
+    switches = {t.switch for t in ft_settings.TECHNIQUES if t.switch}
+    for name, value in given.items():
+        if name not in defaults or name in applying or name in switches or value == defaults[name]:
+            continue
+        what = TASKS[task].title.lower() if task in TASKS else task.replace("_", " ")
+        how = "" if technique == ft_settings.FULL.name else f" with {ft_settings.technique(technique).label}"
+        raise ConfigError(f"{name} does not apply to a {families.get(family).label} checkpoint fine-tuned for "
+                          f"{what}{how}; the settings that apply are {', '.join(applying)}.")
+
+
 def finetune_plan(*, owner, checkpoint: Checkpoint | None, dataset, training: dict | None = None,
-                  extra_datasets: Sequence[dict] = ()) -> tuple[str, Any]:
+                  extra_datasets: Sequence[dict] = (), only_applicable: bool = False) -> tuple[str, Any]:
     """(the checkpoint's family, the validated FinetuneConfig) of a launch: the sources checked
     (check_finetune_sources) and the config built once (build_finetune_config) and sized (check_memory). The form calls it
     to put a refusal on its field and hands the result to finetune_create, which then builds nothing
-    again. ConfigError with a sentence."""
+    again. only_applicable (the API): a setting given that does not apply is refused
+    (check_settings_apply) rather than carried along unused. ConfigError with a sentence."""
     extra_datasets = list(extra_datasets)
     family = check_finetune_sources(owner=owner, checkpoint=checkpoint, dataset=dataset,
                                     extra_datasets=[e.get("dataset") for e in extra_datasets])
+    if only_applicable:
+        check_settings_apply(family=family, task=MIX_TASK if extra_datasets else dataset.task, training=training)
     config = build_finetune_config(checkpoint=checkpoint, dataset=dataset, training=training,
                                    extra_datasets=extra_datasets)
     check_memory(config)  # its activations against the memory a worker gives one run
@@ -501,16 +531,19 @@ def finetune_plan(*, owner, checkpoint: Checkpoint | None, dataset, training: di
 
 @transaction.atomic
 def finetune_create(*, owner, checkpoint: Checkpoint | None, dataset, training: dict | None = None,
-                    name: str = "", extra_datasets: Sequence[dict] = (), plan: tuple[str, Any] | None = None) -> Run:
+                    name: str = "", extra_datasets: Sequence[dict] = (), plan: tuple[str, Any] | None = None,
+                    only_applicable: bool = False) -> Run:
     """Validate a fine-tuning launch, store the run (kind "finetune", its FinetuneConfig as the
     config), enqueue it on commit. The owner's run limit applies as for pre-training.
     extra_datasets: T5 multi-task mixing, [{"dataset": a Dataset row or None, "prefix", "name"}].
-    plan: finetune_plan's result for these same choices, when the caller (the form) made it."""
+    plan: finetune_plan's result for these same choices, when the caller (the form) made it.
+    only_applicable: finetune_plan's (the API refuses a setting that does not apply; a rerun, a
+    sweep or a follow-up hands on a whole stored config, whose unused settings are harmless)."""
     check_run_limit(owner=owner)
     check_free_space(what="a new run (its checkpoints need room)")
     extra_datasets = list(extra_datasets)
     family, config = plan or finetune_plan(owner=owner, checkpoint=checkpoint, dataset=dataset, training=training,
-                                           extra_datasets=extra_datasets)
+                                           extra_datasets=extra_datasets, only_applicable=only_applicable)
     name = (name or "").strip() or f"{checkpoint.label} on {dataset.name}" + (
         f" and {len(extra_datasets)} more" if extra_datasets else "")
     run = Run.objects.create(

@@ -38,19 +38,31 @@ class TaskSpec:
     labels: str  # "classes" (one per example), "number", "multi" (a list per example), "tags" (per token),
     # "choice" (the right one of each example's choices), "none"
     description: str
+    # How a dataset's page charts the labels (its "bins" of scores aside): the chart's heading,
+    # what it counts ("{count}": how many labels) and what one count is.
+    label_heading: str = "Labels"
+    label_counted: str = "{count} labels"
+    label_unit: str = "example"
+    in_context: bool = False  # texts with one class each: the explorer's prompt builder evaluates them in context
+
+    def label_sentence(self, count: int) -> str:
+        """The label chart's sentence up to ", per split": "12 tags, counted per token"."""
+        return f"{self.label_counted.format(count=count)}, counted per {self.label_unit}"
 
 
 TASKS: dict[str, TaskSpec] = {
     spec.name: spec
     for spec in (
         TaskSpec("classification", "Classification", (("text", "label"), ("sentence1", "sentence2", "label")),
-                 "classes", "One class per text or per pair of texts (sentiment, topic, entailment)."),
+                 "classes", "One class per text or per pair of texts (sentiment, topic, entailment).",
+                 in_context=True),
         TaskSpec("regression", "Regression", (("text", "label"), ("sentence1", "sentence2", "label")),
                  "number", "One number per text or per pair of texts (similarity scores, ratings)."),
         TaskSpec("multilabel", "Multi-label classification", (("text", "label"),),
                  "multi", "Any number of classes per text: a list, or labels joined by | ; or ,."),
         TaskSpec("token_classification", "Token classification", (("tokens", "tags"),),
-                 "tags", "One tag per token (named entities in BIO tags, parts of speech)."),
+                 "tags", "One tag per token (named entities in BIO tags, parts of speech).",
+                 label_heading="Tags", label_counted="{count} tags", label_unit="token"),
         TaskSpec("extractive_qa", "Extractive question answering", (("question", "context", "answers"),),
                  "none", "The answer is a span of the context, found by its text and character offset."),
         TaskSpec("text_to_text", "Text to text", (("input", "target"),),
@@ -62,7 +74,9 @@ TASKS: dict[str, TaskSpec] = {
                   ("question", "choices", "label")),
                  "choice", "A context (or question) and two or more choices, one of them right: the label is its "
                            "index (from 0) or its text. The choices are several columns (choice0, choice1, ...) or "
-                           "one column holding a list; every example has as many."),
+                           "one column holding a list; every example has as many.",
+                 label_heading="The right choice",
+                 label_counted="Where the right choice stands (choice 0 is the first)"),
     )
 }
 TASK_TYPES: tuple[str, ...] = tuple(TASKS)
