@@ -200,7 +200,8 @@ def test_the_test_install_checks_transformers_and_playwright_then_stamps(layout)
     assert out.returncode == 0, text
     assert "pip said something worth reading" in text and HARMLESS not in text
     [check] = import_checks(layout)
-    assert check == "-c import django, torch, tokenizers, celery, channels, " + METRIC_LIBS + ", transformers, playwright"
+    assert check == ("-c import django, torch, tokenizers, celery, channels, " + METRIC_LIBS
+                     + ", transformers, playwright, tensorboard, mlflow, wandb")
     assert (layout / ".venv" / ".installed-requirements-test").is_file()
     again = bootstrap(layout, "--test", FAKE_PIP="fail")  # up to date: pip is not run again
     assert again.returncode == 0 and len(import_checks(layout)) == 1
