@@ -17,6 +17,7 @@ from typing import Any
 
 from trainer.errors import ConfigError
 from trainer.trackers import FOLDERS
+from trainer.training.sinks import NullSink
 
 TEST_FILES = ("test_metrics.json", "test_report.json")  # trainer.finetune.engine / trainer.finetune.report
 MLFLOW_EXPERIMENT = "lm-workbench"
@@ -82,24 +83,15 @@ def flat_params(config: dict, prefix: str = "") -> dict[str, str]:
     return out
 
 
-class _TrackerSink:
-    """What every tracker sink shares: no logs, checkpoints or heartbeats to mirror; after a
-    "test" metric event, the run's test files are sent along when the sink closes (they are
-    written after the event, before the run ends)."""
+class _TrackerSink(NullSink):
+    """What every tracker sink shares: no logs, checkpoints or heartbeats to mirror (NullSink's);
+    after a "test" metric event, the run's test files are sent along when the sink closes (they
+    are written after the event, before the run ends)."""
 
     def __init__(self, out_dir: Path) -> None:
         self.out_dir = Path(out_dir)
         self.tested = False
         self.closed = False
-
-    def log(self, text: str) -> None:
-        pass
-
-    def checkpoint(self, step: int, path: Path, metrics: dict) -> None:
-        pass
-
-    def heartbeat(self, step: int, tokens_seen: int) -> None:
-        pass
 
     def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
         if split == "test":
