@@ -21,7 +21,7 @@
       mode: m.split === "valid" || c.steps.length <= FEW_POINTS ? "lines+markers" : "lines",
       line: { color: COLORS[i % COLORS.length], width: 2 }, marker: { size: 5 },
     }));
-    const head = Workbench.chartHead(`${m.metric} (${m.split === "valid" ? "validation" : "training"})`);
+    const head = Workbench.chartHead(`${m.label} (${m.split === "valid" ? "validation" : "training"})`);
     Plotly.react("compare-chart", traces, {
       title: head.title, legend: head.legend,
       margin: { l: 56, r: 16, ...head.margin }, hovermode: "x unified",

@@ -121,9 +121,9 @@ def test_compare_shows_the_tokenizer_note_only_for_per_token_metrics(alice, alic
     assert "perplexity (validation)" in options and not any("eta_s" in o for o in options)
     assert page.is_visible("#compare-tokenizer-note")  # the first choice: the validation perplexity
     assert page.evaluate("() => document.getElementById('compare-chart').data[0].mode") == "lines+markers"
-    page.select_option("#compare-metric", label="lr (training)")
+    page.select_option("#compare-metric", label="Learning rate (training)")
     assert page.is_hidden("#compare-tokenizer-note")
     modes = page.evaluate("() => document.getElementById('compare-chart').data.map(t => t.mode)")
     assert modes == ["lines+markers", "lines+markers"]  # one training point each: markers
-    page.select_option("#compare-metric", label="loss (training)")
+    page.select_option("#compare-metric", label="Loss (training)")
     assert page.is_visible("#compare-tokenizer-note")

@@ -190,6 +190,10 @@ def test_internal_series_are_not_offered_as_metrics(alice_client, alice_api, two
                        ("valid", "loss"), ("valid", "perplexity")}
     html = compare_page(alice_client, first, second)
     assert "eta_s" not in html and "progress (training)" not in html
+    # offered by the names the dashboard gives them, not their keys
+    labels = {m["metric"]: m["label"] for m in body["metrics"]}
+    assert labels["mlm_acc"] != "mlm_acc" and labels["tokens_per_s"] != "tokens_per_s"
+    assert f'>{labels["mlm_acc"]} (training)</option>' in html and ">mlm_acc (training)<" not in html
 
 
 def test_a_note_says_when_per_token_metrics_come_from_different_tokenizers(alice, alice_client, alice_api,

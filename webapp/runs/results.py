@@ -208,7 +208,9 @@ def compare(runs: Sequence[Run]) -> dict[str, Any]:
                     steps, values = series.setdefault((p.split, key), {}).setdefault(str(run.id), ([], []))
                     steps.append(p.step)
                     values.append(float(value))
-    shared = [{"split": split, "metric": key, "per_token": bool(note) and key in per_token, "curves": [
+    labels = {key: label for run in runs for key, label in metric_labels(run).items()}
+    shared = [{"split": split, "metric": key, "label": labels.get(key, key), "per_token": bool(note) and key in per_token,
+               "curves": [
         {"run": str(r.id), "name": r.name, "steps": curves[str(r.id)][0], "values": curves[str(r.id)][1]}
         for r in runs]}
         for (split, key), curves in sorted(series.items(), key=lambda kv: (kv[0][0] != "valid", kv[0][1]))
@@ -281,6 +283,21 @@ def _tokenizer_of(run: Run) -> tuple[str, str]:
             return f"checkpoint:{checkpoint.id}", f"{checkpoint.label}'s own"
         base = checkpoint.run
     return f"run:{run.id}", "unknown (its checkpoint was deleted)"
+
+
+def metric_labels(run: Run) -> dict[str, str]:
+    """What the run's dashboard calls each metric key it charts ("MLM accuracy", not "mlm_acc"): a
+    series' legend name without its split, or its chart's title where the legend names only the split."""
+    from trainer.charts import SPLIT_LABELS
+
+    charts, _ = selectors.dashboard_specs(run)
+    out: dict[str, str] = {}
+    for chart in charts:
+        for s in chart["series"]:
+            label = str(s["label"]).removesuffix(f" ({SPLIT_LABELS.get(s['split'], '')})")
+            label = chart["title"] if label in SPLIT_LABELS.values() else label
+            out.setdefault(s["metric"], label[:1].upper() + label[1:])
+    return out
 
 
 def _metric_names(run: Run) -> tuple[set[str], set[str]]:
