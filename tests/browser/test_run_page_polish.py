@@ -11,7 +11,7 @@ import json
 import pytest
 
 from tests.webapp.runs_helpers import make_run
-from webapp.runs.models import MetricPoint, RunStatus
+from webapp.runs.models import MetricPoint, Run, RunStatus
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -32,7 +32,11 @@ def boxes_overlap(a: dict, b: dict) -> bool:
                 or a["y"] + a["height"] <= b["y"] or b["y"] + b["height"] <= a["y"])
 
 
-def test_one_point_a_clear_legend_and_the_queued_message_going(queued_run, alice_cookie, live_server_page, shots):
+def test_one_point_a_clear_legend_and_the_queued_message_going(queued_run, alice_cookie, live_server_page, shots,
+                                                               monkeypatch):
+    # The clone below stays queued whatever the broker does (this test is about the page, not the
+    # queue): a clone that a worker or a broker error ended at once would rightly drop the message.
+    monkeypatch.setattr("webapp.runs.services._enqueue", lambda run: None)
     sockets = []
 
     def socket(ws):  # the run's websocket: the run is still queued; the test says when it trains
@@ -65,6 +69,8 @@ def test_one_point_a_clear_legend_and_the_queued_message_going(queued_run, alice
     page.click("form[action$='/clone/'] button")
     page.wait_for_url(lambda url: str(queued_run.id) not in url)
     page.wait_for_function("() => document.getElementById('ws-state').textContent === 'Live.'")
+    clone = Run.objects.exclude(pk=queued_run.pk).get()
+    assert clone.status == RunStatus.QUEUED, (clone.status, clone.error)
     assert "queued on the" in page.text_content(".messages .msg.run-queued")
     sockets[-1].send(json.dumps({"type": "status", "status": "running", "status_label": "Running", "step": 0,
                                  "max_steps": 20, "error": "", "cancel_requested": False, "finished": False}))
