@@ -181,9 +181,22 @@ BOTH_LENGTHS = ("Give the run's length as max_steps (optimizer updates) or as ep
                 "split), not both: leave one of them out.")
 
 
+LENGTH_FIELDS = ("max_steps", "epochs")
+
+
 def _given(value: Any) -> bool:
     """A length setting that says something: not absent, null, empty or 0."""
     return value not in (None, "", 0) and value is not False
+
+
+def length_from(values: dict[str, Any], given: dict[str, Any]) -> dict[str, Any]:
+    """`values` (settings a run starts from: a form's defaults, a base or multi-task run's) with
+    the run's length that `given` sets: when `given` names exactly one of max_steps and epochs, the
+    other one of `values` is cleared (0), so that the two never both say how long it trains."""
+    named = [k for k in LENGTH_FIELDS if _given(given.get(k))]
+    if len(named) != 1:
+        return values
+    return {**values, next(k for k in LENGTH_FIELDS if k not in named): 0}
 
 
 def check_length_fields(d: dict[str, Any]) -> dict[str, Any]:

@@ -101,3 +101,16 @@ def test_a_bad_setting_is_refused_before_the_dataset_is_ingested(trained_run, tm
         assert main(["finetune", str(tmp_path / "tune.yaml")]) == 2
         assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_length_given_replaces_the_other_one_of_the_settings_it_starts_from():
+    """The launch form, a sweep's trials and a follow-up of a multi-task run all start from
+    settings that already say how long to train (length_from)."""
+    from trainer.config import length_from
+
+    base = {"max_steps": 500, "epochs": 0, "lr": 1e-3}
+    assert length_from(base, {"epochs": 2}) == {"max_steps": 0, "epochs": 0, "lr": 1e-3}
+    assert length_from({"max_steps": 0, "epochs": 2}, {"max_steps": 40}) == {"max_steps": 0, "epochs": 0}  # the caller adds 40
+    assert length_from(base, {"lr": 1.0}) is base  # no length given: as it was
+    assert length_from(base, {"epochs": 0, "max_steps": None}) is base  # nothing said
+    assert length_from(base, {"epochs": 2, "max_steps": 9}) is base  # both: the config refuses them

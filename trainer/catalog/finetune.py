@@ -48,9 +48,9 @@ def family_json(family: str) -> dict[str, Any]:
     from trainer import finetune
     from trainer.finetune import settings as ft_settings
 
-    tasks = finetune.tasks_for_family(family)
-    return {"tasks": {name: [s.name for s in finetune.for_family(name, family).settings
-                             if s.applies_to(family, finetune.for_family(name, family))] for name in tasks},
+    variants = {name: finetune.for_family(name, family) for name in finetune.tasks_for_family(family)}
+    return {"tasks": {name: [s.name for s in task.settings if s.applies_to(family, task)]
+                      for name, task in variants.items()},
             "mixes": mixes(family),
             "techniques": [t.name for t in ft_settings.TECHNIQUES if not t.families or family in t.families]}
 

@@ -10,7 +10,7 @@ import yaml
 
 from trainer import trackers
 from trainer.catalog import schema
-from trainer.config import RunConfig, load_yaml
+from trainer.config import RunConfig, length_from, load_yaml
 from trainer.errors import ConfigError
 
 # Shown on the form (in this order); the rest of RunConfig keeps its defaults unless a YAML sets it.
@@ -24,7 +24,6 @@ TRAINING_FIELDS = MAIN_FIELDS + ADVANCED_FIELDS
 # data workers auto; an unticked box is off). The run's length is max_steps or epochs: one of them.
 OPTIONAL_FIELDS = ("max_steps", "epochs", "devices", "strategy", "data_workers", "compile", "activation_checkpointing",
                    "report_to")
-LENGTH_FIELDS = ("max_steps", "epochs")
 # Shown with the objectives: what a mask covers, how single segments are packed (empty = default).
 OBJECTIVE_FIELDS = ("masking_unit", "packing")
 # The optimizer (empty = the family's: Adafactor for T5, AdamW otherwise) and AdamW's own
@@ -206,9 +205,7 @@ def launch_values(data: dict[str, Any], *, config_yaml: str = "") -> tuple[dict[
     for key in ("family", "preset", "objectives", "model_overrides", TEACHER_FIELD, *CONFIG_FIELDS):
         if key in data:
             values[key] = data[key]
-    given = [k for k in LENGTH_FIELDS if data.get(k) not in (None, "", 0)]
-    if len(given) == 1:  # the length given replaces the other one of the defaults or the YAML
-        values[next(k for k in LENGTH_FIELDS if k not in given)] = 0
+    values = length_from(values, data)  # the length given replaces the other one of the defaults or the YAML
     for name in model_field_names():  # generator_size, share_layers: top-level shortcuts
         if data.get(name) not in (None, ""):
             values["model_overrides"] = {**(values.get("model_overrides") or {}), name: data[name]}

@@ -29,7 +29,7 @@ from django.utils import timezone
 from trainer import families
 from trainer.catalog import validation
 from trainer import objectives
-from trainer.config import RunConfig
+from trainer.config import RunConfig, length_from
 from trainer.finetune.config import MIX_TASK  # the task a multi-task run trains
 from trainer.errors import ConfigError, UserError
 from webapp.api.storage import check_free_space, is_disk_full
@@ -391,10 +391,6 @@ def run_clone(*, run: Run, owner, name: str | None = None) -> Run:
 
 # -- fine-tuning --------------------------------------------------------------------------------
 
-# The run's length: max_steps (300 when neither is given) or epochs, not both.
-LENGTH_FIELDS = ("max_steps", "epochs")
-
-
 def finetune_fields() -> list[str]:
     """The FinetuneConfig fields the form and the API take (every setting of trainer.catalog.finetune's
     schema); the rest keep their defaults, and the checkpoint, dataset and task come from the rows
@@ -632,10 +628,7 @@ def finetune_on_one(*, owner, run: Run, dataset_id, training: dict | None = None
     if checkpoint is None:
         raise RunStateError("This run has no checkpoint yet; fine-tune on one of its datasets once it has saved one.")
     given = {k: v for k, v in (training or {}).items() if v is not None}
-    handed = finetune_on_one_settings(run, task)
-    if given.keys() & set(LENGTH_FIELDS):  # a length given here replaces the multi-task run's
-        handed = {k: v for k, v in handed.items() if k not in LENGTH_FIELDS}
-    settings = {**handed, **given}
+    settings = {**length_from(finetune_on_one_settings(run, task), given), **given}  # a length given replaces the run's
     name = (name or "").strip() or f"{run.name}, then {task['dataset'].name}"
     return finetune_create(owner=owner, checkpoint=checkpoint, dataset=task["dataset"], training=settings, name=name)
 

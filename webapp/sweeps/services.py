@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
 from django.utils import timezone
 
+from trainer.config import length_from
 from trainer.errors import ConfigError, UserError
 from webapp.corpora.models import Corpus, Tokenizer
 from webapp.runs import services as runs
@@ -223,10 +224,7 @@ def _launch_more(sweep: Sweep, trials: list[Trial]) -> None:
 def _create_run(sweep: Sweep, number: int, params: dict[str, Any]) -> Run:
     base = sweep.base
     name = f"{sweep.name} · trial {number}"
-    training = {**base.get("training", {}), **params}
-    for length, other in (("max_steps", "epochs"), ("epochs", "max_steps")):
-        if length in params:  # a searched length replaces the base run's other one
-            training[other] = 0
+    training = {**length_from(base.get("training", {}), params), **params}  # a searched length replaces the other
     if sweep.kind == SweepKind.FINETUNE:
         checkpoint, dataset = _finetune_sources(sweep.owner, base)
         return runs.finetune_create(owner=sweep.owner, checkpoint=checkpoint, dataset=dataset, training=training,
