@@ -82,17 +82,17 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
         ctx = distributed.init(device)
         if not ctx.is_main:
             reporter = NullSink()
-        elif config.report_to:  # rank 0 also mirrors to the trackers report_to names
-            mirrors = tracker_sinks.open_sinks(config.report_to, config.to_dict(), out_dir)
-            reporter = TeeSink(sink, *mirrors)
-            reporter.log(tracker_sinks.describe(config.report_to))
-        resume_from = find_resume_point(out_dir, resume, reporter)
         special = SpecialIds.from_tokenizer(tokenizer)
         stream = None
         if config.epochs:  # an epoch: the train split's sequences for these settings (the first epoch's)
             stream = build_train_stream(config, data_dir, special, shard=(ctx.rank, ctx.world_size))
             config = with_epochs(config, stream.epoch_size, config.batch_size * config.grad_accum * ctx.world_size,
                                  reporter, what="training sequences")
+        if ctx.is_main and config.report_to:  # rank 0 also mirrors to the trackers (the config with its steps)
+            mirrors = tracker_sinks.open_sinks(config.report_to, config.to_dict(), out_dir)
+            reporter = TeeSink(sink, *mirrors)
+            reporter.log(tracker_sinks.describe(config.report_to))
+        resume_from = find_resume_point(out_dir, resume, reporter)
         model, forward = steps.build(config, vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
                                         device=device, data_dir=data_dir, tokenizer=tokenizer)
         # activation checkpointing, torch.compile: in place, on the model itself (before any wrapper)
