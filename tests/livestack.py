@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,6 +91,12 @@ def token_session(user_model, username: str) -> requests.Session:
     user = user_model.objects.create_user(username=username, password=f"{username}-password-123")
     s = requests.Session()
     s.headers["Authorization"] = f"Token {Token.objects.create(user=user).key}"
+    # The web process closes a connection idle for a few seconds (uvicorn's keep-alive); a GET that
+    # reuses it just as it closes is reset ("Connection reset by peer"). GETs change nothing, so
+    # they are sent again on a fresh connection; a POST never is.
+    retry = Retry(total=3, connect=3, read=3, status=0, backoff_factor=0.1,
+                  allowed_methods=frozenset({"GET", "HEAD"}))
+    s.mount("http://", HTTPAdapter(max_retries=retry))
     return s
 
 
