@@ -136,9 +136,13 @@ class Attention(nn.Module):
         self.weights: torch.Tensor | None = None
 
     def _heads(self, t: torch.Tensor, n: int) -> tuple[torch.Tensor, ...]:
-        """(B, T, n*N*D) -> n tensors (B, N, T, D), as views."""
+        """(B, T, n*N*D) -> n tensors (B, N, T, D), as views. Split along the fused dim first and
+        transposed after: the backward of that split stacks the n gradients straight into the
+        projection's (B, T, n, N, D) layout in one copy; splitting a permuted (n, B, N, T, D) view
+        instead stacks them in that order and copies them once more into the layout (two passes
+        over 3 x B x T x H in every layer's backward)."""
         B, T, _ = t.shape
-        return tuple(t.view(B, T, n, self.num_heads, self.head_size).permute(2, 0, 3, 1, 4))
+        return tuple(part.transpose(1, 2) for part in t.view(B, T, n, self.num_heads, self.head_size).unbind(2))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | Unpadded | None = None, *,
                 bias: torch.Tensor | None = None, causal: bool = False, context: torch.Tensor | None = None,
