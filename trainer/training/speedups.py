@@ -180,6 +180,7 @@ class CompileWatch:
         self.validated = False  # the first validation (its compile) is over
         self.after_warm_up = 0  # compilations reported
         self.fell_back: set[str] = set()
+        self.names: dict[str, str] = {}  # dynamo's frame id -> the function's name
 
     def _frames(self) -> int:
         return self.counters["frames"]["total"] if self.counters is not None else 0
@@ -203,6 +204,9 @@ class CompileWatch:
             return
         self.frames = frames
         new = self._new()
+        for entry in new:  # a failed compilation has no name of its own: its frame's earlier ones do
+            if getattr(entry, "co_name", None):
+                self.names[_frame_of(entry)] = entry.co_name
         warm = self.validated if validation else step > WARM_UP_STEPS
         if validation:
             self.validated = True
@@ -214,7 +218,7 @@ class CompileWatch:
 
     def report(self, entry: Any, where: str) -> None:
         reason = _first_line(getattr(entry, "recompile_reason", None))
-        function = getattr(entry, "co_name", None) or "the model's forward"
+        function = getattr(entry, "co_name", None) or self.names.get(_frame_of(entry), "the model's forward")
         failure = str(getattr(entry, "fail_reason", None) or "")
         if "recompile limit" in failure or "cache_size_limit" in failure or "recompile_limit" in failure:
             if function in self.fell_back:
@@ -231,6 +235,11 @@ class CompileWatch:
         else:
             self.sink.log(f"torch.compile compiled {function} at {where} (compile {self.after_warm_up} after "
                           f"warm-up): a part of the model that had not run before.")
+
+
+def _frame_of(entry: Any) -> str:
+    """The frame part of a compilation's id ("3" of "3/1": the 2nd compilation of frame 3)."""
+    return str(getattr(entry, "compile_id", "")).split("/")[0]
 
 
 def _first_line(text: str | None) -> str:
