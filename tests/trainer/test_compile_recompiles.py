@@ -6,7 +6,6 @@ a recompile is, without inductor's minutes of C++ build."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from trainer.training import engine, speedups
 from trainer.training.sinks import ListSink
