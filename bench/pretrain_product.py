@@ -20,6 +20,8 @@ gradient clipping, the schedule and logging are all in the figure. Per setup and
   - MFU, the run's own `mfu` metric (trainer/training/flops.py), averaged the same way;
   - the model step's tokens/s and MFU for the same shapes and vocabulary, from bench/train_throughput.py
     run as a subprocess (eager, and compiled with --modes compile), and transformers' where it gives one;
+  - recompiles (compiled runs): the compilations after warm-up that the run's log reports
+    (trainer.training.speedups.CompileWatch), "+N eager" for functions that fell back to eager;
   - product/model: product real tokens/s over the model step's tokens/s (fill losses and overheads
     together), and steps: product steps/s over the model step's steps/s (the overhead alone, when the
     product's batches have the model step's shapes; above 1 when its collator pads to shorter rows).
@@ -800,9 +802,26 @@ def fmt_ratio(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}"
 
 
+RECOMPILED = re.compile(r"torch\.compile (?:re)?compiled \S+ at .*after warm-up")
+GAVE_UP = re.compile(r"torch\.compile gave up compiling ")
+
+
+def count_recompiles(text: str) -> tuple[int, int]:
+    """(compilations after warm-up, functions that fell back to eager) that a run's log reports."""
+    lines = text.splitlines()
+    return (sum(bool(RECOMPILED.search(line)) for line in lines), sum(bool(GAVE_UP.search(line)) for line in lines))
+
+
+def fmt_recompiles(r: dict) -> str:
+    """"0", "3", "3 +1 eager" (compiles after warm-up, fall-backs to eager); "-" for an eager run."""
+    if "recompiles" not in r:
+        return "-"
+    return f"{r['recompiles']}" + (f" +{r['eager_fallbacks']} eager" if r.get("eager_fallbacks") else "")
+
+
 def table(rows: list[dict]) -> str:
     head = ["setup", "mode", "shape", "status", "steps avg", "product tok/s", "fill", "MFU", "model step tok/s",
-            "model MFU", "transformers tok/s", "product/model", "steps ratio", "to step 1", "wall"]
+            "model MFU", "transformers tok/s", "product/model", "steps ratio", "to step 1", "recompiles", "wall"]
     body = []
     for r in rows:
         ms = r.get("model_step") or {}
@@ -810,7 +829,8 @@ def table(rows: list[dict]) -> str:
                      r.get("steps_averaged") or "-", fmt_rate(r.get("real_tokens_per_s")), fmt_fill(r),
                      fmt_pct(r.get("mfu")), fmt_rate(ms.get("tokens_per_s")), fmt_pct(ms.get("mfu")),
                      fmt_rate(ms.get("transformers_tokens_per_s")), fmt_ratio(r.get("ratio")),
-                     fmt_ratio(r.get("steps_ratio")), fmt_seconds(r.get("first_log_s")), fmt_seconds(r.get("wall_s"))])
+                     fmt_ratio(r.get("steps_ratio")), fmt_seconds(r.get("first_log_s")), fmt_recompiles(r),
+                     fmt_seconds(r.get("wall_s"))])
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
 
     def line(cells: list[str]) -> str:
@@ -1063,6 +1083,8 @@ def product_run(setup: Setup, mode: str, corpus: Path, prepared: Path, cache: Pa
                steps_per_s=fig.steps_per_s, fill=fig.fill, fill_source=fig.fill_source, mfu=fig.mfu,
                final_loss=fig.final_loss, yaml=str(config))
     row["first_log_s"] = first_log_seconds(records, proc)
+    if mode == "compile":  # what the run's log said of compiling after warm-up (trainer.training.speedups)
+        row["recompiles"], row["eager_fallbacks"] = count_recompiles(text)
     if not args.keep_runs:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     done = (f"{fmt_rate(fig.tokens_per_s)} real tokens/s, fill {fmt_fill(row)}, MFU {fmt_pct(fig.mfu)} over steps "

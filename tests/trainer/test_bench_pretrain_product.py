@@ -94,3 +94,16 @@ MFU: trainer/training/flops.py has no FLOPs formula for t5
     assert runs[0]["rates"] == {"ours": (437187.0, pytest.approx(0.241)), "ours compiled": (567958.0,
                                 pytest.approx(0.313)), "transformers": (322176.0, pytest.approx(0.178))}
     assert runs[1]["rates"] == {"ours": (5131.0, None)}
+
+
+def test_the_recompiles_after_warm_up_are_counted_from_the_run_log(bench):
+    """The compiled runs' column: CompileWatch's sentences in the run's log, the warm-up's line left out."""
+    log = "\n".join([
+        "[12:00:01] torch.compile (inductor): the first training step and the first validation compile the model",
+        "[12:00:09] torch.compile recompiled forward at step 41 (recompile 1 after warm-up), because 0/1: size.",
+        "[12:00:10] torch.compile compiled encode at step 50 (compile 2 after warm-up): a part of the model",
+        "[12:00:11] torch.compile gave up compiling forward at step 60: it reached the limit of 32 compilations",
+    ])
+    assert bench.count_recompiles(log) == (2, 1)
+    assert bench.fmt_recompiles({"recompiles": 2, "eager_fallbacks": 1}) == "2 +1 eager"
+    assert bench.fmt_recompiles({"recompiles": 0, "eager_fallbacks": 0}) == "0" and bench.fmt_recompiles({}) == "-"

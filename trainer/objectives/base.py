@@ -73,6 +73,12 @@ class Batch:
     def size(self) -> int:
         return int(self.input_ids.shape[0])
 
+    def varying_dims(self) -> dict[str, tuple[int, ...]]:
+        """{field: its dims whose size changes from batch to batch}: what a compiled model marks
+        dynamic up front (trainer.training.speedups.mark_dynamic), so that a new size does not
+        compile the model again. None here: a batch of fixed shapes (full rows of seq_len)."""
+        return {}
+
 
 @runtime_checkable
 class Collator(Protocol):

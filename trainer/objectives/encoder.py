@@ -17,6 +17,7 @@ losses are computed by the model (models_lib heads) and collected by `PreTrainin
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
 
@@ -64,6 +65,25 @@ class MaskedBatch(Batch):
     def size(self) -> int:
         """Examples in the batch (a packed batch has fewer rows)."""
         return int(self.starts.shape[0]) if self.starts is not None else int(self.input_ids.shape[0])
+
+    def varying_dims(self) -> dict[str, tuple[int, ...]]:
+        """A packed batch's rows and their length (R, L) and its real tokens (N) change from batch
+        to batch; a padded batch's length (its longest example) too, and its rows are marked with
+        it: a batch that packing leaves as it is (no row to save) then shares the graphs after the
+        backbone with the packed ones, where B rows stand for R. The examples (B) do not change."""
+        dims = (0, 1)
+        out: dict[str, tuple[int, ...]] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, torch.Tensor) or f.name in ("starts", "real_tokens"):
+                continue
+            if value.shape[:2] == self.input_ids.shape:  # per token (B, T), or per token pair (B, T, T: UniLM's)
+                out[f.name] = dims + ((2,) if value.dim() == 3 else ())
+            elif f.name in ("sbo_pairs", "sbo_labels"):  # one row per masked span token
+                out[f.name] = (0,)
+        if self.real_tokens is not None:
+            out["real_tokens"] = (0,)
+        return out
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
         """input_ids, attention_mask, token_type_ids and mlm_labels (models_lib names), and

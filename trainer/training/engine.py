@@ -280,6 +280,8 @@ class Loop:
                                                                                                 stream))
                                 if model_config is not None else None)
         self.peak = flops.peak_for(device, precision) if self.flops_per_token else None
+        # torch.compile: recompiles after warm-up go to the log; the batches' varying sizes are dynamic
+        self.compile_watch = speedups.watch(distributed.unwrap(model), sink)
         self.interval = _Interval()  # after the peak's measurement
         if device == "cuda":
             torch.cuda.reset_peak_memory_stats()
@@ -295,6 +297,8 @@ class Loop:
                 if self.dist.any(should_stop()):  # every process stops at the same step
                     return self.cancel()
                 self.train_step()
+                if self.compile_watch is not None:
+                    self.compile_watch.check(self.state.step)
                 self.sink.heartbeat(self.state.step, self.state.tokens_seen)
                 self.maybe_log()
                 self.maybe_eval()
@@ -347,6 +351,8 @@ class Loop:
             batch, position = self.next_batch()
             n_tokens, n_positions = batch.n_tokens, batch.n_positions
             batch = batch.to(self.device)
+            if self.compile_watch is not None:
+                speedups.mark_dynamic(batch)
             with distributed.gradient_sync(self.dist, model, last=i == cfg.grad_accum - 1):
                 with self.autocast:
                     out = self.forward(batch, train=True)
@@ -427,6 +433,8 @@ class Loop:
             return
         started = time.perf_counter()
         values = self.evaluate()
+        if self.compile_watch is not None:
+            self.compile_watch.check(step, validation=True)
         self.interval.started += time.perf_counter() - started  # tokens_per_s measures training only
         self.last_eval_step = step
         self.state.valid_metrics = values
@@ -447,7 +455,8 @@ class Loop:
         processes training together (validation_share)."""
         mine, extra, shared = self.validation_share(self.valid if batches is None else batches)  # or the test split
         return score(self.model, self.forward, mine, device=self.device, autocast=self.autocast, unscored=extra,
-                     combine=self.summed if shared else None)
+                     combine=self.summed if shared else None,
+                     prepare=speedups.mark_dynamic if self.compile_watch is not None else None)
 
     def validation_share(self, batches: list[Batch]) -> tuple[list[Batch], list[Batch], bool]:
         """(the batches this process scores, those it runs unscored, whether the processes share
@@ -560,24 +569,27 @@ def optimizer_label(cfg: RunConfig) -> str:
 @torch.no_grad()
 def score(model: nn.Module, forward: Step, batches: list[Batch], *, device: str,
           autocast: Any = contextlib.nullcontext(), unscored: Any = (),
-          combine: Callable[[Tally], dict[str, float]] | None = None) -> dict[str, float]:
+          combine: Callable[[Tally], dict[str, float]] | None = None,
+          prepare: Callable[[Batch], Batch] | None = None) -> dict[str, float]:
     """Every named loss of `forward` over `batches` (weighted per target / sequence / token), "loss"
     = their weighted sum as in training, the perplexities the family names (exp of the MLM or LM
     loss; ELMo's per direction), the ratios (accuracies, RTD precision and recall) and what the
     step adds at the end (a fine-tuning task's metrics). unscored: batches run but not counted
     (FSDP2: as many forwards as the other processes, each gathers the weights); combine: how a
-    Tally becomes values over several processes (Loop.summed), else this process's own. The
+    Tally becomes values over several processes (Loop.summed), else this process's own; prepare:
+    what each batch goes through on its device first (a compiled model's mark_dynamic). The
     validation of a run (Loop.evaluate) and `python -m trainer evaluate` alike."""
     model.eval()
     forward.start_validation()
     tally = Tally(weighted=True)
+    prepare = prepare or (lambda b: b)
     for batch in batches:
-        batch = batch.to(device)
+        batch = prepare(batch.to(device))
         with autocast:
             tally.add(forward(batch, train=False))
     for batch in unscored:
         with autocast:
-            forward(batch.to(device), train=False)
+            forward(prepare(batch.to(device)), train=False)
     model.train()
     parts = combine(tally) if combine is not None else tally.values()
     weights = forward.loss_weights
