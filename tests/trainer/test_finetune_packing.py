@@ -170,3 +170,91 @@ def test_packed_batches_pickle_and_move_whole():
     moved = packed.to("cpu")
     assert moved.padded_width == packed.padded_width and torch.equal(moved.padded_index, packed.padded_index)
     assert np.array_equal(moved.starts.numpy(), packed.starts.numpy())
+
+
+# ---------------------------------------------------------------------------- runs
+@pytest.fixture(scope="module")
+def quiet_checkpoint(trained_run, tmp_path_factory):
+    """The pre-training run's checkpoint with dropout 0 (a copy): packed and padded runs from it
+    compute the same function, whatever positions their dropout masks would cover."""
+    import json
+    import shutil
+
+    folder = tmp_path_factory.mktemp("quiet") / "checkpoint"
+    shutil.copytree(trained_run[0].last_checkpoint, folder)
+    path = folder / "model_config.json"
+    meta = json.loads(path.read_text())
+    meta["config"].update(hidden_dropout=0.0, attention_dropout=0.0)
+    path.write_text(json.dumps(meta))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    from tests.trainer.finetune_helpers import ingested_demo
+
+    root = tmp_path_factory.mktemp("labelled")
+    return lambda name: ingested_demo(name, root) if not (root / name).exists() else root / name
+
+
+def run(checkpoint, dataset, out_dir, *, pack=True, should_stop=lambda: False, **changes):
+    from trainer.finetune.config import FinetuneConfig
+    from trainer.finetune.engine import finetune
+    from trainer.training.sinks import ListSink
+
+    settings = dict(max_steps=12, batch_size=16, max_length=64, lr=2e-3, warmup_ratio=0.0, eval_every=6,
+                    checkpoint_every=6, log_every=6, device="cpu", num_threads=1, group_by_length=False,
+                    data_workers=0)
+    sink = ListSink()
+    config = FinetuneConfig(checkpoint=str(checkpoint), dataset=str(dataset), **{**settings, **changes})
+    return finetune(config, out_dir=out_dir, sink=sink, pack=pack, resume=out_dir.exists(),
+                    should_stop=should_stop), sink
+
+
+@pytest.mark.parametrize("name", ["classification", "token_classification"])
+def test_a_packed_run_scores_as_the_padded_run_and_computes_fewer_positions(name, quiet_checkpoint, demo, tmp_path):
+    runs = {pack: run(quiet_checkpoint, demo(name), tmp_path / str(pack), pack=pack)[1] for pack in (True, False)}
+    for split in ("valid", "test"):
+        packed, padded = ([v for _, s, v in runs[pack].events if s == split] for pack in (True, False))
+        assert len(packed) == len(padded) >= 1
+        for a, b in zip(packed, padded):
+            assert a.keys() == b.keys()
+            for key in a:
+                assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-5), (split, key)
+    fills = {pack: [v["fill"] for _, v in runs[pack].split("train")] for pack in (True, False)}
+    assert all(p > q for p, q in zip(fills[True], fills[False])), fills
+    assert all(f > 0.8 for f in fills[True]), fills
+
+
+def test_a_packed_run_resumes_exactly(quiet_checkpoint, demo, tmp_path):
+    import safetensors.torch
+
+    whole, _ = run(quiet_checkpoint, demo("token_classification"), tmp_path / "whole")
+    asked = {"n": 0}
+
+    def stop_after_six():
+        asked["n"] += 1
+        return asked["n"] > 6
+
+    first, _ = run(quiet_checkpoint, demo("token_classification"), tmp_path / "parts", should_stop=stop_after_six)
+    assert first.status == "cancelled" and first.final_step == 6
+    second, _ = run(quiet_checkpoint, demo("token_classification"), tmp_path / "parts")
+    assert second.status == "succeeded" and second.final_step == 12
+    a = safetensors.torch.load_file(str(whole.last_checkpoint / "model.safetensors"))
+    b = safetensors.torch.load_file(str(second.last_checkpoint / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_packed_qa_checkpoint_is_scored_as_the_padded_one(quiet_checkpoint, demo, tmp_path):
+    from trainer.finetune.evaluation import evaluate_checkpoint
+
+    result, _ = run(quiet_checkpoint, demo("extractive_qa"), tmp_path / "qa", max_steps=6, max_length=96)
+    scored = {pack: evaluate_checkpoint(result.last_checkpoint, demo("extractive_qa"), split="validation",
+                                        device="cpu", pack=pack, out_dir=tmp_path / str(pack)).metrics
+              for pack in (True, False)}
+    predictions = {pack: (tmp_path / str(pack) / "predictions.jsonl").read_text() for pack in (True, False)}
+    assert predictions[True] == predictions[False]  # every answer, and its score to the printed digit
+    assert scored[True].keys() == scored[False].keys() and {"exact_match", "f1"} <= scored[True].keys()
+    for key, value in scored[False].items():
+        if "loss" not in key:  # a packed window's span loss leaves its padding out (EncoderForQuestionAnswering)
+            assert scored[True][key] == pytest.approx(value, abs=1e-6), key
