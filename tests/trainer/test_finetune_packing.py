@@ -246,7 +246,20 @@ def test_a_packed_run_resumes_exactly(quiet_checkpoint, demo, tmp_path):
 
 
 def test_a_packed_qa_checkpoint_is_scored_as_the_padded_one(quiet_checkpoint, demo, tmp_path):
+    """QA does not pack by default (its padded loss spans the padding: trainer.finetune.qa); switched
+    on, its packed batches predict every answer as the padded ones do."""
     from trainer.finetune.evaluation import evaluate_checkpoint
+    from trainer.finetune.qa import EXTRACTIVE_QA
+
+    assert not EXTRACTIVE_QA.packs
+    object.__setattr__(EXTRACTIVE_QA, "packs", True)  # a frozen record; this test only
+    try:
+        scored_packed(quiet_checkpoint, demo, tmp_path, evaluate_checkpoint)
+    finally:
+        object.__setattr__(EXTRACTIVE_QA, "packs", False)
+
+
+def scored_packed(quiet_checkpoint, demo, tmp_path, evaluate_checkpoint):
 
     result, _ = run(quiet_checkpoint, demo("extractive_qa"), tmp_path / "qa", max_steps=6, max_length=96)
     scored = {pack: evaluate_checkpoint(result.last_checkpoint, demo("extractive_qa"), split="validation",

@@ -361,9 +361,14 @@ class QATask(Task):
         return False
 
 
+# QA does not pack (packs=False), though its batches, collator and model can: a padded batch's span
+# loss spans each window's padding too (as transformers' does, which bench/finetune.py's parity
+# checks step for step), and a packed batch computes no padding, so its loss leaves those terms out
+# (EncoderForQuestionAnswering). Predictions and scores are the same either way; packs=True trades
+# the loss's padding terms (and parity with transformers' loss) for computing real tokens only.
 EXTRACTIVE_QA = QATask("extractive_qa", "Extractive question answering (SQuAD v1.1/v2.0: an answer span of the "
                        "context, or none)", "question_answering", None, QACollator, QAStep, "extractive_qa",
-                       explorer_action="answer", packs=True, settings=(
+                       explorer_action="answer", settings=(
                            Setting("doc_stride", "Window overlap (tokens)", "Context tokens that consecutive windows "
                                    "of a long context share (0: a third of the maximum length).", advanced=True,
                                    section="task"),
