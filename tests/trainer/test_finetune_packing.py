@@ -271,3 +271,25 @@ def scored_packed(quiet_checkpoint, demo, tmp_path, evaluate_checkpoint):
     for key, value in scored[False].items():
         if "loss" not in key:  # a packed window's span loss leaves its padding out (EncoderForQuestionAnswering)
             assert scored[True][key] == pytest.approx(value, abs=1e-6), key
+
+
+def test_the_packing_collator_pickles_for_the_data_workers(quiet_checkpoint, demo):
+    import pickle
+
+    from models_lib.checkpoint import load_model
+    from trainer.finetune.engine import packing
+    from trainer.finetune.tasks import TOKEN_CLASSIFICATION, PackingTaskCollator, encodes_ahead
+    from trainer.prep.labelled import iter_examples, read_meta
+    from trainer.prep.tokenization import load_tokenizer
+
+    labels = read_meta(demo("token_classification"))["labels"]
+    collator = TOKEN_CLASSIFICATION.build_collator(load_tokenizer(quiet_checkpoint), labels, 64)
+    model = TOKEN_CLASSIFICATION.build_model(load_model(quiet_checkpoint), labels)
+    packs = packing(TOKEN_CLASSIFICATION, model, collator)
+    assert isinstance(packs, PackingTaskCollator) and encodes_ahead(packs)
+    assert packing(TOKEN_CLASSIFICATION, load_model(quiet_checkpoint), collator) is collator  # not a task head
+    examples = list(iter_examples(demo("token_classification"), "train"))[:16]
+    again = pickle.loads(pickle.dumps(packs))
+    a, b = packs(examples), again.collate(examples, again.encode(examples))
+    assert a.packed is not None and a.input_ids.shape[0] < len(examples)
+    assert all(torch.equal(getattr(a, k), getattr(b, k)) for k in ("input_ids", "segments", "padded_index", "labels"))
