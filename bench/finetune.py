@@ -49,6 +49,12 @@ only: neither side's evaluation is timed) and the ratio ours/theirs, per seed an
 the wall clock and by the process's CPU time (which other jobs on a shared machine disturb far
 less; with --threads 1 it is the work done), each with the machine's load average.
 
+--packing compares our engine with itself instead of with transformers: per seed and per
+--ours-grouping, one run with packed batches (the product's way: an encoder's task head computes
+the real tokens only, trainer.finetune.engine.packing) and one padded (finetune(pack=False)),
+printing real tokens/s and the fill (real tokens / positions computed; means of the log
+intervals after the first) and the test metrics of each. No transformers run, no parity check.
+
 Before that, a parity check (--parity-steps N, 0 skips it): both trainers train N steps from the
 same weights on the same batches in the same order (our stream's, fed to Trainer with its
 sequential sampler), with dropout off and a constant lr (--parity-schedule run: the runs' warm-up
@@ -285,7 +291,7 @@ def prepared(config: FinetuneConfig) -> tuple[Any, list[str], FinetuneConfig]:
 
 
 # ----------------------------------------------------------------------------- ours
-def run_ours(config: FinetuneConfig, out: Path) -> tuple[dict, Timing, ListSink]:
+def run_ours(config: FinetuneConfig, out: Path, *, pack: bool = True) -> tuple[dict, Timing, ListSink]:
     """(test metrics, training time, sink) of our engine. The training time is the training loop's
     wall time (FinetuneLoop.run, as transformers' Trainer.train) less its validation passes and
     checkpoint writes; model loading and the test split are outside it, as they are for Trainer."""
@@ -315,7 +321,7 @@ def run_ours(config: FinetuneConfig, out: Path) -> tuple[dict, Timing, ListSink]
         setattr(loop_class, name, timed(name))
     sink = ListSink()
     try:
-        result = engine.finetune(config, out_dir=out, sink=sink)
+        result = engine.finetune(config, out_dir=out, sink=sink, pack=pack)
     finally:
         for name, fn in originals.items():
             setattr(loop_class, name, fn)
@@ -506,6 +512,34 @@ def settings(args: argparse.Namespace, checkpoint: Path, dataset: Path, seed: in
                           num_threads=args.threads)
 
 
+def packing_comparison(checkpoint: Path, dataset: Path, root: Path, args: argparse.Namespace) -> None:
+    """--packing: our runs packed and padded, per seed and grouping (see the module docstring)."""
+    rows: dict[tuple[str, bool], list[tuple[float, float, float]]] = {}
+    primary = "?"
+    for seed in args.seeds:
+        base = settings(args, checkpoint, dataset, seed)
+        primary = METRICS[prepared(base)[0].metrics].primary
+        for grouping in args.ours_grouping:
+            for pack in (True, False):
+                config = base.replace(group_by_length=grouping == "on")
+                name = "packed" if pack else "padded"
+                metrics, seconds, sink = run_ours(config, root / f"ours-{seed}-{grouping}-{name}", pack=pack)
+                logged = [v for _, v in sink.split("train")]
+                logged = logged[1:] or logged  # the first interval holds the start-up
+                tps, fill = (statistics.mean(v[k] for v in logged) for k in ("tokens_per_s", "fill"))
+                rows.setdefault((grouping, pack), []).append((tps, fill, metrics[primary]))
+                print(f"  seed {seed}, group_by_length {grouping}, {name}: {tps:,.0f} real tokens/s, fill {fill:.3f}, "
+                      f"test {primary} {metrics[primary]:.4f}, training {seconds.wall:.1f} s wall "
+                      f"({seconds.cpu:.1f} s CPU)", flush=True)
+    print(f"\n{args.task}, {len(args.seeds)} seed(s), {args.steps} steps x {args.batch_size}, max_length "
+          f"{args.max_length}, {args.threads} thread(s), means over the seeds:")
+    for grouping in args.ours_grouping:
+        packed, padded = ([statistics.mean(col) for col in zip(*rows[(grouping, p)])] for p in (True, False))
+        print(f"  group_by_length {grouping}: packed {packed[0]:,.0f} real tokens/s, fill {packed[1]:.3f}, test "
+              f"{primary} {packed[2]:.4f}; padded {padded[0]:,.0f} real tokens/s, fill {padded[1]:.3f}, test "
+              f"{primary} {padded[2]:.4f}; packed / padded {packed[0] / padded[0]:.2f}x real tokens/s")
+
+
 # ----------------------------------------------------------------------------- main
 def speed(examples: int, t: Timing) -> str:
     return f"{examples / t.wall:.1f} examples/s ({t.wall:.1f} s wall, {t.cpu:.1f} s CPU)"
@@ -542,6 +576,8 @@ def main(argv: list[str] | None = None) -> int:
                         "one update)")
     parser.add_argument("--ours-grouping", nargs="+", default=["on"], choices=["on", "off"],
                         help="our group_by_length, one run each")
+    parser.add_argument("--packing", action="store_true",
+                        help="compare our runs packed and padded (real tokens/s, fill) instead of with transformers")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
@@ -555,6 +591,9 @@ def main(argv: list[str] | None = None) -> int:
             checkpoint = pretrain(where, args.pretrain_steps, args.threads, TASKS[args.task].family)
             print(f"pre-trained {TASKS[args.task].family} ({args.pretrain_steps} steps): {checkpoint}")
         dataset = make_dataset(root, args.task)
+        if args.packing:
+            packing_comparison(Path(checkpoint), dataset, root, args)
+            return 0
         if args.parity_steps:
             parity(Path(checkpoint), dataset, root, args)
         examples = args.steps * args.batch_size

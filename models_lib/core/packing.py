@@ -17,6 +17,10 @@ and the encoder keeps each example to itself:
              the N real tokens alone (N, H), and only attention lays them out in their rows
              (`Unpadded`): the padding that packing leaves at the rows' ends is not computed
              either (MosaicBERT's unpadding, with a block-diagonal mask for attention).
+  padded_index (N,) long, optional, with padded_width T: each real token's flat index (b * T + t)
+             in the padded (B, T) batch the examples came from, in the order of `tokens`. A head
+             with an output per token (tagging, QA spans) gives it back in that layout
+             (`to_padded`), so that its loss and its readers see the padded batch's positions.
 
 Every token-wise layer (embeddings, projections, feed-forward, norms, heads) computes the same
 values as in the padded batch, and attention sees the same keys, so losses and accuracies are
@@ -35,6 +39,8 @@ class Packed(NamedTuple):
     positions: torch.Tensor  # (R, L) long, position within the example
     starts: torch.Tensor     # (B,) long, flat index of each example's first token
     tokens: torch.Tensor | None = None  # (N,) long, flat indices of the real tokens (unpadded layers)
+    padded_index: torch.Tensor | None = None  # (N,) long, each real token's flat index in the padded (B, T)
+    padded_width: int = 0                     # T of that padded layout
 
     def visibility(self) -> torch.Tensor:
         """(R, 1, L, L) bool, True where a query may see a key (same segment)."""
@@ -44,6 +50,19 @@ class Packed(NamedTuple):
     def first_tokens(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden (R, L, H) -> (B, H): each example's first token, in the examples' order."""
         return hidden.flatten(0, 1).index_select(0, self.starts)
+
+    def real(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden (R, L, H) -> (N, H): the real tokens, in the order of `tokens`."""
+        return hidden.flatten(0, 1).index_select(0, self.tokens)
+
+    def to_padded(self, x: torch.Tensor, fill: float = 0.0) -> torch.Tensor:
+        """x (N, C), one row per real token in the order of `tokens` -> (B, T, C) in the padded
+        layout (padded_index, padded_width), `fill` on the padding."""
+        if self.padded_index is None or self.tokens is None:
+            raise ValueError("going back to the padded layout needs the packing's tokens and padded_index.")
+        B, T = self.starts.shape[0], self.padded_width
+        out = x.new_full((B * T, x.shape[-1]), fill)
+        return out.index_copy(0, self.padded_index, x).view(B, T, x.shape[-1])
 
 
 class Unpadded(NamedTuple):

@@ -11,6 +11,13 @@ spanbert, unilm). The backbone sits under the family's name, as in transformers,
 follows transformers' layout for that family (see SENTENCE_HEADS), so models_lib.hf moves the
 weights both ways with equal logits. The task and its sizes are a TaskConfig, which
 models_lib.checkpoint stores beside the encoder config in model_config.json.
+
+Every forward takes `packed` (models_lib.core.packing.Packed): the batch's examples laid end to
+end in fewer rows, only their real tokens computed. The sequence classifier then reads each
+example's first token (starts); the token classifier and the span head run on the N real tokens
+and give their outputs back in the padded (B, T) layout (Packed.to_padded), so that labels,
+losses and predictions are those of the padded batch. hidden_states, when asked for, stay in
+the packed rows.
 """
 from __future__ import annotations
 
@@ -24,6 +31,7 @@ from torch import nn
 from models_lib.core import adapters
 from models_lib.core.config import FAMILY_LABELS, EncoderConfig, positive_int, refuse_unknown_fields
 from models_lib.core.encoder import TransformerEncoder
+from models_lib.core.packing import Packed
 from models_lib.families.electra import ElectraForPreTraining
 from models_lib.families.pretraining import EncoderWithHeads
 from models_lib.heads.tasks import (
@@ -216,11 +224,16 @@ class EncoderForSequenceClassification(EncoderForDownstream):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None, *,
                 label_smoothing: float = 0.0, class_weights: torch.Tensor | None = None,
-                output_hidden_states: bool = False) -> ClassifierOutput:
+                output_hidden_states: bool = False, packed: Packed | None = None) -> ClassifierOutput:
         """labels: (B,) class ids; (B, C) 0/1 for multi-label; (B,) or (B, C) floats for
-        regression. label_smoothing and class_weights (C,) shape the loss (heads.tasks)."""
-        hidden, pooled, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states)
-        logits = self.head(pooled if self.reads_pooler(self.config.family) else hidden[:, 0])  # (B, C)
+        regression. label_smoothing and class_weights (C,) shape the loss (heads.tasks).
+        packed: the examples packed in rows; the head reads each one's first token."""
+        hidden, pooled, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states,
+                                                   packed=packed)
+        if self.reads_pooler(self.config.family):
+            logits = self.head(pooled)  # (B, C)
+        else:
+            logits = self.head(hidden[:, 0] if packed is None else packed.first_tokens(hidden))  # (B, C)
         loss = None
         if labels is not None:
             loss = sequence_classification_loss(logits, labels, self.task_config.problem_type,
@@ -244,10 +257,16 @@ class EncoderForTokenClassification(EncoderForDownstream):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, labels: torch.Tensor | None = None, *,
                 label_smoothing: float = 0.0, class_weights: torch.Tensor | None = None,
-                output_hidden_states: bool = False) -> ClassifierOutput:
-        """labels (B, T): class ids, -100 where a token is not labelled (padding, [CLS], pieces)."""
-        hidden, _, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states)
-        logits = self.head(hidden)  # (B, T, C)
+                output_hidden_states: bool = False, packed: Packed | None = None) -> ClassifierOutput:
+        """labels (B, T): class ids, -100 where a token is not labelled (padding, [CLS], pieces).
+        packed: the examples packed in rows; labels and logits stay in the padded (B, T) layout
+        (the logits 0 on its padding)."""
+        hidden, _, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states,
+                                              packed=packed)
+        if packed is None:
+            logits = self.head(hidden)  # (B, T, C)
+        else:
+            logits = packed.to_padded(self.head(packed.real(hidden)))  # (N, C) -> (B, T, C)
         loss = None
         if labels is not None:
             loss = token_classification_loss(logits, labels, label_smoothing=label_smoothing,
@@ -270,13 +289,28 @@ class EncoderForQuestionAnswering(EncoderForDownstream):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, start_positions: torch.Tensor | None = None,
                 end_positions: torch.Tensor | None = None, *, label_smoothing: float = 0.0,
-                output_hidden_states: bool = False) -> SpanOutput:
+                output_hidden_states: bool = False, packed: Packed | None = None) -> SpanOutput:
         """start_positions, end_positions (B,): token indices of the answer; positions past the
-        input are ignored in the loss (see heads.tasks.span_loss)."""
+        input are ignored in the loss (see heads.tasks.span_loss).
+
+        packed: the examples packed in rows; the logits come back in the padded (B, T) layout,
+        the lowest float on its padding, so that each row's softmax spans its own tokens. (The
+        padded batch's loss also spans its padding, as transformers' does: that part a packed
+        batch does not compute, and the two losses differ by it; the logits of the real tokens,
+        and so every prediction, are the same.) No label smoothing then: it would spread over
+        the padding."""
         if (start_positions is None) != (end_positions is None):
             raise ValueError("Give both start_positions and end_positions, or neither.")
-        hidden, _, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states)
-        start_logits, end_logits = self.head(hidden)  # (B, T) each
+        if packed is not None and label_smoothing and start_positions is not None:
+            raise ValueError("A packed batch's span loss takes no label smoothing; pass the batch padded.")
+        hidden, _, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states,
+                                              packed=packed)
+        if packed is None:
+            start_logits, end_logits = self.head(hidden)  # (B, T) each
+        else:
+            real = torch.stack(self.head(packed.real(hidden)), dim=-1)  # (N, 2)
+            both = packed.to_padded(real, fill=torch.finfo(real.dtype).min)  # (B, T, 2)
+            start_logits, end_logits = both[..., 0].contiguous(), both[..., 1].contiguous()
         loss = None
         if start_positions is not None:
             loss = span_loss(start_logits, end_logits, start_positions, end_positions, label_smoothing=label_smoothing)

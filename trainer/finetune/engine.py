@@ -170,13 +170,31 @@ def batch_order(config: FinetuneConfig, collator: Any, resume_from: Path | None)
     return GROUPED if saved.get("group_by_length") is True and grouped_then else SHUFFLED
 
 
+def packing(task: Any, model: Any, collator: Any) -> Any:
+    """The collator whose batches the model computes: packed (tasks.PackingTaskCollator) when the
+    task's step takes packed batches (Task.packs) and the model is an encoder family's task head
+    (models_lib.families.downstream), so that only real tokens are computed, in training and in
+    scoring alike; else `collator` itself (GPT, T5, ELMo and the other generative tasks stay
+    padded). Packing happens inside one batch: the data order, exact resume and each rank's
+    share do not change. Every fine-tuning technique works on packed batches (LoRA, adapters,
+    freezing, layer-wise lr, class weights and early stopping act on weights, token-wise layers
+    or the loss); multi-task mixing trains T5, which stays padded."""
+    from models_lib.families.downstream import DOWNSTREAM_CLASSES
+    from trainer.finetune.tasks import PackingTaskCollator, encodes_ahead
+
+    if getattr(task, "packs", False) and isinstance(model, DOWNSTREAM_CLASSES) and encodes_ahead(collator):
+        return PackingTaskCollator(collator, int(collator.pad_id))
+    return collator
+
+
 def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
-             should_stop: Callable[[], bool] = lambda: False, resume: bool = False) -> TrainResult:
+             should_stop: Callable[[], bool] = lambda: False, resume: bool = False, pack: bool = True) -> TrainResult:
     """Train per `config`, writing checkpoints to out_dir/checkpoints/; calls sink.close().
 
     resume: continue from the newest checkpoint in out_dir (weights, optimizer, schedule, RNG,
     the place in the training data, and early stopping's best so far from best.json); without it
-    an out_dir that already holds checkpoints is refused."""
+    an out_dir that already holds checkpoints is refused. pack=False keeps every batch padded
+    where it would be packed (see `packing`; benchmarks and tests compare the two)."""
     from models_lib.checkpoint import load_model
     from trainer.prep.labelled import iter_examples, read_meta
     from trainer.prep.tokenization import load_tokenizer
@@ -225,6 +243,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
         adapters.apply(model, config, sink)  # before the optimizer: only adapters, norms and the head train
         lora_names = lora.apply(model, config, sink)  # before the optimizer: it freezes what LoRA replaces
         model = model.to(device).train()
+        batches = packing(task, model, collator) if pack else collator  # what the model computes
         forward = task.step(config, model, device, task=task, labels=labels)
         forward.sink = sink
         weights = techniques.class_weights_for(config, task, meta, labels)
@@ -247,13 +266,13 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
                 began = "grouped by length" if order == GROUPED else "in a plain shuffle (not grouped by length)"
                 sink.log(f"This run started with its training examples {began}, so it goes on in that order: its "
                          f"place in the data counts in it.")
-            stream = ExampleStream(train_examples, collator, batch_size=config.batch_size,
+            stream = ExampleStream(train_examples, batches, batch_size=config.batch_size,
                                    seed=config.seed, position=state.position, group_by_length=order == GROUPED)
             config = config.replace(batch_order=GROUPED if stream.grouped else SHUFFLED)  # what checkpoints record
             grouping = stream.describe_grouping()
             if grouping:
                 sink.log(grouping)
-        valid = _batches(_split(mix, dataset, "validation"), collator, config.batch_size)
+        valid = _batches(_split(mix, dataset, "validation"), batches, config.batch_size)
         loop = techniques.FinetuneLoop(config, tuning=tuning, metrics=task.scores(), model=model,
                                        forward=forward, stream=stream, valid=valid, state=state, sink=sink,
                                        data_dir=checkpoint, out_dir=out_dir, device=device, precision=precision,
@@ -262,7 +281,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             _restore_best(loop, out_dir)
         result = loop.run(should_stop)
         test_examples = _split(mix, dataset, "test")
-        test = _batches(test_examples, collator, config.batch_size)
+        test = _batches(test_examples, batches, config.batch_size)
         if test and result.status == "succeeded":
             loop.restore_best()  # early stopping: the best weights, not the last
             values = loop.evaluate(test)

@@ -64,11 +64,12 @@ def trained_labels(model: Any, config: FinetuneConfig, meta: dict) -> list[str]:
 
 def evaluate_checkpoint(checkpoint: str | Path, dataset: str | Path, *, split: str = "test",
                         out_dir: str | Path | None = None, batch_size: int | None = None,
-                        device: str = "auto") -> Evaluation:
-    """Score `split` of the labelled dataset folder `dataset` with the fine-tuned `checkpoint`."""
+                        device: str = "auto", pack: bool = True) -> Evaluation:
+    """Score `split` of the labelled dataset folder `dataset` with the fine-tuned `checkpoint`;
+    its batches packed as a fine-tuning run packs them (engine.packing) unless pack=False."""
     from models_lib.checkpoint import load_model
     from trainer.finetune import report
-    from trainer.finetune.engine import _batches
+    from trainer.finetune.engine import _batches, packing
     from trainer.prep.labelled import iter_examples, read_meta
     from trainer.prep.tokenization import load_tokenizer
     from trainer.training.engine import score, setup_runtime
@@ -96,7 +97,8 @@ def evaluate_checkpoint(checkpoint: str | Path, dataset: str | Path, *, split: s
     forward = task.step(config, model, device, task=task, labels=labels)
     forward.sink = NullSink()
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if precision == "bf16" else contextlib.nullcontext()
-    values = score(model, forward, _batches(examples, collator, config.batch_size), device=device,
+    batches = _batches(examples, packing(task, model, collator) if pack else collator, config.batch_size)
+    values = score(model, forward, batches, device=device,
                    autocast=autocast)
     if out_dir is not None:
         out = Path(out_dir)

@@ -35,7 +35,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, ClassVar, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -43,8 +43,8 @@ import torch
 from trainer.errors import ConfigError
 from trainer.finetune import metrics as metric_fns
 from trainer.finetune.settings import Setting
-from trainer.finetune.tasks import EncodesAhead, Task, TaskStep
-from trainer.objectives.base import Batch, StepOutput
+from trainer.finetune.tasks import EncodesAhead, Task, TaskBatch, TaskStep, model_inputs
+from trainer.objectives.base import StepOutput
 
 CLS_POSITION = 0  # where the post-processor puts [CLS] (RoBERTa's <s>): the "no answer" label
 
@@ -73,8 +73,13 @@ class Window:
 
 
 @dataclass
-class QABatch(Batch):
-    """The windows of a few examples (every window of each of them, in order)."""
+class QABatch(TaskBatch):
+    """The windows of a few examples (every window of each of them, in order). Packed, each
+    window is one of the packing's examples (TaskBatch), and the answer positions stay those of
+    the padded rows: the model gives its logits back in that layout."""
+
+    PACKING_KEEPS: ClassVar[tuple[str, ...]] = ("start_positions", "end_positions", "row_example", "offsets",
+                                                "contexts", "answers")
 
     token_type_ids: torch.Tensor
     start_positions: torch.Tensor   # (R,) R rows: the windows
@@ -85,9 +90,9 @@ class QABatch(Batch):
     answers: list[list[str]]        # per example: its gold answer texts ([] = unanswerable)
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
-        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask,
-                "token_type_ids": self.token_type_ids, "start_positions": self.start_positions,
-                "end_positions": self.end_positions}
+        return self.with_packed({"input_ids": self.input_ids, "attention_mask": self.attention_mask,
+                                 "token_type_ids": self.token_type_ids, "start_positions": self.start_positions,
+                                 "end_positions": self.end_positions})
 
     @property
     def size(self) -> int:
@@ -96,7 +101,8 @@ class QABatch(Batch):
 
     @property
     def rows(self) -> int:
-        return int(self.input_ids.shape[0])
+        """Windows (rows of the padded batch; a packed batch has fewer rows)."""
+        return int(self.start_positions.shape[0])
 
 
 class QACollator(EncodesAhead):
@@ -302,7 +308,7 @@ class QAStep(TaskStep):
         self.version_2 = has_unanswerable(getattr(config, "dataset", ""))
 
     def __call__(self, batch: QABatch, *, train: bool) -> StepOutput:
-        out = self.model(**batch.model_inputs())
+        out = self.model(**model_inputs(self.model, batch))
         if not train:
             self.gather(torch.stack((out.start_logits, out.end_logits), dim=-1).detach(), batch)
         return StepOutput(out.loss, {"task_loss": out.loss.detach().float()}, {"task_loss": float(batch.rows)})
@@ -355,6 +361,11 @@ class QATask(Task):
         return False
 
 
+# QA does not pack (packs=False), though its batches, collator and model can: a padded batch's span
+# loss spans each window's padding too (as transformers' does, which bench/finetune.py's parity
+# checks step for step), and a packed batch computes no padding, so its loss leaves those terms out
+# (EncoderForQuestionAnswering). Predictions and scores are the same either way; packs=True trades
+# the loss's padding terms (and parity with transformers' loss) for computing real tokens only.
 EXTRACTIVE_QA = QATask("extractive_qa", "Extractive question answering (SQuAD v1.1/v2.0: an answer span of the "
                        "context, or none)", "question_answering", None, QACollator, QAStep, "extractive_qa",
                        explorer_action="answer", settings=(

@@ -9,33 +9,72 @@ from trainer.finetune.metrics, through Step.finish_validation).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import torch
 
+from models_lib.core.packing import Packed
 from trainer.errors import ConfigError
 from trainer.finetune import metrics as metric_fns
 from trainer.objectives.base import Batch, Step, StepOutput
+from trainer.objectives.packing import PackingCollator, pack_rows
 
 IGNORE_INDEX = -100
 
 
 # ---------------------------------------------------------------------------- batches
+@dataclass(kw_only=True)
+class TaskBatch(Batch):
+    """A batch of an encoder's task head, which may come packed (trainer.objectives.packing):
+    its B examples end to end in R <= B rows, input_ids, attention_mask and token_type_ids
+    (R, L), and the fields below set (models_lib.core.packing.Packed). Everything else stays as
+    the padded batch had it (`PACKING_KEEPS`): one label per example, per-token labels in the
+    padded (B, T) layout, where the model gives its per-token outputs back (padded_index), so
+    that losses, metrics and predictions read the padded batch's positions. Its fields are
+    keyword-only, after those of the batch classes below."""
+
+    PACKING_KEEPS: ClassVar[tuple[str, ...]] = ("labels", "words")
+
+    segments: torch.Tensor | None = None      # (R, L) long: 0 = padding, k = the k-th example of its row
+    positions: torch.Tensor | None = None     # (R, L) long: position within the example
+    starts: torch.Tensor | None = None        # (B,) long: flat index of each example's first token
+    real_tokens: torch.Tensor | None = None   # (N,) long: flat indices of the real tokens in the rows
+    padded_index: torch.Tensor | None = None  # (N,) long: each real token's flat index in the padded (B, T)
+    padded_width: int = 0                     # T of the padded layout
+
+    @property
+    def packed(self) -> Packed | None:
+        """The packing the model takes (`packed=`), or None for a padded batch."""
+        if self.segments is None:
+            return None
+        return Packed(self.segments, self.positions, self.starts, self.real_tokens, self.padded_index,
+                      self.padded_width)
+
+    @property
+    def size(self) -> int:
+        """Examples (rows of the padded batch): a packed batch has fewer rows."""
+        return int(self.starts.shape[0]) if self.starts is not None else int(self.input_ids.shape[0])
+
+    def with_packed(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """`inputs` plus `packed` for a packed batch."""
+        return inputs if self.segments is None else {**inputs, "packed": self.packed}
+
+
 @dataclass
-class SequenceBatch(Batch):
+class SequenceBatch(TaskBatch):
     """One sentence or a pair per row, and one target per row."""
 
     token_type_ids: torch.Tensor   # (B, T) 0 = first text, 1 = second
     labels: torch.Tensor           # (B,) class ids; (B,) floats for regression; (B, C) 0/1 for multi-label
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
-        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask,
-                "token_type_ids": self.token_type_ids, "labels": self.labels}
+        return self.with_packed({"input_ids": self.input_ids, "attention_mask": self.attention_mask,
+                                 "token_type_ids": self.token_type_ids, "labels": self.labels})
 
 
 @dataclass
-class TokenBatch(Batch):
+class TokenBatch(TaskBatch):
     """Pre-split words per row; the first sub-token of each word carries its tag."""
 
     token_type_ids: torch.Tensor
@@ -43,8 +82,8 @@ class TokenBatch(Batch):
     words: list[int] | None = None  # words per row (what the tags are scored over)
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
-        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask,
-                "token_type_ids": self.token_type_ids, "labels": self.labels}
+        return self.with_packed({"input_ids": self.input_ids, "attention_mask": self.attention_mask,
+                                 "token_type_ids": self.token_type_ids, "labels": self.labels})
 
 
 # ---------------------------------------------------------------------------- collators
@@ -144,6 +183,30 @@ def encodes_ahead(collator: Any) -> bool:
     return isinstance(collator, EncodesAhead) and type(collator).__call__ is EncodesAhead.__call__
 
 
+class PackingTaskCollator(EncodesAhead, PackingCollator):
+    """A task collator (SequenceCollator, TokenCollator, QACollator) whose batches come packed
+    (pack_rows; TaskBatch says what stays as it was). Each batch's rows are as wide as its longest
+    example, so attention never spans more than in the padded batch, and a batch is packed
+    whenever some position is padding: even where no row is saved, the token-wise layers then
+    compute the real tokens only. It encodes ahead as the wrapped collator does (EncodesAhead),
+    and every other attribute is the wrapped collator's."""
+
+    def encode(self, examples: Sequence[dict]) -> list[Any]:
+        return self.inner.encode(examples)
+
+    def collate(self, examples: Sequence[dict], encoded: Sequence[Any]) -> Any:
+        batch = self.inner.collate(examples, encoded)
+        return pack_rows(batch, seq_len=int(batch.input_ids.shape[1]), pad_id=self.pad_id, unpad=True)
+
+
+def model_inputs(model: Any, batch: Any) -> dict[str, Any]:
+    """The batch's model inputs, without token types for a model that has none (DistilBERT)."""
+    inputs = batch.model_inputs()
+    if not getattr(getattr(model, "config", None), "type_vocab_size", 2):
+        inputs["token_type_ids"] = None
+    return inputs
+
+
 class SequenceCollator(_Collator):
     def __init__(self, tokenizer: Any, labels: Sequence[str], max_length: int, problem: str):
         super().__init__(tokenizer, labels, max_length)
@@ -214,7 +277,7 @@ class TaskStep(Step):
 
     def __call__(self, batch: Any, *, train: bool) -> StepOutput:
         weighted = {} if self.class_weights is None else {"class_weights": self.class_weights}
-        out = self.model(**batch.model_inputs(), label_smoothing=self.config.label_smoothing
+        out = self.model(**model_inputs(self.model, batch), label_smoothing=self.config.label_smoothing
                          if self.task.smoothing else 0.0, **weighted)
         if not train:
             self.gather(out.logits.detach(), batch)
@@ -301,6 +364,8 @@ class Task:
     scoring: Any = None           # its own trainer.finetune.metrics.TaskMetrics; None: METRICS[metrics]
     charts: tuple = ()            # its own trainer.charts.ChartSpec rows, beside FINETUNE_CHARTS
     dataset: Any = None           # its own trainer.prep.labelled.TaskSpec; None: TASKS[name]
+    packs: bool = False           # its collator's batches are TaskBatches and its step passes them packed
+                                  # (trainer.finetune.engine.packing): an encoder's head computes real tokens only
 
     def scores(self, dataset: Any = "") -> Any:
         """The TaskMetrics it is scored, charted and ranked with on the stored dataset `dataset`
@@ -340,12 +405,13 @@ class Task:
 
 CLASSIFICATION = Task("classification", "Sequence classification (one sentence or a pair)", "sequence_classification",
                       "single_label_classification", SequenceCollator, SequenceStep, "classification", smoothing=True,
-                      explorer_action="classify", balances_classes=True)
+                      explorer_action="classify", balances_classes=True, packs=True)
 REGRESSION = Task("regression", "Regression (one score per sentence or pair, MSE)", "sequence_classification",
-                  "regression", SequenceCollator, SequenceStep, "regression", explorer_action="classify")
+                  "regression", SequenceCollator, SequenceStep, "regression", explorer_action="classify", packs=True)
 MULTILABEL = Task("multilabel", "Multi-label classification (a sigmoid per label)", "sequence_classification",
                   "multi_label_classification", SequenceCollator, SequenceStep, "multilabel_classification",
-                  explorer_action="classify")
+                  explorer_action="classify", packs=True)
 TOKEN_CLASSIFICATION = Task("token_classification", "Token classification (BIO tags; the first sub-token of "
                             "each word carries its tag)", "token_classification", None, TokenCollator, TokenStep,
-                            "token_classification", smoothing=True, explorer_action="tag", balances_classes=True)
+                            "token_classification", smoothing=True, explorer_action="tag", balances_classes=True,
+                            packs=True)

@@ -13,6 +13,11 @@ position and exact resume are untouched: packing happens inside one batch.
 
 `PackingCollator` wraps an objective's collator and packs each batch it makes; the objectives
 whose steps take packed batches say so (`Objective.packs`).
+
+Fine-tuning batches (trainer.finetune.tasks.TaskBatch) pack the same way. Their class names the
+fields that stay as they are (`PACKING_KEEPS`: one label per example, or per-token labels that
+stay in the padded layout), and they carry `padded_index` and `padded_width`: where each real
+token was in the padded (B, T) batch, so that a head's per-token outputs go back there.
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ ROW_MULTIPLE = 8  # packed rows are cut to a multiple of this many columns (at m
 TOKEN_FIELDS = {"input_ids": None, "attention_mask": 0, "token_type_ids": 0, "mlm_labels": IGNORE_INDEX,
                 "span_ids": -1}
 EXAMPLE_FIELDS = ("nsp_labels", "sop_labels", "lm_mode", "sbo_labels")  # one value per example (or per SBO row)
-PACKING_FIELDS = ("segments", "positions", "starts", "real_tokens")
+PACKING_FIELDS = ("segments", "positions", "starts", "real_tokens", "padded_index", "padded_width")
 
 
 def first_fit(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
@@ -53,19 +58,20 @@ def first_fit(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarra
     return rows, offsets
 
 
-def pack_rows(batch: Batch, *, seq_len: int, pad_id: int) -> Batch:
+def pack_rows(batch: Batch, *, seq_len: int, pad_id: int, unpad: bool = False) -> Batch:
     """The batch's examples in as few rows of at most seq_len tokens as first fit finds, with
     segments, positions and starts set (see the module docstring); the batch itself when
-    packing would save no row. Each example's real tokens must come first in its row (padding
-    at the end), as the collators lay them out."""
+    packing would save no row (with `unpad`: only when nothing is padding, since the packed
+    form also keeps the token-wise layers off the padding). Each example's real tokens must come
+    first in its row (padding at the end), as the collators lay them out."""
     mask = batch.attention_mask.numpy()
     B, T = mask.shape
     lengths = mask.sum(axis=1).astype(np.int64)
-    if B < 2 or int(lengths.max()) > seq_len:
+    if B < 1 or int(lengths.max()) > seq_len or (B < 2 and not unpad):
         return batch
     rows, offsets = first_fit(lengths, seq_len)
     R = int(rows.max()) + 1
-    if R == B:
+    if R == B and not (unpad and int(lengths.sum()) < B * T):
         return batch
     used = int((offsets + lengths).max())
     L = min(seq_len, -(-used // ROW_MULTIPLE) * ROW_MULTIPLE)
@@ -83,6 +89,7 @@ def pack_rows(batch: Batch, *, seq_len: int, pad_id: int) -> Batch:
         rank[here[np.argsort(offsets[here])]] = np.arange(1, len(here) + 1)
     segments[dst] = rank[ex]
 
+    keeps = (*EXAMPLE_FIELDS, *getattr(type(batch), "PACKING_KEEPS", ()))
     fields: dict[str, Any] = {}
     for f in dataclasses.fields(batch):
         value = getattr(batch, f.name)
@@ -93,7 +100,7 @@ def pack_rows(batch: Batch, *, seq_len: int, pad_id: int) -> Batch:
             out = np.full(R * L, fill, dtype=value.numpy().dtype)
             out[dst] = value.numpy().reshape(-1)[src]
             fields[f.name] = torch.from_numpy(out.reshape(R, L))
-        elif f.name in EXAMPLE_FIELDS:
+        elif f.name in keeps:
             fields[f.name] = value
         elif f.name == "sbo_pairs":  # (N, 5): row, left, right, target, relative -> packed places
             pairs = value.numpy().copy()
@@ -108,6 +115,8 @@ def pack_rows(batch: Batch, *, seq_len: int, pad_id: int) -> Batch:
             raise ValueError(f"pack_rows does not know how to pack the field {f.name!r} of {type(batch).__name__}")
     positions = np.zeros(R * L, dtype=np.int64)
     positions[dst] = j
+    if "padded_index" in {f.name for f in dataclasses.fields(batch)}:  # the way back to (B, T), in real_tokens' order
+        fields.update(padded_index=torch.from_numpy(src[np.argsort(dst)]), padded_width=T)
     return dataclasses.replace(batch, **fields, segments=torch.from_numpy(segments.reshape(R, L)),
                                positions=torch.from_numpy(positions.reshape(R, L)),
                                starts=torch.from_numpy(rows * L + offsets),
