@@ -34,7 +34,7 @@ class AlbertForPreTraining(EncoderForPreTraining):
             raise ValueError("sop_labels were given but this model has no SOP head (use_pooler=False).")
         hidden, pooled, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states,
                                                    packed=packed)
-        out = self.masked_lm(hidden, mlm_labels, hidden_states=states)
+        out = self.masked_lm(hidden, mlm_labels, hidden_states=states, packed=packed)
         if self.sop_head is not None:
             out.sop_logits = self.sop_head(pooled)  # (B, 2)
             if sop_labels is not None:

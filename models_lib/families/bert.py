@@ -47,7 +47,7 @@ class BertForPreTraining(EncoderForPreTraining):
             raise ValueError("nsp_labels were given but this model has no NSP head (use_pooler=False).")
         hidden, pooled, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states,
                                                    packed=packed)
-        out = self.masked_lm(hidden, mlm_labels, hidden_states=states)
+        out = self.masked_lm(hidden, mlm_labels, hidden_states=states, packed=packed)
         if self.nsp_head is not None:
             out.nsp_logits = self.nsp_head(pooled)  # (B, 2)
             if nsp_labels is not None:

@@ -138,20 +138,25 @@ class EncoderForPreTraining(EncoderWithHeads):
         -100 where nothing is predicted; packed: several examples per row (models_lib.core.packing)."""
         hidden, _, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states,
                                               packed=packed)
-        return self.masked_lm(hidden, mlm_labels, hidden_states=states)
+        return self.masked_lm(hidden, mlm_labels, hidden_states=states, packed=packed)
 
     def masked_lm(self, hidden: torch.Tensor, mlm_labels: torch.Tensor | None,
-                  hidden_states: tuple[torch.Tensor, ...] | None = None) -> PreTrainingOutput:
-        """The MLM part of the output: logits, targets and loss from the final hidden states."""
+                  hidden_states: tuple[torch.Tensor, ...] | None = None,
+                  packed: Packed | None = None) -> PreTrainingOutput:
+        """The MLM part of the output: logits, targets and loss from the final hidden states (a
+        packed batch's labelled positions read from packed.predicted when it has them)."""
         if mlm_labels is None:
             logits = self.mlm_head(hidden, self.word_embeddings)  # (B, T, V)
             return PreTrainingOutput(None, None, None, logits, None, None, hidden_states=hidden_states)
         # Project to the vocabulary only where a label exists (~15% of positions): the (.., V)
         # matmul and softmax dominate a small model's cost, so this is the big saving.
-        selected = mlm_labels != IGNORE_INDEX  # (B, T)
-        targets = mlm_labels[selected]  # (N,)
+        if packed is not None and packed.predicted is not None:
+            rows, targets = packed.predicted_rows(hidden, mlm_labels)  # (N, H), (N,)
+        else:
+            selected = mlm_labels != IGNORE_INDEX  # (B, T)
+            rows, targets = hidden[selected], mlm_labels[selected]
         # The loss reads the padded scores (padding at -inf, models_lib.core.vocab), the output the (N, V) logits.
-        scores, logits = self.mlm_head.loss_logits(hidden[selected], self.word_embeddings)
+        scores, logits = self.mlm_head.loss_logits(rows, self.word_embeddings)
         loss = token_loss(scores, targets)
         return PreTrainingOutput(loss, loss, None, logits, targets, None, hidden_states=hidden_states)
 

@@ -32,7 +32,7 @@ class SpanBertForPreTraining(EncoderForPreTraining):
         and columns of the packed batch."""
         hidden, _, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states,
                                               packed=packed)
-        out = self.masked_lm(hidden, mlm_labels, hidden_states=states)
+        out = self.masked_lm(hidden, mlm_labels, hidden_states=states, packed=packed)
         if sbo_pairs is not None:
             if sbo_pairs.dim() != 2 or sbo_pairs.shape[1] != 5:
                 raise ValueError(f"sbo_pairs must be (N, 5): batch, left, right, target, relative position; "

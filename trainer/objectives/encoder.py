@@ -53,13 +53,14 @@ class MaskedBatch(Batch):
     starts: torch.Tensor | None = None     # (B,) long: flat index of each example's first token
     real_tokens: torch.Tensor | None = None  # (N,) long: flat indices of the real tokens (the encoder's
                                              # token-wise layers compute these alone)
+    predicted: torch.Tensor | None = None    # (M,) long: flat indices of the positions with an MLM label
 
     @property
     def packed(self) -> Packed | None:
         """The packing the model takes (`packed=`), or None for a padded batch."""
         if self.segments is None:
             return None
-        return Packed(self.segments, self.positions, self.starts, self.real_tokens)
+        return Packed(self.segments, self.positions, self.starts, self.real_tokens, predicted=self.predicted)
 
     @property
     def size(self) -> int:
@@ -75,14 +76,15 @@ class MaskedBatch(Batch):
         out: dict[str, tuple[int, ...]] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, torch.Tensor) or f.name in ("starts", "real_tokens"):
+            if not isinstance(value, torch.Tensor) or f.name in ("starts", "real_tokens", "predicted"):
                 continue
             if value.shape[:2] == self.input_ids.shape:  # per token (B, T), or per token pair (B, T, T: UniLM's)
                 out[f.name] = dims + ((2,) if value.dim() == 3 else ())
             elif f.name in ("sbo_pairs", "sbo_labels"):  # one row per masked span token
                 out[f.name] = (0,)
-        if self.real_tokens is not None:
-            out["real_tokens"] = (0,)
+        for name in ("real_tokens", "predicted"):
+            if getattr(self, name) is not None:
+                out[name] = (0,)
         return out
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
