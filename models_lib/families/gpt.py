@@ -168,12 +168,22 @@ class GPTEmbeddings(nn.Module):
         self.position = nn.Embedding(config.max_position_embeddings, config.hidden_size)
         self.dropout = nn.Dropout(config.embedding_dropout)
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        """position_ids: (T,) or (B, T)."""
-        if position_ids.numel() and int(position_ids.max()) >= self.max_positions:
-            raise ValueError(f"the sequence reaches position {int(position_ids.max()) + 1}, but this model "
-                             f"reads at most {self.max_positions} tokens.")
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, *, below: int | None = None) -> torch.Tensor:
+        """position_ids: (T,) or (B, T); below: see check_positions."""
+        check_positions(position_ids, self.max_positions, below)
         return self.dropout(self.word(input_ids) + self.position(position_ids))  # (B, T, H)
+
+
+def check_positions(position_ids: torch.Tensor, max_positions: int, below: int | None = None) -> None:
+    """A sentence, not an index error, for positions past the model's table. `below`: a bound the
+    caller knows the positions keep under (the length it numbered them from), checked on the host
+    instead of reading their maximum back from the device (a sync in every step)."""
+    if below is not None:
+        if below > max_positions:
+            raise ValueError(f"the sequence has {below} tokens, but this model reads at most {max_positions}.")
+    elif position_ids.numel() and int(position_ids.max()) >= max_positions:
+        raise ValueError(f"the sequence reaches position {int(position_ids.max()) + 1}, but this model "
+                         f"reads at most {max_positions} tokens.")
 
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -245,6 +255,7 @@ class GPTLMHeadModel(nn.Module):
         if input_ids.dim() != 2:
             raise ValueError(f"input_ids must be a (batch, length) tensor, got shape {tuple(input_ids.shape)}.")
         T = input_ids.shape[1]
+        numbered_here = position_ids is None  # then every position is below T
         if attention_mask is not None and attention_mask.dim() == 2:
             if attention_mask.shape != input_ids.shape:
                 raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, but input_ids has "
@@ -261,7 +272,7 @@ class GPTLMHeadModel(nn.Module):
             # that its (unused) row is well defined and attention maps stay causal.
             real = attention_mask.bool()
             mask = mask | (torch.eye(T, dtype=torch.bool, device=real.device) & ~real[:, None, :, None])  # (B,1,T,T)
-        x = self.embeddings(input_ids, position_ids)  # (B, T, H)
+        x = self.embeddings(input_ids, position_ids, below=T if numbered_here else None)  # (B, T, H)
         return self.encoder(x, mask, output_hidden_states, causal=True)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,

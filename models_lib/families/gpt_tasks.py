@@ -33,7 +33,7 @@ from torch import nn
 
 from models_lib.core import adapters, vocab
 from models_lib.families.downstream import ClassifierOutput, TaskConfig
-from models_lib.families.gpt import GPTConfig, GPTEmbeddings, GPTLMHeadModel
+from models_lib.families.gpt import GPTConfig, GPTEmbeddings, GPTLMHeadModel, check_positions
 from models_lib.heads.tasks import (
     IGNORE_INDEX, MULTIPLE_CHOICE, SEQUENCE_CLASSIFICATION, classification_predictions,
     sequence_classification_loss,
@@ -50,10 +50,8 @@ class GPTTaskEmbeddings(GPTEmbeddings):
         self.vocab_size = config.vocab_size
         self.special = nn.Embedding(len(SPECIAL_TOKENS), config.hidden_size)
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        if position_ids.numel() and int(position_ids.max()) >= self.max_positions:
-            raise ValueError(f"the sequence reaches position {int(position_ids.max()) + 1}, but this model "
-                             f"reads at most {self.max_positions} tokens.")
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, *, below: int | None = None) -> torch.Tensor:
+        check_positions(position_ids, self.max_positions, below)
         new = input_ids >= self.vocab_size
         words = self.word(input_ids.masked_fill(new, 0))
         special = self.special((input_ids - self.vocab_size).clamp(0, len(SPECIAL_TOKENS) - 1))

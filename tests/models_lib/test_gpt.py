@@ -274,3 +274,14 @@ def test_a_tiny_model_overfits_one_batch():
         if loss.item() < first / 2:
             break
     assert loss.item() < first / 2, f"loss went from {first:.3f} to {loss.item():.3f} in 60 steps"
+
+
+def test_positions_past_the_table_are_a_sentence_whether_numbered_here_or_given():
+    """Numbered by the model (checked on the host against the length) or given by the caller
+    (checked on the device), a position past max_position_embeddings is a ValueError that says so."""
+    model = GPTLMHeadModel(GPTConfig.from_preset("gpt-tiny", vocab_size=100, max_position_embeddings=8)).eval()
+    with pytest.raises(ValueError, match="has 9 tokens, but this model reads at most 8"):
+        model(torch.ones(1, 9, dtype=torch.long))
+    with pytest.raises(ValueError, match="reaches position 9, but this model reads at most 8"):
+        model(torch.ones(1, 4, dtype=torch.long), position_ids=torch.arange(5, 9)[None])
+    assert model(torch.ones(1, 8, dtype=torch.long)).logits.shape == (1, 8, 100)

@@ -114,3 +114,29 @@ def test_lm_collators_refuse_masking_units_and_tiny_lengths():
         build_collator(["bilm"], special=SPECIAL, seq_len=32, masking_unit="span")
     with pytest.raises(ConfigError, match="at least 2"):
         CausalLMCollator(special=SPECIAL, seq_len=1)
+
+
+def test_a_batch_of_full_rows_says_so_and_its_step_gives_the_model_no_mask_to_read():
+    """A CLM batch whose rows are all real says so (`full`, known when collated); its step then
+    gives GPT no padding mask, and the whole forward and loss compile as one graph: no host sync
+    on the mask or on the positions (dynamo breaks the graph at each one)."""
+    import torch._dynamo
+
+    from models_lib.families.gpt import GPTConfig, GPTLMHeadModel
+    from trainer.objectives.examples import Example
+    from trainer.objectives.lm import CausalLMStep
+
+    collator = CausalLMCollator(seq_len=8, special=SPECIAL)
+    full = collator([Example(0, 0, a=list(range(5, 13))), Example(1, 0, a=list(range(20, 28)))])
+    short = collator([Example(0, 0, a=list(range(5, 13))), Example(1, 0, a=list(range(20, 25)))])
+    assert full.full and not short.full
+    model = GPTLMHeadModel(GPTConfig.from_preset("gpt-tiny", vocab_size=1000))
+    given = []
+    real_forward = model.forward
+    model.forward = lambda *args, **kwargs: given.append(args[1]) or real_forward(*args, **kwargs)
+    step = CausalLMStep(SimpleNamespace(), model, "cpu")
+    step(full, train=True), step(short, train=True)
+    assert given[0] is None and given[1] is short.attention_mask
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(real_forward)(full.input_ids, None, full.labels)
+    assert explained.graph_break_count == 0, explained.break_reasons

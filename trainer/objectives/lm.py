@@ -29,6 +29,9 @@ from trainer.objectives.masking import IGNORE_INDEX
 @dataclass
 class LMBatch(Batch):
     labels: torch.Tensor     # (B, T) long: the input ids, -100 at padding (the model shifts them)
+    full: bool = False       # every row is real to its end (known on the host when collated): the
+                             # model is given no padding mask, so it need not ask the device whether
+                             # anything is padded (a sync in every step; a graph break when compiled)
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
         return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "labels": self.labels}
@@ -77,7 +80,7 @@ class CausalLMCollator:
             attention[b, :len(ids)] = 1
         labels = np.where(attention == 1, input_ids, IGNORE_INDEX)
         return LMBatch(input_ids=torch.from_numpy(input_ids), attention_mask=torch.from_numpy(attention),
-                       labels=torch.from_numpy(labels))
+                       labels=torch.from_numpy(labels), full=bool(attention.all()))
 
 
 @dataclass
@@ -98,7 +101,7 @@ class CausalLMStep(Step):
         return {"lm_loss": 1.0}
 
     def __call__(self, batch: LMBatch, *, train: bool) -> StepOutput:
-        out = self.model(batch.input_ids, batch.attention_mask, batch.labels)
+        out = self.model(batch.input_ids, None if batch.full else batch.attention_mask, batch.labels)
         return lm_step_output(out.loss, out.logits[:, :-1], batch.labels[:, 1:])
 
 
