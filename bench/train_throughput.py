@@ -35,6 +35,7 @@ import argparse
 import copy
 import json
 import logging
+import os
 import sys
 import tempfile
 import time
@@ -356,12 +357,22 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", choices=["ours", "theirs"], help="time one implementation only (with --compile, "
                    "--only ours compares eager and compiled without transformers)")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="after the timed steps, N more steps of ours (ours compiled with --compile) under "
+                        "torch.profiler: device time per step by category, the top kernels (ops on the CPU), "
+                        "counts of casts and cats; also $OUT/profile-MODEL-eager|compiled.json when $OUT is set")
+    p.add_argument("--profile-trace", type=Path, default=None, metavar="PATH",
+                   help="with --profile: write the profiled steps' Chrome trace there (.json, or .json.gz)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override a model config field, e.g. --set version=1.1 (integers and true/false parse; the rest is text)")
     args = p.parse_args()
     if args.bf16:
         args.precision = "bf16"
     args.bf16 = args.precision == "bf16"
+    if args.profile < 0 or (args.profile and args.only == "theirs"):
+        p.error("--profile N profiles N (> 0) steps of ours: not with --only theirs")
+    if args.profile_trace and not args.profile:
+        p.error("--profile-trace needs --profile N")
     return args
 
 
@@ -401,19 +412,67 @@ class Runner:
         self.seconds = 0.0
         self.losses: list[float] = []
 
-    def step(self, batch: Batch, timed: bool) -> None:
-        sync = torch.cuda.synchronize if self.args.device == "cuda" else (lambda: None)
-        sync()
-        start = time.perf_counter()
+    def sync(self) -> None:
+        if self.args.device == "cuda":
+            torch.cuda.synchronize()
+
+    def train(self, batch: Batch) -> torch.Tensor:
+        """Forward, backward, optimizer step: what a step times (and --profile profiles)."""
         with torch.autocast(self.args.device, dtype=torch.bfloat16, enabled=self.args.bf16):
             loss = self.loss_fn(self.model, batch)
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        sync()
+        return loss
+
+    def step(self, batch: Batch, timed: bool) -> None:
+        self.sync()
+        start = time.perf_counter()
+        loss = self.train(batch)
+        self.sync()
         if timed:
             self.seconds += time.perf_counter() - start
         self.losses.append(loss.item())
+
+
+def profile(runner: Runner, batches: list[Batch], first_step: int, args: argparse.Namespace) -> dict:
+    """args.profile more steps of `runner` under torch.profiler (CUDA kernels on a GPU, CPU ops
+    otherwise), after one profiled warm-up step that is left out (the profiler's own start-up lands
+    there); prints the time per step by category, the top kernels and the counts, and returns them."""
+    from torch.profiler import ProfilerActivity, schedule
+    from torch.profiler import profile as torch_profile
+
+    import kernel_profile
+
+    n = args.profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device == "cuda" else [])
+    runner.sync()
+    with torch_profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=n, repeat=1)) as prof:
+        for k in range(n + 1):
+            if k == 1:  # the recorded steps start here
+                start = time.perf_counter()
+            torch.manual_seed(args.seed + first_step + k)
+            runner.train(batches[(first_step + k) % len(batches)])
+            if k == n:
+                runner.sync()
+                wall_ms = (time.perf_counter() - start) / n * 1000
+            prof.step()
+    if args.profile_trace:
+        prof.export_chrome_trace(str(args.profile_trace))
+    summary = kernel_profile.summarise(kernel_profile.units_from_events(prof.events(), args.device), n)
+    unit = "kernel" if args.device == "cuda" else "op"
+    timed_ms = runner.seconds / args.steps * 1000 if args.steps else None
+    total = summary["total_ms_per_step"]
+    print(f"profile of {runner.name}: {n} steps under torch.profiler (after 1 left out), "
+          f"{'CUDA kernels: device time' if args.device == 'cuda' else 'CPU ops: their own time'} per step")
+    print(f"  {total:.2f} ms/step of {unit}s = {total / wall_ms:.0%} of the {wall_ms:.2f} ms wall per profiled step"
+          f"{f' (timed without the profiler: {timed_ms:.2f} ms/step)' if timed_ms else ''}")
+    for line in kernel_profile.format_summary(summary, unit):
+        print(line)
+    if summary["unrecognised"]:
+        print(f"  names the classifier does not know ({len(summary['unrecognised'])}, in \"other\"): "
+              + "; ".join(kernel_profile.short_name(n, 60) for n in summary["unrecognised"][:10]))
+    return {**summary, "unit": unit, "wall_ms_per_step": wall_ms, "timed_ms_per_step": timed_ms}
 
 
 def main() -> None:
@@ -479,6 +538,19 @@ def main() -> None:
         print(f"ratio ours/transformers: {rates['ours'] / rates['transformers']:.2f}x")
     if "ours" in rates and "ours compiled" in rates:
         print(f"ratio compiled/eager (ours): {rates['ours compiled'] / rates['ours']:.2f}x")
+    if args.profile:
+        runner = next(r for r in runners if r.name == ("ours compiled" if compiled is not None else "ours"))
+        figures = profile(runner, batches, args.warmup + args.steps, args)
+        if os.environ.get("OUT"):
+            path = Path(os.environ["OUT"]) / f"profile-{args.model}-{'compiled' if compiled is not None else 'eager'}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({
+                "model": args.model, "batch_size": args.batch_size, "seq_len": args.seq_len, "vocab": args.vocab,
+                "device": args.device, "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+                "precision": args.precision, "compiled": compiled is not None,
+                "compile_backend": args.compile_backend if compiled is not None else None,
+                "torch": torch.__version__, "set": args.set, **figures}, indent=1), encoding="utf-8")
+            print(f"profile figures written to {path}")
 
 
 if __name__ == "__main__":
