@@ -28,7 +28,7 @@ _OPS = {
     MATMUL: {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_addmm_activation", "addbmm", "addmv", "mv",
              "dot", "einsum", "_int_mm", "_scaled_mm", "mkldnn_linear", "_mkldnn_linear"},
     COPY: {"_to_copy", "to", "copy_", "clone", "contiguous", "_copy_from", "_copy_from_and_resize", "type_as",
-           "lift_fresh_copy"},
+           "lift_fresh_copy", "pad", "constant_pad_nd"},
     CAT: {"cat", "_cat", "stack", "concat", "concatenate", "hstack", "vstack"},
     REDUCTION: {"sum", "mean", "max", "min", "amax", "amin", "argmax", "argmin", "norm", "linalg_vector_norm", "all",
                 "any", "logsumexp", "cumsum", "var", "std", "var_mean", "std_mean", "prod", "count_nonzero",
@@ -49,7 +49,8 @@ _OPS = {
                   "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_not", "bitwise_and",
                   "bitwise_or", "bitwise_not", "erf", "reciprocal", "square", "maximum", "minimum", "sin", "cos",
                   "softplus", "hardtanh", "leaky_relu", "elu", "_masked_scale", "floor_divide", "remainder",
-                  "round", "floor", "ceil", "trunc", "xlogy", "_unsafe_masked_index"},
+                  "round", "floor", "ceil", "trunc", "xlogy", "_unsafe_masked_index", "isneginf", "isposinf",
+                  "isinf", "isnan", "isfinite", "nan_to_num"},
 }
 # Ops that do no arithmetic (views, allocation, host bookkeeping) or only move rows about (the
 # embedding's gather and its backward's scatter): "other", but known, so not listed as strange.
@@ -63,7 +64,7 @@ _KNOWN_OTHER_OPS = {
     "scatter_add_", "gather", "masked_select", "masked_scatter", "masked_scatter_", "nonzero", "take",
     "index_add_", "sort", "argsort", "unique", "_unique2", "multinomial", "repeat", "repeat_interleave", "roll",
     "_has_compatible_shallow_copy_type", "record_stream", "_to_dense", "numel", "size", "stride", "dim",
-    "resolve_conj", "resolve_neg", "_conj", "conj", "as_strided_", "select_backward", "slice_backward",
+    "resolve_conj", "resolve_neg", "scalar_tensor", "_conj", "conj", "as_strided_", "select_backward", "slice_backward",
 }
 _OPTIMIZER_OP = re.compile(r"^_foreach_|^_fused_(adam|adamw|sgd|adagrad)")
 _ATTENTION_OP = re.compile(r"scaled_dot_product|flash_attention|efficient_attention|_cudnn_attention")
@@ -75,7 +76,7 @@ _LOSS_OP = re.compile(r"cross_entropy|nll_loss")
 _KNOWN_OTHER_NAME = re.compile(
     r"^ProfilerStep|^autograd::engine::|^torch::autograd::|^detach$|Backward\d*$|^CompiledFunction|"
     r"^Torch-Compiled Region|^## |^TorchDynamo|^cuda(LaunchKernel|Memcpy|Memset|StreamSynchronize|"
-    r"DeviceSynchronize)|^\[?pgraph|^inductor|^Lazy Compilation")
+    r"DeviceSynchronize)|^inductor|^Lazy Compilation|^AOTDispatcher|^Pregraph|bytecode")
 
 # --- CUDA kernel names (substrings of the lower-cased name), first match wins -----------------
 
@@ -137,6 +138,8 @@ def _triton_category(name: str) -> str | None:
     for category, pattern in _KERNEL_RULES:
         if category in (ATTENTION, NORM, REDUCTION) and pattern.search(fused):
             return category
+    if re.search(r"(^|_)rsqrt(_|$)", fused) and re.search(r"(^|_)(mean|pow)(_|$)", fused):
+        return NORM  # a composite RMSNorm (T5's: pow, mean, rsqrt, mul) fused into one kernel
     if re.search(r"(^|_)(log_)?softmax|(^|_)(sum|mean|amax|max)(_|$)", fused):
         return REDUCTION
     words = fused
