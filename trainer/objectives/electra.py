@@ -51,8 +51,13 @@ class ElectraStep(Step):
         if batch.mlm_positions is not None:
             # One uniform per labelled position, drawn here, outside the (compiled) model, from the
             # checkpointed sampler: the model's sampling then holds no Generator (a graph break).
-            n = batch.mlm_positions.shape[0]
-            inputs["uniforms"] = torch.rand(n, generator=sampler, device=sampler.device)
+            import torch._dynamo
+
+            uniforms = torch.rand(batch.mlm_positions.shape[0], generator=sampler, device=sampler.device)
+            # Their count changes from batch to batch, as mlm_positions' does (which a compiled run
+            # marks dynamic, speedups.mark_dynamic): left static, each new count would compile again.
+            torch._dynamo.maybe_mark_dynamic(uniforms, 0)
+            inputs["uniforms"] = uniforms
         else:
             inputs["generator"] = sampler
         out = self.model(**inputs, rtd_weight=self.config.rtd_weight)
