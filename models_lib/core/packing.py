@@ -21,8 +21,6 @@ and the encoder keeps each example to itself:
              in the padded (B, T) batch the examples came from, in the order of `tokens`. A head
              with an output per token (tagging, QA spans) gives it back in that layout
              (`to_padded`), so that its loss and its readers see the padded batch's positions.
-  predicted  (M,) long, optional: the flat indices (row * L + column) of the positions that carry
-             a masked-LM label, in row-major order; the MLM head reads them (`predicted_rows`).
 
 Every token-wise layer (embeddings, projections, feed-forward, norms, heads) computes the same
 values as in the padded batch, and attention sees the same keys, so losses and accuracies are
@@ -43,14 +41,6 @@ class Packed(NamedTuple):
     tokens: torch.Tensor | None = None  # (N,) long, flat indices of the real tokens (unpadded layers)
     padded_index: torch.Tensor | None = None  # (N,) long, each real token's flat index in the padded (B, T)
     padded_width: int = 0                     # T of that padded layout
-    predicted: torch.Tensor | None = None     # (M,) long, flat indices of the positions with an MLM label
-
-    def predicted_rows(self, hidden: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """hidden (R, L, H), labels (R, L) -> (M, H) and (M,) at `predicted`: what
-        hidden[labels != -100] and labels[labels != -100] give, in the same order, without a
-        boolean index (whose size only the device knows: a sync with the host in every step, and
-        a break in a compiled graph)."""
-        return hidden.flatten(0, 1).index_select(0, self.predicted), labels.flatten().index_select(0, self.predicted)
 
     def visibility(self) -> torch.Tensor:
         """(R, 1, L, L) bool, True where a query may see a key (same segment)."""

@@ -27,14 +27,15 @@ class AlbertForPreTraining(EncoderForPreTraining):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, mlm_labels: torch.Tensor | None = None,
                 sop_labels: torch.Tensor | None = None, *, output_hidden_states: bool = False,
-                packed: Packed | None = None) -> PreTrainingOutput:
+                packed: Packed | None = None,
+                mlm_positions: torch.Tensor | None = None) -> PreTrainingOutput:
         """mlm_labels (B, T), -100 = not predicted; sop_labels (B,), 0 = in order, 1 = swapped;
         packed: several examples per row (models_lib.core.packing), sop_labels one per example."""
         if sop_labels is not None and self.sop_head is None:
             raise ValueError("sop_labels were given but this model has no SOP head (use_pooler=False).")
         hidden, pooled, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states,
                                                    packed=packed)
-        out = self.masked_lm(hidden, mlm_labels, hidden_states=states, packed=packed)
+        out = self.masked_lm(hidden, mlm_labels, hidden_states=states, mlm_positions=mlm_positions)
         if self.sop_head is not None:
             out.sop_logits = self.sop_head(pooled)  # (B, 2)
             if sop_labels is not None:

@@ -40,14 +40,15 @@ class BertForPreTraining(EncoderForPreTraining):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, mlm_labels: torch.Tensor | None = None,
                 nsp_labels: torch.Tensor | None = None, *, output_hidden_states: bool = False,
-                packed: Packed | None = None) -> PreTrainingOutput:
+                packed: Packed | None = None,
+                mlm_positions: torch.Tensor | None = None) -> PreTrainingOutput:
         """mlm_labels (B, T), -100 = not predicted; nsp_labels (B,), 0 = IsNext, 1 = NotNext;
         packed: several examples per row (models_lib.core.packing), nsp_labels one per example."""
         if nsp_labels is not None and self.nsp_head is None:
             raise ValueError("nsp_labels were given but this model has no NSP head (use_pooler=False).")
         hidden, pooled, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states,
                                                    packed=packed)
-        out = self.masked_lm(hidden, mlm_labels, hidden_states=states, packed=packed)
+        out = self.masked_lm(hidden, mlm_labels, hidden_states=states, mlm_positions=mlm_positions)
         if self.nsp_head is not None:
             out.nsp_logits = self.nsp_head(pooled)  # (B, 2)
             if nsp_labels is not None:

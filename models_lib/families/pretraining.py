@@ -133,32 +133,43 @@ class EncoderForPreTraining(EncoderWithHeads):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, mlm_labels: torch.Tensor | None = None,
-                *, output_hidden_states: bool = False, packed: Packed | None = None) -> PreTrainingOutput:
+                *, output_hidden_states: bool = False, packed: Packed | None = None,
+                mlm_positions: torch.Tensor | None = None) -> PreTrainingOutput:
         """input_ids (B, T); attention_mask (B, T) padding or (B, T, T) visibility; mlm_labels (B, T),
-        -100 where nothing is predicted; packed: several examples per row (models_lib.core.packing)."""
+        -100 where nothing is predicted; packed: several examples per row (models_lib.core.packing);
+        mlm_positions: where mlm_labels has a label, when the caller knows it (see labelled_rows)."""
         hidden, _, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states,
                                               packed=packed)
-        return self.masked_lm(hidden, mlm_labels, hidden_states=states, packed=packed)
+        return self.masked_lm(hidden, mlm_labels, hidden_states=states, mlm_positions=mlm_positions)
 
     def masked_lm(self, hidden: torch.Tensor, mlm_labels: torch.Tensor | None,
                   hidden_states: tuple[torch.Tensor, ...] | None = None,
-                  packed: Packed | None = None) -> PreTrainingOutput:
-        """The MLM part of the output: logits, targets and loss from the final hidden states (a
-        packed batch's labelled positions read from packed.predicted when it has them)."""
+                  mlm_positions: torch.Tensor | None = None) -> PreTrainingOutput:
+        """The MLM part of the output: logits, targets and loss from the final hidden states, at
+        the labelled positions (`mlm_positions` when given, see labelled_rows)."""
         if mlm_labels is None:
             logits = self.mlm_head(hidden, self.word_embeddings)  # (B, T, V)
             return PreTrainingOutput(None, None, None, logits, None, None, hidden_states=hidden_states)
         # Project to the vocabulary only where a label exists (~15% of positions): the (.., V)
         # matmul and softmax dominate a small model's cost, so this is the big saving.
-        if packed is not None and packed.predicted is not None:
-            rows, targets = packed.predicted_rows(hidden, mlm_labels)  # (N, H), (N,)
-        else:
-            selected = mlm_labels != IGNORE_INDEX  # (B, T)
-            rows, targets = hidden[selected], mlm_labels[selected]
+        rows, targets = labelled_rows(hidden, mlm_labels, mlm_positions)  # (N, H), (N,)
         # The loss reads the padded scores (padding at -inf, models_lib.core.vocab), the output the (N, V) logits.
         scores, logits = self.mlm_head.loss_logits(rows, self.word_embeddings)
         loss = token_loss(scores, targets)
         return PreTrainingOutput(loss, loss, None, logits, targets, None, hidden_states=hidden_states)
+
+
+def labelled_rows(hidden: torch.Tensor, mlm_labels: torch.Tensor,
+                  mlm_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """hidden (B, T, H), mlm_labels (B, T) -> the labelled positions' rows (N, H) and labels (N,),
+    in row-major order. `mlm_positions` (N,) long: their flat indices (row * T + column), which a
+    collator knows on the host; read with index_select, they spare the boolean index
+    hidden[mlm_labels != -100], whose size only the device knows (a host sync in every step, and
+    a graph break when compiled)."""
+    if mlm_positions is not None:
+        return hidden.flatten(0, 1).index_select(0, mlm_positions), mlm_labels.flatten().index_select(0, mlm_positions)
+    selected = mlm_labels != IGNORE_INDEX  # (B, T)
+    return hidden[selected], mlm_labels[selected]
 
 
 def token_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -25,14 +25,15 @@ class SpanBertForPreTraining(EncoderForPreTraining):
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, mlm_labels: torch.Tensor | None = None,
                 sbo_pairs: torch.Tensor | None = None, sbo_labels: torch.Tensor | None = None,
-                *, output_hidden_states: bool = False, packed: Packed | None = None) -> PreTrainingOutput:
+                *, output_hidden_states: bool = False, packed: Packed | None = None,
+                mlm_positions: torch.Tensor | None = None) -> PreTrainingOutput:
         """mlm_labels (B, T), -100 = not predicted; sbo_pairs (N, 5) long; sbo_labels (N,) the token
         at each pair's target position (read from mlm_labels when None). loss = mlm + sbo.
         packed: several examples per row (models_lib.core.packing); sbo_pairs then index rows
         and columns of the packed batch."""
         hidden, _, states = self.run_backbone(input_ids, attention_mask, token_type_ids, output_hidden_states,
                                               packed=packed)
-        out = self.masked_lm(hidden, mlm_labels, hidden_states=states, packed=packed)
+        out = self.masked_lm(hidden, mlm_labels, hidden_states=states, mlm_positions=mlm_positions)
         if sbo_pairs is not None:
             if sbo_pairs.dim() != 2 or sbo_pairs.shape[1] != 5:
                 raise ValueError(f"sbo_pairs must be (N, 5): batch, left, right, target, relative position; "

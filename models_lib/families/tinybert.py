@@ -50,12 +50,14 @@ class TinyBertForPreTraining(EncoderForPreTraining):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 token_type_ids: torch.Tensor | None = None, mlm_labels: torch.Tensor | None = None,
-                *, output_hidden_states: bool = False, packed: Packed | None = None) -> PreTrainingOutput:
+                *, output_hidden_states: bool = False, packed: Packed | None = None,
+                mlm_positions: torch.Tensor | None = None) -> PreTrainingOutput:
         """BERT's MLM forward; with output_hidden_states, also `projected_states`: the L + 1 states
         mapped to the teacher's width (W_e for the embeddings, W_h for the layers). They are made
         here, inside forward, so that DDP sees the projections used by the forward pass."""
         out = super().forward(input_ids, attention_mask, token_type_ids, mlm_labels,
-                              output_hidden_states=output_hidden_states, packed=packed)
+                              output_hidden_states=output_hidden_states, packed=packed,
+                              mlm_positions=mlm_positions)
         if output_hidden_states:
             states = out.hidden_states
             out.projected_states = (self.project(states[0], embedding=True),

@@ -101,3 +101,36 @@ def test_the_rtd_loss_does_not_reach_the_generator_but_reaches_the_shared_embedd
 def test_mlm_labels_are_required():
     with pytest.raises(ValueError, match="needs mlm_labels"):
         electra()(torch.randint(5, V, (1, 5)))
+
+
+def test_a_sample_is_the_token_whose_share_of_the_cdf_holds_the_uniform():
+    """Inverse-CDF sampling: with probabilities (0.1, 0.6, 0, 0.3), u in [0, 0.1) picks token 0,
+    [0.1, 0.7) token 1, [0.7, 1) token 3; the token of probability 0 never, not even at its
+    boundary. Without uniforms, a seeded generator draws them (reproducible, as before)."""
+    from models_lib.families.electra import sample_tokens
+
+    logits = torch.tensor([0.1, 0.6, 0.0, 0.3]).log().expand(7, 4)
+    uniforms = torch.tensor([0.0, 0.09, 0.1001, 0.69, 0.7001, 0.9999, 0.5])
+    assert sample_tokens(logits, uniforms=uniforms).tolist() == [0, 0, 1, 1, 3, 3, 1]
+    assert sample_tokens(logits, False, uniforms=uniforms).tolist() == [1] * 7  # argmax
+    drawn = torch.rand(7, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(sample_tokens(logits, generator=torch.Generator().manual_seed(5)),
+                       sample_tokens(logits, uniforms=drawn))
+    many = sample_tokens(logits[:1].expand(20_000, 4), generator=torch.Generator().manual_seed(0))
+    shares = torch.bincount(many, minlength=4).float() / many.numel()
+    torch.testing.assert_close(shares, torch.tensor([0.1, 0.6, 0.0, 0.3]), atol=0.02, rtol=0)
+
+
+def test_labelled_positions_and_uniforms_given_make_the_same_step_as_the_masks():
+    """What a training step gives the model (the labelled positions' flat indices, uniforms drawn
+    from its sampler) computes what the padded path computes from the masks and the generator."""
+    model = electra()
+    ids, mask, types, labels = masked_batch()
+    positions = (labels != -100).flatten().nonzero().squeeze(1)
+    uniforms = torch.rand(positions.numel(), generator=torch.Generator().manual_seed(3))
+    given = model(ids, mask, types, labels, uniforms=uniforms, mlm_positions=positions)
+    masks = model(ids, mask, types, labels, generator=torch.Generator().manual_seed(3))
+    for name in ("sampled_ids", "corrupted_ids", "rtd_labels", "mlm_targets", "rtd_true_positives", "rtd_tokens"):
+        assert torch.equal(getattr(given, name), getattr(masks, name)), name
+    for name in ("loss", "mlm_loss", "rtd_loss", "rtd_logits", "mlm_logits"):
+        torch.testing.assert_close(getattr(given, name), getattr(masks, name), msg=name)

@@ -107,7 +107,9 @@ def test_spanbert_batches_have_span_boundary_pairs():
     batch = collator([source.example(table, uid, 0) for uid in range(64)])
     assert type(batch) is SpanBatch and (batch.token_type_ids == 0).all()  # no pair labels
     inputs = batch.model_inputs()
-    assert set(inputs) == {"input_ids", "attention_mask", "token_type_ids", "mlm_labels", "sbo_pairs", "sbo_labels"}
+    assert set(inputs) == {"input_ids", "attention_mask", "token_type_ids", "mlm_labels", "mlm_positions", "sbo_pairs",
+                           "sbo_labels"}
+    assert torch.equal(inputs["mlm_positions"], (batch.mlm_labels != IGNORE_INDEX).flatten().nonzero().squeeze(1))
     p, y, labels = batch.sbo_pairs, batch.sbo_labels, batch.mlm_labels
     assert p.dtype == torch.long and p.shape[1] == 5 and y.shape == (p.shape[0],)
     b, left, right, pos, rel = p.unbind(1)
@@ -289,7 +291,10 @@ def test_streams_with_options_resume_exactly(objectives, unit, packing):
         r = resumed.next_batch()
         for name, value in vars(b).items():
             other = getattr(r, name)
-            assert (value is None and other is None) or torch.equal(value, other), name
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(value, other), name
+            else:
+                assert value == other, name  # None, or a flag (`full`)
 
 
 def test_static_word_masks_repeat_every_ten_epochs():

@@ -50,12 +50,13 @@ def after_warm_up(sink):
             or line.startswith("torch.compile gave up")]
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta"])
+@pytest.mark.parametrize("family", ["bert", "roberta", "electra"])
 def test_packed_batches_of_changing_shapes_compile_during_warm_up_only(
         family, tokenizer_dir, bpe_tokenizer_dir, tmp_path, make_family_config, monkeypatch, fresh_dynamo):
-    """16 steps of packed MLM (+ NSP) batches and two validations: the batches' shapes change, and
-    the run's log says no compile after warm-up."""
-    data = {"bert": tokenizer_dir, "roberta": bpe_tokenizer_dir}[family]
+    """16 steps of packed MLM (+ NSP, + RTD) batches and two validations: the batches' shapes change
+    (and with them the count of ELECTRA's uniforms, which its step draws), and the run's log says no
+    compile after warm-up."""
+    data = {"bert": tokenizer_dir, "roberta": bpe_tokenizer_dir, "electra": tokenizer_dir}[family]
     config = make_family_config(family, max_steps=16, batch_size=16, log_every=16, eval_every=8, eval_batches=2,
                                 checkpoint_every=16, warmup_steps=2, compile="on")
     sink, shapes = run_recording_shapes(config, data, tmp_path / "run", monkeypatch)

@@ -122,7 +122,7 @@ def test_packed_batches_give_the_padded_losses_accuracies_and_gradients(family, 
         from models_lib.families import electra
 
         sample = electra.sample_tokens
-        monkeypatch.setattr(electra, "sample_tokens", lambda logits, sampling=True, g=None: sample(logits, False, g))
+        monkeypatch.setattr(electra, "sample_tokens", lambda logits, *args: sample(logits, False))
     config, model, step = steps_for(family, objectives, unit, tokenizer_dir, make_family_config)
     special = special_ids(tokenizer_dir)
     batch = padded_batch(tokenizer_dir, config, special)
@@ -210,3 +210,81 @@ def test_the_blocks_compute_the_real_tokens_only(tokenizer_dir, make_family_conf
     finally:
         handle.remove()
     assert seen == [(packed.n_tokens, config.model_overrides["hidden_size"])]
+
+
+def full_batch(special, seq_len=16, lengths=(14, 14, 14, 14)):
+    """An MLM batch of examples of `lengths` tokens (+ [CLS] and [SEP]); equal lengths: all rows real."""
+    from trainer.objectives.encoder import MLMCollator
+    from trainer.objectives.examples import Example
+
+    collator = MLMCollator(special=special, seq_len=seq_len, seed=0)
+    return collator([Example(uid, 0, a=np.arange(20 + uid, 20 + uid + n)) for uid, n in enumerate(lengths)])
+
+
+def forward_inputs(model, step, batch):
+    """(the keyword arguments the step gives the model's forward, the step's output, the forward)."""
+    given = []
+    real_forward = model.forward
+    model.forward = lambda **kwargs: given.append(kwargs) or real_forward(**kwargs)
+    try:
+        out = step(batch, train=True)
+    finally:
+        del model.forward
+    return given[0], out, real_forward
+
+
+def graph_breaks(forward, inputs):
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(forward)(**inputs)
+    return explained.graph_break_count, explained.break_reasons
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_a_batch_of_full_rows_says_so_and_its_step_asks_the_device_nothing(family, tokenizer_dir,
+                                                                           make_family_config):
+    """A masked-LM batch whose rows are all real says so when collated (`full`) and packing leaves
+    it as it is. Its step gives the model no padding mask (the encoder would ask the device whether
+    anything is padded) and the labelled positions (the MLM head would index with a boolean mask):
+    the padded path's loss, and a forward that compiles as one graph."""
+    _, model, step = steps_for(family, ["mlm"], None, tokenizer_dir, make_family_config)
+    special = special_ids(tokenizer_dir)
+    full = full_batch(special)
+    assert full.full and not full_batch(special, lengths=(14, 9)).full
+    assert pack_rows(full, seq_len=16, pad_id=special.pad, unpad=True) is full
+    model.eval()
+    inputs, out, forward = forward_inputs(model, step, full)
+    labelled = (full.mlm_labels != -100).flatten().nonzero().squeeze(1)
+    assert labelled.numel() > 0
+    assert inputs["attention_mask"] is None and torch.equal(inputs["mlm_positions"], labelled)
+    reference = forward(full.input_ids, full.attention_mask, full.token_type_ids, full.mlm_labels)  # no flags
+    torch.testing.assert_close(out.loss, reference.loss)
+    breaks, reasons = graph_breaks(forward, inputs)
+    assert breaks == 0, reasons
+
+
+@pytest.mark.parametrize("layout", ["packed", "full"])
+def test_electra_s_step_draws_its_uniforms_outside_the_model_which_compiles_as_one_graph(
+        layout, tokenizer_dir, make_family_config):
+    """ELECTRA's step on a packed (or full) batch draws one uniform per labelled position from its
+    checkpointed sampler and gives them to the model with the labelled positions: the generator,
+    its sampling (inverse CDF), the corrupted input, the discriminator and the RTD loss (a masked
+    mean) compile as one graph, with no boolean index and no Generator in it."""
+    config, model, step = steps_for("electra", ["mlm", "rtd"], None, tokenizer_dir, make_family_config)
+    special = special_ids(tokenizer_dir)
+    if layout == "packed":
+        batch = pack_rows(padded_batch(tokenizer_dir, config, special), seq_len=config.seq_len, pad_id=special.pad,
+                          unpad=True)
+        assert batch.segments is not None
+    else:
+        batch = full_batch(special)
+    state = step.sampler.get_state()
+    inputs, out, forward = forward_inputs(model, step, batch)
+    assert "generator" not in inputs and inputs["uniforms"].shape == inputs["mlm_positions"].shape
+    assert torch.equal(inputs["uniforms"], torch.rand(inputs["uniforms"].shape,
+                                                      generator=torch.Generator().set_state(state)))
+    assert (inputs["attention_mask"] is None) == (layout == "full")
+    assert out.weights["mlm_loss"] == inputs["mlm_positions"].numel()
+    breaks, reasons = graph_breaks(forward, inputs)
+    assert breaks == 0, reasons

@@ -39,10 +39,12 @@ class DistillationStep(Step):
 
         cfg = self.config
         student = self.model(batch.input_ids, batch.attention_mask, None, batch.mlm_labels,
-                             output_hidden_states=True, packed=batch.packed)
+                             output_hidden_states=True, packed=batch.packed,
+                             mlm_positions=batch.mlm_positions)
         with torch.no_grad():
             teacher = self.teacher(batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.mlm_labels,
-                                   output_hidden_states=True, packed=batch.packed)
+                                   output_hidden_states=True, packed=batch.packed,
+                                   mlm_positions=batch.mlm_positions)
         # Soft targets over the masked positions (the (N, V) logits of both models, same order).
         soft, cos = distillation_losses(student.mlm_logits, teacher.mlm_logits, student.hidden_states[-1],
                                         teacher.hidden_states[-1], batch.attention_mask,

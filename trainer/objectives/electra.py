@@ -4,7 +4,9 @@ The generator reads the MLM batch (trainer.objectives.encoder) and fills the mas
 with sampled tokens; the discriminator tells for every token whether it was replaced. Loss =
 generator MLM + rtd_weight x RTD. The generator samples from a torch.Generator of its own whose
 state is checkpointed (exact resume); validation samples from a fresh one seeded the same way
-every time (the same corrupted batches).
+every time (the same corrupted batches). The step draws one uniform per labelled position from
+it and the model samples by inverse CDF (models_lib.families.electra.sample_tokens), so that
+the compiled forward holds no Generator.
 """
 from __future__ import annotations
 
@@ -44,8 +46,21 @@ class ElectraStep(Step):
         return {"mlm_loss": 1.0, "rtd_loss": self.config.rtd_weight}
 
     def __call__(self, batch: MaskedBatch, *, train: bool) -> StepOutput:
-        out = self.model(**batch.model_inputs(), rtd_weight=self.config.rtd_weight,
-                         generator=self.sampler if train else self.valid_sampler)
+        inputs = batch.model_inputs()
+        sampler = self.sampler if train else self.valid_sampler
+        if batch.mlm_positions is not None:
+            # One uniform per labelled position, drawn here, outside the (compiled) model, from the
+            # checkpointed sampler: the model's sampling then holds no Generator (a graph break).
+            import torch._dynamo
+
+            uniforms = torch.rand(batch.mlm_positions.shape[0], generator=sampler, device=sampler.device)
+            # Their count changes from batch to batch, as mlm_positions' does (which a compiled run
+            # marks dynamic, speedups.mark_dynamic): left static, each new count would compile again.
+            torch._dynamo.maybe_mark_dynamic(uniforms, 0)
+            inputs["uniforms"] = uniforms
+        else:
+            inputs["generator"] = sampler
+        out = self.model(**inputs, rtd_weight=self.config.rtd_weight)
         n = out.mlm_targets.numel()
         losses = {"mlm_loss": out.mlm_loss.detach().float(), "rtd_loss": out.rtd_loss.detach().float()}
         weights = {"mlm_loss": float(n), "rtd_loss": out.rtd_tokens}

@@ -53,14 +53,18 @@ class MaskedBatch(Batch):
     starts: torch.Tensor | None = None     # (B,) long: flat index of each example's first token
     real_tokens: torch.Tensor | None = None  # (N,) long: flat indices of the real tokens (the encoder's
                                              # token-wise layers compute these alone)
-    predicted: torch.Tensor | None = None    # (M,) long: flat indices of the positions with an MLM label
+    # Known on the host when collated, so that the model need not ask the device (a sync in every
+    # step, and a graph break when compiled):
+    mlm_positions: torch.Tensor | None = None  # (M,) long: flat indices (row * T + column) of the
+                                               # positions with an MLM label, row-major (the MLM head's)
+    full: bool = False                     # every row is real to its end: the model is given no mask
 
     @property
     def packed(self) -> Packed | None:
         """The packing the model takes (`packed=`), or None for a padded batch."""
         if self.segments is None:
             return None
-        return Packed(self.segments, self.positions, self.starts, self.real_tokens, predicted=self.predicted)
+        return Packed(self.segments, self.positions, self.starts, self.real_tokens)
 
     @property
     def size(self) -> int:
@@ -76,24 +80,26 @@ class MaskedBatch(Batch):
         out: dict[str, tuple[int, ...]] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, torch.Tensor) or f.name in ("starts", "real_tokens", "predicted"):
+            if not isinstance(value, torch.Tensor) or f.name in ("starts", "real_tokens", "mlm_positions"):
                 continue
             if value.shape[:2] == self.input_ids.shape:  # per token (B, T), or per token pair (B, T, T: UniLM's)
                 out[f.name] = dims + ((2,) if value.dim() == 3 else ())
             elif f.name in ("sbo_pairs", "sbo_labels"):  # one row per masked span token
                 out[f.name] = (0,)
-        for name in ("real_tokens", "predicted"):
+        for name in ("real_tokens", "mlm_positions"):
             if getattr(self, name) is not None:
                 out[name] = (0,)
         return out
 
     def model_inputs(self) -> dict[str, torch.Tensor]:
-        """input_ids, attention_mask, token_type_ids and mlm_labels (models_lib names), and
-        `packed` for a packed batch."""
-        inputs = {"input_ids": self.input_ids, "attention_mask": self.attention_mask,
+        """input_ids, attention_mask (None for a full batch), token_type_ids and mlm_labels
+        (models_lib names), `packed` for a packed batch and `mlm_positions` where known."""
+        inputs = {"input_ids": self.input_ids, "attention_mask": None if self.full else self.attention_mask,
                   "token_type_ids": self.token_type_ids, "mlm_labels": self.mlm_labels}
         if self.segments is not None:
             inputs["packed"] = self.packed
+        if self.mlm_positions is not None:
+            inputs["mlm_positions"] = self.mlm_positions
         return inputs
 
 
@@ -223,7 +229,9 @@ class MLMCollator:
             attention[i, :n] = 1
             types[i, :n] = r.types
             labels[i, :n] = r.labels
-        batch = self.batch_type(*(torch.from_numpy(a) for a in (input_ids, attention, types, labels)))
+        batch = self.batch_type(*(torch.from_numpy(a) for a in (input_ids, attention, types, labels)),
+                                mlm_positions=torch.from_numpy(np.flatnonzero(labels != IGNORE_INDEX)),
+                                full=bool(attention.all()))
         if self.masking_unit != "token":
             batch.span_ids = torch.from_numpy(_span_ids(rows, T))
         batch = self.finish(batch, examples, rows)

@@ -36,7 +36,8 @@ ROW_MULTIPLE = 8  # packed rows are cut to a multiple of this many columns (at m
 TOKEN_FIELDS = {"input_ids": None, "attention_mask": 0, "token_type_ids": 0, "mlm_labels": IGNORE_INDEX,
                 "span_ids": -1}
 EXAMPLE_FIELDS = ("nsp_labels", "sop_labels", "lm_mode", "sbo_labels")  # one value per example (or per SBO row)
-PACKING_FIELDS = ("segments", "positions", "starts", "real_tokens", "padded_index", "padded_width", "predicted")
+PACKING_FIELDS = ("segments", "positions", "starts", "real_tokens", "padded_index", "padded_width", "mlm_positions",
+                  "full")
 
 
 def first_fit(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
@@ -115,9 +116,12 @@ def pack_rows(batch: Batch, *, seq_len: int, pad_id: int, unpad: bool = False) -
             raise ValueError(f"pack_rows does not know how to pack the field {f.name!r} of {type(batch).__name__}")
     positions = np.zeros(R * L, dtype=np.int64)
     positions[dst] = j
-    if "predicted" in {f.name for f in dataclasses.fields(batch)}:  # the MLM head's positions, without a bool index
-        fields["predicted"] = torch.from_numpy(np.flatnonzero(fields["mlm_labels"].numpy() != IGNORE_INDEX))
-    if "padded_index" in {f.name for f in dataclasses.fields(batch)}:  # the way back to (B, T), in real_tokens' order
+    names = {f.name for f in dataclasses.fields(batch)}
+    if "mlm_positions" in names:  # the MLM head's positions in the rows, without a bool index
+        fields["mlm_positions"] = torch.from_numpy(np.flatnonzero(fields["mlm_labels"].numpy() != IGNORE_INDEX))
+    if "full" in names:  # the rows' ends are padding (or may be): the model reads the mask of the rows
+        fields["full"] = False
+    if "padded_index" in names:  # the way back to (B, T), in real_tokens' order
         fields.update(padded_index=torch.from_numpy(src[np.argsort(dst)]), padded_width=T)
     return dataclasses.replace(batch, **fields, segments=torch.from_numpy(segments.reshape(R, L)),
                                positions=torch.from_numpy(positions.reshape(R, L)),

@@ -60,10 +60,12 @@ class TinyBertStep(Step):
 
         with attention_scores(self.model) as student_scores:
             student = self.model(batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.mlm_labels,
-                                 output_hidden_states=True, packed=batch.packed)
+                                 output_hidden_states=True, packed=batch.packed,
+                                 mlm_positions=batch.mlm_positions)
         with torch.no_grad(), attention_scores(self.teacher) as teacher_scores:
             teacher = self.teacher(batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.mlm_labels,
-                                   output_hidden_states=True, packed=batch.packed)
+                                   output_hidden_states=True, packed=batch.packed,
+                                   mlm_positions=batch.mlm_positions)
         parts = tinybert_losses(student.projected_states, student_scores, teacher.hidden_states, teacher_scores,
                                 batch.attention_mask, batch.packed)
         n = student.mlm_targets.numel()
