@@ -4,25 +4,20 @@ for both) and a couple of timed steps per side, so that the benchmark's task pat
 (the timings themselves are the benchmark's, in bench/RESULTS.md)."""
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 import pytest
 
 from tests.trainer.conftest import T5_RECIPE
+from tests.trainer.bench_helpers import bench_module
 
 pytest.importorskip("transformers")
-
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "finetune.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_finetune", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    with bench_module("finetune") as module:
+        yield module
 
 
 @pytest.fixture(scope="module")

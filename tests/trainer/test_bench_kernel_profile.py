@@ -3,7 +3,6 @@
 CPU whose printed categories must add up to its step and whose figures must reach $OUT as JSON."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -13,19 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.trainer.bench_helpers import bench_module
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def kp():
-    spec = importlib.util.spec_from_file_location("bench_kernel_profile", ROOT / "bench" / "kernel_profile.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
+    with bench_module("kernel_profile") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 # Kernel names as torch.profiler reports them on CUDA (eager, cuBLAS/cuBLASLt, flash and

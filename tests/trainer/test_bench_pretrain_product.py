@@ -4,27 +4,18 @@ of bench/train_throughput.py beside it, so that the benchmark's plumbing keeps w
 are the benchmark's, in bench/RESULTS.md)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "bench" / "pretrain_product.py"
+from tests.trainer.bench_helpers import bench_module
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_pretrain_product", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
+    with bench_module("pretrain_product") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def test_the_smoke_run_trains_through_the_cli_and_tabulates_sane_figures(bench, tmp_path, monkeypatch, capsys):
