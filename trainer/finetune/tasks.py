@@ -17,44 +17,33 @@ import torch
 from models_lib.core.packing import Packed
 from trainer.errors import ConfigError
 from trainer.finetune import metrics as metric_fns
-from trainer.objectives.base import Batch, Step, StepOutput
-from trainer.objectives.packing import PackingCollator, pack_rows
+from trainer.objectives.base import Step, StepOutput
+from trainer.objectives.packing import PackableBatch, PackingCollator, pack_rows
 
 IGNORE_INDEX = -100
 
 
 # ---------------------------------------------------------------------------- batches
 @dataclass(kw_only=True)
-class TaskBatch(Batch):
+class TaskBatch(PackableBatch):
     """A batch of an encoder's task head, which may come packed (trainer.objectives.packing):
-    its B examples end to end in R <= B rows, input_ids, attention_mask and token_type_ids
-    (R, L), and the fields below set (models_lib.core.packing.Packed). Everything else stays as
-    the padded batch had it (`PACKING_KEEPS`): one label per example, per-token labels in the
-    padded (B, T) layout, where the model gives its per-token outputs back (padded_index), so
-    that losses, metrics and predictions read the padded batch's positions. Its fields are
-    keyword-only, after those of the batch classes below."""
+    input_ids, attention_mask and token_type_ids (R, L). Everything else stays as the padded
+    batch had it (`PACKING_KEEPS`): one label per example, per-token labels in the padded (B, T)
+    layout, where the model gives its per-token outputs back (padded_index), so that losses,
+    metrics and predictions read the padded batch's positions. Its fields are keyword-only,
+    after those of the batch classes below."""
 
     PACKING_KEEPS: ClassVar[tuple[str, ...]] = ("labels", "words")
 
-    segments: torch.Tensor | None = None      # (R, L) long: 0 = padding, k = the k-th example of its row
-    positions: torch.Tensor | None = None     # (R, L) long: position within the example
-    starts: torch.Tensor | None = None        # (B,) long: flat index of each example's first token
-    real_tokens: torch.Tensor | None = None   # (N,) long: flat indices of the real tokens in the rows
     padded_index: torch.Tensor | None = None  # (N,) long: each real token's flat index in the padded (B, T)
     padded_width: int = 0                     # T of the padded layout
 
     @property
     def packed(self) -> Packed | None:
-        """The packing the model takes (`packed=`), or None for a padded batch."""
-        if self.segments is None:
-            return None
-        return Packed(self.segments, self.positions, self.starts, self.real_tokens, self.padded_index,
-                      self.padded_width)
-
-    @property
-    def size(self) -> int:
-        """Examples (rows of the padded batch): a packed batch has fewer rows."""
-        return int(self.starts.shape[0]) if self.starts is not None else int(self.input_ids.shape[0])
+        """The packing the model takes (`packed=`), with the way back to the padded layout."""
+        packed = super().packed
+        return None if packed is None else packed._replace(padded_index=self.padded_index,
+                                                           padded_width=self.padded_width)
 
     def with_packed(self, inputs: dict[str, Any]) -> dict[str, Any]:
         """`inputs` plus `packed` for a packed batch."""

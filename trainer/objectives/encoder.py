@@ -24,11 +24,11 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import torch
 
-from models_lib.core.packing import Packed
 from trainer.errors import ConfigError
 from trainer.charts import MetricSpec, StatSpec
 from trainer.objectives.base import Batch, Objective, Step, StepOutput
 from trainer.objectives.examples import Example, SpecialIds, example_rng, truncate_pair_slices
+from trainer.objectives.packing import PackableBatch
 from trainer.objectives.masking import (
     IGNORE_INDEX, MASKING_UNITS, SEQ2SEQ, UNILM_MODE_PROBS, Masker, unilm_attention_masks,
 )
@@ -38,38 +38,20 @@ SOP_ORIGINAL, SOP_SWAPPED = 0, 1  # the same convention: 0 = the segments in the
 
 # ---------------------------------------------------------------------------- batches
 @dataclass
-class MaskedBatch(Batch):
-    """A masked-LM batch; the objectives that extend MLM add their fields in a subclass."""
+class MaskedBatch(PackableBatch):
+    """A masked-LM batch; the objectives that extend MLM add their fields in a subclass. Packed
+    (trainer.objectives.packing), its per-token fields are (R, L)."""
 
     token_type_ids: torch.Tensor         # (B, T) long, 0 = segment A, 1 = segment B
     mlm_labels: torch.Tensor             # (B, T) long, -100 = not predicted
     span_ids: torch.Tensor | None = None  # (B, T) long: masked unit (word, phrase, n-gram, span)
                                           # of each token, numbered per row; -1 = none. Not a
                                           # model input (for inspection).
-    # Set when the batch is packed (trainer.objectives.packing): its B examples lie end to end in
-    # R rows, and the fields above are (R, L); see models_lib.core.packing.Packed.
-    segments: torch.Tensor | None = None   # (R, L) long: 0 = padding, k = the k-th example of its row
-    positions: torch.Tensor | None = None  # (R, L) long: position within the example
-    starts: torch.Tensor | None = None     # (B,) long: flat index of each example's first token
-    real_tokens: torch.Tensor | None = None  # (N,) long: flat indices of the real tokens (the encoder's
-                                             # token-wise layers compute these alone)
     # Known on the host when collated, so that the model need not ask the device (a sync in every
     # step, and a graph break when compiled):
     mlm_positions: torch.Tensor | None = None  # (M,) long: flat indices (row * T + column) of the
                                                # positions with an MLM label, row-major (the MLM head's)
     full: bool = False                     # every row is real to its end: the model is given no mask
-
-    @property
-    def packed(self) -> Packed | None:
-        """The packing the model takes (`packed=`), or None for a padded batch."""
-        if self.segments is None:
-            return None
-        return Packed(self.segments, self.positions, self.starts, self.real_tokens)
-
-    @property
-    def size(self) -> int:
-        """Examples in the batch (a packed batch has fewer rows)."""
-        return int(self.starts.shape[0]) if self.starts is not None else int(self.input_ids.shape[0])
 
     def varying_dims(self) -> dict[str, tuple[int, ...]]:
         """A packed batch's rows and their length (R, L) and its real tokens (N) change from batch

@@ -22,11 +22,13 @@ token was in the padded (B, T) batch, so that a head's per-token outputs go back
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
+from models_lib.core.packing import Packed
 from trainer.objectives.base import Batch
 from trainer.objectives.masking import IGNORE_INDEX
 
@@ -38,6 +40,32 @@ TOKEN_FIELDS = {"input_ids": None, "attention_mask": 0, "token_type_ids": 0, "ml
 EXAMPLE_FIELDS = ("nsp_labels", "sop_labels", "lm_mode", "sbo_labels")  # one value per example (or per SBO row)
 PACKING_FIELDS = ("segments", "positions", "starts", "real_tokens", "padded_index", "padded_width", "mlm_positions",
                   "full")
+
+
+@dataclass(kw_only=True)
+class PackableBatch(Batch):
+    """A batch that may come packed (pack_rows): its B examples end to end in R <= B rows, its
+    per-token fields (R, L), and the fields below set (models_lib.core.packing.Packed). The
+    pre-training (MaskedBatch) and fine-tuning (TaskBatch) batches of the encoders extend it; its
+    fields are keyword-only, after those of its subclasses."""
+
+    segments: torch.Tensor | None = None     # (R, L) long: 0 = padding, k = the k-th example of its row
+    positions: torch.Tensor | None = None    # (R, L) long: position within the example
+    starts: torch.Tensor | None = None       # (B,) long: flat index of each example's first token
+    real_tokens: torch.Tensor | None = None  # (N,) long: flat indices of the real tokens (the encoder's
+                                             # token-wise layers compute these alone)
+
+    @property
+    def packed(self) -> Packed | None:
+        """The packing the model takes (`packed=`), or None for a padded batch."""
+        if self.segments is None:
+            return None
+        return Packed(self.segments, self.positions, self.starts, self.real_tokens)
+
+    @property
+    def size(self) -> int:
+        """Examples in the batch (a packed batch has fewer rows)."""
+        return int(self.starts.shape[0]) if self.starts is not None else int(self.input_ids.shape[0])
 
 
 def first_fit(lengths: np.ndarray, capacity: int) -> tuple[np.ndarray, np.ndarray]:
