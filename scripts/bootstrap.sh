@@ -35,7 +35,7 @@ fi
 # What must import afterwards: the app's packages, plus the test suite's references and browser
 # driver and report_to's trackers with --test (a missing one would otherwise turn whole test files
 # into skips).
-modules="django, torch, tokenizers, celery, channels, sklearn, scipy, seqeval, rouge_score, sacrebleu"
+modules="django, torch, tokenizers, celery, channels, sklearn, scipy, seqeval, rouge_score, sacrebleu, pyarrow, zstandard, xxhash"
 [ "$want" = requirements-test.txt ] && modules="$modules, transformers, playwright, tensorboard, mlflow, wandb"
 
 stamp=".venv/.installed-$(basename "$want" .txt)"
