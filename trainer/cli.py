@@ -7,7 +7,10 @@ Hugging Face format) and `evaluate CHECKPOINT DATASET` (a fine-tuned checkpoint'
 Long steps draw a progress bar when the command runs in a terminal (trainer.progress.TerminalBar).
 
 The YAML file holds the RunConfig fields plus:
-  corpus:      path of a raw .txt or .jsonl corpus (relative paths: from the YAML file's folder)
+  corpus:      the raw corpus: a file, a folder, a glob, or a list of them (relative paths: from the
+               YAML file's folder), in .txt, .jsonl/.json, .parquet or Arrow (a save_to_disk folder),
+               the text ones optionally gzip-, zstd- or bz2-compressed, mixed freely
+  text_field:  the JSON field or Parquet/Arrow column holding the text (default: text)
   tokenizer:   {algorithm: wordpiece, vocab_size: 8000, lowercase: true, extra_ids: 0} (the algorithm
                defaults to the family's: bpe for RoBERTa and GPT, unigram for ALBERT and T5,
                wordpiece otherwise; extra_ids, T5's sentinel tokens, defaults to 100 for T5, else 0)
@@ -31,6 +34,7 @@ the user can fix is printed as one line on stderr and the exit code is 2.
 from __future__ import annotations
 
 import argparse
+import errno
 import dataclasses
 import json
 import os
@@ -46,7 +50,7 @@ from trainer.errors import ConfigError, InferenceError, UserError
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
-RUN_FILE_KEYS = ("corpus", "tokenizer", "output_dir", "cleaning", "valid_fraction")
+RUN_FILE_KEYS = ("corpus", "tokenizer", "output_dir", "cleaning", "valid_fraction", "text_field")
 TOKENIZER_DEFAULTS = {"algorithm": "wordpiece", "vocab_size": 8000, "lowercase": True}
 TOKENIZER_KEYS = (*TOKENIZER_DEFAULTS, "extra_ids")  # extra_ids: T5's sentinel tokens (absent = 0)
 
@@ -55,12 +59,17 @@ TOKENIZER_KEYS = (*TOKENIZER_DEFAULTS, "extra_ids")  # extra_ids: T5's sentinel 
 class RunFile:
     """A parsed run YAML: where the data is, how to tokenize it, and the RunConfig."""
 
-    corpus: Path
+    corpus: list  # trainer.prep.sources.SourceFile, in reading order
     output_dir: Path
     config: Any  # RunConfig
     tokenizer: dict[str, Any] = field(default_factory=lambda: dict(TOKENIZER_DEFAULTS))
     cleaning: dict[str, bool] = field(default_factory=dict)
     valid_fraction: float = 0.05
+    text_field: str = "text"
+
+    @property
+    def corpus_label(self) -> str:
+        return self.corpus[0].name if len(self.corpus) == 1 else f"{len(self.corpus)} files"
 
     @property
     def corpus_dir(self) -> Path:
@@ -96,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m trainer", description="Train language models from the command line.")
     parser.add_argument("--version", action="version", version=f"LM Workbench {trainer.__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of a failure instead of its one-line sentence (also LMWB_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = sub.add_parser("run", help="prepare the corpus and tokenizer, then train, as a YAML file says")
     run.add_argument("config", type=Path, help="the run's YAML file (see examples/bert-tiny.yaml)")
@@ -186,9 +197,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not under_torchrun() or os.environ.get("RANK") == "0":  # said once for all the processes
             print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except OSError as e:  # no space, no permission, a read-only disk, a missing file: the user's to fix
+        if args.debug or os.environ.get("LMWB_DEBUG", "").strip() not in ("", "0"):
+            raise
+        if not under_torchrun() or os.environ.get("RANK") == "0":
+            print(f"error: {os_error_sentence(e)} (--debug shows the traceback)", file=sys.stderr)
+        return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+_OS_ERRORS = {
+    errno.ENOSPC: "No space is left on the disk that holds {path}; free some space and run the command again.",
+    errno.EDQUOT: "The disk quota is used up on the disk that holds {path}; free some space and try again.",
+    errno.EACCES: "Permission denied: {path} cannot be written or read by this user.",
+    errno.EPERM: "Permission denied: {path} cannot be written or read by this user.",
+    errno.EROFS: "{path} is on a read-only file system; choose a folder that can be written.",
+    errno.ENOENT: "{path} does not exist.",
+    errno.ENOTDIR: "{path} is not a folder (a part of the path is a file).",
+    errno.EISDIR: "{path} is a folder, not a file.",
+    errno.EEXIST: "{path} exists already and is in the way (a file where a folder is needed, or the reverse); choose another path.",
+    errno.ENOTEMPTY: "{path} is not empty.",
+}
+
+
+def os_error_sentence(error: OSError) -> str:
+    """One sentence for an operating-system error, naming the path it happened on."""
+    path = error.filename if error.filename is not None else "a file"
+    template = _OS_ERRORS.get(error.errno)
+    if template:
+        return template.format(path=path)
+    reason = error.strerror or str(error) or type(error).__name__
+    return f"{reason} ({path})." if error.filename is not None else f"{reason}."
 
 
 def cmd_demo_corpus(out: Path) -> int:
@@ -656,10 +697,11 @@ def load_run_file(path: Path) -> RunFile:
         if not data.get(key):
             raise ConfigError(f"{path} needs a `{key}:` setting.")
     here = path.resolve().parent
-    corpus = (here / str(data["corpus"])).resolve()
-    if not corpus.is_file():
-        raise ConfigError(f"The corpus file {corpus} does not exist (corpus: in {path.name}; "
-                          f"`python -m trainer demo-corpus FILE` writes one).")
+    corpus = _corpus_files(data["corpus"], here, path.name)
+    text_field = data.get("text_field", "text")
+    if not isinstance(text_field, str) or not text_field.strip():
+        raise ConfigError(f"text_field: names the JSON field or column that holds the text, such as text; "
+                          f"got {text_field!r}.")
     tokenizer = data.get("tokenizer") or {}
     if not isinstance(tokenizer, dict) or set(tokenizer) - set(TOKENIZER_KEYS):
         raise ConfigError(f"tokenizer: takes {', '.join(TOKENIZER_KEYS)}; got {tokenizer!r}.")
@@ -689,7 +731,24 @@ def load_run_file(path: Path) -> RunFile:
     except (TypeError, ValueError):
         raise ConfigError("valid_fraction must be a number such as 0.05.") from None
     return RunFile(corpus=corpus, output_dir=(here / str(data["output_dir"])).resolve(), config=config,
-                   tokenizer=tok, cleaning=dict(cleaning), valid_fraction=valid_fraction)
+                   tokenizer=tok, cleaning=dict(cleaning), valid_fraction=valid_fraction,
+                   text_field=text_field.strip())
+
+
+def _corpus_files(value, here: Path, yaml_name: str) -> list:
+    """The files `corpus:` names: a path (file, folder or glob) or a list of them."""
+    from trainer.errors import CorpusError
+    from trainer.prep.sources import discover
+
+    specs = value if isinstance(value, list) else [value]
+    if not specs or not all(isinstance(s, (str, int, float)) and str(s).strip() for s in specs):
+        raise ConfigError(f"corpus: in {yaml_name} is a path (a file, a folder or a glob) or a list of them; "
+                          f"got {value!r}.")
+    try:
+        return discover([str(s).strip() for s in specs], base=here)
+    except CorpusError as e:
+        raise ConfigError(f"{e} (corpus: in {yaml_name}; `python -m trainer demo-corpus FILE` writes a "
+                          "small corpus to try.)") from None
 
 
 # ---------------------------------------------------------------------------- preparation
@@ -710,11 +769,10 @@ def prepare(run: RunFile, *, quiet: bool = False) -> None:
     run.output_dir.mkdir(parents=True, exist_ok=True)
     check_stamp(run)
     if not (run.corpus_dir / "stats.json").is_file():
-        print(f"Cleaning and splitting {run.corpus.name} ...", flush=True)
+        print(f"Cleaning and splitting {run.corpus_label} ...", flush=True)
         with TerminalBar("  cleaning") as bar:
-            result = ingest(run.corpus, run.corpus_dir, original_filename=run.corpus.name,
-                            options=CleaningOptions.from_dict(run.cleaning), valid_fraction=run.valid_fraction,
-                            progress=bar)
+            result = ingest(run.corpus, run.corpus_dir, options=CleaningOptions.from_dict(run.cleaning),
+                            text_field=run.text_field, valid_fraction=run.valid_fraction, progress=bar)
         s = result.stats
         total = s.get("total", s)
         print(f"  {_fmt_stats(total)}", flush=True)
@@ -738,7 +796,9 @@ def prepare(run: RunFile, *, quiet: bool = False) -> None:
 def check_stamp(run: RunFile) -> None:
     """Refuse to mix prepared data of one corpus/tokenizer with a YAML that asks for another."""
     stamp = run.output_dir / "prepared.json"
-    wanted = {"corpus": str(run.corpus), "corpus_bytes": run.corpus.stat().st_size,
+    # One file keeps the stamp's old form, so that folders prepared before still match.
+    paths = [s.path for s in run.corpus]
+    wanted = {"corpus": paths[0] if len(paths) == 1 else paths, "corpus_bytes": sum(s.bytes for s in run.corpus),
               "tokenizer": run.tokenizer, "cleaning": run.cleaning, "valid_fraction": run.valid_fraction}
     if stamp.is_file():
         had = json.loads(stamp.read_text(encoding="utf-8"))

@@ -34,3 +34,18 @@ class InferenceError(UserError):
 class DatasetError(UserError):
     """A labelled (fine-tuning) dataset cannot be used: unreadable, a bad row, a mapping that
     does not fit the task, too few classes. The message names the row or line at fault."""
+
+
+MESSAGE_LIMIT = 400  # characters of one error sentence shown anywhere (page, API, socket, CLI)
+
+
+def bounded(text: str, limit: int = MESSAGE_LIMIT, *, keep_end: int = 0) -> str:
+    """``text`` cut to about ``limit`` characters, saying how much was left out: a value the user
+    pasted (a 100,000-entry list) must not make the sentence about it as long. ``keep_end`` keeps
+    that many characters of the end (the advice that follows the quoted value)."""
+    text = str(text)
+    if len(text) <= limit:
+        return text
+    tail = text[-keep_end:] if keep_end else ""
+    head = text[: max(0, limit - len(tail))].rstrip()
+    return f"{head} … ({len(text) - len(head) - len(tail):,} more characters) {tail}".rstrip()

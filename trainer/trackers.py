@@ -15,7 +15,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from trainer.errors import ConfigError
+from trainer.errors import ConfigError, bounded
 
 # tracker -> (the module that must import, what to pip install for it)
 TRACKERS: dict[str, tuple[str, str]] = {
@@ -44,16 +44,23 @@ def check(report_to: Any) -> list[str]:
         report_to = [p.strip() for p in report_to.split(",") if p.strip()]
     if report_to is None:
         return []
-    if not isinstance(report_to, (list, tuple)) or not all(isinstance(n, str) for n in report_to):
-        raise ConfigError(f"report_to must be a list of trackers (some of {', '.join(TRACKERS)}), "
-                          f"not {report_to!r}.")
+    if not isinstance(report_to, (list, tuple)):
+        raise ConfigError(bounded(f"report_to must be a list of trackers (some of {', '.join(TRACKERS)}), "
+                                  f"not {report_to!r}."))
+    if len(report_to) > len(TRACKERS):  # checked first: the message never repeats a long list
+        raise ConfigError(f"report_to lists {len(report_to):,} entries, but there are only {len(TRACKERS)} "
+                          f"trackers ({', '.join(TRACKERS)}); name each at most once.")
+    if not all(isinstance(n, str) for n in report_to):
+        raise ConfigError(bounded(f"report_to must be a list of tracker names (some of {', '.join(TRACKERS)}), "
+                                  f"not {report_to!r}."))
     names = [n.strip().lower() for n in report_to]
     for name in names:
         if name not in TRACKERS:
-            raise ConfigError(f"report_to names {name!r}, which is not a tracker offered here; "
-                              f"choose among {', '.join(TRACKERS)}.")
-    if len(set(names)) != len(names):
-        raise ConfigError(f"report_to names a tracker twice: {names}.")
+            raise ConfigError(bounded(f"report_to names {name!r}, which is not a tracker offered here; "
+                                      f"choose among {', '.join(TRACKERS)}.", keep_end=40))
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"report_to names {', '.join(twice)} more than once; name each tracker once.")
     for name in names:
         module, package = TRACKERS[name]
         if not installed(module):

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from trainer.prep import corpus
+from trainer.prep import corpus, reading
 from trainer.prep.corpus import RULES, CleaningOptions, IngestResult, ingest, write_demo_corpus
 from trainer.errors import CorpusError, UserError
 
@@ -88,7 +88,7 @@ def test_it_rejects_binary_data_with_the_offset_of_the_nul_byte(tmp_path):
 
 
 def test_it_finds_a_nul_byte_far_into_the_file(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "_CHUNK", 64)
+    monkeypatch.setattr(reading, "_CHUNK", 64)
     data = GOOD.encode() + b"x\x00"
     assert f"byte offset {len(data) - 1}" in fails(tmp_path, data)
 
@@ -112,7 +112,7 @@ def test_it_gives_the_byte_offset_and_line_of_invalid_utf8(tmp_path):
 
 
 def test_invalid_utf8_offsets_are_exact_across_chunks(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "_CHUNK", 7)
+    monkeypatch.setattr(reading, "_CHUNK", 7)
     data = ("Ünïcödé wörds ✓ here.\r\n" * 30).encode() + b"bad \xff byte"
     message = fails(tmp_path, data)
     bad = data.index(b"\xff")
@@ -125,7 +125,7 @@ def test_a_truncated_utf8_sequence_at_the_end_is_reported(tmp_path):
 
 
 def test_multibyte_characters_split_between_chunks_decode(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "_CHUNK", 3)
+    monkeypatch.setattr(reading, "_CHUNK", 3)
     docs = [[s.replace("e", "é") + " ✓ 中文." for s in d] for d in make_docs()]
     run(tmp_path, as_txt(docs))
     assert read_docs(tmp_path / "out" / "train.txt") + read_docs(tmp_path / "out" / "valid.txt")
@@ -164,7 +164,7 @@ def test_it_needs_two_documents(tmp_path):
     assert "only 1 document" in message and "blank line" in message
 
 
-@pytest.mark.parametrize("name", ["corpus.csv", "corpus.pdf", "corpus", "corpus.json", "notes.txt.zip"])
+@pytest.mark.parametrize("name", ["corpus.csv", "corpus.pdf", "corpus", "corpus.docx", "notes.txt.zip"])
 def test_it_rejects_unknown_file_types(tmp_path, name):
     message = fails(tmp_path, GOOD, name)
     assert ".txt" in message and ".jsonl" in message and ".gz" in message
@@ -228,7 +228,7 @@ def test_gzip_is_detected_from_the_content(tmp_path, name, fmt):
 
 
 def test_crlf_cr_and_byte_order_mark(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "_CHUNK", 5)  # a \r\n split between two chunks is one line end
+    monkeypatch.setattr(reading, "_CHUNK", 5)  # a \r\n split between two chunks is one line end
     docs = make_docs()
     text = as_txt(docs).replace("\n", "\r\n")
     run(tmp_path, b"\xef\xbb\xbf" + text.encode())
@@ -373,9 +373,10 @@ def test_statistics_of_a_hand_made_corpus(tmp_path, monkeypatch):
     for key in ("documents", "sentences", "words", "characters", "bytes"):
         assert s["train"][key] + s["valid"][key] == s[key]
     assert s["valid"]["documents"] == 1
-    assert s["input"] == {
-        "format": "txt", "compressed": False, "file_bytes": len(text.encode()), "lines": 5, "documents": 3
+    assert {k: s["input"][k] for k in ("format", "compressed", "file_bytes", "documents", "files")} == {
+        "format": "txt", "compressed": False, "file_bytes": len(text.encode()), "documents": 3, "files": 1
     }  # fmt: skip
+    assert s["sample"]["share"] == 1.0 and set(s["stages"]) == {"read_clean", "dedup", "split"}
     assert result.preview == [["One two three.", "Four five!"], ["Café au lait."], ["你好，世界。", "再见。"]]
     saved = json.loads((tmp_path / "out" / "stats.json").read_text())
     assert saved["stats"] == s and saved["removed"] == result.removed
@@ -393,7 +394,7 @@ def test_the_preview_shows_five_documents_shortened(tmp_path):
 
 
 def test_progress_is_reported_from_0_to_100_at_most_about_100_times(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "_CHUNK", 16)
+    monkeypatch.setattr(reading, "_CHUNK", 16)
     calls = []
     run(tmp_path, as_txt(make_docs(n_docs=30)), progress=calls.append)
     assert calls[0] == 0 and calls[-1] == 100

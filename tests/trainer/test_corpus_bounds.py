@@ -9,14 +9,14 @@ import itertools
 import pytest
 
 from trainer.errors import CorpusError
-from trainer.prep import corpus
+from trainer.prep import corpus, reading
 from trainer.prep.corpus import CleaningOptions, ingest
 
 SENTENCE = "The quick brown fox jumps over the lazy dog near the quiet river bank. "
 
 
 def test_a_decompression_bomb_is_refused_at_the_limit(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "UPLOAD_MAX_DECOMPRESSED_BYTES", 3_000_000)
+    monkeypatch.setattr(reading, "UPLOAD_MAX_DECOMPRESSED_BYTES", 3_000_000)
     path = tmp_path / "bomb.txt.gz"
     with gzip.open(path, "wb") as f:
         for _ in range(2000):  # 20 MB of text in a few tens of kilobytes
@@ -32,7 +32,7 @@ def test_a_decompression_bomb_is_refused_at_the_limit(tmp_path, monkeypatch):
 
 
 def test_a_file_without_blank_lines_becomes_bounded_documents(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "MAX_DOCUMENT_CHARS", 5_000)
+    monkeypatch.setattr(reading, "MAX_DOCUMENT_CHARS", 5_000)
     path = tmp_path / "one-block.txt"
     path.write_text("".join(f"{SENTENCE}Line {i} of one long block.\n" for i in range(600)))
     result = ingest(path, tmp_path / "out", original_filename="one-block.txt", options=CleaningOptions())
@@ -40,7 +40,7 @@ def test_a_file_without_blank_lines_becomes_bounded_documents(tmp_path, monkeypa
 
 
 def test_documents_are_yielded_as_they_fill_up(monkeypatch):
-    monkeypatch.setattr(corpus, "MAX_DOCUMENT_CHARS", 100)
+    monkeypatch.setattr(reading, "MAX_DOCUMENT_CHARS", 100)
     long = ((i, "a line of text that never ends in a blank one") for i in itertools.islice(itertools.count(), 100_000))
-    first = next(corpus._txt_documents(long))  # the first piece, long before the input ends
+    first = next(reading._txt_documents(long))  # the first piece, long before the input ends
     assert 2 <= len(first) <= 4

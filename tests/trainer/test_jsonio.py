@@ -10,8 +10,8 @@ import pytest
 from trainer import jsonio
 from trainer.errors import CorpusError, DatasetError, UserError
 from trainer.inference.importing import ModelImportError, check_hf_directory
-from trainer.prep import corpus
 from trainer.prep.labelled import DatasetReader, sniff
+from trainer.prep.sources import discover, plan_pieces, read_piece
 
 LIMIT = f"{jsonio.MAX_DEPTH} levels is the nesting limit"
 
@@ -53,7 +53,7 @@ def test_a_squad_file_nested_10000_deep_is_refused_naming_the_limit(tmp_path, te
 
 
 def test_the_article_stream_bounds_each_value_even_across_pieces(tmp_path, monkeypatch):
-    from trainer.prep import corpus as corpus_module
+    from trainer.prep import reading as corpus_module
 
     monkeypatch.setattr(corpus_module, "_CHUNK", 1000)  # the deep article spans many pieces
     path = tmp_path / "deep.json"
@@ -67,8 +67,10 @@ def test_a_jsonl_row_or_corpus_line_nested_too_deep_names_its_line(tmp_path):
     path.write_text('{"text": "fine", "label": "a"}\n{"text": ' + nested(3000) + "}\n")
     with pytest.raises(DatasetError, match=f"^Line 2 is nested more than .*{LIMIT}"):
         list(DatasetReader(path, "jsonl"))
-    with pytest.raises(CorpusError, match=f"^Line 7 of the JSONL file is nested more than .*{LIMIT}"):
-        list(corpus._jsonl_documents([(7, '{"text": ' + nested(3000) + "}")]))
+    corpus_file = tmp_path / "deep.jsonl"
+    corpus_file.write_text("\n" * 6 + '{"text": ' + nested(3000) + "}\n")
+    with pytest.raises(CorpusError, match=f'^Line 7 of "deep.jsonl" is nested more than .*{LIMIT}'):
+        [list(read_piece(piece)) for piece in plan_pieces(discover([corpus_file]))]
 
 
 def test_an_imported_config_nested_too_deep_is_refused_before_anything_reads_it(tmp_path):

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from trainer.errors import CorpusError, DatasetError, UserError
-from trainer.prep import corpus
+from trainer.prep import reading
 from trainer.prep.labelled import (DatasetReader, check_mapping, detect_format, sniff, suggest, suggest_mapping,
                                    suggest_task)
 
@@ -110,7 +110,7 @@ def test_squad_v1_pretty_printed_with_several_answers(tmp_path):
 
 
 def test_squad_is_parsed_one_piece_at_a_time(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "_CHUNK", 7)  # every value, number and literal is cut between pieces
+    monkeypatch.setattr(reading, "_CHUNK", 7)  # every value, number and literal is cut between pieces
     long = {"title": "long", "paragraphs": [{"context": "word " * 100 + "end.", "qas": [
         {"id": "q4", "question": "Which word ends it?", "answers": [{"text": "end", "answer_start": 500}]}]}]}
     data = {"version": "v2.0", "data": SQUAD_V2["data"] * 2 + [long], "n": 123456789, "ok": True, "none": None}
@@ -271,7 +271,7 @@ GOOD_SQUAD = json.dumps({"version": "v2.0", "data": [{"title": "t", "paragraphs"
     ('{"data": []}', "The SQuAD file holds no questions."),
 ])
 def test_squad_structure_errors_name_the_place(tmp_path, monkeypatch, text, message):
-    monkeypatch.setattr(corpus, "_CHUNK", 5)  # line numbers count the text already dropped from the buffer
+    monkeypatch.setattr(reading, "_CHUNK", 5)  # line numbers count the text already dropped from the buffer
     with pytest.raises(DatasetError) as info:
         rows(write(tmp_path, "d.json", text), "squad")
     assert message in str(info.value)

@@ -96,3 +96,31 @@ def test_a_run_without_trackers_shows_no_tracker_section(alice, alice_client):
     run = make_run(alice, status=RunStatus.SUCCEEDED)
     html = alice_client.get(reverse("runs:detail", args=[run.id])).content.decode()
     assert 'id="tracker-logs"' not in html
+
+
+def test_a_huge_report_to_list_gets_a_short_sentence(alice, alice_api, eager, enqueued,
+                                                     django_capture_on_commit_callbacks):
+    """10,000 entries: the list's length is checked first, and no error body repeats the list."""
+    _, tokenizer = make_data(alice)
+    huge = ["tensorboard"] * 5000 + [f"x{i}" for i in range(5000)]
+    response = alice_api.post("/api/runs/", {"tokenizer": str(tokenizer.id), "report_to": huge}, format="json")
+    assert response.status_code == 400 and len(response.content) < 2000, len(response.content)
+    assert "10,000 entries" in response.json()["error"]
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks)
+    response = alice_api.post(reverse("api-finetune"), {"checkpoint": str(tiny_checkpoint(alice).id),
+                                                        "dataset": str(dataset.id), "report_to": huge}, format="json")
+    assert response.status_code == 400 and len(response.content) < 2000, len(response.content)
+    assert "10,000 entries" in response.json()["error"]
+
+
+def test_every_api_error_body_is_bounded(alice, alice_api):
+    """A list refused item by item (a sweep's 10,000 bad values, say) gives a few messages and a count."""
+    from webapp.api.errors import _flatten, field_messages
+
+    detail = {"values": [f"{'v' * 50} is not a number." for _ in range(10_000)],
+              **{f"field{i}": ["bad " * 500] for i in range(50)}}
+    flat = _flatten(detail)
+    fields = field_messages(detail)
+    assert len(flat) < 1200 and "more" in flat
+    assert len(str(fields)) < 12_000 and fields["values"][-1] == "(and 9,997 more)"
+    assert "(and 31 more fields refused)" in fields["non_field_errors"]  # 51 fields, 20 shown

@@ -21,7 +21,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from itertools import chain
 from dataclasses import dataclass
@@ -31,8 +33,9 @@ import numpy as np
 
 from trainer.errors import CorpusError, TokenizerError
 from trainer.prep.tokenization import load_tokenizer
-from trainer.progress import PercentProgress
+from trainer.progress import Stages
 from trainer.prep.segmenter import refine_word_starts
+from trainer.prep.workers import PieceFailed, run_pieces, serve
 
 SPLITS = ("train", "valid")
 CHUNK_SENTENCES = 4096
@@ -44,12 +47,26 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
 
 
-def encode_corpus(corpus_dir: Path, tokenizer_dir: Path, progress: Callable[[float], None] | None = None) -> dict:
+ENCODE_WORK = ".encode-work"
+PIECE_BYTES = 32 << 20
+
+
+def encode_corpus(corpus_dir: Path, tokenizer_dir: Path, progress: Callable[[float], None] | None = None,
+                  workers: int | None = None, piece_bytes: int = PIECE_BYTES) -> dict:
     """Encode ``corpus_dir``'s train/valid text with the tokenizer in ``tokenizer_dir``.
 
+    Each split's text is cut at document boundaries into pieces of about ``piece_bytes``, encoded
+    by up to ``workers`` processes (default: every core; 1 encodes here), each piece written to
+    ``tokenizer_dir/.encode-work/`` with a marker, then joined into ``shards/``. The shards are the
+    same whatever the number of workers; a killed encode, called again with the same tokenizer and
+    text, encodes only the pieces that have no marker.
+
     Returns ``{"dtype", "vocab_size", "n_tokens", "train": {"n_tokens", "n_sentences",
-    "n_documents", "skipped_sentences"}, "valid": {...}}``.
+    "n_documents", "skipped_sentences"}, "valid": {...}, "seconds", "workers"}``.
     """
+    from trainer.prep.pipeline import default_workers
+
+    started = time.monotonic()
     corpus_dir, tokenizer_dir = Path(corpus_dir), Path(tokenizer_dir)
     paths = {split: corpus_dir / f"{split}.txt" for split in SPLITS}
     for path in paths.values():
@@ -58,40 +75,160 @@ def encode_corpus(corpus_dir: Path, tokenizer_dir: Path, progress: Callable[[flo
     bundle = load_tokenizer(tokenizer_dir)
     dtype = token_dtype(bundle.vocab_size)
     total_bytes = max(1, sum(p.stat().st_size for p in paths.values()))
-    report = PercentProgress(progress)
-    report(0)
+    workers = default_workers(total_bytes) if workers is None else max(1, int(workers))
+    report = Stages(progress, {"encode": ("Encoding into token shards", 100.0)})
+    report.percent(0)
 
+    pieces = [(split, paths[split], start, stop) for split in SPLITS
+              for start, stop in _document_ranges(paths[split], piece_bytes)]
+    work = _encode_work(tokenizer_dir, paths, pieces)
     final = tokenizer_dir / "shards"
     tmp = Path(tempfile.mkdtemp(prefix=".shards-", dir=tokenizer_dir))
     try:
         tmp.chmod(0o755)  # mkdtemp makes it private; the folder it becomes should not be
+        _encode_pieces(bundle, pieces, work, dtype, workers, report, total_bytes)
         stats: dict = {"dtype": dtype.name, "vocab_size": bundle.vocab_size}
-        done = 0
         for split in SPLITS:
-            def on_bytes(n: int, base: int = done) -> None:
-                report(100 * (base + n) / total_bytes)
-
-            stats[split] = _encode_split(bundle, paths[split], tmp / split, dtype, on_bytes)
-            done += paths[split].stat().st_size
+            parts = [i for i, p in enumerate(pieces) if p[0] == split]
+            stats[split] = _join_parts(bundle, [work / f"{i:06d}" for i in parts], tmp / split, dtype,
+                                       paths[split])
         stats["n_tokens"] = sum(stats[s]["n_tokens"] for s in SPLITS)
         _replace_dir(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    report(100)
+    shutil.rmtree(work, ignore_errors=True)
+    report.finish("encode", total_bytes / 1e6)
+    report.percent(100)
+    stats["seconds"] = round(time.monotonic() - started, 3)
+    stats["workers"] = workers
     return stats
 
 
-def _encode_split(bundle, text_path: Path, out: Path, dtype: np.dtype, on_bytes: Callable[[int], None]) -> dict:
+def _document_ranges(path: Path, piece_bytes: int) -> list[tuple[int, int]]:
+    """Byte ranges of ``path`` that start at a document (after a blank line) and cover it in order."""
+    size = path.stat().st_size
+    cuts = [0]
+    with open(path, "rb") as fh:
+        while cuts[-1] + piece_bytes < size:
+            fh.seek(cuts[-1] + piece_bytes)
+            window = b""
+            found = -1
+            while found < 0:
+                block = fh.read(1 << 16)
+                if not block:
+                    break
+                window += block
+                found = window.find(b"\n\n")
+            if found < 0:
+                break
+            cuts.append(cuts[-1] + piece_bytes + found + 2)
+    cuts.append(size)
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a] or [(0, 0)]
+
+
+def _encode_work(tokenizer_dir: Path, paths: dict[str, Path], pieces: list) -> Path:
+    """The encode's work folder: kept when it was made for this tokenizer and this text, else anew."""
+    tokenizer_files = sorted([p.name, *_file_id(p)] for p in tokenizer_dir.iterdir() if p.is_file())
+    fingerprint = {"version": FORMAT_VERSION, "tokenizer": tokenizer_files,
+                   "text": {split: _file_id(p) for split, p in paths.items()},
+                   "pieces": [[split, start, stop] for split, _, start, stop in pieces]}
+    work = tokenizer_dir / ENCODE_WORK
+    marker = work / "fingerprint.json"
+    try:
+        if json.loads(marker.read_text(encoding="utf-8")) == fingerprint:
+            return work
+    except (OSError, ValueError):
+        pass
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    marker.write_text(json.dumps(fingerprint), encoding="utf-8")
+    return work
+
+
+def _file_id(path: Path) -> list:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _encode_pieces(bundle, pieces: list, work: Path, dtype: np.dtype, workers: int, report: Stages,
+                   total_bytes: int) -> None:
+    """Encode every piece that has no marker: here when workers is 1, else in subprocesses
+    (plain ones: a Celery prefork pool process may not start multiprocessing children)."""
+    sizes = [stop - start for _, _, start, stop in pieces]
+    todo = [i for i in range(len(pieces)) if not (work / f"{i:06d}" / "part.json").is_file()]
+    done = sum(sizes) - sum(sizes[i] for i in todo)
+    report.update("encode", done / 1e6, total_bytes / 1e6)
+    if workers <= 1 or len(todo) <= 1:
+        for i in todo:
+            split, path, start, stop = pieces[i]
+            _encode_part(bundle, path, start, stop, work / f"{i:06d}", dtype,
+                         lambda n, base=done: report.update("encode", (base + n) / 1e6, total_bytes / 1e6))
+            done += sizes[i]
+        return
+    (work / "job.json").write_text(json.dumps({
+        "tokenizer_dir": str(work.parent), "dtype": dtype.name,
+        "pieces": [[split, str(path), start, stop] for split, path, start, stop in pieces]}), encoding="utf-8")
+    finished = [done]
+
+    def on_done(i: int) -> None:
+        finished[0] += sizes[i]
+
+    def on_tick() -> None:
+        partial = 0
+        for i in todo:
+            try:
+                partial += int((work / f"{i:06d}.progress").read_text() or 0)
+            except (OSError, ValueError):
+                pass
+        report.update("encode", min(total_bytes, finished[0] + partial) / 1e6, total_bytes / 1e6)
+
+    try:
+        run_pieces("trainer.prep.shards", work, todo, workers, on_done=on_done, on_tick=on_tick)
+    except PieceFailed as e:
+        if e.user:
+            raise TokenizerError(e.message) from None
+        raise RuntimeError(f"encoding piece {e.index} failed: {e.message}\n{e.trace}") from None
+
+
+_BUNDLES: dict[str, object] = {}
+
+
+def do_piece(work: Path, i: int) -> None:
+    """Encode piece ``i`` of the job in ``work`` (in a worker process: trainer.prep.workers)."""
+    job = json.loads((work / "job.json").read_text(encoding="utf-8"))
+    split, path, start, stop = job["pieces"][i]
+    progress_path = work / f"{i:06d}.progress"
+    last = [0.0]
+
+    def on_bytes(n: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 0.5:
+            last[0] = now
+            progress_path.write_text(str(n))
+
+    if job["tokenizer_dir"] not in _BUNDLES:  # a worker loads the tokenizer once
+        _BUNDLES[job["tokenizer_dir"]] = load_tokenizer(Path(job["tokenizer_dir"]))
+    _encode_part(_BUNDLES[job["tokenizer_dir"]], Path(path), start, stop, work / f"{i:06d}",
+                 np.dtype(job["dtype"]), on_bytes)
+    progress_path.unlink(missing_ok=True)
+
+
+def _encode_part(bundle, text_path: Path, start: int, stop: int, out: Path, dtype: np.dtype,
+                 on_bytes: Callable[[int], None]) -> None:
+    """Encode the bytes [start, stop) of a split's text into ``out``: tokens.bin, word_starts.bin,
+    sentences.bin (each kept sentence's first token, from the part's start), documents.bin (each
+    document's first sentence, from the part's start) and part.json (written last: the marker)."""
+    shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     n_tokens = n_sentences = skipped = 0
     with (
         open(out / "tokens.bin", "wb") as tokens_fh,
         open(out / "word_starts.bin", "wb") as starts_fh,
-        open(out / "sentences.tmp", "wb") as sent_fh,
-        open(out / "documents.tmp", "wb") as doc_fh,
+        open(out / "sentences.bin", "wb") as sent_fh,
+        open(out / "documents.bin", "wb") as doc_fh,
     ):
-        for sentences, doc_starts, bytes_read in _chunks(text_path):
+        for sentences, doc_starts, bytes_read in _chunks(text_path, start, stop):
             encodings = bundle.tok.encode_batch(sentences, add_special_tokens=False)
             lengths = np.fromiter((len(e) for e in encodings), dtype=np.int64, count=len(encodings))
             n = int(lengths.sum())
@@ -108,7 +245,7 @@ def _encode_split(bundle, text_path: Path, out: Path, dtype: np.dtype, on_bytes:
             starts = refine_word_starts(sentences, encodings, starts)
 
             # A document starts at its first kept sentence; one left with no kept sentence
-            # starts where the next does and is removed below.
+            # starts where the next does and is removed when the parts are joined.
             kept_before = np.concatenate([[0], np.cumsum(keep)])
             if doc_starts:
                 doc_fh.write((n_sentences + kept_before[np.asarray(doc_starts)]).astype(np.int64).tobytes())
@@ -119,15 +256,39 @@ def _encode_split(bundle, text_path: Path, out: Path, dtype: np.dtype, on_bytes:
             n_sentences += int(keep.sum())
             skipped += int((~keep).sum())
             on_bytes(bytes_read)
-    sentence_starts = _memmap(out / "sentences.tmp", np.dtype(np.int64), n_sentences)
-    doc_starts_all = np.fromfile(out / "documents.tmp", dtype=np.int64)
+    (out / "part.json").write_text(json.dumps({"n_tokens": n_tokens, "n_sentences": n_sentences,
+                                               "skipped_sentences": skipped}), encoding="utf-8")
+
+
+def _join_parts(bundle, parts: list[Path], out: Path, dtype: np.dtype, text_path: Path) -> dict:
+    """One split's shards from its encoded parts, in order (offsets shifted by what came before)."""
+    out.mkdir(parents=True)
+    metas = [json.loads((p / "part.json").read_text(encoding="utf-8")) for p in parts]
+    n_tokens = sum(m["n_tokens"] for m in metas)
+    n_sentences = sum(m["n_sentences"] for m in metas)
+    skipped = sum(m["skipped_sentences"] for m in metas)
+    for name in ("tokens.bin", "word_starts.bin"):
+        with open(out / name, "wb") as dst:
+            for p in parts:
+                with open(p / name, "rb") as src:
+                    shutil.copyfileobj(src, dst, 16 << 20)
+    sentence_starts = np.lib.format.open_memmap(out / "sentences.npy", mode="w+", dtype=np.int64,
+                                                shape=(n_sentences + 1,))
+    doc_starts = []
+    tok_base = sent_base = 0
+    for p, m in zip(parts, metas):
+        part = np.fromfile(p / "sentences.bin", dtype=np.int64)
+        sentence_starts[sent_base:sent_base + len(part)] = part + tok_base
+        doc_starts.append(np.fromfile(p / "documents.bin", dtype=np.int64) + sent_base)
+        tok_base += m["n_tokens"]
+        sent_base += m["n_sentences"]
+    sentence_starts[-1] = n_tokens
+    sentence_starts.flush()
+    del sentence_starts
+    doc_starts_all = np.concatenate(doc_starts) if doc_starts else np.zeros(0, np.int64)
     doc_starts_all = np.unique(doc_starts_all[doc_starts_all < n_sentences])
     n_documents = len(doc_starts_all)
-    _save_npy(out / "sentences.npy", sentence_starts, n_tokens)
     _save_npy(out / "documents.npy", doc_starts_all, n_sentences)
-    del sentence_starts
-    (out / "sentences.tmp").unlink()
-    (out / "documents.tmp").unlink()
     meta = {
         "dtype": dtype.name,
         "word_segmenter": "jieba",  # word_starts.bin has CJK word boundaries (trainer.prep.segmenter)
@@ -153,14 +314,19 @@ def _save_npy(path: Path, starts: np.ndarray, end: int) -> None:
     del arr
 
 
-def _chunks(path: Path) -> Iterator[tuple[list[str], list[int], int]]:
-    """Yields (sentences, indices where a document starts, bytes read so far) per chunk."""
+def _chunks(path: Path, start: int = 0, stop: int = -1) -> Iterator[tuple[list[str], list[int], int]]:
+    """Yields (sentences, indices where a document starts, bytes read so far) per chunk, for the
+    bytes [start, stop) of the file (stop -1: to the end); ``start`` is a document's first byte."""
     sentences: list[str] = []
     doc_starts: list[int] = []
     new_doc = True
     done = 0
+    limit = float("inf") if stop < 0 else stop - start
     with open(path, "rb") as fh:
+        fh.seek(start)
         for raw in fh:
+            if done >= limit:
+                break
             done += len(raw)
             line = raw.decode("utf-8").strip()
             if not line:
@@ -281,3 +447,10 @@ def _memmap(path: Path, dtype: np.dtype, count: int) -> np.ndarray:
     if count == 0:  # numpy cannot map an empty file
         return np.zeros(0, dtype=dtype)
     return np.memmap(path, dtype=dtype, mode="r", shape=(count,))
+
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "serve":
+        sys.exit(serve("trainer.prep.shards", Path(sys.argv[2])))
+    sys.exit("usage: python -m trainer.prep.shards serve WORK")

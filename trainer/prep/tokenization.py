@@ -47,7 +47,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from trainer import jsonio
 from trainer.errors import TokenizerError
 from trainer.prep.sentences import count_words
-from trainer.progress import PercentProgress
+from trainer.progress import Stages
 
 ROLES = ("pad", "unk", "cls", "sep", "mask")
 MIN_VOCAB_SIZE = 100
@@ -227,13 +227,18 @@ def train_tokenizer(
     train_path = corpus_dir / "train.txt"
     if not train_path.is_file():
         raise TokenizerError("The corpus has no training text (train.txt is missing); prepare the corpus first.")
-    report = PercentProgress(progress)
-    report(0)
+    # A large corpus's ingest draws a seeded sample of its train split (sample.txt, a size the
+    # corpus settings choose): the vocabulary is learned from it, in memory bounded by its size.
+    sample_path = corpus_dir / "sample.txt"
+    learn_path = sample_path if sample_path.is_file() else train_path
+    report = Stages(progress, {"train_tokenizer": ("Training the tokenizer", 85.0),
+                               "evaluate": ("Measuring the tokenizer", 15.0)})
+    report.percent(0)
     started = time.monotonic()
 
     tok = spec.build(bool(lowercase))
-    total = max(1, train_path.stat().st_size)
-    batches = _line_batches(train_path, on_bytes=lambda done: report(80 * done / total))
+    total = max(1, learn_path.stat().st_size)
+    batches = _line_batches(learn_path, on_bytes=lambda done: report.update("train_tokenizer", done / 1e6, total / 1e6))
     tok.train_from_iterator(batches, trainer=spec.make_trainer(vocab_size, spec.special_tokens))
     ids = {}
     for role, token in spec.role_tokens().items():
@@ -244,7 +249,7 @@ def train_tokenizer(
     if tok.get_vocab_size() <= len(ROLES):
         raise TokenizerError("The corpus has too little text to learn a vocabulary from.")
     sentinels = _add_sentinels(tok, extra_ids)
-    report(85)
+    report.finish("train_tokenizer", total / 1e6)
 
     meta = {
         "algorithm": spec.name,
@@ -269,13 +274,15 @@ def train_tokenizer(
         **_evaluate(tok, eval_path, unk_id=ids["unk"][1]),
         "vocab_size": meta["vocab_size"],
         "evaluated_on": eval_path.stem,
+        "trained_on": learn_path.stem,
+        "trained_on_bytes": learn_path.stat().st_size,
     }
-    report(95)
+    report.update("evaluate", 0.66, 1.0, "steps")
     meta["stats"] = stats
     stats["seconds"] = round(time.monotonic() - started, 3)
     shutil.rmtree(out_dir / "shards", ignore_errors=True)  # encoded with a previous tokenizer
     _write_folder(tok, spec, meta, out_dir)
-    report(100)
+    report.finish("evaluate", 1.0, "steps")
     return stats
 
 

@@ -10,6 +10,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_default_handler
 
+from trainer.errors import MESSAGE_LIMIT, bounded
 from webapp.api.storage import DISK_FULL, is_disk_full
 
 log = logging.getLogger(__name__)
@@ -17,24 +18,41 @@ log = logging.getLogger(__name__)
 NOT_FOUND = "Not found. It does not exist, or it is not yours."
 
 
+# An error body stays small whatever was sent: a 10,000-item list refused item by item gives the
+# first few messages, each bounded (trainer.errors.bounded), and a count of the rest.
+MESSAGES_SHOWN = 3
+FIELDS_SHOWN = 20
+
+
 def _flatten(detail) -> str:
-    """Turn DRF's nested error detail into one readable sentence."""
+    """Turn DRF's nested error detail into one readable sentence, bounded."""
+    return bounded(_join(detail), 2 * MESSAGE_LIMIT)
+
+
+def _join(detail) -> str:
     if isinstance(detail, dict):
         parts = []
-        for field, value in detail.items():
-            text = _flatten(value)
+        for field, value in list(detail.items())[:FIELDS_SHOWN]:
+            text = _join(value)
             parts.append(text if field in ("non_field_errors", "detail") else f"{field}: {text}")
+        if len(detail) > FIELDS_SHOWN:
+            parts.append(f"(and {len(detail) - FIELDS_SHOWN:,} more fields)")
         return " ".join(parts)
     if isinstance(detail, (list, tuple)):
-        return " ".join(_flatten(v) for v in detail)
-    return str(detail)
+        items = [t for t in (_join(v) for v in detail) if t]
+        shown = [bounded(t) for t in items[:MESSAGES_SHOWN]]
+        if len(items) > MESSAGES_SHOWN:
+            shown.append(f"(and {len(items) - MESSAGES_SHOWN:,} more)")
+        return " ".join(shown)
+    return bounded(str(detail))
 
 
 def exception_handler(exc, context):
     from trainer.errors import UserError  # user-caused failures raised by the trainer layer
 
     if isinstance(exc, UserError):  # a sentence; 400 unless the error says otherwise (429: a limit)
-        return Response({"error": str(exc)}, status=getattr(exc, "status_code", status.HTTP_400_BAD_REQUEST))
+        return Response({"error": bounded(str(exc), 2 * MESSAGE_LIMIT)},
+                        status=getattr(exc, "status_code", status.HTTP_400_BAD_REQUEST))
     if is_disk_full(exc):  # a write (an upload's file, a row) found no space: 507 with a sentence, not a 500
         log.warning("The disk is full: %s %s refused (%s)", context["request"].method, context["request"].path, exc)
         return Response({"error": DISK_FULL}, status=507)
@@ -62,16 +80,34 @@ def field_messages(detail, prefix: str = "") -> dict[str, list[str]]:
     """DRF's error detail of a refused request as {field: [messages]}: one level, whatever the
     nesting, with dotted names for nested fields and list items ("split.train", "checkpoints.1"),
     so that every error body has the one shape the OpenAPI schema states (webapp.api.schema)."""
+    return _cap(_field_messages(detail, prefix))
+
+
+def _cap(fields: dict[str, list[str]]) -> dict[str, list[str]]:
+    """At most FIELDS_SHOWN fields of MESSAGES_SHOWN bounded messages each, with a count of the rest."""
+    out: dict[str, list[str]] = {}
+    for name, messages in list(fields.items())[:FIELDS_SHOWN]:
+        shown = [bounded(m) for m in messages[:MESSAGES_SHOWN]]
+        if len(messages) > MESSAGES_SHOWN:
+            shown.append(f"(and {len(messages) - MESSAGES_SHOWN:,} more)")
+        out[name] = shown
+    if len(fields) > FIELDS_SHOWN:
+        out["non_field_errors"] = [*out.get("non_field_errors", []),
+                                   f"(and {len(fields) - FIELDS_SHOWN:,} more fields refused)"]
+    return out
+
+
+def _field_messages(detail, prefix: str = "") -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     if isinstance(detail, dict):
         for key, value in detail.items():
             name = f"{prefix}.{key}" if prefix else str(key)
-            for field, messages in field_messages(value, name).items():
+            for field, messages in _field_messages(value, name).items():
                 out.setdefault(field, []).extend(messages)
     elif isinstance(detail, (list, tuple)):
         for index, item in enumerate(detail):
             if isinstance(item, (dict, list, tuple)):  # a list's items: one entry per item that was refused
-                for field, messages in field_messages(item, f"{prefix}.{index}" if prefix else str(index)).items():
+                for field, messages in _field_messages(item, f"{prefix}.{index}" if prefix else str(index)).items():
                     out.setdefault(field, []).extend(messages)
             elif str(item):
                 out.setdefault(prefix or "non_field_errors", []).append(str(item))

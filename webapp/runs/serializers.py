@@ -135,12 +135,29 @@ class LogQuerySerializer(QuerySerializer):
                                      help_text="Return only lines with an id greater than this.")
 
 
+class ChoicesListField(serializers.ListField):
+    """Some of a setting's choices (report_to): its length is checked before any item, so a list of
+    10,000 entries gets one sentence about its length, not 10,000 about its items."""
+
+    def __init__(self, choices, **kwargs):
+        self.choices_offered = list(choices)
+        super().__init__(child=serializers.ChoiceField(choices=self.choices_offered),
+                         max_length=len(self.choices_offered), **kwargs)
+
+    def to_internal_value(self, data):
+        if isinstance(data, (list, tuple)) and len(data) > len(self.choices_offered):
+            raise serializers.ValidationError(
+                f"lists {len(data):,} entries, but there are only {len(self.choices_offered)} choices "
+                f"({', '.join(map(str, self.choices_offered))}); name each at most once.")
+        return super().to_internal_value(data)
+
+
 def _training_field(name: str) -> serializers.Field:
     spec = launch.registry_json()["fields"][name]
     kwargs = {"required": False, "help_text": spec.get("help", "")}
     default = launch.field_default(name)
     if spec.get("multiple"):  # report_to: some of the choices
-        return serializers.ListField(child=serializers.ChoiceField(choices=spec["choices"]), **kwargs)
+        return ChoicesListField(spec["choices"], **kwargs)
     if isinstance(default, list):  # betas: two numbers
         return serializers.ListField(child=serializers.FloatField(min_value=0.0, max_value=0.999999),
                                      min_length=len(default), max_length=len(default), **kwargs)
@@ -249,8 +266,7 @@ def _setting_field(spec: dict) -> serializers.Field:
     if spec["type"] == "bool":
         return serializers.BooleanField(default=None, allow_null=True, **common)
     if spec.get("multiple"):
-        return serializers.ListField(child=serializers.ChoiceField(choices=[c[0] for c in spec["choices"]]),
-                                     max_length=len(spec["choices"]), **common)
+        return ChoicesListField([c[0] for c in spec["choices"]], **common)
     if "choices" in spec:
         return serializers.ChoiceField(choices=[c[0] for c in spec["choices"]], **common)
     if spec["type"] == "text":
