@@ -138,7 +138,7 @@ def test_electra_charts_the_discriminator_on_its_own_axis(electra_run, alice_coo
         "discriminator loss"
     assert [t["name"] for t in traces(page, "rtd")] == [
         "precision", "recall", "accuracy", "precision (validation)", "recall (validation)"]
-    assert page.evaluate("() => document.getElementById('chart-rtd').layout.yaxis.tickformat") == ".0%"
+    assert page.evaluate("() => document.getElementById('chart-rtd').layout.yaxis.tickformat") == ".2~%"
 
 
 def test_t5_charts_training_perplexity_as_exp_of_the_logged_loss(t5_run, alice_cookie, live_server_page):

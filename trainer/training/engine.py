@@ -280,6 +280,7 @@ class Loop:
                                                                                                 stream))
                                 if model_config is not None else None)
         self.peak = flops.peak_for(device, precision) if self.flops_per_token else None
+        self._said_mfu = False
         # torch.compile: recompiles after warm-up go to the log; the batches' varying sizes are dynamic
         self.compile_watch = speedups.watch(distributed.unwrap(model), sink)
         self.interval = _Interval()  # after the peak's measurement
@@ -396,9 +397,14 @@ class Loop:
                       memory_mb=memory_mb(self.device), progress=step / self.config.max_steps,
                       eta_s=per_step * (self.config.max_steps - step))
         # tokens/s is every process's; MFU is per device (each process has one, of the same kind)
+        used = flops.utilisation(self.flops_per_token, values["tokens_per_s"] / self.dist.world_size, self.peak)
         mfu = flops.mfu(self.flops_per_token, values["tokens_per_s"] / self.dist.world_size, self.peak)
         if mfu is not None:
             values["mfu"] = mfu
+        elif used is not None and not self._said_mfu:  # above 100%: the peak is wrong, not the run
+            self._said_mfu = True
+            self.sink.log(f"MFU is not shown: it would read {used:.0%}, above the {self.peak.flops / 1e12:.2f} "
+                          f"TFLOP/s peak ({self.peak.source}), so that peak was measured too low (a busy machine).")
         if self.config.epochs:  # a run given in epochs: how far through them (the data position)
             position = self.state.position
             values["epoch"] = position.epoch + position.index / max(1, self.stream.epoch_size)

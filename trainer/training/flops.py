@@ -62,9 +62,13 @@ dtype, measured once per process (`measured_peak`).
 from __future__ import annotations
 
 import functools
+import json
+import os
+import platform
 import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -289,7 +293,7 @@ def peak_for(device: str, precision: str) -> Peak:
 
 
 @functools.lru_cache(maxsize=None)
-def _measured(device: str, dtype: torch.dtype, threads: int, size: int, seconds: float) -> float:
+def _measured(device: str, dtype: torch.dtype, threads: int, size: int, seconds: float, probe: int = 0) -> float:
     # Its own generator: drawing from the global one would move a run's dropout masks (the first run
     # in a process measures, later ones read the cache, so one seed would train two ways).
     generator = torch.Generator(device=device).manual_seed(0)
@@ -311,13 +315,69 @@ def _measured(device: str, dtype: torch.dtype, threads: int, size: int, seconds:
 
 def measured_peak(device: str, dtype: torch.dtype = torch.float32, *, seconds: float = 0.3) -> float:
     """The best FLOP/s of square matrix products (1024 on a CPU, 8192 on a GPU) over about
-    `seconds`; measured once per process, device, dtype and CPU thread count."""
+    `seconds`; measured once per process, device, dtype and CPU thread count.
+
+    On a CPU, one short probe on a busy machine reads far too low (0.04 TFLOP/s where the CPU does
+    ten times that) and every MFU after it too high. So the CPU's figure is the best of several
+    probes, and the best this machine ever measured for the same thread count and dtype is kept in
+    a cache file (LMWB_CACHE_DIR, default ~/.cache/lm-workbench): a busy first measurement is
+    replaced by the first quieter one, and later runs start from the machine's real figure."""
     size = 8192 if device == "cuda" else 1024
-    return _measured(device, dtype, torch.get_num_threads(), size, seconds)
+    if device == "cuda":
+        return _measured(device, dtype, torch.get_num_threads(), size, seconds)
+    threads = torch.get_num_threads()
+    now = max(_measured(device, dtype, threads, size, seconds / CPU_PROBES, probe) for probe in range(CPU_PROBES))
+    return _cached_best(f"{_cpu_name()}|{threads}|{dtype}", now)
 
 
-def mfu(flops_per_token: float | None, tokens_per_s: float, peak: Peak | None) -> float | None:
-    """Model FLOPs utilisation, 0..1 (None without a formula or a peak)."""
+CPU_PROBES = 3
+
+
+def _cache_file() -> Path:
+    root = os.environ.get("LMWB_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "lm-workbench")
+    return Path(root) / "cpu-peak.json"
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def _cached_best(key: str, measured: float) -> float:
+    """The larger of `measured` and the best figure cached for `key`; the cache keeps the larger."""
+    path = _cache_file()
+    try:
+        cached = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(cached, dict):
+            cached = {}
+    except (OSError, ValueError):
+        cached = {}
+    best = max(measured, float(cached.get(key) or 0.0))
+    if best > float(cached.get(key) or 0.0):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({**cached, key: best}, indent=1), encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError:  # a read-only home: the figure is still this process's best
+            pass
+    return best
+
+
+def utilisation(flops_per_token: float | None, tokens_per_s: float, peak: Peak | None) -> float | None:
+    """FLOPs done over the peak, unchecked (above 1 means the peak is wrong, see mfu)."""
     if not flops_per_token or peak is None or peak.flops <= 0:
         return None
     return flops_per_token * tokens_per_s / peak.flops
+
+
+def mfu(flops_per_token: float | None, tokens_per_s: float, peak: Peak | None) -> float | None:
+    """Model FLOPs utilisation, 0..1; None without a formula or a peak, and None above 1: a device
+    cannot do more than its peak, so such a figure says the peak was measured wrong, not the run."""
+    value = utilisation(flops_per_token, tokens_per_s, peak)
+    return value if value is not None and value <= 1.0 else None
