@@ -8,6 +8,7 @@ DEBUG          "1"/"true" to turn on (default on for local use, off in settings_
 ALLOWED_HOSTS  comma-separated (default localhost,127.0.0.1,[::1])
 UPLOAD_MAX_BYTES  largest upload accepted: a corpus or a labelled dataset (default 2 GB)
 UPLOAD_MAX_DECOMPRESSED_BYTES  the most a gzip-compressed upload may unpack to (default 16 GiB; read by trainer.prep.corpus)
+CORPUS_IMPORT_ROOTS  folders on the server that corpora may be imported from, os.pathsep-separated absolute paths (default none: no imports)
 STORAGE_MIN_FREE_BYTES  free space kept on the storage volume: uploads and launches beyond it get a 507 (default 1 GiB)
 NEIGHBOURS_MAX_TEXTS  the most texts of a dataset the explorer embeds for nearest neighbours (default 2000)
 """
@@ -39,6 +40,24 @@ ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,1
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
 
 UPLOAD_MAX_BYTES = int(os.environ.get("UPLOAD_MAX_BYTES", str(2 * 1024**3)))
+
+
+def _import_roots(value: str) -> list[Path]:
+    """The folders corpora may be imported from (never copied: the corpus reads them in place)."""
+    roots = []
+    for part in value.split(os.pathsep):
+        part = part.strip()
+        if not part:
+            continue
+        if not os.path.isabs(part):
+            raise RuntimeError(f"CORPUS_IMPORT_ROOTS must list absolute folders; {part!r} is relative.")
+        roots.append(Path(part))
+    return roots
+
+
+# A corpus can be imported from a folder or glob under one of these (see trainer.prep.sources.resolve_import);
+# none by default, and then the import form says an administrator must set it.
+CORPUS_IMPORT_ROOTS = _import_roots(os.environ.get("CORPUS_IMPORT_ROOTS", ""))
 # Uploads and launches are refused (507, with a sentence) when they would leave less free space.
 STORAGE_MIN_FREE_BYTES = int(os.environ.get("STORAGE_MIN_FREE_BYTES", str(1024**3)))
 

@@ -1,5 +1,6 @@
 // Small helpers of the corpus, tokenizer and account pages:
-//  - live progress of pending/processing jobs (polls the JSON API every second),
+//  - live progress of pending/processing jobs (polls the JSON API every second), with the stage
+//    line under the bar (progress_detail.text: "Reading and cleaning · 412 of 1,024 MB · ..."),
 //  - confirmation of destructive forms (data-confirm), copy buttons (data-copy).
 (function () {
   "use strict";
@@ -10,6 +11,7 @@
     var percent = el.querySelector(".job-percent");
     var label = el.querySelector(".job-label");
     var hint = el.querySelector(".job-hint");
+    var stage = el.querySelector(".job-stage");
     var badge = el.dataset.jobBadge ? document.querySelector(el.dataset.jobBadge) : null;
     var failures = 0;
 
@@ -29,6 +31,11 @@
           var waiting = job.status === "pending" && p === 0;
           if (label) label.textContent = waiting ? "Waiting for a worker…" : "Processing…";
           if (hint && !waiting) hint.hidden = true;
+          var detail = job.progress_detail && job.progress_detail.text;
+          if (stage) {
+            stage.textContent = detail || "";
+            stage.hidden = !detail;
+          }
           if (badge && (job.status === "pending" || job.status === "processing")) {
             badge.className = "badge " + (waiting ? "pending" : "processing");
             badge.textContent = waiting ? (job.status_label || "Waiting for a worker") : "Processing";

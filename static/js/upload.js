@@ -5,6 +5,8 @@
 // they differ from a corpus's, data-suffixes (accepted endings, comma-separated, longer first),
 // data-wrong-type (the sentence for another file type; {name} is the file's name), data-saving
 // (while the server keeps the file) and data-opening (while the new object's page opens).
+// A file input with `multiple` (a corpus's shards) is checked file by file, and their total
+// against the size limit.
 (function () {
   "use strict";
   var form = document.getElementById("upload-form");
@@ -57,21 +59,44 @@
     form.querySelectorAll("input").forEach(function (el) { el.readOnly = busy; });
   }
 
-  function checkFile(file) {
+  function checkFile(file, several) {
     if (!file) return "Choose a file to upload.";
     var name = file.name.toLowerCase();
     var ok = accepted.some(function (s) { return name.length > s.length && name.slice(-s.length) === s; });
     if (!ok) return wrongType.replace("{name}", file.name);
-    if (file.size === 0) return "The file is empty (0 bytes). Choose a file that contains text.";
+    if (file.size === 0) {
+      return several ? "“" + file.name + "” is empty (0 bytes). Choose files that contain text."
+        : "The file is empty (0 bytes). Choose a file that contains text.";
+    }
     if (maxBytes && file.size > maxBytes) {
       return "The file is " + mb(file.size) + "; the largest upload accepted is " + form.dataset.maxHuman + ".";
     }
     return null;
   }
 
+  function chosen() { return Array.prototype.slice.call(fileInput.files || []); }
+
+  function checkFiles(files) {
+    if (!files.length) return "Choose a file to upload.";
+    for (var i = 0; i < files.length; i += 1) {
+      var problem = checkFile(files[i], files.length > 1);
+      if (problem) return problem;
+    }
+    var total = files.reduce(function (sum, f) { return sum + f.size; }, 0);
+    if (files.length > 1 && maxBytes && total > maxBytes) {
+      return "The " + files.length + " files are " + mb(total) + " in all; the largest upload accepted is " +
+        form.dataset.maxHuman + ".";
+    }
+    return null;
+  }
+
+  function describe(files) {
+    return files.length === 1 ? files[0].name : files.length + " files";
+  }
+
   fileInput.addEventListener("change", function () {
     clearErrors();
-    var problem = checkFile(fileInput.files[0]);
+    var problem = checkFiles(chosen());
     if (problem) showError(problem, "file");
   });
 
@@ -82,8 +107,9 @@
   form.addEventListener("submit", function (event) {
     event.preventDefault();
     clearErrors();
-    var file = fileInput.files[0];
-    var problem = checkFile(file);
+    var files = chosen();
+    var file = { name: describe(files), size: files.reduce(function (sum, f) { return sum + f.size; }, 0) };
+    var problem = checkFiles(files);
     if (problem) {
       showError(problem, "file");
       return;

@@ -167,7 +167,7 @@ def test_request_bodies_state_their_constraints(schema):
     top_p = components["GenerateRequest"]["properties"]["top_p"]
     assert (top_p["minimum"], top_p["exclusiveMinimum"], top_p["maximum"]) == (0, True, 1)
     assert components["FinetuneCreate"]["properties"]["max_steps"]["minimum"] == 1
-    assert components["CorpusUpload"]["properties"]["file"]["format"] == "binary"
+    assert components["CorpusUpload"]["properties"]["file"]["items"]["format"] == "binary"  # one or more files
     demo = components["CorpusDemo"]["properties"]["demo"]["allOf"][0]["$ref"].rsplit("/", 1)[1]
     assert components[demo]["enum"] == [True]
 

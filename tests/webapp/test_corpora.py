@@ -174,7 +174,7 @@ BAD_UPLOADS = [
      "not valid UTF-8: the byte 0xE9 at byte offset 3"),
     ("windows.txt", sample_text().encode("utf-16"), "encoded as UTF-16"),
     ("broken.jsonl", (json.dumps({"text": "Fine."}) + "\n{\"text\": \"oops\n").encode(),
-     "Line 2 of the JSONL file is not valid JSON"),
+     "Line 2 of \"broken.jsonl\" is not valid JSON"),
     ("tiny.txt", b"Just one short sentence.\n", "too small to train on"),
     ("hollow.txt.gz", gzip.compress(b""), "decompresses to 0 bytes"),
 ]

@@ -11,7 +11,8 @@ from webapp.corpora.models import Corpus, JobStatus, Tokenizer
 pytestmark = pytest.mark.django_db
 
 CORPUS_FIELDS = {"id", "name", "original_filename", "size_bytes", "status", "progress", "error", "options", "stats",
-                 "removed", "preview", "created_at"}
+                 "removed", "preview", "created_at", "source_kind", "text_field", "sources", "sources_summary",
+                 "progress_detail", "examples"}
 
 
 def text(n_docs: int = 10) -> bytes:

@@ -14,10 +14,13 @@ from webapp.api.parsers import JSONObjectParser
 from webapp.corpora.models import JobStatus
 from webapp.corpora import selectors
 from webapp.corpora.selectors import corpora_for, tokenizers_for
+from webapp.corpora.forms import cleaning_rules
 from webapp.corpora.serializers import (
     CorpusDemoSerializer,
+    CorpusImportSerializer,
     CorpusSerializer,
     CorpusUploadSerializer,
+    ImportListingSerializer,
     TokenizeRequestSerializer,
     TokenizeResponseSerializer,
     TokenizerCreateSerializer,
@@ -26,8 +29,10 @@ from webapp.corpora.serializers import (
 from webapp.corpora.services import (
     ActionRefused,
     corpus_create_demo,
+    corpus_create_from_import,
     corpus_create_from_upload,
     corpus_delete,
+    import_listing,
     tokenizer_create,
     tokenizer_delete,
 )
@@ -71,9 +76,11 @@ class CorpusListApi(APIView):
         tags=["corpora"],
     )
     def post(self, request: Request) -> Response:
-        """Upload a corpus (multipart: `file`, `name`, cleaning options), or `{"demo": true}` for the demo corpus.
+        """Upload a corpus (multipart: `file`, repeated for several files, `name`, `text_field`, cleaning
+        options), or `{"demo": true}` for the demo corpus.
 
-        Processing runs in the background: poll `GET /api/corpora/<id>/` until `status` is `ready` or `failed`.
+        Processing runs in the background: poll `GET /api/corpora/<id>/` until `status` is `ready` or `failed`
+        (`progress_detail` says which stage runs, how fast, and how long it has left).
         """
         if "demo" in request.data:
             CorpusDemoSerializer(data=request.data).is_valid(raise_exception=True)
@@ -82,11 +89,47 @@ class CorpusListApi(APIView):
         upload = CorpusUploadSerializer(data=request.data)
         upload.is_valid(raise_exception=True)
         data = dict(upload.validated_data)
-        uploaded = data.pop("file")
+        files = data.pop("file")
         name = data.pop("name", "")
-        corpus = corpus_create_from_upload(
-            owner=request.user, name=name, uploaded_file=uploaded, original_filename=uploaded.name, options=data,
-        )
+        text_field = data.pop("text_field", "") or "text"
+        if len(files) == 1:
+            corpus = corpus_create_from_upload(owner=request.user, name=name, uploaded_file=files[0],
+                                               original_filename=files[0].name, options=data, text_field=text_field)
+        else:
+            corpus = corpus_create_from_upload(owner=request.user, name=name, uploaded_files=files, options=data,
+                                               text_field=text_field)
+        return Response(CorpusSerializer(corpus).data, status=status.HTTP_201_CREATED)
+
+
+class CorpusImportApi(APIView):
+    @extend_schema(
+        request=CorpusImportSerializer,
+        responses={200: ImportListingSerializer, 201: CorpusSerializer, 400: ERROR},
+        tags=["corpora"],
+    )
+    def post(self, request: Request) -> Response:
+        """Import a corpus from files on the server: a file, a folder or a glob under a folder the
+        administrator allows (CORPUS_IMPORT_ROOTS). The files are read where they are, never copied.
+
+        With `"dry_run": true`: the files found (name, format, compression, size) and their totals (200),
+        nothing imported. Else the new corpus (201), processed in the background as an upload is. A path
+        that is refused (no allowed folders, `..`, relative, outside the allowed folders, through a
+        symlink leading out of them, inside the app's storage) is a 400 saying why.
+        """
+        from trainer.errors import CorpusError
+
+        form = CorpusImportSerializer(data=request.data)
+        form.is_valid(raise_exception=True)
+        data = dict(form.validated_data)
+        try:
+            if data["dry_run"]:
+                return Response(import_listing(data["path"]))
+            corpus = corpus_create_from_import(
+                owner=request.user, spec=data["path"], name=data["name"], text_field=data["text_field"] or "text",
+                options={rule.field: data[rule.field] for rule in cleaning_rules()},
+            )
+        except CorpusError as refused:
+            raise ValidationError({"path": [str(refused)]}) from None
         return Response(CorpusSerializer(corpus).data, status=status.HTTP_201_CREATED)
 
 

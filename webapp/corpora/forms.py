@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from django import forms
 
-from webapp.corpora.uploads import ACCEPT_ATTRIBUTE, check_upload
+from webapp.corpora.uploads import FORMATS_HELP, accept_attribute, check_uploads
 
 VOCAB_DEFAULT = 8000
 EXTRA_IDS_LABEL = "T5 sentinel tokens"
@@ -64,24 +64,47 @@ def extra_ids_max() -> int:
     return MAX_EXTRA_IDS
 
 
-class CorpusUploadForm(forms.Form):
-    file = forms.FileField(
-        allow_empty_file=True,  # check_upload says "empty" in its own words
-        help_text="A .txt file (documents separated by a blank line) or a .jsonl file (one JSON object "
-                  "with a \"text\" field per line), optionally gzip-compressed.",
-        widget=forms.ClearableFileInput(attrs={"accept": ACCEPT_ATTRIBUTE}),
-    )
-    name = forms.CharField(max_length=200, required=False, help_text="Defaults to the file name.")
+TEXT_FIELD_HELP = ("For JSON lines, Parquet and Arrow files: the field (or column) that holds each document's "
+                   "text. Plain text files ignore it.")
+IMPORT_PATH_HELP = ("An absolute path on the server: a file, a folder (read with its subfolders) or a glob such as "
+                    "/data/fineweb/*.parquet or /data/c4/**/*.json.gz, under a folder the administrator allows.")
+
+
+class MultipleFileInput(forms.ClearableFileInput):
+    allow_multiple_selected = True
+
+
+class MultipleFileField(forms.FileField):
+    """A file input that takes several files: cleans to a list of the uploaded files."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("widget", MultipleFileInput())
+        super().__init__(*args, **kwargs)
+
+    def clean(self, data, initial=None):
+        one = super().clean
+        if isinstance(data, (list, tuple)):
+            if not data:
+                return [one(None, initial)]  # required: "This field is required."
+            return [one(item, initial) for item in data]
+        return [one(data, initial)]
+
+
+def _text_field() -> forms.CharField:
+    return forms.CharField(max_length=200, required=False, initial="text", label="Text field",
+                           help_text=TEXT_FIELD_HELP)
+
+
+class _CleaningForm(forms.Form):
+    """A name, the text field, and one checkbox per cleaning rule (trainer.prep.corpus.RULES)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         for rule in cleaning_rules():
             self.fields[rule.field] = forms.BooleanField(required=False, label=rule.label, help_text=rule.help)
 
-    def clean_file(self):
-        uploaded = self.cleaned_data["file"]
-        self.suffix = check_upload(uploaded.name, uploaded.size)
-        return uploaded
+    def clean_text_field(self) -> str:
+        return (self.cleaned_data.get("text_field") or "").strip() or "text"
 
     @property
     def rule_fields(self) -> list[forms.BoundField]:
@@ -90,6 +113,42 @@ class CorpusUploadForm(forms.Form):
     @property
     def options(self) -> dict[str, bool]:
         return {rule.field: bool(self.cleaned_data.get(rule.field)) for rule in cleaning_rules()}
+
+
+class CorpusUploadForm(_CleaningForm):
+    file = MultipleFileField(
+        allow_empty_file=True,  # check_uploads says "empty" in its own words
+        label="Files",
+        help_text=FORMATS_HELP,
+    )
+    name = forms.CharField(max_length=200, required=False, help_text="Defaults to the (first) file's name.")
+    text_field = _text_field()
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["file"].widget.attrs["accept"] = accept_attribute()
+
+    def clean_file(self):
+        files = self.cleaned_data["file"]
+        self.suffixes = check_uploads([(f.name, f.size) for f in files])
+        return files
+
+
+class CorpusImportForm(_CleaningForm):
+    """A corpus read in place from files on the server (webapp.corpora.services.corpus_create_from_import)."""
+
+    path = forms.CharField(max_length=4096, label="Path on the server", help_text=IMPORT_PATH_HELP,
+                           widget=forms.TextInput(attrs={"placeholder": "/data/corpora/fineweb-sample/",
+                                                         "spellcheck": "false", "autocomplete": "off"}))
+    name = forms.CharField(max_length=200, required=False, help_text="Defaults to the folder's name.")
+    text_field = _text_field()
+    dry_run = forms.BooleanField(required=False)  # the "Find files" button: list them, import nothing
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, prefix="import", **kwargs)
+
+    def clean_path(self) -> str:
+        return self.cleaned_data["path"].strip()
 
 
 class TokenizerForm(forms.Form):

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
 import time
 from pathlib import Path
 
 from django.conf import settings
-from django.db import models, transaction
+from django.db import connection, models, transaction
 
 from webapp.corpora.models import JobStatus
 
@@ -45,8 +46,49 @@ class Progress:
         value = round(self.start + (self.end - self.start) * fraction, 1)
         now = time.monotonic()
         if value != self._last_value and now - self._last_time >= self.interval:
-            self.model.objects.filter(pk=self.pk).update(progress=value)
+            self._write(progress=value)
             self._last_time, self._last_value = now, value
+
+    def _write(self, **fields) -> None:
+        """Update the row. The trainer may call from a thread of its own (the tokenizers library
+        pulls its training text, and so reports its progress, from a thread it made): a thread's
+        database connection is its own, so one opened there is closed again, not left open."""
+        self.model.objects.filter(pk=self.pk).update(**fields)
+        if threading.current_thread() is not threading.main_thread() and not connection.in_atomic_block:
+            connection.close()
+
+
+STAGE_KEYS = ("stage", "label", "done", "total", "unit", "rate", "eta_seconds")
+
+
+class StageProgress(Progress):
+    """Progress (the percentage) plus the stage the job is in: the trainer calls ``stage(detail)``
+    (trainer.progress.Stages: {"stage", "label", "done", "total", "unit", "rate", "eta_seconds"}),
+    and the row's ``progress_detail`` gets that dict with ``text``, the line the page shows
+    ("Reading and cleaning · 412 of 1,024 MB · 9.8 MB/s · about 1 min left"). Written at most every
+    `interval` seconds, except a new stage and a stage's end, which are written at once."""
+
+    def __init__(self, model: type[models.Model], pk, **kwargs):
+        super().__init__(model, pk, **kwargs)
+        self._last_stage_time = 0.0
+        self._last_stage: dict | None = None
+
+    def stage(self, detail: dict) -> None:
+        from trainer.progress import describe_stage
+
+        if not isinstance(detail, dict):
+            return
+        clean = {key: detail.get(key) for key in STAGE_KEYS}
+        clean["text"] = describe_stage(clean)
+        now = time.monotonic()
+        new_stage = self._last_stage is None or self._last_stage.get("stage") != clean["stage"]
+        done, total = clean["done"], clean["total"]
+        finished = isinstance(done, (int, float)) and isinstance(total, (int, float)) and done >= total
+        if clean == self._last_stage or (not (new_stage or finished)
+                                         and now - self._last_stage_time < self.interval):
+            return
+        self._write(progress_detail=clean)
+        self._last_stage_time, self._last_stage = now, clean
 
 
 def enqueue(task, obj: models.Model) -> None:

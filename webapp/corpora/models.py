@@ -15,8 +15,15 @@ class JobStatus(models.TextChoices):
     FAILED = "failed", "Failed"
 
 
+class SourceKind(models.TextChoices):
+    UPLOAD = "upload", "Uploaded"
+    IMPORT = "import", "Imported from the server"
+    DEMO = "demo", "Demo"
+
+
 class Corpus(models.Model):
-    """An uploaded (or demo) text collection, cleaned and split by the ingest task."""
+    """A text collection (uploaded files, files imported from the server, or the demo), cleaned and
+    split by the ingest task."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="corpora")
@@ -30,6 +37,14 @@ class Corpus(models.Model):
     stats = models.JSONField(default=dict, blank=True)  # documents, sentences, words, characters, bytes
     removed = models.JSONField(default=dict, blank=True)  # what each cleaning rule removed
     preview = models.JSONField(default=list, blank=True)  # first documents, as lists of sentences
+    # The corpus's files: trainer.prep.sources.SourceFile.to_dict() each (before ingest, for an
+    # upload: what was uploaded, its format guessed from the name). An import's paths are outside
+    # the storage folder and are read in place, never copied.
+    sources = models.JSONField(default=list, blank=True)
+    source_kind = models.CharField(max_length=10, choices=SourceKind.choices, default=SourceKind.UPLOAD)
+    text_field = models.CharField(max_length=200, default="text")  # the JSON field / column holding the text
+    progress_detail = models.JSONField(default=dict, blank=True)  # the running stage (trainer.progress.Stages)
+    examples = models.JSONField(default=dict, blank=True)  # removed key -> a few examples of removed text
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -56,6 +71,7 @@ class Tokenizer(models.Model):
     progress = models.FloatField(default=0.0)
     error = models.TextField(blank=True)
     stats = models.JSONField(default=dict, blank=True)  # vocab size, tokens per word, unk rate, shard sizes
+    progress_detail = models.JSONField(default=dict, blank=True)  # the running stage (trainer.progress.Stages)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

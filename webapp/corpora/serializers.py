@@ -9,8 +9,9 @@ from webapp.api.serializers import RequestSerializer
 from webapp.corpora.forms import (
     EXTRA_IDS_HELP, EXTRA_IDS_LABEL, VOCAB_DEFAULT, algorithm_choices, cleaning_rules, extra_ids_max, vocab_bounds,
 )
-from webapp.corpora.models import Corpus, JobStatus, Tokenizer
-from webapp.corpora.uploads import check_upload
+from webapp.corpora.models import Corpus, JobStatus, SourceKind, Tokenizer
+from webapp.corpora.services import LISTED_FILES
+from webapp.corpora.uploads import FORMATS_HELP, check_uploads
 
 
 @extend_schema_field(
@@ -28,42 +29,145 @@ class JobStatusField(serializers.ChoiceField):
         super().__init__(choices=JobStatus.choices, read_only=True, **kwargs)
 
 
+class SourceFileSerializer(serializers.Serializer):
+    """One file of a corpus (trainer.prep.sources.SourceFile)."""
+
+    name = serializers.CharField(help_text="As shown: the uploaded file's name, or the path under the folder or "
+                                           "glob it was found in.")
+    path = serializers.CharField(required=False, help_text="Imports only: the file's absolute path on the server.")
+    format = serializers.CharField(help_text="txt, jsonl, parquet or arrow (\"archive\" for an uploaded archive "
+                                             "not yet unpacked).")
+    compression = serializers.CharField(help_text="none, gzip, zstd or bz2.")
+    bytes = serializers.IntegerField(help_text="Size on disk.")
+
+
+class SourcesSummarySerializer(serializers.Serializer):
+    files = serializers.IntegerField()
+    bytes = serializers.IntegerField()
+    formats = serializers.DictField(child=serializers.IntegerField(), help_text="Files per format.")
+    compressions = serializers.DictField(child=serializers.IntegerField(), help_text="Files per compression.")
+
+
+def sources_summary(sources: list[dict]) -> dict:
+    formats: dict[str, int] = {}
+    compressions: dict[str, int] = {}
+    for entry in sources:
+        formats[entry.get("format", "")] = formats.get(entry.get("format", ""), 0) + 1
+        compressions[entry.get("compression", "none")] = compressions.get(entry.get("compression", "none"), 0) + 1
+    return {"files": len(sources), "bytes": sum(int(e.get("bytes") or 0) for e in sources), "formats": formats,
+            "compressions": compressions}
+
+
+SOURCES_SHOWN = LISTED_FILES
+
+
+class StageSerializer(serializers.Serializer):
+    """The stage a job is in (trainer.progress.Stages); {} when none was reported."""
+
+    stage = serializers.CharField(required=False, allow_null=True)
+    label = serializers.CharField(required=False, allow_null=True)
+    done = serializers.FloatField(required=False, allow_null=True)
+    total = serializers.FloatField(required=False, allow_null=True)
+    unit = serializers.CharField(required=False, allow_null=True)
+    rate = serializers.FloatField(required=False, allow_null=True, help_text="Units a second.")
+    eta_seconds = serializers.FloatField(required=False, allow_null=True)
+    text = serializers.CharField(required=False, help_text="The line the page shows.")
+
+
 class CorpusSerializer(serializers.ModelSerializer):
     status = JobStatusField()
+    sources = serializers.SerializerMethodField(help_text=f"The corpus's files (the first {SOURCES_SHOWN:,}).")
+    sources_summary = serializers.SerializerMethodField()
+    source_kind = serializers.ChoiceField(choices=SourceKind.choices, read_only=True)
+    progress_detail = StageSerializer(read_only=True)
+    examples = serializers.DictField(child=serializers.ListField(child=serializers.CharField()), read_only=True,
+                                     help_text="What cleaning removed (the keys of `removed`): up to 3 examples each.")
 
     class Meta:
         model = Corpus
         fields = ["id", "name", "original_filename", "size_bytes", "status", "progress", "error",
-                  "options", "stats", "removed", "preview", "created_at"]
+                  "options", "stats", "removed", "preview", "created_at", "source_kind", "text_field", "sources",
+                  "sources_summary", "progress_detail", "examples"]
         read_only_fields = fields
+
+    @extend_schema_field(SourceFileSerializer(many=True))
+    def get_sources(self, corpus: Corpus) -> list[dict]:
+        keep_path = corpus.source_kind == SourceKind.IMPORT  # an upload's path is the storage folder's business
+        return [{k: v for k, v in entry.items() if keep_path or k != "path"}
+                for entry in (corpus.sources or [])[:SOURCES_SHOWN]]
+
+    @extend_schema_field(SourcesSummarySerializer)
+    def get_sources_summary(self, corpus: Corpus) -> dict:
+        return sources_summary(corpus.sources or [])
+
+
+def _rule_fields() -> dict:
+    return {rule.field: serializers.BooleanField(required=False, default=False, help_text=rule.label)
+            for rule in cleaning_rules()}
+
+
+TEXT_FIELD = ("For JSON lines, Parquet and Arrow: the field (column) holding each document's text "
+              "(default \"text\").")
 
 
 def _upload_serializer_class() -> type[serializers.Serializer]:
-    """The upload form as a serializer: a file, a name, and one boolean per cleaning rule."""
+    """The upload form as a serializer: files, a name, the text field, and one boolean per cleaning rule."""
 
-    def validate_file(self, uploaded):
+    def validate_file(self, files):
         try:
-            check_upload(uploaded.name, uploaded.size)
+            check_uploads([(f.name, f.size) for f in files])
         except DjangoValidationError as error:
             raise serializers.ValidationError(error.messages) from None
-        return uploaded
+        return files
 
     attrs = {
-        "file": serializers.FileField(allow_empty_file=True, help_text=(
-            "A .txt file (documents separated by a blank line) or a .jsonl file (one {\"text\": ...} "
-            "object per line), optionally gzip-compressed.")),
+        "file": serializers.ListField(
+            child=serializers.FileField(allow_empty_file=True), allow_empty=False,
+            error_messages={"required": "No file was submitted.", "empty": "No file was submitted."},
+            help_text="One or more files (repeat the field): " + FORMATS_HELP),
         "name": serializers.CharField(max_length=200, required=False, allow_blank=True,
-                                      help_text="Defaults to the file name."),
+                                      help_text="Defaults to the (first) file's name."),
+        "text_field": serializers.CharField(max_length=200, required=False, allow_blank=True, default="text",
+                                            help_text=TEXT_FIELD),
         "validate_file": validate_file,
         "__module__": __name__,
-        "__doc__": "Upload a corpus file with the cleaning rules to apply.",
+        "__doc__": "Upload a corpus's files with the cleaning rules to apply.",
     }
-    for rule in cleaning_rules():
-        attrs[rule.field] = serializers.BooleanField(required=False, default=False, help_text=rule.label)
+    attrs.update(_rule_fields())
     return type("CorpusUploadSerializer", (RequestSerializer,), attrs)
 
 
 CorpusUploadSerializer = _upload_serializer_class()
+
+
+def _import_serializer_class() -> type[serializers.Serializer]:
+    attrs = {
+        "path": serializers.CharField(max_length=4096, help_text=(
+            "An absolute path on the server: a file, a folder (with its subfolders) or a glob (*, ?, **), "
+            "under one of the folders CORPUS_IMPORT_ROOTS allows.")),
+        "name": serializers.CharField(max_length=200, required=False, allow_blank=True, default="",
+                                      help_text="Defaults to the folder's name."),
+        "text_field": serializers.CharField(max_length=200, required=False, allow_blank=True, default="text",
+                                            help_text=TEXT_FIELD),
+        "dry_run": serializers.BooleanField(required=False, default=False,
+                                            help_text="true: list the files found, import nothing."),
+        "__module__": __name__,
+        "__doc__": "Import a corpus from files on the server, read in place (never copied).",
+    }
+    attrs.update(_rule_fields())
+    return type("CorpusImportSerializer", (RequestSerializer,), attrs)
+
+
+CorpusImportSerializer = _import_serializer_class()
+
+
+class ImportListingSerializer(serializers.Serializer):
+    """What an import would read (its dry run)."""
+
+    path = serializers.CharField()
+    files = SourceFileSerializer(many=True, help_text=f"The files found (the first {SOURCES_SHOWN:,}).")
+    shown = serializers.IntegerField(help_text="How many of the files are listed in `files`.")
+    summary = SourcesSummarySerializer(help_text="All the files found.")
 
 
 @extend_schema_field({"type": "boolean", "enum": [True]})

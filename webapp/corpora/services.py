@@ -7,27 +7,39 @@ job never leaves half-made files behind.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 
 from webapp.corpora.jobs import INTERNAL_ERROR, QUEUE, QUEUE_DOWN  # noqa: F401 - part of this module's interface
-from webapp.corpora.jobs import Progress as _Progress
+from webapp.corpora.jobs import StageProgress as _Progress
 from webapp.corpora.jobs import claim as _claim
 from webapp.corpora.jobs import enqueue as _enqueue
 from webapp.corpora.jobs import fail as _fail
 from webapp.corpora.jobs import rmtree_after_commit as _rmtree_after_commit
-from webapp.corpora.models import Corpus, JobStatus, Tokenizer
-from webapp.corpora.uploads import check_upload, keep_upload
+from webapp.corpora.models import Corpus, JobStatus, SourceKind, Tokenizer
+from webapp.corpora.uploads import check_uploads, guess_source, is_archive, keep_upload, upload_suffix
+
+if TYPE_CHECKING:
+    from trainer.prep.sources import SourceFile
 
 log = logging.getLogger(__name__)
 
 DEMO_NAME = "Demo corpus (Python standard library docstrings)"
+RAW_FOLDER = "raw"  # several uploaded files (or archives of them): raw/0000<suffix>, raw/0001<suffix>, ...
+UPLOADS_MANIFEST = "uploads.json"  # in raw/: [{"stored": "0000.parquet", "name": <the client's name>}, ...]
+LISTED_FILES = 1000  # files an import's listing (dry run) shows; its totals count them all
+NO_IMPORT_ROOTS = ("Importing from the server is off: an administrator must set CORPUS_IMPORT_ROOTS (the folders "
+                   "corpora may be imported from) in the server's environment.")
 
 
 class ActionRefused(Exception):
@@ -45,8 +57,8 @@ def _cleaning_options(options: dict[str, Any] | None):
 
 
 def raw_path(corpus: Corpus) -> Path:
-    """Where the uploaded file of `corpus` is stored: always `raw` plus the accepted suffix."""
-    matches = sorted(corpus.folder.glob("raw.*"))
+    """Where the one uploaded file of `corpus` is stored: always `raw` plus the accepted suffix."""
+    matches = sorted(p for p in corpus.folder.glob("raw.*") if p.is_file())
     return matches[0] if matches else corpus.folder / "raw.txt"
 
 
@@ -55,41 +67,148 @@ def raw_path(corpus: Corpus) -> Path:
 
 @transaction.atomic
 def corpus_create_from_upload(
-    *, owner: AbstractBaseUser, name: str, uploaded_file: UploadedFile, original_filename: str,
-    options: dict[str, bool],
+    *, owner: AbstractBaseUser, name: str, options: dict[str, bool], uploaded_file: UploadedFile | None = None,
+    original_filename: str | None = None, uploaded_files: Sequence[UploadedFile] | None = None,
+    text_field: str = "text",
 ) -> Corpus:
-    """Store an uploaded file as a new corpus and queue its ingest.
+    """Store uploaded files as a new corpus and queue its ingest.
 
-    The file is moved (not copied) from the upload's temporary file, which Django streamed to
-    disk inside the storage folder, to `<corpus folder>/raw<suffix>`.
+    One file (`uploaded_file`, shown as `original_filename`) is kept as `<corpus folder>/raw<suffix>`;
+    several (`uploaded_files`, each shown by its own name), or any archive, as
+    `<corpus folder>/raw/0000<suffix>`, ... with raw/uploads.json naming them (archives are unpacked by
+    the ingest task, not here). Each file is moved (not copied) from the upload's temporary file,
+    which Django streamed to disk inside the storage folder.
     """
     from webapp.corpora.tasks import ingest_corpus
 
-    suffix = check_upload(original_filename, uploaded_file.size)  # forms check this first; never trust
+    if uploaded_files is None:
+        if uploaded_file is None:
+            raise ValueError("corpus_create_from_upload needs uploaded_file or uploaded_files")
+        files = [uploaded_file]
+        names = [Path(original_filename or uploaded_file.name or "").name]
+    else:
+        files = list(uploaded_files)
+        names = [Path(f.name or "").name for f in files]
+    suffixes = check_uploads(list(zip(names, [f.size for f in files])))  # forms check this first; never trust
+    total = sum(f.size for f in files)
     corpus = Corpus.objects.create(
         owner=owner,
-        name=(name or "").strip() or _default_name(original_filename),
-        original_filename=original_filename[:255],
-        size_bytes=uploaded_file.size,
+        name=(name or "").strip() or _default_name(names[0]),
+        original_filename=_shown_names(names),
+        size_bytes=total,
         options=_cleaning_options(options).to_dict(),
+        source_kind=SourceKind.UPLOAD,
+        text_field=(text_field or "").strip() or "text",
     )
     folder = corpus.folder
     folder.mkdir(parents=True)
     try:
-        keep_upload(uploaded_file, folder / f"raw{suffix}")
+        if len(files) == 1 and not is_archive(names[0]):
+            target = folder / f"raw{suffixes[0]}"
+            keep_upload(files[0], target)
+            sources = [guess_source(names[0], target, files[0].size)]
+        else:
+            raw = folder / RAW_FOLDER
+            raw.mkdir()
+            manifest, sources = [], []
+            for i, (uploaded, shown, suffix) in enumerate(zip(files, names, suffixes)):
+                target = raw / f"{i:04d}{suffix}"
+                keep_upload(uploaded, target)
+                manifest.append({"stored": target.name, "name": shown})
+                sources.append(guess_source(shown, target, uploaded.size))
+            (raw / UPLOADS_MANIFEST).write_text(json.dumps(manifest, ensure_ascii=False, indent=1), encoding="utf-8")
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
+    corpus.sources = sources
+    corpus.save(update_fields=["sources"])
     _enqueue(ingest_corpus, corpus)
     return corpus
 
 
+def _shown_names(names: list[str]) -> str:
+    """The client's file names, for the page only (never a path): "a.parquet", or "a.parquet, b.jsonl.zst, …"."""
+    shown = ", ".join(names)
+    return shown if len(shown) <= 255 else shown[:254] + "…"
+
+
 def _default_name(filename: str) -> str:
     base = Path(filename or "corpus").name
+    suffix = upload_suffix(base)
+    if suffix:
+        base = base[: -len(suffix)]
     for suffix in (".gz", ".jsonl", ".txt"):
         if base.lower().endswith(suffix):
             base = base[: -len(suffix)]
     return (base.strip(" .") or "Corpus")[:200]
+
+
+def _import_roots() -> tuple[list[Path], list[Path]]:
+    """The folders the administrator allows imports from, and those never reachable (our own storage)."""
+    return [Path(p) for p in settings.CORPUS_IMPORT_ROOTS], [Path(settings.STORAGE_ROOT)]
+
+
+def import_find(spec: str) -> list[SourceFile]:
+    """The files a server path (a file, a folder or a glob) names, path-checked
+    (trainer.prep.sources.resolve_import); CorpusError with a sentence for every refusal."""
+    from trainer.errors import CorpusError
+    from trainer.prep.sources import resolve_import
+
+    roots, forbidden = _import_roots()
+    if not roots:
+        raise CorpusError(NO_IMPORT_ROOTS)
+    spec = (spec or "").strip()
+    try:
+        return resolve_import(spec, roots, forbidden=forbidden)
+    except OSError as error:  # a folder the server may not read, a path too long for the system, ...
+        raise CorpusError(f"The files at {spec[:300]} cannot be read ({error.strerror or error}).") from None
+
+
+def import_listing(spec: str) -> dict[str, Any]:
+    """What an import would read (its dry run): the totals of every file, and the first LISTED_FILES."""
+    from trainer.prep.sources import describe
+
+    found = import_find(spec)
+    summary = describe(found)
+    return {"path": (spec or "").strip(), "files": [f.to_dict() for f in found[:LISTED_FILES]],
+            "shown": min(len(found), LISTED_FILES), "summary": summary}
+
+
+def corpus_create_from_import(
+    *, owner: AbstractBaseUser, spec: str, name: str = "", options: dict[str, bool] | None = None,
+    text_field: str = "text",
+) -> Corpus:
+    """A corpus read in place from files on the server (never copied: its sources point at them), owned
+    by `owner` as an upload is, and ingested like one. CorpusError with a sentence when the path is refused."""
+    found = import_find(spec)
+    return _create_imported(owner=owner, spec=spec.strip(), name=name, options=options or {}, found=found,
+                            text_field=text_field)
+
+
+@transaction.atomic
+def _create_imported(*, owner, spec: str, name: str, options: dict, found: list, text_field: str) -> Corpus:
+    from webapp.corpora.tasks import ingest_corpus
+
+    corpus = Corpus.objects.create(
+        owner=owner,
+        name=(name or "").strip() or _import_name(spec),
+        original_filename=spec if len(spec) <= 255 else "…" + spec[-254:],
+        size_bytes=sum(f.bytes for f in found),
+        options=_cleaning_options(options).to_dict(),
+        sources=[f.to_dict() for f in found],
+        source_kind=SourceKind.IMPORT,
+        text_field=(text_field or "").strip() or "text",
+    )
+    _enqueue(ingest_corpus, corpus)
+    return corpus
+
+
+def _import_name(spec: str) -> str:
+    """The last part of the path that is not a pattern: /data/c4/en/*.json.gz -> "en"."""
+    parts = [p for p in Path(spec).parts if p not in ("/", "") and not any(c in p for c in "*?[")]
+    if parts and Path(spec).name == parts[-1] and upload_suffix(parts[-1]):
+        return _default_name(parts[-1])  # a single file: its name without the extension
+    return (parts[-1] if parts else "Imported corpus")[:200]
 
 
 @transaction.atomic
@@ -99,43 +218,146 @@ def corpus_create_demo(*, owner: AbstractBaseUser) -> Corpus:
     from webapp.corpora.tasks import ingest_corpus
 
     corpus = Corpus.objects.create(owner=owner, name=DEMO_NAME, original_filename="demo.txt",
-                                   options=_cleaning_options({}).to_dict())
+                                   options=_cleaning_options({}).to_dict(), source_kind=SourceKind.DEMO)
     corpus.folder.mkdir(parents=True)
     try:
-        path = write_demo_corpus(corpus.folder / "raw.txt")
+        path = Path(write_demo_corpus(corpus.folder / "raw.txt"))
     except BaseException:
         shutil.rmtree(corpus.folder, ignore_errors=True)
         raise
-    corpus.size_bytes = Path(path).stat().st_size
-    corpus.save(update_fields=["size_bytes"])
+    corpus.size_bytes = path.stat().st_size
+    corpus.sources = [guess_source("demo.txt", path, corpus.size_bytes)]
+    corpus.save(update_fields=["size_bytes", "sources"])
     _enqueue(ingest_corpus, corpus)
     return corpus
 
 
 def corpus_process(*, corpus_id) -> None:
-    """Validate, clean and split a corpus (the ingest task). Never raises for bad data."""
-    from trainer.prep.corpus import ingest
+    """Find, validate, clean and split a corpus's files (the ingest task). Never raises for bad data.
+
+    An upload of several files or archives: the archives are unpacked into raw/ (each into its own
+    folder, once), then every file is found there; an import: each file it listed is checked again
+    against the allowed roots (one removed since is refused); an upload of one file (and every corpus
+    made before issue 28) is ingested from its `raw<suffix>` file. A job that was interrupted and
+    queued again resumes: the corpus folder is kept, and the trainer continues from its work folder.
+    """
+    from trainer.prep import corpus as prep
 
     if not _claim(Corpus, corpus_id):
         log.info("Corpus %s is finished or gone; nothing to do.", corpus_id)
         return
+    Corpus.objects.filter(pk=corpus_id).update(progress_detail={})
     corpus = Corpus.objects.get(pk=corpus_id)
+    progress = _Progress(Corpus, corpus.pk, end=99.0)
+    options = _cleaning_options(corpus.options)
     try:
-        # ingest builds its outputs in a temporary folder and renames them into place at the
-        # end, so a failure leaves only the raw upload in the corpus folder.
-        result = ingest(
-            raw_path(corpus), corpus.folder, original_filename=corpus.original_filename,
-            options=_cleaning_options(corpus.options), progress=_Progress(Corpus, corpus.pk, end=99.0),
-        )
+        # ingest builds its outputs in a work folder inside the corpus folder and renames them into
+        # place at the end, so a failure leaves only what was uploaded there.
+        if corpus.source_kind == SourceKind.IMPORT:
+            sources = _imported_sources(corpus)
+        elif (corpus.folder / RAW_FOLDER).is_dir():
+            sources = _uploaded_sources(corpus)
+        else:
+            sources = None
+        if sources is not None:
+            update = {"sources": [s.to_dict() for s in sources]}
+            if corpus.source_kind == SourceKind.IMPORT:
+                update["size_bytes"] = sum(s.bytes for s in sources)
+            Corpus.objects.filter(pk=corpus.pk).update(**update)
+            result = prep.ingest(sources, corpus.folder, options=options, text_field=corpus.text_field,
+                                 progress=progress)
+        else:
+            result = prep.ingest(raw_path(corpus), corpus.folder, original_filename=corpus.original_filename,
+                                 options=options, text_field=corpus.text_field, progress=progress)
+        done: dict[str, Any] = {}
+        listed = _listed_files(result.stats)
+        if sources is None and listed:  # one stored file: its format as the ingest found it
+            done["sources"] = listed
         with transaction.atomic():
             Corpus.objects.filter(pk=corpus.pk).update(
                 status=JobStatus.READY, progress=100.0, error="",
                 stats=result.stats, removed=result.removed, preview=result.preview,
+                examples=getattr(result, "examples", None) or {}, **done,
             )
     except Exception as error:
         _fail(Corpus, corpus.pk, error)
     if not Corpus.objects.filter(pk=corpus.pk).exists():  # deleted while we worked
         shutil.rmtree(corpus.folder, ignore_errors=True)
+
+
+def _listed_files(stats: dict) -> list[dict] | None:
+    """The files an ingest read, as its statistics list them (SourceFile dicts)."""
+    found = (stats or {}).get("input") or {}
+    for key in ("files", "file_list"):
+        if isinstance(found.get(key), list):
+            return found[key]
+    return None
+
+
+def _imported_sources(corpus: Corpus) -> list[SourceFile]:
+    """The imported files, each checked again as when it was listed: the roots may have changed since."""
+    from trainer.errors import CorpusError
+    from trainer.prep.sources import SourceFile, resolve_import
+
+    if not corpus.sources:
+        raise CorpusError("This corpus lists no files to read. Import the folder again.")
+    roots, forbidden = _import_roots()
+    if not roots:
+        raise CorpusError(NO_IMPORT_ROOTS)
+    found = []
+    for entry in corpus.sources:
+        listed = SourceFile.from_dict(entry)
+        for source in resolve_import(listed.path, roots, forbidden=forbidden):
+            found.append(dataclasses.replace(source, name=listed.name))
+    return found
+
+
+def _uploaded_sources(corpus: Corpus) -> list[SourceFile]:
+    """The files of an upload kept in raw/, archives unpacked, in the order they were uploaded; each
+    named as the client named it (an archive's members as "<archive>/<member>")."""
+    from trainer.errors import CorpusError
+    from trainer.prep.sources import discover
+
+    raw = corpus.folder / RAW_FOLDER
+    try:
+        manifest = json.loads((raw / UPLOADS_MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise CorpusError("The uploaded files are incomplete (their list is missing). Upload them again.") from None
+    found = []
+    for entry in manifest:
+        stored, shown = raw / entry["stored"], entry["name"]
+        if is_archive(shown):
+            try:
+                folder = _unpacked(stored)
+            except CorpusError as refused:  # the trainer names the stored file; the person knows theirs
+                raise CorpusError(str(refused).replace(stored.name, shown)) from None
+            for source in discover([folder]):
+                found.append(dataclasses.replace(source, name=f"{shown}/{source.name}"))
+        else:
+            for source in discover([stored]):
+                found.append(dataclasses.replace(source, name=shown))
+    return found
+
+
+def _unpacked(archive: Path) -> Path:
+    """The folder an uploaded archive is unpacked into (raw/0001.zip -> raw/0001/), unpacked once:
+    into a temporary folder renamed at the end, the archive deleted after (its files are the corpus now)."""
+    from trainer.prep import corpus as prep
+    from trainer.prep.sources import unpack_archive
+
+    folder = archive.parent / archive.name.split(".", 1)[0]
+    if not folder.is_dir():
+        work = archive.parent / f".{folder.name}.unpacking"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        try:
+            unpack_archive(archive, work, max_bytes=prep.UPLOAD_MAX_DECOMPRESSED_BYTES)
+            work.rename(folder)
+        except BaseException:
+            shutil.rmtree(work, ignore_errors=True)
+            raise
+    archive.unlink(missing_ok=True)
+    return folder
 
 
 @transaction.atomic
@@ -202,6 +424,7 @@ def tokenizer_process(*, tokenizer_id) -> None:
     if not _claim(Tokenizer, tokenizer_id):
         log.info("Tokenizer %s is finished or gone; nothing to do.", tokenizer_id)
         return
+    Tokenizer.objects.filter(pk=tokenizer_id).update(progress_detail={})
     tokenizer = Tokenizer.objects.select_related("corpus").get(pk=tokenizer_id)
     folder = tokenizer.folder
     work = folder.with_name(f".{folder.name}.tmp")
@@ -214,6 +437,9 @@ def tokenizer_process(*, tokenizer_id) -> None:
             lowercase=tokenizer.lowercase, extra_ids=tokenizer.extra_ids,
             progress=_Progress(Tokenizer, tokenizer.pk, end=60.0),
         )
+        sample = (tokenizer.corpus.stats or {}).get("sample")
+        if isinstance(sample, dict):
+            stats["sample"] = sample  # what the vocabulary was learned from
         shard_stats = encode_corpus(corpus_dir, work, progress=_Progress(Tokenizer, tokenizer.pk, start=60.0,
                                                                         end=99.0))
         shutil.rmtree(folder, ignore_errors=True)

@@ -7,6 +7,7 @@ app_name = "corpora"
 urlpatterns = [
     path("", views.corpus_list, name="list"),
     path("upload/", views.corpus_upload, name="upload"),
+    path("import/", views.corpus_import, name="import"),
     path("demo/", views.corpus_demo, name="demo"),
     path("<uuid:pk>/", views.corpus_detail, name="detail"),
     path("<uuid:pk>/delete/", views.corpus_delete_view, name="delete"),

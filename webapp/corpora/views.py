@@ -10,19 +10,24 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.corpora import display
-from webapp.corpora.forms import CorpusUploadForm, TokenizerForm, VOCAB_DEFAULT, algorithm_choices
+from webapp.corpora.forms import CorpusImportForm, CorpusUploadForm, TokenizerForm, VOCAB_DEFAULT, algorithm_choices
 from webapp.corpora.models import Corpus, JobStatus
 from webapp.corpora.selectors import corpora_for, corpus_get, tokenizer_get, tokenizers_for
 from webapp.corpora.services import (
     ActionRefused,
     corpus_create_demo,
+    corpus_create_from_import,
     corpus_create_from_upload,
     corpus_delete,
+    import_listing,
+    NO_IMPORT_ROOTS,
     tokenizer_create,
     tokenizer_delete,
 )
 from trainer.prep.corpus import UPLOAD_MAX_DECOMPRESSED_BYTES
-from webapp.corpora.uploads import form_errors_response, human_bytes, is_xhr
+from webapp.corpora.uploads import (
+    FORMATS_HELP, WRONG_TYPE, accept_attribute, accepted_suffixes, form_errors_response, human_bytes, is_xhr,
+)
 
 
 @login_required
@@ -36,24 +41,71 @@ def corpus_upload(request: HttpRequest) -> HttpResponse:
     form = CorpusUploadForm(request.POST or None, request.FILES or None)
     if request.method == "POST":
         if form.is_valid():
-            uploaded = form.cleaned_data["file"]
-            corpus = corpus_create_from_upload(
-                owner=request.user, name=form.cleaned_data["name"], uploaded_file=uploaded,
-                original_filename=uploaded.name, options=form.options,
-            )
+            files = form.cleaned_data["file"]
+            common = {"owner": request.user, "name": form.cleaned_data["name"], "options": form.options,
+                      "text_field": form.cleaned_data["text_field"]}
+            if len(files) == 1:
+                corpus = corpus_create_from_upload(uploaded_file=files[0], original_filename=files[0].name, **common)
+            else:
+                corpus = corpus_create_from_upload(uploaded_files=files, **common)
             url = reverse("corpora:detail", args=[corpus.id])
             if is_xhr(request):
                 return JsonResponse({"id": str(corpus.id), "redirect": url}, status=201)
-            messages.success(request, f"“{corpus.name}” was uploaded and is being processed.")
+            what = f"“{corpus.name}” was uploaded" if len(files) == 1 else f"The {len(files)} files were uploaded"
+            messages.success(request, f"{what} and {'is' if len(files) == 1 else 'are'} being processed.")
             return redirect(url)
         if is_xhr(request):
             return form_errors_response(form)
+    return _upload_page(request, form=form)
+
+
+def _upload_page(request: HttpRequest, *, form: CorpusUploadForm | None = None,
+                 import_form: CorpusImportForm | None = None, listing: dict | None = None,
+                 status: int = 200) -> HttpResponse:
+    roots = [str(root) for root in settings.CORPUS_IMPORT_ROOTS]
     return render(request, "corpora/corpus_upload.html", {
-        "form": form,
+        "no_import_roots": NO_IMPORT_ROOTS,
+        "form": form or CorpusUploadForm(),
+        "import_form": import_form or CorpusImportForm(initial={"text_field": "text"}),
+        "import_roots": roots,
+        "listing": listing and display.listing(listing),
         "max_bytes": settings.UPLOAD_MAX_BYTES,
         "max_human": human_bytes(settings.UPLOAD_MAX_BYTES),
         "max_unpacked_human": human_bytes(UPLOAD_MAX_DECOMPRESSED_BYTES),
-    })
+        "accept": accept_attribute(),
+        "suffixes": ",".join(accepted_suffixes()),
+        "wrong_type": WRONG_TYPE.replace("%(name)s", "{name}"),
+        "formats_help": FORMATS_HELP,
+    }, status=status)
+
+
+@login_required
+@require_POST
+def corpus_import(request: HttpRequest) -> HttpResponse:
+    """The upload page's "Import from the server" form: "Find files" (dry_run) lists what the path
+    names; "Import" creates the corpus, whose files are read where they are."""
+    from trainer.errors import CorpusError
+
+    form = CorpusImportForm(request.POST)
+    if not settings.CORPUS_IMPORT_ROOTS:
+        form.is_valid()
+        form.add_error(None, NO_IMPORT_ROOTS)
+        return _upload_page(request, import_form=form)
+    if not form.is_valid():
+        return _upload_page(request, import_form=form)
+    data = form.cleaned_data
+    try:
+        if data.get("dry_run"):
+            return _upload_page(request, import_form=form, listing=import_listing(data["path"]))
+        corpus = corpus_create_from_import(owner=request.user, spec=data["path"], name=data["name"],
+                                           text_field=data["text_field"], options=form.options)
+    except CorpusError as refused:
+        form.add_error("path", str(refused))
+        return _upload_page(request, import_form=form)
+    n = len(corpus.sources)
+    messages.success(request, f"“{corpus.name}” was imported ({n:,} file{'s' if n != 1 else ''}) and is being "
+                              "processed.")
+    return redirect("corpora:detail", pk=corpus.id)
 
 
 @login_required
@@ -74,7 +126,9 @@ def _corpus_page(request: HttpRequest, corpus: Corpus, form: TokenizerForm | Non
         "corpus": corpus,
         "in_flight": corpus.status in (JobStatus.PENDING, JobStatus.PROCESSING),
         "stats": display.corpus_stats(corpus.stats),
-        "removed": display.removed_rows(corpus.removed, corpus.options),
+        "files": display.files(corpus.sources, show_paths=corpus.source_kind == "import"),
+        "sample": display.sample_line(corpus.stats),
+        "removed": display.removed_rows(corpus.removed, corpus.options, corpus.examples),
         "options": display.chosen_rules(corpus.options),
         "tokenizers": tokenizers_for(request.user, corpus=corpus),
         "form": form,
@@ -132,6 +186,8 @@ def tokenizer_detail(request: HttpRequest, pk) -> HttpResponse:
     return render(request, "corpora/tokenizer_detail.html", {
         "tokenizer": tokenizer,
         "in_flight": tokenizer.status in (JobStatus.PENDING, JobStatus.PROCESSING),
+        "sample": display.sample_line({"sample": tokenizer.stats.get("sample") or tokenizer.corpus.stats.get("sample")},
+                                      trained=True),
         "stats": display.tokenizer_stats(tokenizer.stats),
         "shards": display.shard_rows(tokenizer.stats.get("shards")),
     })
