@@ -174,8 +174,8 @@ def bootstrap(layout: Path, *args: str, **env: str) -> subprocess.CompletedProce
                           env=clean_env(PATH=path, **env), capture_output=True, text=True, timeout=60)
 
 
-# The fine-tuning metrics' libraries (requirements.txt), which the worker needs at run time.
-METRIC_LIBS = "sklearn, scipy, seqeval, rouge_score, sacrebleu"
+# The fine-tuning metrics' libraries and the corpus readers' (requirements.txt), which the worker needs at run time.
+METRIC_LIBS = "sklearn, scipy, seqeval, rouge_score, sacrebleu, pyarrow, zstandard, xxhash"
 
 
 def import_checks(layout: Path) -> list[str]:

@@ -60,7 +60,7 @@ def check(report_to: Any) -> list[str]:
                                       f"choose among {', '.join(TRACKERS)}.", keep_end=40))
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
-        raise ConfigError(f"report_to names {', '.join(twice)} more than once; name each tracker once.")
+        raise ConfigError(f"report_to names {', '.join(twice)} twice (or more); name each tracker once.")
     for name in names:
         module, package = TRACKERS[name]
         if not installed(module):

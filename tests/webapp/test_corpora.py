@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from html import escape as html_escape
 import logging
 import random
 from pathlib import Path
@@ -192,7 +193,7 @@ def test_bad_upload_fails_with_a_clear_message_and_no_half_made_output(
     assert stored_files(corpus) == {f"raw{name[name.index('.'):]}"}  # no train/valid/stats, no temp folder
 
     html = alice_client.get(reverse("corpora:detail", args=[corpus.id])).content.decode()
-    assert 'class="errorbox big"' in html and message in html
+    assert 'class="errorbox big"' in html and html_escape(message) in html
     assert "Train a tokenizer" not in html
     body = alice_api.get(f"/api/corpora/{corpus.id}/").json()
     assert body["status"] == "failed" and message in body["error"]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import array
 import json
 import os
+import random
 import shutil
 import sys
 import tempfile
@@ -526,7 +527,9 @@ def run_ingest(sources: Sequence, out_dir: Path, *, options, text_field: str = "
 
         n_valid = min(max(1, round(n_final * valid_fraction)), n_final - 1)
         is_valid = np.zeros(n_final, dtype=bool)
-        is_valid[np.random.default_rng(seed).choice(n_final, n_valid, replace=False)] = True
+        # random.Random(seed).sample: the documents the single-process ingest held out, so a corpus
+        # prepared before splits as it did (it holds k ints, or n when k is over about n/4)
+        is_valid[np.fromiter(random.Random(seed).sample(range(n_final), n_valid), dtype=np.int64, count=n_valid)] = True
         train_bytes = int(totals["bytes"][~is_valid].sum() + totals["sentences"][~is_valid].sum())
         share = 1.0 if train_bytes <= sample_bytes else sample_bytes / train_bytes
         in_sample = np.zeros(n_final, dtype=bool)

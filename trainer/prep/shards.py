@@ -52,7 +52,7 @@ PIECE_BYTES = 32 << 20
 
 
 def encode_corpus(corpus_dir: Path, tokenizer_dir: Path, progress: Callable[[float], None] | None = None,
-                  workers: int | None = None, piece_bytes: int = PIECE_BYTES) -> dict:
+                  workers: int | None = None, piece_bytes: int | None = None) -> dict:
     """Encode ``corpus_dir``'s train/valid text with the tokenizer in ``tokenizer_dir``.
 
     Each split's text is cut at document boundaries into pieces of about ``piece_bytes``, encoded
@@ -79,6 +79,7 @@ def encode_corpus(corpus_dir: Path, tokenizer_dir: Path, progress: Callable[[flo
     report = Stages(progress, {"encode": ("Encoding into token shards", 100.0)})
     report.percent(0)
 
+    piece_bytes = piece_bytes or PIECE_BYTES
     pieces = [(split, paths[split], start, stop) for split in SPLITS
               for start, stop in _document_ranges(paths[split], piece_bytes)]
     work = _encode_work(tokenizer_dir, paths, pieces)

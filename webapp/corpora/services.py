@@ -416,8 +416,17 @@ def default_tokenizer_name(corpus: Corpus, algorithm: str, vocab_size: int, lowe
     return f"{corpus.name[:150]} · {algorithm} {size} {case}"
 
 
+TRAINED_MARK = "trained.json"  # in the work folder: the tokenizer is trained (its statistics)
+
+
 def tokenizer_process(*, tokenizer_id) -> None:
-    """Train the tokenizer (0-60 %), then encode the corpus into token shards (60-100 %)."""
+    """Train the tokenizer (0-60 %), then encode the corpus into token shards (60-100 %).
+
+    A job stopped after its training (a worker killed, a machine restarted) resumes when it is
+    queued again: the trained tokenizer is kept in the work folder (TRAINED_MARK), and the encode
+    continues from the pieces it had finished (trainer.prep.shards). Training again would give
+    another vocabulary (the tokenizers library's trainers are not deterministic across processes)
+    and so encode everything again."""
     from trainer.prep.shards import encode_corpus
     from trainer.prep.tokenization import train_tokenizer
 
@@ -428,20 +437,25 @@ def tokenizer_process(*, tokenizer_id) -> None:
     tokenizer = Tokenizer.objects.select_related("corpus").get(pk=tokenizer_id)
     folder = tokenizer.folder
     work = folder.with_name(f".{folder.name}.tmp")
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    stats = _trained(work)
+    if stats is None:
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
     try:
         corpus_dir = tokenizer.corpus.folder
-        stats = train_tokenizer(
-            corpus_dir, work, algorithm=tokenizer.algorithm, vocab_size=tokenizer.vocab_size,
-            lowercase=tokenizer.lowercase, extra_ids=tokenizer.extra_ids,
-            progress=_Progress(Tokenizer, tokenizer.pk, end=60.0),
-        )
+        if stats is None:
+            stats = train_tokenizer(
+                corpus_dir, work, algorithm=tokenizer.algorithm, vocab_size=tokenizer.vocab_size,
+                lowercase=tokenizer.lowercase, extra_ids=tokenizer.extra_ids,
+                progress=_Progress(Tokenizer, tokenizer.pk, end=60.0),
+            )
+            (work / TRAINED_MARK).write_text(json.dumps(stats), encoding="utf-8")
         sample = (tokenizer.corpus.stats or {}).get("sample")
         if isinstance(sample, dict):
             stats["sample"] = sample  # what the vocabulary was learned from
         shard_stats = encode_corpus(corpus_dir, work, progress=_Progress(Tokenizer, tokenizer.pk, start=60.0,
                                                                         end=99.0))
+        (work / TRAINED_MARK).unlink(missing_ok=True)
         shutil.rmtree(folder, ignore_errors=True)
         work.replace(folder)
         with transaction.atomic():
@@ -450,10 +464,19 @@ def tokenizer_process(*, tokenizer_id) -> None:
             )
     except Exception as error:
         _fail(Tokenizer, tokenizer.pk, error)
-    finally:
         shutil.rmtree(work, ignore_errors=True)
+    # a stop that is not a failure (a worker's shutdown, a kill) leaves `work` for the next attempt
     if not Tokenizer.objects.filter(pk=tokenizer.pk).exists():
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _trained(work: Path) -> dict | None:
+    """The statistics of a tokenizer an earlier attempt of this job trained, None when there is none."""
+    try:
+        stats = json.loads((work / TRAINED_MARK).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return stats if isinstance(stats, dict) and (work / "tokenizer.json").is_file() else None
 
 
 @transaction.atomic
