@@ -70,3 +70,14 @@ def load_path(path: str | Path, **kwargs: Any) -> Any:
     path = Path(path)
     kwargs.setdefault("subject", path.name)
     return loads(path.read_text(encoding="utf-8"), **kwargs)
+
+
+def json_type(value) -> str:
+    """The JSON name of a Python value's type, for messages ("a JSON list, not a string")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return {str: "string", list: "list", dict: "object"}.get(type(value), type(value).__name__)

@@ -594,7 +594,7 @@ def _jsonl_documents(reader: UploadReader, field: str) -> Iterator[list[str]]:
             ) from None
         if not isinstance(obj, dict):
             raise CorpusError(
-                f"{reading._capital(reader.line_label(line_no))} is a JSON {_json_type(obj)}, not an object. "
+                f"{reading._capital(reader.line_label(line_no))} is a JSON {jsonio.json_type(obj)}, not an object. "
                 f"Each line must hold one object such as {_example(field)}."
             )
         text = obj.get(field)
@@ -611,19 +611,9 @@ def _jsonl_documents(reader: UploadReader, field: str) -> Iterator[list[str]]:
         else:
             raise CorpusError(
                 f"{reading._capital(reader.line_label(line_no))} has a {key} field that is a JSON "
-                f"{_json_type(text)}, not a string. Each line must hold the document in a {key} string, "
+                f"{jsonio.json_type(text)}, not a string. Each line must hold the document in a {key} string, "
                 f"such as {_example(field)}."
             )
-
-
-def _json_type(value) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    return {str: "string", list: "list", dict: "object"}.get(type(value), type(value).__name__)
 
 
 def _names(names: Iterable[str], limit: int = 12) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from trainer import jsonio
+from trainer.jsonio import json_type  # noqa: F401  (re-exported: examples.py takes it from here)
 from trainer.errors import DatasetError
 from trainer.prep.corpus import UploadReader
 from trainer.prep.labelled.tasks import suggest_mapping, suggest_task
@@ -392,17 +393,6 @@ class _JsonStream:
         line = self.lines_before + self.buf.count("\n", 0, pos) + 1
         raise DatasetError(f"The JSON file{self.suffix} is not valid at line {line} ({problem}); a SQuAD file is "
                            "one JSON object with a data -> paragraphs -> qas structure.")
-
-
-def json_type(value) -> str:
-    """The JSON name of a Python value's type, for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    return {str: "string", list: "list", dict: "object"}.get(type(value), type(value).__name__)
 
 
 def sniff(path: Path, original_filename: str, *, rows: int = PREVIEW_ROWS) -> Preview:
