@@ -381,13 +381,10 @@ def _deduplicate(arrays: _Arrays, options, work: Path) -> dict[str, np.ndarray]:
                     keys = bands ^ (np.arange(bands.shape[1], dtype=np.uint64) * _MIX[0])
                 yield keys.reshape(-1), np.repeat(docs, bands.shape[1])
 
-        n_bands = 0
-        for i in range(len(arrays)):
-            (bands,) = arrays.load(i, "bands")
-            if bands.ndim == 2 and bands.shape[1]:
-                n_bands = bands.shape[1]
-                break
-        near = later_occurrences(band_chunks(), n_docs * max(1, n_bands), n_docs, scratch)
+        from trainer.prep.minhash import MinHasher
+
+        # stage 1 hashed with MinHasher()'s defaults: that many bands per document
+        near = later_occurrences(band_chunks(), n_docs * MinHasher().bands, n_docs, scratch)
 
     dropped = np.zeros(n_sents, dtype=bool)
     if options.dedup_spans:
