@@ -35,8 +35,8 @@ fi
 # What must import afterwards: the app's packages, plus the test suite's references and browser
 # driver and report_to's trackers with --test (a missing one would otherwise turn whole test files
 # into skips).
-modules="django, torch, tokenizers, celery, channels, sklearn, scipy, seqeval, rouge_score, sacrebleu, pyarrow, zstandard, xxhash"
-[ "$want" = requirements-test.txt ] && modules="$modules, transformers, playwright, tensorboard, mlflow, wandb"
+modules="django, torch, tokenizers, celery, channels, axes, drf_spectacular_sidecar, tensorboard, sklearn, scipy, seqeval, rouge_score, sacrebleu, pyarrow, zstandard, xxhash"
+[ "$want" = requirements-test.txt ] && modules="$modules, transformers, playwright, mlflow, wandb"
 
 stamp=".venv/.installed-$(basename "$want" .txt)"
 sum=$(cat requirements*.txt constraints.txt | cksum | cut -d' ' -f1)

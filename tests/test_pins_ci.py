@@ -174,7 +174,10 @@ def bootstrap(layout: Path, *args: str, **env: str) -> subprocess.CompletedProce
                           env=clean_env(PATH=path, **env), capture_output=True, text=True, timeout=60)
 
 
-# The fine-tuning metrics' libraries and the corpus readers' (requirements.txt), which the worker needs at run time.
+# The app's own packages: the web stack, sign-in throttling, the offline API page's assets, TensorBoard,
+# and the fine-tuning metrics' libraries and the corpus readers' (requirements.txt), which the worker
+# needs at run time.
+APP_MODULES = "django, torch, tokenizers, celery, channels, axes, drf_spectacular_sidecar, tensorboard"
 METRIC_LIBS = "sklearn, scipy, seqeval, rouge_score, sacrebleu, pyarrow, zstandard, xxhash"
 
 
@@ -200,8 +203,7 @@ def test_the_test_install_checks_transformers_and_playwright_then_stamps(layout)
     assert out.returncode == 0, text
     assert "pip said something worth reading" in text and HARMLESS not in text
     [check] = import_checks(layout)
-    assert check == ("-c import django, torch, tokenizers, celery, channels, " + METRIC_LIBS
-                     + ", transformers, playwright, tensorboard, mlflow, wandb")
+    assert check == f"-c import {APP_MODULES}, {METRIC_LIBS}, transformers, playwright, mlflow, wandb"
     assert (layout / ".venv" / ".installed-requirements-test").is_file()
     again = bootstrap(layout, "--test", FAKE_PIP="fail")  # up to date: pip is not run again
     assert again.returncode == 0 and len(import_checks(layout)) == 1
@@ -210,7 +212,7 @@ def test_the_test_install_checks_transformers_and_playwright_then_stamps(layout)
 def test_the_app_install_checks_only_the_app_packages(layout):
     out = bootstrap(layout, FAKE_PIP="silent")  # a quiet pip: grep prints nothing, which is fine
     assert out.returncode == 0, out.stdout + out.stderr
-    assert import_checks(layout) == ["-c import django, torch, tokenizers, celery, channels, " + METRIC_LIBS]
+    assert import_checks(layout) == [f"-c import {APP_MODULES}, {METRIC_LIBS}"]
     assert (layout / ".venv" / ".installed-requirements").is_file()
 
 

@@ -15,6 +15,7 @@ NEIGHBOURS_MAX_TEXTS  the most texts of a dataset the explorer embeds for neares
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -79,6 +80,7 @@ INSTALLED_APPS = [
     "webapp.datasets",
     "webapp.sweeps",
     "webapp.api",
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -91,6 +93,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a refused sign-in into webapp.accounts.throttle's answer
 ]
 
 # How many requests one web process runs at once: the lasting request threads of its HTTP handler
@@ -140,6 +143,22 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 LOGIN_URL = "login"
+
+# Failed sign-ins (login form and POST /api/auth/token/) are throttled per account and per client
+# address by django-axes; webapp/accounts/throttle.py says how, and answers a refused attempt.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a throttled attempt before the password is checked
+    "django.contrib.auth.backends.ModelBackend",
+]
+LOGIN_FAILURE_LIMIT = int(os.environ.get("LOGIN_FAILURE_LIMIT", "10"))
+LOGIN_COOLOFF_MINUTES = float(os.environ.get("LOGIN_COOLOFF_MINUTES", "5"))
+AXES_FAILURE_LIMIT = LOGIN_FAILURE_LIMIT
+AXES_COOLOFF_TIME = timedelta(minutes=LOGIN_COOLOFF_MINUTES)
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: per account, and per address
+AXES_RESET_ON_SUCCESS = True
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False  # attempts while refused do not extend the cool-off
+AXES_LOCKOUT_CALLABLE = "webapp.accounts.throttle.lockout_response"
+AXES_VERBOSE = False
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 
