@@ -72,6 +72,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files, served by the app: /api/docs/ works offline
     "channels",
     "webapp.accounts",
     "webapp.corpora",
@@ -289,6 +290,10 @@ SPECTACULAR_SETTINGS = {
     # The JSON endpoints are documented as JSON: a form encoding cannot carry their nested objects,
     # lists and types (they still read forms). Uploads name multipart/form-data themselves.
     "PARSER_WHITELIST": ["webapp.api.parsers.JSONObjectParser"],
+    # Swagger UI from the installed package (drf-spectacular-sidecar), not a CDN: the page renders offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "SERVE_INCLUDE_SCHEMA": False,  # /api/schema/ itself is not an operation of the API
     # Sweeps' enums share field names (kind, status) with runs': each set of values gets its own name.
     "ENUM_NAME_OVERRIDES": {
@@ -306,6 +311,8 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    # django-axes logs every sign-in at INFO; its warnings (a failure, a lockout) are what an operator reads.
+    "loggers": {"axes": {"level": "WARNING"}},
 }
 
 if os.environ.get("TEST_DATABASE_NAME"):
