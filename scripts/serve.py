@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -169,6 +170,23 @@ def training_workers(env: dict[str, str], *, gpus: bool) -> list[Child]:
     return [worker("worker", "cpu", 2), *([worker("gpu worker", "gpu", 1)] if gpus else [])]
 
 
+def ensure_secret_key(storage: Path) -> Path | None:
+    """The install's own SECRET_KEY, made once into <storage>/secret_key (readable by its owner
+    only) unless SECRET_KEY is set: the app runs with DEBUG off and needs a key nobody else has
+    (webapp/settings.py reads the file). -> the file, or None when the environment has a key."""
+    if os.environ.get("SECRET_KEY", "").strip():
+        return None
+    path = storage / "secret_key"
+    if not path.is_file():
+        tmp = path.with_name(f".secret_key.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(secrets.token_urlsafe(50) + "\n")
+        os.replace(tmp, path)
+        print(f"==> wrote a secret key for this install to {path}", flush=True)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
@@ -179,6 +197,7 @@ def main() -> None:
     storage = Path(os.environ.get("STORAGE_ROOT", ROOT / "var")).resolve()
     storage.mkdir(parents=True, exist_ok=True)
     (storage / "tmp").mkdir(exist_ok=True)
+    ensure_secret_key(storage)
     env = dict(os.environ, STORAGE_ROOT=str(storage), PYTHONUNBUFFERED="1")
     env.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 

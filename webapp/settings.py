@@ -3,8 +3,8 @@
 DATABASE_URL   default sqlite:///<STORAGE_ROOT>/db.sqlite3
 REDIS_URL      default redis://127.0.0.1:6379/0 (scripts/serve.py starts one if none answers)
 STORAGE_ROOT   where corpora, tokenizers and checkpoints live (default ./var)
-SECRET_KEY     required when DEBUG is off
-DEBUG          "1"/"true" to turn on (default on for local use, off in settings_production)
+SECRET_KEY     required when DEBUG is off, unless <STORAGE_ROOT>/secret_key holds one (./run.sh writes it)
+DEBUG          "1"/"true" turns on Django's debug pages and allows a development key (default off)
 ALLOWED_HOSTS  comma-separated (default localhost,127.0.0.1,[::1])
 UPLOAD_MAX_BYTES  largest upload accepted: a corpus or a labelled dataset (default 2 GB)
 UPLOAD_MAX_DECOMPRESSED_BYTES  the most a gzip-compressed upload may unpack to (default 16 GiB; read by trainer.prep.corpus)
@@ -33,10 +33,29 @@ def env_bool(name: str, default: bool) -> bool:
 BASE_DIR = Path(__file__).resolve().parent.parent
 STORAGE_ROOT = Path(os.environ.get("STORAGE_ROOT", BASE_DIR / "var")).resolve()
 
-DEBUG = env_bool("DEBUG", True)
-SECRET_KEY = os.environ.get("SECRET_KEY") or ("insecure-local-development-key" if DEBUG else "")
-if not SECRET_KEY:
-    raise RuntimeError("SECRET_KEY must be set when DEBUG is off.")
+# Off unless asked for: the debug pages list every URL pattern and setting to whoever gets a 404 or
+# a 500, which a shared lab machine must not show (./run.sh is how most people run the app).
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY_FILE = STORAGE_ROOT / "secret_key"  # written once by scripts/serve.py (./run.sh), mode 0600
+
+
+def _secret_key() -> str:
+    key = os.environ.get("SECRET_KEY", "").strip()
+    if not key and SECRET_KEY_FILE.is_file():
+        key = SECRET_KEY_FILE.read_text(encoding="utf-8").strip()
+    if key:
+        return key
+    if DEBUG:
+        return "insecure-local-development-key"
+    from django.core.exceptions import ImproperlyConfigured
+
+    raise ImproperlyConfigured(
+        f"SECRET_KEY is not set and {SECRET_KEY_FILE} does not exist: set SECRET_KEY to a long random string "
+        "(python -c 'import secrets; print(secrets.token_urlsafe(50))'), or start the app once with ./run.sh, "
+        "which writes one there. Only with DEBUG=1 does the app run on a development key.")
+
+
+SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()]
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
 
@@ -303,6 +322,7 @@ SPECTACULAR_SETTINGS = {
         "SweepDirectionEnum": "webapp.sweeps.models.Direction",
         "SweepSamplerEnum": "webapp.sweeps.models.Sampler",
         "SweepPrunerEnum": "webapp.sweeps.models.Pruner",
+        "DecodingStrategyEnum": "webapp.explorer.services.STRATEGIES",  # the generator's, not a dataset split's
     },
 }
 

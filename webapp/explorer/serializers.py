@@ -6,6 +6,7 @@ from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_fiel
 from rest_framework import serializers
 
 from webapp.api.serializers import GreaterThan, RequestSerializer
+from webapp.corpora.serializers import JobStatusField
 from webapp.explorer.models import ModelImport, NeighbourIndex
 from webapp.explorer.neighbours import MAX_K as MAX_NEIGHBOURS
 from webapp.explorer.services import (
@@ -414,6 +415,7 @@ class NeighbourIndexRequestSerializer(RequestSerializer):
 
 
 class NeighbourIndexSerializer(serializers.ModelSerializer):
+    status = JobStatusField()
     status_label = serializers.CharField(source="get_status_display", read_only=True)
     dataset_name = serializers.CharField(source="dataset.name", read_only=True)
     progress = serializers.FloatField(read_only=True, help_text="0 to 100 while the texts are embedded.")

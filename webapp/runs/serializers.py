@@ -6,6 +6,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from webapp.api.serializers import BuiltOnceFields, GreaterThan, QuerySerializer, RequestSerializer
+from webapp.corpora.serializers import JobStatusField
 from webapp.runs import capacity, launch
 from webapp.runs.models import Checkpoint, CheckpointExport, LogLine, MetricPoint, Run
 
@@ -38,6 +39,7 @@ class CheckpointSerializer(BuiltOnceFields, serializers.ModelSerializer):
 class CheckpointExportSerializer(serializers.ModelSerializer):
     """A checkpoint's Hugging Face export, a job on the short-jobs queue (webapp.runs.exports)."""
 
+    status = JobStatusField()
     status_label = serializers.CharField(source="get_status_display", read_only=True)
     error = serializers.CharField(read_only=True, help_text="Why a failed export failed: a sentence ('' otherwise).")
     progress = serializers.FloatField(read_only=True, help_text="0-100.")
