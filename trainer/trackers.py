@@ -37,6 +37,12 @@ def installed(module: str) -> bool:
         return False
 
 
+def unavailable() -> dict[str, str]:
+    """tracker -> the command that installs it, for each tracker whose package is missing here
+    (the forms show it beside the tracker's box, which they disable)."""
+    return {name: f"pip install {package}" for name, (module, package) in TRACKERS.items() if not installed(module)}
+
+
 def check(report_to: Any) -> list[str]:
     """report_to as a list of tracker names, or ConfigError with a sentence: a name that is not a
     tracker, one named twice, or one whose package is not installed here."""

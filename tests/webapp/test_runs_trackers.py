@@ -30,7 +30,6 @@ def no_mlflow(monkeypatch):
 
 
 def test_the_launch_form_offers_the_trackers_and_stores_the_ones_ticked(alice, alice_client, enqueued):
-    pytest.importorskip("tensorboard")
     _, tokenizer = make_data(alice)
     html = alice_client.get(reverse("runs:new")).content.decode()
     for tracker in ("tensorboard", "mlflow", "wandb"):
@@ -39,6 +38,30 @@ def test_the_launch_form_offers_the_trackers_and_stores_the_ones_ticked(alice, a
     post_form(alice_client, tokenizer, name="none ticked")
     assert Run.objects.get(name="from the form").config["report_to"] == ["tensorboard"]
     assert Run.objects.get(name="none ticked").config["report_to"] == []
+
+
+def tracker_box(html: str, tracker: str) -> str:
+    """The <input> of the tracker's check box and its label's text."""
+    import re
+
+    found = re.search(rf'(<input type="checkbox" name="report_to" value="{tracker}"[^>]*>)\s*([^<]*)', html)
+    assert found, tracker
+    return found.group(1) + " " + found.group(2).strip()
+
+
+def test_both_forms_show_a_tracker_that_is_not_installed_as_unavailable_with_its_command(
+        alice, alice_client, eager, enqueued, no_mlflow, django_capture_on_commit_callbacks):
+    """Before anyone launches (issue 29, point 8): TensorBoard comes with the app; a tracker whose
+    package is missing cannot be ticked, and says what installs it."""
+    make_data(alice)
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks)
+    pages = [alice_client.get(reverse("runs:new")).content.decode(),
+             alice_client.get(reverse("runs:finetune") + f"?checkpoint={tiny_checkpoint(alice).id}"
+                              f"&dataset={dataset.id}").content.decode()]
+    for html in pages:
+        mlflow, tensorboard = tracker_box(html, "mlflow"), tracker_box(html, "tensorboard")
+        assert " disabled" in mlflow and mlflow.endswith("MLflow (a local store) (not installed here: pip install mlflow)")
+        assert " disabled" not in tensorboard and tensorboard.endswith("TensorBoard")
 
 
 def test_the_launch_form_and_the_api_refuse_a_tracker_that_is_not_installed(alice, alice_client, alice_api,

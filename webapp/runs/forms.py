@@ -263,8 +263,7 @@ def _training_field(name: str, spec: dict[str, Any], *, required: bool = True) -
     default = spec.get("default")
     if spec.get("multiple"):  # a list of some of the choices (report_to): check boxes
         labels = launch.CHOICE_LABELS.get(name, {})
-        return forms.MultipleChoiceField(choices=[(c, labels.get(c, c)) for c in spec["choices"]],
-                                         widget=forms.CheckboxSelectMultiple, initial=default, **common)
+        return _checkboxes(name, [(c, labels.get(c, c)) for c in spec["choices"]], initial=default, **common)
     if "choices" in spec:
         labels = launch.CHOICE_LABELS.get(name, {})
         choices = [(c, labels.get(c, c)) for c in spec["choices"]]
@@ -402,6 +401,18 @@ class _OptionsSelect(_OptionAttrs, forms.Select):
 
 class _OptionsCheckboxes(_OptionAttrs, forms.CheckboxSelectMultiple):
     pass
+
+
+def _checkboxes(name: str, choices: list[tuple[str, str]], **common) -> forms.MultipleChoiceField:
+    """Check boxes for some of a setting's choices; one that cannot be chosen here (a tracker whose
+    package is missing: launch.UNAVAILABLE_CHOICES) is disabled and says why beside its box (the
+    field's check refuses it all the same if sent)."""
+    unavailable = launch.UNAVAILABLE_CHOICES.get(name, dict)()
+    widget = _OptionsCheckboxes()
+    widget.option_attrs = {c: {"disabled": True} for c in unavailable}
+    return forms.MultipleChoiceField(
+        choices=[(c, f"{label} ({unavailable[c]})" if c in unavailable else label) for c, label in choices],
+        widget=widget, **common)
 
 
 class _CheckpointChoice(forms.ModelChoiceField):
@@ -619,8 +630,7 @@ def _setting_field(spec: dict[str, Any], technique: Any) -> forms.Field:
     if spec["type"] == "bool":
         return forms.BooleanField(**common)
     if spec.get("multiple"):  # check boxes, none ticked: a list
-        return forms.MultipleChoiceField(choices=[tuple(c) for c in spec["choices"]],
-                                         widget=forms.CheckboxSelectMultiple, **common)
+        return _checkboxes(spec["name"], [tuple(c) for c in spec["choices"]], **common)
     if "choices" in spec:
         return forms.ChoiceField(choices=[tuple(c) for c in spec["choices"]], **common)
     if spec["type"] == "text":

@@ -73,6 +73,11 @@ CHOICE_LABELS = {
     "report_to": trackers.LABELS,
 }
 
+# setting -> a function giving {choice: why it cannot be chosen here}: its box is shown disabled with that.
+UNAVAILABLE_CHOICES = {
+    "report_to": lambda: {name: f"not installed here: {command}" for name, command in trackers.unavailable().items()},
+}
+
 # A first run should finish in minutes on a laptop CPU.
 LAUNCH_DEFAULTS: dict[str, Any] = {
     "family": "bert", "preset": "bert-tiny",
