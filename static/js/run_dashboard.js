@@ -325,37 +325,41 @@
     return response.json();
   }
 
-  async function fetchMetrics(since) {
-    const url = since === undefined ? urls.metrics : `${urls.metrics}?since=${since}`;
-    const body = await fetchJson(url);
-    addPoints(body.points);
+  async function fetchMetrics() {
+    addPoints((await fetchJson(urls.metrics)).points);
   }
 
-  async function catchUp(since) {
-    // What was published while we were away (the worker stores each point before it publishes
-    // it); a second pass picks up any point published in the moment the socket was subscribing.
+  async function catchUpLogAndCheckpoint() {
+    // The log lines and the newest checkpoint published while the socket was away (metric points
+    // come back through the socket's own replay: see connect).
     try {
-      await fetchMetrics(since);
       for (const line of await fetchJson(`${urls.log}?after=${lastLogId}`)) appendLog(line);
       const detail = await fetchJson(urls.run);
       if (detail.last_checkpoint) addCheckpoint(detail.last_checkpoint);
-      setTimeout(() => fetchMetrics(since).catch(() => {}), 1500);
     } catch (e) { /* the next reconnect tries again */ }
   }
 
   // ---- websocket ---------------------------------------------------------------------------
   const wsState = document.getElementById("ws-state");
-  let socket = null, retry = 0, everOpened = false, resumeFrom = -1;
+  let socket = null, retry = 0, everOpened = false;
+
+  // The socket replays every stored metric point after `since` before the live ones, each point
+  // once and in step order (webapp/runs/consumers.py). The page asks from the step before the
+  // last one it drew (a validation point can follow the training point of its step), so a point
+  // published while it was away, or while it was connecting, is never missed; one it already
+  // has is not drawn twice (addPoints keeps a step once per split). Steps start at 1.
+  function sinceStep() {
+    return Math.max(0, Math.max(newest.train, newest.valid) - 1);
+  }
 
   function connect() {
     const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-    socket = new WebSocket(`${scheme}//${location.host}/ws/runs/${run.run_id}/`);
+    socket = new WebSocket(`${scheme}//${location.host}/ws/runs/${run.run_id}/?since=${sinceStep()}`);
     socket.onopen = () => {
       retry = 0;
       wsState.textContent = "Live.";
-      const since = everOpened ? resumeFrom : Math.max(newest.train, newest.valid);
       everOpened = true;
-      catchUp(Math.max(-1, since - 1));
+      catchUpLogAndCheckpoint();  // what was logged between the page's rendering (or the drop) and now
     };
     socket.onmessage = (event) => {
       const msg = JSON.parse(event.data);
@@ -373,12 +377,11 @@
         case "status":
           if (msg.resumed_from !== undefined && msg.resumed_from !== null) dropAfter(msg.resumed_from);
           applyStatus(msg);
-          if (msg.finished) catchUp(Math.max(newest.train, newest.valid) - 1);
+          if (msg.finished) catchUpLogAndCheckpoint();
           break;
       }
     };
     socket.onclose = () => {
-      resumeFrom = Math.max(newest.train, newest.valid);
       if (state.finished && everOpened) { wsState.textContent = "The run has finished."; return; }
       const delay = Math.min(30000, 1000 * 2 ** retry) * (0.75 + Math.random() / 2);
       retry += 1;
