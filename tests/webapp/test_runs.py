@@ -114,6 +114,25 @@ def test_resume_needs_a_stopped_run_with_a_checkpoint(alice, enqueued, django_ca
         services.run_resume(run=resumed)
 
 
+def test_a_resumed_run_shows_the_step_it_resumes_from_as_soon_as_it_is_queued(
+        alice, alice_client, alice_api, enqueued, monkeypatch, django_capture_on_commit_callbacks):
+    """Issue 29, point 6: crashed at step 37 with checkpoints at 10 and 20, it is queued at step 20
+    (the page, the API and the status event say so) before any worker has picked it up."""
+    run = make_run(alice, status=RunStatus.CRASHED, current_step=37)
+    make_checkpoint(run, step=10), make_checkpoint(run, step=20)
+    sent = []
+    monkeypatch.setattr(services, "send_run_event", lambda run_id, payload: sent.append(payload))
+    with django_capture_on_commit_callbacks(execute=True):
+        services.run_resume(run=run)
+    run.refresh_from_db()
+    assert run.status == RunStatus.QUEUED and run.current_step == 20
+    assert [p["step"] for p in sent if p.get("type") == "run.status"] == [20]
+    assert alice_api.get(f"/api/runs/{run.id}/").json()["current_step"] == 20
+    assert run.log_lines.order_by("id").last().text == ("Resume requested from the checkpoint at step 20; "
+                                                        "waiting for a worker.")
+    assert 'id="run-step">step 20 / ' in alice_client.get(reverse("runs:detail", args=[run.id])).content.decode()
+
+
 def test_clone_copies_data_and_config_into_a_new_queued_run(alice, bob, enqueued):
     run = make_run(alice, status=RunStatus.SUCCEEDED, name="first")
     clone = services.run_clone(run=run, owner=alice)

@@ -350,7 +350,8 @@ def _requeue(*, run: Run) -> Run:
         raise RunStateError("The checkpoint or the dataset of this fine-tuning run was deleted, so it cannot be "
                             "resumed.")
     check_free_space(what="resuming this run (its checkpoints need room)")
-    if not run.checkpoints.exists():
+    newest = run.checkpoints.order_by("-step").first()
+    if newest is None:
         raise RunStateError("This run has no checkpoint to resume from. Clone it to start again from step 0.")
     run.status = RunStatus.QUEUED
     run.error = ""
@@ -358,8 +359,12 @@ def _requeue(*, run: Run) -> Run:
     run.claimed_by = ""
     run.heartbeat_at = None
     run.finished_at = None
-    run.save(update_fields=["status", "error", "cancel_requested", "claimed_by", "heartbeat_at", "finished_at"])
-    LogLine.objects.create(run=run, text="Resume requested; waiting for a worker.")
+    # The step it resumes from, shown from now on (not the one it stopped at, until the worker logs).
+    run.current_step = newest.step
+    run.save(update_fields=["status", "error", "cancel_requested", "claimed_by", "heartbeat_at", "finished_at",
+                            "current_step"])
+    LogLine.objects.create(run=run, text=f"Resume requested from the checkpoint at step {newest.step:,}; "
+                                         "waiting for a worker.")
     _enqueue(run)
     _publish_on_commit(run)
     return run
