@@ -215,12 +215,26 @@ def resolve_epochs(config: Any, examples: int, per_step: int) -> Any:
     same steps, so a resumed run resolves them again to the same count."""
     if not config.epochs:
         return config
-    steps = steps_for_epochs(config.epochs, examples, per_step)
+    steps = epoch_steps(config.epochs, examples, per_step)
     warmup = config.warmup_steps
     if isinstance(config, RunConfig) and warmup > steps:
         raise ConfigError(f"warmup_steps ({warmup}) is more than the {steps:,} steps that {config.epochs:g} epochs "
                           f"take ({examples:,} training sequences, {per_step:,} a step); lower warmup_steps.")
     return config.replace(max_steps=steps)
+
+
+def epoch_steps(epochs: float, examples: int, per_step: int, *, what: str = "training examples",
+                at_least: bool = False) -> int:
+    """steps_for_epochs, or ConfigError naming `epochs` when they are more steps than a run may
+    have (not max_steps' bound, a field the user did not send). at_least: `examples` is a lower
+    bound (a pre-training launch counts the train split's tokens, not yet its sequences)."""
+    steps = steps_for_epochs(epochs, examples, per_step)
+    most = BOUNDS["max_steps"][1]
+    if steps > most:
+        raise ConfigError(f"epochs {float(epochs):g} would take {'at least ' if at_least else ''}{steps:,} steps "
+                          f"({examples:,} {what}, {per_step:,} a step), more than the {most:,} a run may have; "
+                          f"lower epochs.")
+    return steps
 
 
 def steps_for_epochs(epochs: float, examples: int, per_step: int) -> int:

@@ -125,3 +125,39 @@ def test_the_fine_tune_form_takes_epochs_and_trackers_from_the_schema(
     refused = alice_client.post(reverse("runs:finetune"), {**form, "max_steps": 50})
     assert refused.status_code == 200 and "not both" in refused.content.decode()
     assert Run.objects.filter(kind=RunKind.FINETUNE).count() == 1
+
+
+def test_epochs_that_mean_too_many_steps_are_refused_at_launch_naming_epochs(
+        alice, alice_api, eager, enqueued, django_capture_on_commit_callbacks):
+    """Issue 29, point 1: refused with a 400 that names epochs and the steps they mean, before any
+    run exists, on both APIs; and the worker's own count says the same, never max_steps' bound."""
+    from trainer.config import RunConfig, resolve_epochs
+    from trainer.errors import ConfigError
+
+    _, tokenizer = make_data(alice)
+    tokenizer.stats = {**(tokenizer.stats or {}), "shards": {"train": {"n_tokens": 856_800}}}
+    tokenizer.save()
+    response = alice_api.post("/api/runs/", {"tokenizer": str(tokenizer.id), "epochs": 100000, "seq_len": 128,
+                                             "batch_size": 16}, format="json")
+    assert response.status_code == 400, response.content
+    # 856,800 tokens hold at least 6,693 sequences of 128: 100,000 passes of 16 a step
+    assert response.json()["error"] == ("epochs 100000 would take at least 41,831,250 steps (6,693 training "
+                                        "sequences or more, 16 a step), more than the 10,000,000 a run may have; "
+                                        "lower epochs.")
+    assert "max_steps" not in response.content.decode()
+    fine = alice_api.post("/api/runs/", {"tokenizer": str(tokenizer.id), "epochs": 10, "seq_len": 128,
+                                         "batch_size": 16}, format="json")
+    assert fine.status_code == 201, fine.content
+
+    dataset = ready_demo(alice, django_capture_on_commit_callbacks)
+    n = dataset.sizes["train"]
+    tuned = alice_api.post(reverse("api-finetune"), {"checkpoint": str(tiny_checkpoint(alice).id),
+                                                     "dataset": str(dataset.id), "epochs": 100000, "batch_size": 8},
+                           format="json")
+    assert tuned.status_code == 400, tuned.content
+    assert tuned.json()["error"].startswith(f"epochs 100000 would take {math.ceil(100000 * n / 8):,} steps "
+                                            f"({n:,} training examples, 8 a step), more than the 10,000,000")
+    assert not Run.objects.filter(kind=RunKind.FINETUNE).exists()
+
+    with pytest.raises(ConfigError, match=r"^epochs 100000 would take 12,500,000 steps \(1,000 training examples"):
+        resolve_epochs(RunConfig(epochs=100000, batch_size=8, warmup_steps=0), 1000, 8)

@@ -29,7 +29,7 @@ from django.utils import timezone
 from trainer import families
 from trainer.catalog import validation
 from trainer import objectives
-from trainer.config import RunConfig, length_from
+from trainer.config import RunConfig, epoch_steps, length_from
 from trainer.finetune.config import MIX_TASK  # the task a multi-task run trains
 from trainer.errors import ConfigError, UserError
 from webapp.api.storage import check_free_space, is_disk_full
@@ -287,6 +287,22 @@ def check_memory(config, *, vocab_size: int = 1024) -> None:
         finetune.check_memory(config, memory=memory, memory_of=whose, processes=processes)
 
 
+def check_epochs(config, *, examples: int, what: str, at_least: bool = False) -> None:
+    """ConfigError naming `epochs` when they mean more steps than a run may have, counted from the
+    sizes stored at launch (the worker counts the train split exactly and checks again)."""
+    if not getattr(config, "epochs", 0) or examples < 1:
+        return
+    devices = getattr(config, "devices", 1)
+    per_step = config.batch_size * config.grad_accum * (devices if isinstance(devices, int) and devices > 0 else 1)
+    epoch_steps(config.epochs, examples, per_step, what=what, at_least=at_least)
+
+
+def train_examples_of(dataset, extra_datasets: Sequence[dict] = ()) -> int:
+    """A labelled dataset's training examples (with a multi-task mix's), as stored when it was ingested."""
+    rows = [dataset, *(e.get("dataset") for e in extra_datasets)]
+    return sum(int((getattr(d, "sizes", None) or {}).get("train") or 0) for d in rows if d is not None)
+
+
 @transaction.atomic
 def run_create(*, owner, name: str = "", corpus: Corpus | None, tokenizer: Tokenizer, family: str,
                preset: str, objectives, training: dict | None = None, cloned_from: Run | None = None) -> Run:
@@ -299,6 +315,10 @@ def run_create(*, owner, name: str = "", corpus: Corpus | None, tokenizer: Token
     check_tokenizer(config=config, tokenizer=tokenizer)
     check_teacher(config=config, tokenizer=tokenizer)
     check_memory(config, vocab_size=tokenizer.vocab_size)
+    # A sequence holds at most seq_len of the train split's tokens: their count over seq_len is a floor.
+    train_tokens = int((((tokenizer.stats or {}).get("shards") or {}).get("train") or {}).get("n_tokens") or 0)
+    check_epochs(config, examples=train_tokens // max(1, config.seq_len), what="training sequences or more",
+                 at_least=True)
     name = (name or "").strip() or f"{config.preset} on {corpus.name}"
     run = Run.objects.create(
         owner=owner, name=name[:200], corpus=corpus, tokenizer=tokenizer,
@@ -527,6 +547,7 @@ def finetune_plan(*, owner, checkpoint: Checkpoint | None, dataset, training: di
     config = build_finetune_config(checkpoint=checkpoint, dataset=dataset, training=training,
                                    extra_datasets=extra_datasets)
     check_memory(config)  # its activations against the memory a worker gives one run
+    check_epochs(config, examples=train_examples_of(dataset, extra_datasets), what="training examples")
     return family, config
 
 
