@@ -272,6 +272,16 @@
     document.getElementById("samples-empty").hidden = rows.length > 0;
   }
 
+  // "1 Dec, 20:04:57" as the server renders the rows it sends with the page (date:"j M, H:i:s", in
+  // the server's time zone, UTC), so a row added live reads like the ones above it.
+  const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+  const two = (n) => String(n).padStart(2, "0");
+  const clockTime = (d) => `${two(d.getUTCHours())}:${two(d.getUTCMinutes())}:${two(d.getUTCSeconds())}`;
+  function checkpointTime(iso) {
+    const d = new Date(iso);
+    return `${d.getUTCDate()} ${MONTHS[d.getUTCMonth()]}, ${clockTime(d)}`;
+  }
+
   function hasCheckpoints() { return !!document.querySelector("#checkpoints-body tr"); }
 
   function addCheckpoint(c) {
@@ -282,7 +292,7 @@
     const m = c.metrics || {};
     const loss = (split) => (m[split] && typeof m[split].loss === "number" ? m[split].loss.toFixed(4) : "–");
     const cells = [count(c.step), loss("train"), loss("valid"),
-      c.created_at ? new Date(c.created_at).toLocaleTimeString() : ""];
+      c.created_at ? checkpointTime(c.created_at) : ""];
     for (const text of cells) { const td = document.createElement("td"); td.textContent = text; row.appendChild(td); }
     const td = document.createElement("td"), a = document.createElement("a");
     a.href = c.explore_url; a.textContent = "Explore"; td.appendChild(a);
@@ -311,7 +321,7 @@
     const pre = document.getElementById("run-log");
     const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
     const span = document.createElement("span");
-    const time = msg.time ? new Date(msg.time).toLocaleTimeString([], { hour12: false }) : "";
+    const time = msg.time ? clockTime(new Date(msg.time)) : "";  // as the server renders the page's lines (H:i:s)
     span.textContent = `[${time}] ${msg.text}\n`;
     pre.appendChild(span);
     while (pre.children.length > 500) pre.removeChild(pre.firstChild);

@@ -40,6 +40,11 @@ class Dashboard:
     datasets: list = field(default_factory=list)
 
     @property
+    def is_new(self) -> bool:
+        """Nothing made yet (a user who has just signed up): greeted with "Welcome", not "Welcome back"."""
+        return not (self.corpora or self.tokenizers or self.runs or self.datasets)
+
+    @property
     def next_step(self) -> Step | None:
         return next((s for s in self.steps if not s.done), None)
 

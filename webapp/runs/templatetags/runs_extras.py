@@ -10,6 +10,17 @@ from django.utils.html import format_html
 register = template.Library()
 
 
+@register.filter
+def setting_text(value) -> str:
+    """A setting's value as the pages show it: a list as its items ("tensorboard, mlflow"; "none"
+    when empty), never Python's repr ("['tensorboard']"); nothing set as "–"."""
+    if value is None:
+        return "–"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value) if value else "none"
+    return str(value)
+
+
 @register.simple_tag
 def plotly_script() -> str:
     """<script> for plotly.js served from the plotly package; the version in the URL busts the cache."""
