@@ -95,6 +95,17 @@ EVALUATE_EXAMPLES = """examples:
 """
 
 
+FINETUNE_EXAMPLES = """examples:
+  python -m trainer finetune examples/finetune-classification.yaml     # a demo dataset, a tiny checkpoint
+  python -m trainer finetune my-task.yaml                               # then: evaluate, export
+
+The YAML names `checkpoint` (a checkpoint folder, a run's folder or an imported model), `dataset`
+(a prepared folder, such as the web app's var/datasets/<id>; {demo: NAME}; {file: PATH}; or
+{train: PATH, validation: PATH, test: PATH}), `output_dir` and any fine-tuning setting (task,
+max_steps or epochs, batch_size, lr, ...). The run ends with its test split's report.
+"""
+
+
 def _command(sub: Any, name: str, help: str, examples: str = "") -> argparse.ArgumentParser:
     return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".", epilog=examples or None,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -126,7 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     tr.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     tr.add_argument("--events", action="store_true",
                     help="report as JSON lines on stdout (trainer.training.sinks.JsonLinesSink) instead of text")
-    tune = sub.add_parser("finetune", help="fine-tune a checkpoint on a labelled dataset, as a YAML file says")
+    tune = _command(sub, "finetune", "fine-tune a checkpoint on a labelled dataset, as a YAML file says, and print "
+                                     "its test split's report", FINETUNE_EXAMPLES)
     tune.add_argument("config", type=Path, help="the fine-tuning YAML file (see examples/finetune-classification.yaml)")
     icl = sub.add_parser("incontext", help="zero-, one- and few-shot accuracy (GPT-3) of a causal checkpoint on a "
                                            "labelled classification dataset, for k = 0 .. --k-max")
@@ -470,6 +482,9 @@ def cmd_incontext(checkpoint: Path, dataset: Path, *, k_max: int, template: str 
     from trainer.inference import incontext  # imports torch
 
     template = incontext.DEFAULT_TEMPLATE if template is None else template.replace("\\n", "\n")
+    from trainer.prep import labelled
+
+    dataset = labelled.dataset_folder(dataset)
     if not (dataset / "dataset.json").is_file():
         raise InferenceError(f"{dataset} is not a labelled dataset folder (it has no dataset.json).")
     out = incontext.evaluate(_latest_checkpoint(checkpoint), dataset, k_max=k_max, seed=seed, n_queries=n_queries,
@@ -543,6 +558,9 @@ def cmd_evaluate(checkpoint: Path, dataset: Path, *, split: str = "test", out: P
         raise ConfigError(f"--batch-size must be at least 1, not {batch_size}.")
     task = finetuned_config(folder, checkpoint=str(folder), dataset=".").task  # refuses a pre-training checkpoint
     if dataset.is_dir():
+        from trainer.prep import labelled
+
+        dataset = labelled.dataset_folder(dataset)
         result = evaluate_checkpoint(folder, dataset, split=split, out_dir=out, batch_size=batch_size, device=device)
     elif dataset.is_file():
         with tempfile.TemporaryDirectory(prefix="lmwb-evaluate-") as tmp:
@@ -615,7 +633,7 @@ def _labelled_dataset(spec: Any, base: Path, output_dir: Path, folder: str = "da
 
     what = "dataset" if folder == "dataset" else "each extra dataset"
     if isinstance(spec, str) and spec:
-        return _resolve(base, spec)
+        return labelled.dataset_folder(_resolve(base, spec))
     if not isinstance(spec, dict) or not ({"demo", "file", "train"} & set(spec)):
         if isinstance(spec, dict) and set(spec) & {"validation", "test"}:
             raise ConfigError(f"Set {what}'s train: file beside its validation: and test: files.")

@@ -87,6 +87,29 @@ def test_evaluate_gives_the_test_report_the_run_ended_with(tuned, tmp_path, caps
     assert (tmp_path / "report" / "predictions.jsonl").read_text() == (run / "predictions.jsonl").read_text()
 
 
+def test_evaluate_and_incontext_take_the_folder_the_web_app_shows(tuned, tmp_path, capsys):
+    """Issue 31, point 4: the web app keeps a dataset's prepared files in var/datasets/<id>/data; the
+    folder it shows (var/datasets/<id>) is accepted as the dataset."""
+    import shutil
+
+    checkpoint, dataset, _ = tuned
+    shown = tmp_path / "datasets" / "7f3e"
+    shutil.copytree(dataset, shown / "data")
+    assert main(["evaluate", str(checkpoint), str(shown)]) == 0
+    assert "accuracy" in capsys.readouterr().out
+    from trainer.prep.labelled import dataset_folder
+
+    assert dataset_folder(shown) == shown / "data" and dataset_folder(dataset) == dataset
+    assert dataset_folder(tmp_path) == tmp_path  # neither: the readers say what is missing, as before
+
+
+def test_the_console_names_the_split_it_reports():
+    from trainer.training.sinks import format_metrics
+
+    assert format_metrics(90, "test", {"loss": 0.5}).startswith("test @ 90 | loss 0.5000")
+    assert format_metrics(90, "valid", {"loss": 0.5}).startswith("valid @ 90 | ")
+
+
 def test_evaluate_scores_every_row_of_a_file(tuned, tmp_path, capsys):
     from trainer.prep.labelled import DEMOS, read_meta, write_demo_dataset
 
@@ -107,7 +130,7 @@ def test_evaluate_refuses_a_pre_training_checkpoint_and_another_task(tuned, trai
 
 
 def test_every_verb_has_help_with_examples(capsys):
-    for verb in ("import", "export", "evaluate"):
+    for verb in ("import", "export", "evaluate", "finetune"):
         with pytest.raises(SystemExit):
             main([verb, "--help"])
         text = capsys.readouterr().out

@@ -58,6 +58,8 @@ def test_fine_tuning_for_two_epochs_trains_ceil_2n_over_batch_steps(trained_run,
     out = capsys.readouterr().out
     assert f"2 epochs of {n:,} training examples, 64 a step: {steps:,} steps." in out
     assert f"step {steps:>6}/{steps}" in out
+    # the last line counts passes as the metrics do (issue 31, point 4: it said "epoch 1" after "epoch 2.00")
+    assert f"tokens seen, {steps * 64 / n:.2f} epochs)." in out and "test @ " in out
 
 
 def test_pre_training_for_epochs_counts_the_train_splits_sequences(tokenizer_dir, tmp_path):

@@ -519,8 +519,10 @@ class Loop:
             self.maybe_eval(force=True)
             self.maybe_checkpoint(force=True)
         took = time.perf_counter() - self.session_start
+        position = self.state.position  # passes over the train split, as the metrics' "epoch" counts them
+        passes = position.epoch + position.index / max(1, getattr(self.stream, "epoch_size", 0) or 1)
         self.sink.log(f"Finished at step {step} after {format_duration(took)} "
-                      f"({self.state.tokens_seen:,} tokens seen, epoch {self.state.position.epoch}).")
+                      f"({self.state.tokens_seen:,} tokens seen, {passes:.2f} epochs).")
         return TrainResult(step, "succeeded", self.last_checkpoint)
 
     def log_start(self) -> None:

@@ -214,7 +214,7 @@ class ConsoleSink:
 def format_metrics(step: int, split: str, v: dict[str, float], max_steps: int | None = None) -> str:
     """'step   120/1000 | loss 6.1234 | mlm_acc 0.081 | lr 1.2e-04 | 12,345 tok/s | eta 1m05s'."""
     where = f"{step:>6}/{max_steps}" if max_steps else f"{step:>6}"
-    parts = [f"step {where}" if split == "train" else f"valid @ {step}"]
+    parts = [f"step {where}" if split == "train" else f"{split} @ {step}"]  # valid @ 90, test @ 90
     for key, fmt in (("loss", ".4f"), ("mlm_loss", ".4f"), ("nsp_loss", ".4f"), ("perplexity", ".2f"),
                      ("mlm_acc", ".3f"), ("nsp_acc", ".3f"), ("lr", ".2e"), ("grad_norm", ".2f")):
         if key in v and v[key] is not None and not (isinstance(v[key], float) and math.isnan(v[key])):

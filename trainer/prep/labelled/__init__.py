@@ -15,6 +15,7 @@ these entry points::
     label_counts(out_dir) -> dict                           per-split counts for a bar chart
     length_histogram(out_dir, tokenizer_dir, max_length) -> LengthHistogram
     read_meta(out_dir) -> dict; iter_examples(out_dir, split) -> Iterator[dict]
+    dataset_folder(path) -> the prepared folder a path names (also the web app's var/datasets/<id>)
     write_demo_dataset(name, out_path) -> Path              DEMOS: one per task type
 
 Formats (readers.FORMATS): CSV, TSV, JSONL, CoNLL, SQuAD JSON v1.1/v2.0, each optionally gzip-
@@ -34,15 +35,16 @@ from trainer.prep.labelled.demos import DEMOS, DemoDataset, write_demo_dataset
 from trainer.prep.labelled.examples import SPLITS, ExampleBuilder
 from trainer.prep.labelled.readers import FORMATS, DatasetReader, Preview, Row, detect_format, sniff, sniff_files
 from trainer.prep.labelled.stats import LengthHistogram, label_counts, length_histogram, model_input
-from trainer.prep.labelled.store import (META_FILE, SPLIT_FILES, DatasetResult, SplitSpec, ingest, iter_examples,
-                                         origins, read_meta)
+from trainer.prep.labelled.store import (META_FILE, SPLIT_FILES, DatasetResult, SplitSpec, dataset_folder, ingest,
+                                         iter_examples, origins, read_meta)
 from trainer.prep.labelled.tasks import (HEADER_ALIASES, ROLES, TASK_TYPES, TASKS, TaskSpec, check_mapping,
                                          suggest, suggest_mapping, suggest_task)
 
 __all__ = [
     "ARCHIVE_NAMES", "ARCHIVE_SUFFIX", "DEMOS", "FORMATS", "HEADER_ALIASES", "META_FILE", "ROLES", "SPLITS",
     "SPLIT_FILES", "TASKS", "TASK_TYPES", "DatasetReader", "DatasetResult", "DemoDataset", "ExampleBuilder",
-    "LengthHistogram", "Preview", "Row", "SplitSpec", "TaskSpec", "check_mapping", "detect_format", "ingest",
+    "LengthHistogram", "Preview", "Row", "SplitSpec", "TaskSpec", "check_mapping", "dataset_folder", "detect_format",
+    "ingest",
     "is_archive", "iter_examples", "label_counts", "length_histogram", "model_input", "origins", "read_meta", "sniff",
     "sniff_files", "suggest", "suggest_mapping", "suggest_task", "unpack_split_archive", "write_demo_dataset",
 ]

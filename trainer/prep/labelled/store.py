@@ -437,6 +437,20 @@ def _install(tmp: Path, out_dir: Path) -> None:
     tmp.rmdir()
 
 
+# Where the web app keeps a dataset's prepared files, inside the folder it shows (var/datasets/<id>/).
+APP_DATA_FOLDER = "data"
+
+
+def dataset_folder(path: Path) -> Path:
+    """The prepared dataset a path names: the folder itself, or the web app's dataset folder
+    (var/datasets/<id>, whose prepared files are in its data/), so the command line takes the
+    folder the app shows."""
+    path = Path(path)
+    if not (path / META_FILE).is_file() and (path / APP_DATA_FOLDER / META_FILE).is_file():
+        return path / APP_DATA_FOLDER
+    return path
+
+
 def read_meta(out_dir: Path) -> dict:
     """dataset.json of a stored dataset; DatasetError when it is missing or damaged."""
     path = Path(out_dir) / META_FILE
