@@ -19,6 +19,7 @@
     hovertemplate: "true %{y}<br>predicted %{x}<br>%{text} (%{z:.0%} of the row)<extra></extra>",
   };
   const size = Math.min(720, 160 + 36 * labels.length);
+  target.style.height = `${size}px`;  // the box grows with the chart, never under the table that follows
   Plotly.react(target, [trace], {
     height: size, margin: { l: 110, r: 16, t: 16, b: 110 },
     xaxis: { title: { text: "predicted" }, type: "category", tickangle: -40 },

@@ -133,3 +133,38 @@ def test_compare_shows_the_tokenizer_note_only_for_per_token_metrics(alice, alic
     assert modes == ["lines+markers", "lines+markers"]  # one training point each: markers
     page.select_option("#compare-metric", label="Loss (training)")
     assert page.is_visible("#compare-tokenizer-note")
+
+
+def test_the_confusion_matrix_never_covers_the_per_class_header(alice, alice_cookie, live_server_page):
+    """Issue 31, point 5: with five classes the matrix is 340 px tall; its box grows with it, and the
+    per-class table's header stays below it, visible."""
+    from django.conf import settings
+    from pathlib import Path
+
+    from webapp.runs.models import RunKind
+
+    labels = ["calm", "mild", "storm", "gale", "fog"]
+    run = make_run(alice, status=RunStatus.SUCCEEDED, kind=RunKind.FINETUNE, objectives=["classification"],
+                   max_steps=10, current_step=10)
+    folder = Path(settings.STORAGE_ROOT) / "runs" / str(run.id)
+    folder.mkdir(parents=True, exist_ok=True)
+    matrix = [[5 if i == j else 1 for j in range(5)] for i in range(5)]
+    (folder / "test_report.json").write_text(json.dumps({
+        "level": "label", "confusion": {"labels": labels, "matrix": matrix},
+        "per_class": [{"label": c, "precision": 0.6, "recall": 0.6, "f1": 0.6, "support": 9} for c in labels]}))
+    page = live_server_page
+    page.context.add_cookies([alice_cookie])
+    page.goto(f"/runs/{run.id}/")
+    page.wait_for_function("() => { const el = document.getElementById('confusion-matrix'); "
+                           "return el && el.data && el.data.length; }")
+    seen = page.evaluate("""() => {
+        const chart = document.getElementById('confusion-matrix'), head = document.querySelector('#per-class-table thead');
+        const svg = chart.querySelector('.main-svg').getBoundingClientRect(), box = chart.getBoundingClientRect();
+        const top = head.getBoundingClientRect().top;
+        head.scrollIntoView();
+        const at = head.getBoundingClientRect();
+        const hit = document.elementFromPoint(at.left + 20, at.top + at.height / 2);
+        return { svgHeight: svg.height, svgBottom: svg.bottom, boxBottom: box.bottom, headTop: top,
+                 covered: !head.contains(hit) }; }""")
+    assert seen["svgHeight"] >= 340 and seen["svgBottom"] <= seen["boxBottom"] + 1, seen
+    assert seen["boxBottom"] <= seen["headTop"] and not seen["covered"], seen
