@@ -105,6 +105,33 @@ def test_a_run_below_the_lexical_baseline_says_so_and_one_above_does_not(alice, 
         assert 'id="below-baseline"' not in html and 'id="baseline-verdict"' in html
 
 
+def test_an_imported_base_still_learning_is_told_to_train_longer_not_blamed(alice, alice_client, stored):
+    """Issue 31, point 1, the MiniLM case: an imported base at 5e-5 whose validation loss was still
+    falling; the page says train longer (with the epochs), blames neither the base nor the rate,
+    and offers no import of what was imported."""
+    from webapp.runs.models import Checkpoint, CheckpointSource
+
+    dataset = make_dataset(alice, stored)
+    dataset.sizes = {"train": 800, "validation": 100, "test": 100}
+    dataset.save()
+    floor = stored[1]["baselines"][1]["test"]["accuracy"]
+    run = finetune_run(alice, dataset, test_accuracy=floor - 0.1)
+    run.base_checkpoint = Checkpoint.objects.create(owner=alice, source=CheckpointSource.IMPORT, name="all-MiniLM-L6-v2",
+                                                    path="imports/minilm", step=0)
+    run.config = {"lr": 5e-5, "batch_size": 32, "grad_accum": 1}
+    run.current_step = 30
+    run.save()
+    for step, valid, train in ((10, 1.1, 1.3), (20, 0.9, 1.0), (30, 0.8, 0.85)):
+        MetricPoint.objects.create(run=run, step=step, split="valid", values={"loss": valid})
+        MetricPoint.objects.create(run=run, step=step, split="train", values={"loss": train})
+    html = alice_client.get(reverse("runs:detail", args=[run.id])).content.decode()
+    advice = html.split('id="below-baseline-causes"')[1].split("</ul>")[0]
+    assert 'data-cause="still_learning"' in advice and advice.count("<li") == 1
+    assert "Train longer first: it ran 1.2 epochs (30 steps); try 3.6 epochs (about 90 steps)." in advice
+    box = html.split('id="below-baseline"')[1].split("</section>")[0]
+    assert "learned little" not in box and "2e-5 to 5e-5" not in box and 'id="below-baseline-import"' not in box
+
+
 def test_a_finished_run_without_a_test_split_is_judged_on_its_best_validation(alice, alice_client, stored):
     dataset = make_dataset(alice, stored)
     floor = stored[1]["baselines"][1]["validation"]["accuracy"]

@@ -146,6 +146,28 @@ def baseline_verdict(run: Run) -> dict[str, Any] | None:
     return baselines.compare(stored, test=values, best_valid=best)
 
 
+def below_baseline_advice(run: Run, base_record: dict[str, Any] | None) -> list[Any]:
+    """The likely causes of a run below its baseline, each with what in its record points to it
+    (trainer.finetune.advice): its curves, its settings and its base checkpoint's record."""
+    from trainer.finetune.advice import Record, below_baseline_causes
+
+    points = list(MetricPoint.objects.filter(run=run, split__in=("train", "valid")).order_by("step"))
+    curve = {split: [(p.step, p.values.get("loss")) for p in points if p.split == split and isinstance(p.values, dict)]
+             for split in ("train", "valid")}
+    config = run.config or {}
+    epochs = next((p.values.get("epoch") for p in reversed(points) if p.split == "train"
+                   and isinstance(p.values, dict) and _number(p.values.get("epoch"))), None)
+    train_size = int(((run.dataset.sizes or {}).get("train") or 0) if run.dataset_id else 0)
+    if epochs is None and train_size and run.current_step:
+        per_step = int(config.get("batch_size") or 0) * int(config.get("grad_accum") or 1)
+        epochs = run.current_step * per_step / train_size if per_step else None
+    record = Record(lr=float(config.get("lr") or 0.0), steps=int(run.current_step or 0),
+                    valid_losses=curve["valid"], train_losses=curve["train"], epochs=epochs,
+                    base_imported=bool((base_record or {}).get("imported")),
+                    base_notes=tuple((base_record or {}).get("notes") or ()))
+    return below_baseline_causes(record)
+
+
 def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 

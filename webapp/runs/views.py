@@ -204,6 +204,8 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     checkpoints = list(run.checkpoints.order_by("step"))
     log_lines = selectors.log_tail(run)
     charts, stats = selectors.dashboard_specs(run)
+    baseline = results.baseline_verdict(run)
+    base_record = readiness.record(run.base_checkpoint) if run.is_finetune and run.base_checkpoint_id else None
     return render(request, "runs/detail.html", {
         "run": run,
         "charts": charts,
@@ -211,9 +213,10 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
         "checkpoints": checkpoints,
         "log_lines": log_lines,
         "test_metrics": selectors.test_metrics(run),
-        "baseline": results.baseline_verdict(run),
+        "baseline": baseline,
         "baseline_reference": results.baseline_reference(run),
-        "base_record": readiness.record(run.base_checkpoint) if run.is_finetune and run.base_checkpoint_id else None,
+        "base_record": base_record,
+        "advice": results.below_baseline_advice(run, base_record) if baseline and not baseline.get("beats") else [],
         "test_report": selectors.test_report(run),
         "has_predictions": selectors.predictions_file(run, "jsonl") is not None,
         "tracker_logs": selectors.tracker_logs(run),
