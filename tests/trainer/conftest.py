@@ -31,13 +31,13 @@ def tokenizer_dir(tmp_path_factory, small_corpus_file) -> Path:
     """A tokenizer folder with shards/{train,valid} built from ~200 KB of the demo corpus."""
     from trainer.prep.corpus import CleaningOptions, ingest
     from trainer.prep.shards import encode_corpus
-    from trainer.prep.tokenization import train_tokenizer
+    from tests.tokenizer_store import stored_tokenizer
 
     base = tmp_path_factory.mktemp("prepared")
     corpus_dir, tok_dir = base / "corpus", base / "tokenizer"
     ingest(small_corpus_file, corpus_dir, original_filename="demo.txt", options=CleaningOptions(),
            valid_fraction=0.1, seed=0)
-    train_tokenizer(corpus_dir, tok_dir, algorithm="wordpiece", vocab_size=VOCAB_SIZE, lowercase=True)
+    stored_tokenizer(corpus_dir, tok_dir, algorithm="wordpiece", vocab_size=VOCAB_SIZE, lowercase=True)
     encode_corpus(corpus_dir, tok_dir)
     return tok_dir
 
@@ -75,12 +75,12 @@ def make_config():
 def _tokenizer_for(tmp_path_factory, tokenizer_dir: Path, algorithm: str, **options) -> Path:
     """Another tokenizer (with shards) on the same prepared corpus as `tokenizer_dir`."""
     from trainer.prep.shards import encode_corpus
-    from trainer.prep.tokenization import train_tokenizer
+    from tests.tokenizer_store import stored_tokenizer
 
     corpus_dir = tokenizer_dir.parent / "corpus"
     out = tmp_path_factory.mktemp(f"prepared-{algorithm}") / "tokenizer"
     options.setdefault("vocab_size", VOCAB_SIZE)
-    train_tokenizer(corpus_dir, out, algorithm=algorithm, lowercase=True, **options)
+    stored_tokenizer(corpus_dir, out, algorithm=algorithm, lowercase=True, **options)
     encode_corpus(corpus_dir, out)
     return out
 

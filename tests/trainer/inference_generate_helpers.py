@@ -25,7 +25,7 @@ _lock = threading.Lock()
 
 def make_tokenizer(folder: Path, *, extra_ids: int = EXTRA_IDS, algorithm: str = "wordpiece") -> Path:
     """A WordPiece tokenizer (lower case) trained on TEXT, with `extra_ids` sentinels; made once per folder."""
-    from trainer.prep.tokenization import train_tokenizer
+    from tests.tokenizer_store import stored_tokenizer
 
     folder = Path(folder)
     with _lock:
@@ -37,7 +37,7 @@ def make_tokenizer(folder: Path, *, extra_ids: int = EXTRA_IDS, algorithm: str =
         (corpus / "valid.txt").write_text(TEXT, encoding="utf-8")
         tmp = folder.with_name(folder.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        train_tokenizer(corpus, tmp, algorithm=algorithm, vocab_size=VOCAB_SIZE, lowercase=True,
+        stored_tokenizer(corpus, tmp, algorithm=algorithm, vocab_size=VOCAB_SIZE, lowercase=True,
                         extra_ids=extra_ids)
         tmp.rename(folder)
     return folder

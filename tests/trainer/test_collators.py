@@ -156,9 +156,12 @@ def test_real_shards_give_train_and_fixed_valid_batches(tokenizer_dir):
 
     special = SpecialIds.from_tokenizer(load_tokenizer(tokenizer_dir))
     config = RunConfig(seq_len=64, batch_size=8, eval_batches=3, objectives=["mlm"])
-    stream = build_train_stream(config, tokenizer_dir, special)
-    batch = stream.next_batch()
+    batch = build_train_stream(config, tokenizer_dir, special, pack=False).next_batch()
     assert batch.input_ids.shape[0] == 8 and batch.input_ids.shape[1] <= 64
+    # The stream the model trains on packs the same 8 examples into as many rows as first fit needs.
+    packed = build_train_stream(config, tokenizer_dir, special).next_batch()
+    assert packed.input_ids.shape[0] <= 8 and packed.input_ids.shape[1] <= 64
+    assert int((packed.input_ids != special.pad).sum()) == int(batch.attention_mask.sum())
     v1, v2 = build_valid_batches(config, tokenizer_dir, special), build_valid_batches(config, tokenizer_dir, special)
     assert len(v1) == 3 and all(torch.equal(a.input_ids, b.input_ids) for a, b in zip(v1, v2))
 

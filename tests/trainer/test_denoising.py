@@ -33,10 +33,10 @@ OBJECTIVES = [o.name for o in DENOISING_OBJECTIVES]
 def sentinel_unigram_dir(tmp_path_factory, tokenizer_dir):
     """A Unigram tokenizer with T5's 100 sentinels, and its shards, on the shared demo corpus."""
     from trainer.prep.shards import encode_corpus
-    from trainer.prep.tokenization import train_tokenizer
+    from tests.tokenizer_store import stored_tokenizer
 
     out = tmp_path_factory.mktemp("unigram-sentinels") / "tokenizer"
-    train_tokenizer(tokenizer_dir.parent / "corpus", out, algorithm="unigram", vocab_size=2000, lowercase=True,
+    stored_tokenizer(tokenizer_dir.parent / "corpus", out, algorithm="unigram", vocab_size=2000, lowercase=True,
                     extra_ids=100)
     encode_corpus(tokenizer_dir.parent / "corpus", out)
     return out

@@ -26,7 +26,7 @@ SENTENCES = [
 def chinese_tokenizer(tmp_path_factory) -> Path:
     """A WordPiece tokenizer (CJK characters split apart, as BERT does) with shards."""
     from trainer.prep.shards import encode_corpus
-    from trainer.prep.tokenization import train_tokenizer
+    from tests.tokenizer_store import stored_tokenizer
 
     base = tmp_path_factory.mktemp("zh")
     corpus, tok = base / "corpus", base / "tok"
@@ -35,7 +35,7 @@ def chinese_tokenizer(tmp_path_factory) -> Path:
     docs = ["\n".join(SENTENCES[i] for i in rng.permutation(len(SENTENCES))[:4]) for _ in range(120)]
     (corpus / "train.txt").write_text("\n\n".join(docs) + "\n", encoding="utf-8")
     (corpus / "valid.txt").write_text("\n\n".join(docs[:20]) + "\n", encoding="utf-8")
-    train_tokenizer(corpus, tok, algorithm="wordpiece", vocab_size=300)
+    stored_tokenizer(corpus, tok, algorithm="wordpiece", vocab_size=300)
     encode_corpus(corpus, tok)
     return tok
 

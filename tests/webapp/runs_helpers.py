@@ -43,9 +43,9 @@ def prepared_data(algorithm: str = "wordpiece", extra_ids: int = 0) -> tuple[Pat
         with _lock:
             if not (tok_dir / "shards" / "valid").is_dir():
                 from trainer.prep.shards import encode_corpus
-                from trainer.prep.tokenization import train_tokenizer
+                from tests.tokenizer_store import stored_tokenizer
 
-                train_tokenizer(corpus_dir, tok_dir, algorithm=algorithm, vocab_size=VOCAB_SIZE, lowercase=True,
+                stored_tokenizer(corpus_dir, tok_dir, algorithm=algorithm, vocab_size=VOCAB_SIZE, lowercase=True,
                                 extra_ids=extra_ids)
                 encode_corpus(corpus_dir, tok_dir)
         return corpus_dir, tok_dir
@@ -55,7 +55,7 @@ def prepared_data(algorithm: str = "wordpiece", extra_ids: int = 0) -> tuple[Pat
             return corpus_dir, tok_dir
         from trainer.prep.corpus import CleaningOptions, ingest, write_demo_corpus
         from trainer.prep.shards import encode_corpus
-        from trainer.prep.tokenization import train_tokenizer
+        from tests.tokenizer_store import stored_tokenizer
 
         base.mkdir(parents=True, exist_ok=True)
         full = write_demo_corpus(base / "demo_full.txt")
@@ -65,7 +65,7 @@ def prepared_data(algorithm: str = "wordpiece", extra_ids: int = 0) -> tuple[Pat
         raw.write_text(text[: cut if cut > 0 else CORPUS_BYTES] + "\n", encoding="utf-8")
         full.unlink()
         ingest(raw, corpus_dir, original_filename="demo.txt", options=CleaningOptions(), valid_fraction=0.1, seed=0)
-        train_tokenizer(corpus_dir, tok_dir, algorithm="wordpiece", vocab_size=VOCAB_SIZE, lowercase=True)
+        stored_tokenizer(corpus_dir, tok_dir, algorithm="wordpiece", vocab_size=VOCAB_SIZE, lowercase=True)
         encode_corpus(corpus_dir, tok_dir)
         return corpus_dir, tok_dir
 

@@ -26,14 +26,14 @@ def t5_that_writes_the_labels(owner, tmp_path) -> Checkpoint:
     it can write every label (the explorer helpers' tiny tokenizer has no "x" nor "y": it would write
     "xml" and "asyncio" both as [UNK], which the run refuses)."""
     from trainer.prep.labelled import DEMOS, write_demo_dataset
-    from trainer.prep.tokenization import train_tokenizer
+    from tests.tokenizer_store import stored_tokenizer
 
     text = write_demo_dataset("classification", tmp_path / DEMOS["classification"].filename).read_text()
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "train.txt").write_text(text, encoding="utf-8")
     (corpus / "valid.txt").write_text(text[:4000], encoding="utf-8")
-    train_tokenizer(corpus, tmp_path / "tokenizer", algorithm="wordpiece", vocab_size=600, lowercase=True,
+    stored_tokenizer(corpus, tmp_path / "tokenizer", algorithm="wordpiece", vocab_size=600, lowercase=True,
                     extra_ids=8)
     parent = make_run(owner, status=RunStatus.SUCCEEDED, name="tiny t5 run", family="t5")
     rel = Path("runs") / str(parent.id) / "checkpoints" / "step-00000010"

@@ -45,9 +45,9 @@ def real_tokenizer(owner, algorithm: str, *, extra_ids: int = 0):
     with _lock:
         if not (cached / "shards" / "valid").is_dir():
             from trainer.prep.shards import encode_corpus
-            from trainer.prep.tokenization import train_tokenizer
+            from tests.tokenizer_store import stored_tokenizer
 
-            train_tokenizer(corpus_dir, cached, algorithm=algorithm, vocab_size=1000, lowercase=True,
+            stored_tokenizer(corpus_dir, cached, algorithm=algorithm, vocab_size=1000, lowercase=True,
                             extra_ids=extra_ids)
             encode_corpus(corpus_dir, cached)
     for src, dst in ((corpus_dir, tokenizer.corpus.folder), (cached, tokenizer.folder)):
