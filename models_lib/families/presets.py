@@ -90,17 +90,20 @@ PRESETS: dict[str, dict[str, Any]] = {name: fields for table in PRESETS_BY_FAMIL
 
 
 def _other_families() -> dict[str, type]:
-    """The families with config classes of their own (T5, GPT, ELMo): family -> PresetConfig
-    subclass, whose `presets` table they keep beside their model (imported here on first use)."""
-    from models_lib.families.elmo import ElmoConfig
-    from models_lib.families.gpt import GPTConfig
-    from models_lib.families.t5 import T5Config
+    """The families with config classes of their own (T5, GPT, ELMo, XLNet, Transformer-XL, and any
+    registered later): family -> its PresetConfig subclass, whose `presets` table it keeps beside its
+    model. Read from the checkpoint registry (models_lib.checkpoint.register_family), the one list of
+    families, so a new family's presets are found without another list to keep (imported on first use)."""
+    from models_lib.checkpoint import FAMILIES
+    from models_lib.core.config import PresetConfig
 
-    return {"t5": T5Config, "gpt": GPTConfig, "elmo": ElmoConfig}
+    return {name: family.config_cls for name, family in FAMILIES.items()
+            if isinstance(family.config_cls, type) and issubclass(family.config_cls, PresetConfig)
+            and family.config_cls.presets}
 
 
 def list_presets(family: str | None = None) -> list[str]:
-    """Preset names, of one family or of all (the encoder families', then T5's, GPT's, ELMo's)."""
+    """Preset names, of one family or of all (the encoder families', then the others' in registry order)."""
     others = _other_families()
     if family is None:
         return [*PRESETS, *(name for cls in others.values() for name in cls.presets)]
@@ -113,7 +116,7 @@ def list_presets(family: str | None = None) -> list[str]:
 
 def get(name: str, **overrides: Any) -> Any:
     """The config of a preset of any family, with any field overridden (e.g. vocab_size from the
-    tokenizer): an EncoderConfig (or its ELECTRA/SpanBERT subclass), a T5Config, GPTConfig or ElmoConfig."""
+    tokenizer): an EncoderConfig (or its ELECTRA/SpanBERT subclass), or the family's own PresetConfig."""
     for cls in _other_families().values():
         if name in cls.presets:
             return cls.from_preset(name, **overrides)

@@ -250,3 +250,15 @@ def test_the_openapi_schema_documents_the_new_endpoints_and_validates():
     props = schema["components"]["schemas"]["GenerateRequest"]["properties"]
     assert {"checkpoint", "prompt", "strategy", "max_new_tokens", "num_beams", "temperature", "top_k", "top_p",
             "seed"} <= set(props)
+
+
+def test_every_family_that_fine_tunes_is_offered_fine_tuning_from_the_explorer(alice_client, alice, t5, gpt, elmo):
+    """Issue 30, point 1: the link followed the kind of model (encoders and UniLM); it follows the
+    task registry now (trainer.finetune.tasks_for_family), so T5, GPT and ELMo have it, XLNet not."""
+    bert = make_checkpoint(make_run(alice, status=RunStatus.SUCCEEDED), step=10, real=True)
+    for ckpt in (bert, t5, gpt, elmo):
+        html = alice_client.get(reverse("explorer:index") + f"?checkpoint={ckpt.id}").content.decode()
+        assert f'id="checkpoint-finetune" href="{reverse("runs:finetune")}?checkpoint={ckpt.id}"' in html, ckpt
+    xlnet = family_checkpoint(alice, "xlnet")
+    html = alice_client.get(reverse("explorer:index") + f"?checkpoint={xlnet.id}").content.decode()
+    assert 'id="checkpoint-finetune"' not in html

@@ -22,6 +22,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from trainer.errors import UserError
+from trainer.finetune import tasks_for_family as finetune_tasks_for
 from webapp.corpora.uploads import human_bytes
 from webapp.datasets.selectors import dataset_get
 from webapp.explorer import imports, incontext, neighbours, services
@@ -90,10 +91,13 @@ def index(request: HttpRequest) -> HttpResponse:
                                     "nn_pooling": "mean", "nn_k": 5, "nn_text": DOWNSTREAM_EXAMPLES["query"],
                                     "icl_template": incontext.DEFAULT_TEMPLATE, "icl_k": 2, "icl_index": 0,
                                     "icl_seed": 0, "icl_normalise": True, "icl_kmax": 4, "icl_queries": 20})
-    kind = services.family_kind(services.checkpoint_family(selected)) if selected else ""
+    family = services.checkpoint_family(selected) if selected else ""
+    kind = services.family_kind(family) if selected else ""
     task = services.checkpoint_task(selected) if selected else ""
     return render(request, "explorer/index.html", {
         "kind": kind,
+        # any family with a task to fine-tune on (trainer.finetune.tasks_for_family), not a list of kinds
+        "finetunes": bool(family) and bool(finetune_tasks_for(family)),
         "task": task,
         "about": services.checkpoint_about(kind, task),
         "selected_prefix": services.checkpoint_prefix(selected) if selected else "",
