@@ -70,6 +70,16 @@
       const button = form.querySelector(`button[value="${action}"]`);
       button.disabled = !able[action];
       button.title = able[action] ? "" : why[action];
+      // said beside the greyed button too, not only in a tooltip a touch screen never shows
+      let note = form.querySelector(`[data-why="${action}"]`);
+      if (!note) {
+        note = document.createElement("span");
+        note.className = "muted small why-disabled";
+        note.dataset.why = action;
+        button.after(note);
+      }
+      note.textContent = able[action] ? "" : why[action];
+      note.hidden = able[action];
     }
   }
   select.addEventListener("change", onCheckpoint);

@@ -16,6 +16,14 @@ def test_the_unilm_panel_writes_the_target_in_place(unilm_checkpoint, alice_cook
     page = live_server_page
     page.context.add_cookies([alice_cookie])
     page.goto(f"/explore/?checkpoint={unilm_checkpoint.id}")
+    # a greyed button says why beside it, not only in a tooltip (issue 31, point 6): as for a model
+    # trained without NSP (the chosen option says so to the script)
+    assert page.is_hidden("[data-why=fill_mask]")  # its MLM head works: nothing to explain
+    page.evaluate("""() => { const select = document.getElementById('id_checkpoint');
+        select.selectedOptions[0].dataset.nsp = '0'; select.dispatchEvent(new Event('change')); }""")
+    assert page.is_disabled("button[value=next_sentence]")
+    assert page.text_content("[data-why=next_sentence]") == "This model was trained without next sentence prediction."
+    assert not page.evaluate("() => document.querySelector('[data-why=next_sentence]').hidden")
     source = "return the value of the key."
     page.fill("#id_source", source)
     page.fill("#id_max_new_tokens", "6")

@@ -54,3 +54,29 @@ def test_the_fine_tune_form_offers_an_upload_only_to_a_user_without_datasets(ali
     Dataset.objects.create(owner=alice, name="reviews", status=DatasetStatus.READY, task="classification",
                            labels=["neg", "pos"])
     assert 'id="ft-no-dataset"' not in alice_client.get(reverse("runs:finetune")).content.decode()
+
+
+def test_metric_and_task_names_read_as_words():
+    from django.template import Context, Template
+
+    out = Template('{% load runs_extras %}{{ "entity_f1"|metric_label }}|{{ "f1_macro"|metric_label }}|'
+                   '{{ "token_classification"|words }}').render(Context())
+    assert out == "entity F1|macro F1|token classification"
+
+
+def test_a_refused_launch_says_so_beside_the_launch_button(alice, alice_client, enqueued):
+    """A warm-up above the run's steps: its sentence beside its field, and beside the Launch button
+    a summary naming the setting, linked to it."""
+    from tests.webapp.runs_helpers import make_data
+    from tests.webapp.test_runs import post_form
+
+    _, tokenizer = make_data(alice)
+    page = post_form(alice_client, tokenizer, max_steps=20, warmup_steps=50)
+    html = page.content.decode()
+    assert page.status_code == 200
+    after_button = html.split('id="launch"', 1)[1]
+    summary = after_button.split('id="form-errors-summary"', 1)[1].split("</div>", 1)[0]
+    assert "Nothing was launched: one setting needs a fix" in summary
+    assert '<a href="#id_warmup_steps">Warm-up steps</a>' in summary
+    ok = post_form(alice_client, tokenizer)
+    assert ok.status_code == 302

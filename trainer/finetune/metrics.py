@@ -542,3 +542,17 @@ METRICS: dict[str, TaskMetrics] = {t.task: t for t in (
                  _valid("exact_match", "exact match", "ft_text", PURPLE), _valid("bleu", "BLEU", "ft_bleu")),
                 _headline("rouge_l", "validation ROUGE-L")),
 )}
+
+
+# A metric's name in a sentence ("entity F1", "macro F1", "Pearson"): the headline's words, else
+# the dashboard series' label, else the key with its underscores as spaces.
+def metric_label(key: str) -> str:
+    for task in METRICS.values():
+        for stat in task.stats:
+            if stat.metric == key:
+                return stat.label.removeprefix("validation ")
+    for task in METRICS.values():
+        for spec in task.metrics:
+            if spec.name == key:
+                return spec.label
+    return str(key).replace("_", " ")

@@ -21,6 +21,26 @@ def setting_text(value) -> str:
     return str(value)
 
 
+@register.filter
+def metric_label(key) -> str:
+    """A metric's name in a sentence ("entity F1", not "entity_f1" or "entityf1")."""
+    from trainer.finetune.metrics import metric_label as label
+
+    return label(str(key or ""))
+
+
+@register.filter
+def get_field(form, name):
+    """The bound field `name` of a form (a template cannot index by a variable), or None."""
+    return form[name] if name in getattr(form, "fields", {}) else None
+
+
+@register.filter
+def words(name) -> str:
+    """A registry name in words: "token_classification" -> "token classification"."""
+    return str(name or "").replace("_", " ")
+
+
 @register.simple_tag
 def plotly_script() -> str:
     """<script> for plotly.js served from the plotly package; the version in the URL busts the cache."""
