@@ -53,7 +53,7 @@ def test_the_dashboard_holds_every_step_once_and_in_order_across_dropped_sockets
             send_run_event(run.id, {"type": "run.metrics", **p})
 
     def live(n_sockets: int) -> None:
-        page.wait_for_function(f"() => document.getElementById('ws-state').textContent === 'Live.'")
+        page.wait_for_function("() => document.getElementById('ws-state').textContent === 'Live.'")
         deadline = time.monotonic() + 30
         while len(sockets) < n_sockets and time.monotonic() < deadline:
             page.wait_for_timeout(100)

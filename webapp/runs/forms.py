@@ -26,7 +26,6 @@ from webapp.corpora.models import Corpus, JobStatus, Tokenizer
 from webapp.datasets.models import Dataset
 from webapp.runs import launch, services
 from webapp.runs.models import Checkpoint, CheckpointSource
-from webapp.runs.services import build_config
 
 YAML_MAX_BYTES = 64 * 1024
 
@@ -198,6 +197,7 @@ class RunForm(forms.Form):
 
     def clean(self):
         data = super().clean()
+        self.plan = None
         corpus, tokenizer = data.get("corpus"), data.get("tokenizer")
         if corpus and tokenizer and tokenizer.corpus_id != corpus.pk:
             self.add_error("tokenizer", f"This tokenizer was trained on another corpus, not on “{corpus.name}”.")
@@ -211,20 +211,16 @@ class RunForm(forms.Form):
                   *launch.CONFIG_FIELDS, *launch.model_field_names())
         if any(name in self.errors for name in needed):
             return data  # the field errors say what to fix first
-        try:
-            self.config = build_config(
-                family=data["family"], preset=data["preset"], objectives=data.get("objectives") or [],
-                training=self.training_settings(), owner=self.user,
-            )
+        choices = dict(family=data["family"], preset=data["preset"], objectives=data.get("objectives") or [],
+                       training=self.training_settings())
+        try:  # built and checked once; the view hands the plan to run_create
+            if tokenizer and not {"tokenizer", "corpus"} & set(self.errors):
+                self.plan = services.run_plan(owner=self.user, corpus=corpus, tokenizer=tokenizer, **choices)
+                self.config = self.plan[1]
+            else:  # the data is refused already: the settings' own problems are said at the same time
+                self.config = services.build_config(owner=self.user, **choices)
         except ConfigError as e:
-            self.add_error(_field_of(str(e)), str(e))
-            return data
-        if tokenizer and "tokenizer" not in self.errors:
-            for check, field in ((services.check_tokenizer, "tokenizer"), (services.check_teacher, "teacher_checkpoint")):
-                try:
-                    check(config=self.config, tokenizer=tokenizer)
-                except ConfigError as e:
-                    self.add_error(field, str(e))
+            self.add_error(getattr(e, "field", None) or _field_of(str(e)), str(e))
         return data
 
     def training_settings(self) -> dict[str, Any]:

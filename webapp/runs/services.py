@@ -75,11 +75,8 @@ def build_config(*, family: str, preset: str, objectives, training: dict | None 
             user = dict(training.get("model_overrides") or {})
             training["model_overrides"] = {**user, **student_shape(teacher, preset, user,
                                                                    family=family)}
-    config = RunConfig.from_dict(
-        {**training, "family": family, "preset": preset, "objectives": list(objectives or [])}
-    )
-    validation.validate(config)
-    return config
+    # A RunConfig validates itself as it is made (trainer.catalog.validation.validate): once.
+    return RunConfig.from_dict({**training, "family": family, "preset": preset, "objectives": list(objectives or [])})
 
 
 def resolve_teacher(*, owner, value) -> Checkpoint:
@@ -303,22 +300,44 @@ def train_examples_of(dataset, extra_datasets: Sequence[dict] = ()) -> int:
     return sum(int((getattr(d, "sizes", None) or {}).get("train") or 0) for d in rows if d is not None)
 
 
-@transaction.atomic
-def run_create(*, owner, name: str = "", corpus: Corpus | None, tokenizer: Tokenizer, family: str,
-               preset: str, objectives, training: dict | None = None, cloned_from: Run | None = None) -> Run:
-    """Validate the choices, store the run with its full config, enqueue it on commit."""
-    check_run_limit(owner=owner)
-    check_free_space(what="a new run (its checkpoints need room)")
+def _checked(field: str, check, **kwargs) -> None:
+    """Run a launch check; its ConfigError says which field it is about (`field`), for the form."""
+    try:
+        check(**kwargs)
+    except ConfigError as e:
+        e.field = field
+        raise
+
+
+def run_plan(*, owner, corpus: Corpus | None, tokenizer: Tokenizer, family: str, preset: str, objectives,
+             training: dict | None = None) -> tuple[Corpus, RunConfig]:
+    """(the corpus, the validated RunConfig) of a pre-training launch: the data checked, the config
+    built once (build_config, the teacher resolved) and checked against the tokenizer, the teacher,
+    the memory a worker gives one run and the steps its epochs mean. The form calls it to put a
+    refusal on its field (a ConfigError's `field`, when it is about one) and hands the result to
+    run_create, which then builds nothing again; the API and clones let run_create call it."""
     corpus = _check_data(owner=owner, corpus=corpus, tokenizer=tokenizer)
-    config = build_config(family=family, preset=preset, objectives=objectives, training=training,
-                          owner=owner)
-    check_tokenizer(config=config, tokenizer=tokenizer)
-    check_teacher(config=config, tokenizer=tokenizer)
+    config = build_config(family=family, preset=preset, objectives=objectives, training=training, owner=owner)
+    _checked("tokenizer", check_tokenizer, config=config, tokenizer=tokenizer)
+    _checked("teacher_checkpoint", check_teacher, config=config, tokenizer=tokenizer)
     check_memory(config, vocab_size=tokenizer.vocab_size)
     # A sequence holds at most seq_len of the train split's tokens: their count over seq_len is a floor.
     train_tokens = int((((tokenizer.stats or {}).get("shards") or {}).get("train") or {}).get("n_tokens") or 0)
-    check_epochs(config, examples=train_tokens // max(1, config.seq_len), what="training sequences or more",
-                 at_least=True)
+    _checked("epochs", check_epochs, config=config, examples=train_tokens // max(1, config.seq_len),
+             what="training sequences or more", at_least=True)
+    return corpus, config
+
+
+@transaction.atomic
+def run_create(*, owner, name: str = "", corpus: Corpus | None, tokenizer: Tokenizer, family: str,
+               preset: str, objectives, training: dict | None = None, cloned_from: Run | None = None,
+               plan: tuple[Corpus, RunConfig] | None = None) -> Run:
+    """Validate the choices (run_plan, unless the caller made the plan for these same choices), store
+    the run with its full config, enqueue it on commit."""
+    check_run_limit(owner=owner)
+    check_free_space(what="a new run (its checkpoints need room)")
+    corpus, config = plan or run_plan(owner=owner, corpus=corpus, tokenizer=tokenizer, family=family, preset=preset,
+                                      objectives=objectives, training=training)
     name = (name or "").strip() or f"{config.preset} on {corpus.name}"
     run = Run.objects.create(
         owner=owner, name=name[:200], corpus=corpus, tokenizer=tokenizer,

@@ -55,7 +55,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
                 run = services.run_create(
                     owner=request.user, name=data["name"], corpus=data["corpus"], tokenizer=data["tokenizer"],
                     family=data["family"], preset=data["preset"], objectives=data["objectives"],
-                    training=form.training_settings(),
+                    training=form.training_settings(), plan=form.plan,
                 )
             except UserError as e:
                 form.add_error(None, str(e))
