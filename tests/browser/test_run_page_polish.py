@@ -36,7 +36,7 @@ def test_one_point_a_clear_legend_and_the_queued_message_going(queued_run, alice
                                                                monkeypatch):
     # The clone below stays queued whatever the broker does (this test is about the page, not the
     # queue): a clone that a worker or a broker error ended at once would rightly drop the message.
-    monkeypatch.setattr("webapp.runs.services._enqueue", lambda run: None)
+    monkeypatch.setattr("webapp.runs.services.enqueue", lambda run: None)
     sockets = []
 
     def socket(ws):  # the run's websocket: the run is still queued; the test says when it trains

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from tests.webapp.runs_helpers import make_run
-from webapp.runs import services
+from webapp.runs import execution, reaper
 from webapp.runs.models import Run, RunStatus
 
 
@@ -23,7 +23,7 @@ def test_a_run_of_a_dead_process_is_crashed_at_once_and_others_are_left(alice):
     dead = make_run(alice, status=RunStatus.RUNNING, claimed_by=f"{host}:{_dead_pid()}")
     alive = make_run(alice, status=RunStatus.RUNNING, claimed_by=f"{host}:{os.getpid()}")
     elsewhere = make_run(alice, status=RunStatus.RUNNING, claimed_by=f"another-host:{_dead_pid()}")
-    assert services.mark_dead_claims() == 1
+    assert reaper.mark_dead_claims() == 1
     dead.refresh_from_db()
     assert dead.status == RunStatus.CRASHED and "died. Resume continues from its last checkpoint." in dead.error
     assert dead.log_lines.filter(text=dead.error).exists()
@@ -32,6 +32,6 @@ def test_a_run_of_a_dead_process_is_crashed_at_once_and_others_are_left(alice):
 
 def test_the_redelivered_task_marks_it_instead_of_leaving_it_running(alice):
     run = make_run(alice, status=RunStatus.RUNNING, claimed_by=f"{socket.gethostname()}:{_dead_pid()}")
-    services.run_execute(run_id=run.pk)  # what Celery does with a dead child's task (reject_on_worker_lost)
+    execution.run_execute(run_id=run.pk)  # what Celery does with a dead child's task (reject_on_worker_lost)
     run.refresh_from_db()
     assert run.status == RunStatus.CRASHED

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from tests.webapp.runs_helpers import make_run
 from webapp.api.storage import DISK_FULL, is_disk_full
-from webapp.runs import services
+from webapp.runs import execution, reaper
 from webapp.runs.models import LogLine, MetricPoint, Run, RunStatus
 
 pytestmark = pytest.mark.django_db
@@ -217,13 +217,13 @@ def test_a_run_whose_sink_finds_the_disk_full_ends_failed_with_the_sentence_once
 
         monkeypatch.setattr(trainer.training.engine, "train", train)
         monkeypatch.setattr(time, "sleep", wait)
-        services.run_execute(run_id=run.id)
+        execution.run_execute(run_id=run.id)
 
     run.refresh_from_db()
-    assert run.status == RunStatus.FAILED and run.error == services.RUN_DISK_FULL
+    assert run.status == RunStatus.FAILED and run.error == execution.RUN_DISK_FULL
     assert run.error.startswith("The disk is full:") and "resume it" in run.error
-    assert waits == [services.END_RETRY_S] * 3  # it waited for room rather than giving up
-    assert LogLine.objects.filter(run=run, text=services.RUN_DISK_FULL).exists()  # written once there was room
+    assert waits == [execution.END_RETRY_S] * 3  # it waited for room rather than giving up
+    assert LogLine.objects.filter(run=run, text=execution.RUN_DISK_FULL).exists()  # written once there was room
     assert list(MetricPoint.objects.filter(run=run).values_list("step", flat=True).order_by("step")) == [5, 10]
 
 
@@ -233,10 +233,10 @@ def test_the_reaper_skips_a_run_it_cannot_write_and_marks_it_on_a_later_pass(ali
                    heartbeat_at=timezone.now() - timedelta(hours=1))
     with full_database() as disk:
         disk.full = True
-        assert services.mark_stale_runs() == 0  # no exception: the pass goes on, the next one tries again
+        assert reaper.mark_stale_runs() == 0  # no exception: the pass goes on, the next one tries again
         assert disk.refused
     assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING
-    assert services.mark_stale_runs() == 1
+    assert reaper.mark_stale_runs() == 1
     assert Run.objects.get(pk=run.pk).status == RunStatus.CRASHED
 
 

@@ -9,7 +9,8 @@ import signal
 import pytest
 
 from tests.webapp.runs_helpers import make_run
-from webapp.runs import services, shutdown
+from webapp.runs import execution
+from webapp.runs import shutdown
 from webapp.runs.models import Run, RunStatus
 from webapp.runs.sink import DatabaseChannelsSink, StopCheck
 
@@ -44,7 +45,7 @@ def test_a_stopped_run_is_queued_again_with_its_task(alice, shutting_down, enque
                                                       django_capture_on_commit_callbacks):
     run = make_run(alice, status=RunStatus.RUNNING, claimed_by=ME, current_step=3)
     with django_capture_on_commit_callbacks(execute=True):
-        assert services.requeue_on_shutdown(run, DatabaseChannelsSink(run.id, claimed_by=ME), me=ME, step=7)
+        assert execution.requeue_on_shutdown(run, DatabaseChannelsSink(run.id, claimed_by=ME), me=ME, step=7)
     run.refresh_from_db()
     assert (run.status, run.claimed_by, run.current_step, run.heartbeat_at) == (RunStatus.QUEUED, "", 7, None)
     assert [call[1]["args"] for call in enqueued] == [[str(run.id)]]
@@ -53,11 +54,11 @@ def test_a_stopped_run_is_queued_again_with_its_task(alice, shutting_down, enque
 
 def test_a_cancel_asked_for_meanwhile_wins(alice, shutting_down, enqueued):
     run = make_run(alice, status=RunStatus.RUNNING, claimed_by=ME, cancel_requested=True)
-    assert not services.requeue_on_shutdown(run, DatabaseChannelsSink(run.id, claimed_by=ME), me=ME, step=7)
+    assert not execution.requeue_on_shutdown(run, DatabaseChannelsSink(run.id, claimed_by=ME), me=ME, step=7)
     assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING and not enqueued  # _finish records the cancel
 
 
 def test_nothing_is_requeued_when_the_worker_is_not_shutting_down(alice, enqueued):
     run = make_run(alice, status=RunStatus.RUNNING, claimed_by=ME)
-    assert not services.requeue_on_shutdown(run, DatabaseChannelsSink(run.id, claimed_by=ME), me=ME, step=7)
+    assert not execution.requeue_on_shutdown(run, DatabaseChannelsSink(run.id, claimed_by=ME), me=ME, step=7)
     assert Run.objects.get(pk=run.pk).status == RunStatus.RUNNING and not enqueued

@@ -21,6 +21,7 @@ from django.utils import timezone
 from tests.webapp.runs_helpers import TINY_TRAINING, make_checkpoint, make_data, make_run
 from trainer.errors import ConfigError
 from webapp.corpora.models import JobStatus
+from webapp.runs import execution
 from webapp.runs import selectors, services
 from webapp.runs.models import LogLine, MetricPoint, Run, RunStatus
 
@@ -121,7 +122,9 @@ def test_a_resumed_run_shows_the_step_it_resumes_from_as_soon_as_it_is_queued(
     run = make_run(alice, status=RunStatus.CRASHED, current_step=37)
     make_checkpoint(run, step=10), make_checkpoint(run, step=20)
     sent = []
-    monkeypatch.setattr(services, "send_run_event", lambda run_id, payload: sent.append(payload))
+    from webapp.runs import queueing
+
+    monkeypatch.setattr(queueing, "send_run_event", lambda run_id, payload: sent.append(payload))
     with django_capture_on_commit_callbacks(execute=True):
         services.run_resume(run=run)
     run.refresh_from_db()
@@ -245,7 +248,7 @@ def test_a_worker_given_a_dead_workers_run_marks_it_crashed_instead_of_training(
     monkeypatch.setattr(trainer.training.engine, "train", lambda *a, **k: pytest.fail("must not train"))
     settings.RUN_HEARTBEAT_TIMEOUT_S = 60
     run = stale_run(alice)
-    services.run_execute(run_id=run.id)  # e.g. the task redelivered after its worker was killed
+    execution.run_execute(run_id=run.id)  # e.g. the task redelivered after its worker was killed
     run.refresh_from_db()
     assert run.status == RunStatus.CRASHED and run.claimed_by == "dead:1"
 
@@ -280,7 +283,7 @@ def test_run_execute_records_success_and_every_event(alice, fake_train, tmp_path
         return TrainResult(20, "succeeded", folder)
 
     fake_train(train)
-    services.run_execute(run_id=run.id)
+    execution.run_execute(run_id=run.id)
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED and run.current_step == 20 and run.finished_at and not run.error
     assert run.claimed_by and run.started_at
@@ -299,7 +302,7 @@ def test_run_execute_turns_a_user_error_into_a_failed_run_with_its_message(alice
 
     fake_train(train)
     run = make_run(alice)
-    services.run_execute(run_id=run.id)
+    execution.run_execute(run_id=run.id)
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED and run.error == "seq_len is too long for this model."
 
@@ -310,7 +313,7 @@ def test_run_execute_reports_a_bug_as_an_internal_error_with_the_traceback_in_th
 
     fake_train(train)
     run = make_run(alice)
-    services.run_execute(run_id=run.id)
+    execution.run_execute(run_id=run.id)
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert run.error == "Training stopped with an internal error: RuntimeError: boom"
@@ -320,8 +323,8 @@ def test_run_execute_reports_a_bug_as_an_internal_error_with_the_traceback_in_th
 def test_a_redelivered_task_for_a_claimed_run_does_nothing(alice, fake_train):
     fake_train(lambda *a, **k: pytest.fail("must not train"))
     run = make_run(alice, status=RunStatus.RUNNING, claimed_by="other:1")
-    services.run_execute(run_id=run.id)
-    services.run_execute(run_id="00000000-0000-0000-0000-000000000000")  # deleted run
+    execution.run_execute(run_id=run.id)
+    execution.run_execute(run_id="00000000-0000-0000-0000-000000000000")  # deleted run
     run.refresh_from_db()
     assert run.status == RunStatus.RUNNING and run.claimed_by == "other:1"
 

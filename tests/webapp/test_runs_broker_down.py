@@ -6,7 +6,7 @@ import pytest
 from kombu.exceptions import OperationalError
 
 from tests.webapp.runs_helpers import make_data
-from webapp.runs import services, tasks
+from webapp.runs import queueing, tasks
 from webapp.runs.models import Run, RunStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the task is sent when the launch commits, as in production
@@ -22,7 +22,7 @@ def test_a_launch_while_the_broker_is_down_fails_the_run_with_a_sentence(alice, 
                                       "warmup_steps": 1, "device": "cpu"}, format="json")
     assert r.status_code == 201, r.content
     run = Run.objects.get(pk=r.json()["id"])
-    assert (run.status, run.error) == (RunStatus.FAILED, services.QUEUE_DOWN)
-    assert run.log_lines.filter(text=services.QUEUE_DOWN).exists()
+    assert (run.status, run.error) == (RunStatus.FAILED, queueing.QUEUE_DOWN)
+    assert run.log_lines.filter(text=queueing.QUEUE_DOWN).exists()
     page = alice_api.get(f"/api/runs/{run.id}/").json()
     assert page["status"] == "failed" and "task queue (Redis) did not answer" in page["error"]

@@ -19,6 +19,7 @@ from django.urls import reverse
 from tests.webapp.runs_helpers import TINY_TRAINING, make_data, make_run
 from trainer.config import RunConfig
 from trainer.errors import ConfigError
+from webapp.runs import execution
 from webapp.runs import capacity, services
 from webapp.runs.models import Run, RunStatus
 
@@ -216,7 +217,7 @@ def test_a_worker_that_cannot_give_the_run_its_devices_fails_it_with_a_sentence(
     run = make_run(alice, tokenizer=tokenizer, config=config.to_dict(), queue="cpu.x2")
     monkeypatch.setattr(capacity, "ADVERTISED", {"name": "cpu@small", "queues": ["cpu"], "gpus": None,
                                                  "cpu_processes": 1})
-    services.run_execute(run_id=run.id)
+    execution.run_execute(run_id=run.id)
     run.refresh_from_db()
     assert run.status == RunStatus.FAILED
     assert run.error == ("This run asks for 2 CPU processes, but the worker that took it (cpu@small) gives one run "

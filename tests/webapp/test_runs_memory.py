@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from tests.webapp.runs_helpers import make_run
 from tests.webapp.test_runs_seq import post_form, real_tokenizer
-from webapp.runs import services
+from webapp.runs import execution
 from webapp.runs.models import MetricPoint, Run, RunStatus
 
 pytestmark = pytest.mark.django_db
@@ -29,7 +29,7 @@ def test_the_form_launches_a_run_that_trains_with_a_falling_loss(alice, alice_cl
     run = Run.objects.get(name=f"{family} run")
     assert run.config["model_overrides"] == {"mem_len": 32}
     assert run.config["plm_k"] == (7 if family == "xlnet" else 6)
-    services.run_execute(run_id=run.id)  # what the Celery task does
+    execution.run_execute(run_id=run.id)  # what the Celery task does
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED, run.error
     losses = [p.values["loss"] for p in MetricPoint.objects.filter(run=run, split="train").order_by("step")]

@@ -14,6 +14,7 @@ import pytest
 from tests.webapp.runs_helpers import TINY_TRAINING, make_data, make_run
 from trainer.config import RunConfig
 from trainer.training.checkpoints import list_checkpoints
+from webapp.runs import execution
 from webapp.runs import multiproc, services
 from webapp.runs.models import LogLine, MetricPoint, Run, RunStatus
 
@@ -66,7 +67,7 @@ def in_background(run: Run) -> threading.Thread:
 
     def execute():
         try:
-            services.run_execute(run_id=run.id)
+            execution.run_execute(run_id=run.id)
         finally:
             connection.close()  # the thread's own connection
 
@@ -85,7 +86,7 @@ def wait_for(condition, what: str) -> None:
 @pytest.mark.django_db(transaction=True)
 def test_a_two_device_run_reports_each_step_once_through_the_task(alice, fast):
     run = two_device_run(alice)
-    services.run_execute(run_id=run.id)
+    execution.run_execute(run_id=run.id)
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert run.current_step == 20 and run.tokens_seen > 0
@@ -129,7 +130,7 @@ def test_killing_one_process_crashes_the_run_and_it_resumes_from_its_checkpoint(
     assert last >= run.checkpoints.order_by("-step").first().step
     Run.objects.filter(pk=run.pk).update(config={**run.config, "max_steps": last + 5}, max_steps=last + 5)
     services.run_resume(run=Run.objects.get(pk=run.pk))
-    services.run_execute(run_id=run.id)
+    execution.run_execute(run_id=run.id)
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert run.current_step == last + 5

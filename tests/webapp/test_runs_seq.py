@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from tests.webapp.runs_helpers import cache_dir, make_data, make_run, prepared_data
 from trainer.config import RunConfig
-from webapp.runs import services
+from webapp.runs import execution
 from webapp.runs.models import MetricPoint, Run, RunStatus
 
 pytestmark = pytest.mark.django_db
@@ -273,7 +273,7 @@ def test_a_launched_run_of_each_family_trains_in_the_worker(alice, alice_api, en
                           eval_batches=2, checkpoint_every=4, num_threads=1)  # one thread: quick on a busy CPU
     assert response.status_code == 201, response.json()
     run = Run.objects.get(pk=response.json()["id"])
-    services.run_execute(run_id=run.id)  # what the Celery task does
+    execution.run_execute(run_id=run.id)  # what the Celery task does
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert run.current_step == 4 and run.tokens_seen > 0

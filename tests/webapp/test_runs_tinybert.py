@@ -9,7 +9,7 @@ import pytest
 
 from tests.webapp.runs_helpers import make_checkpoint, make_data, make_run
 from tests.webapp.test_runs_families import bert_teacher, errors, post_form
-from webapp.runs import services
+from webapp.runs import execution
 from webapp.runs.models import MetricPoint, Run, RunStatus
 
 pytestmark = pytest.mark.django_db
@@ -30,7 +30,7 @@ def test_tinybert_trains_from_the_form_with_falling_distillation_losses(alice, a
     assert run.config["teacher_checkpoint"] == str(teacher.folder) and run.config["tinybert_temperature"] == 2.0
     assert run.config["model_overrides"] == {**STUDENT, "teacher_hidden_size": 64}  # set for the user
 
-    services.run_execute(run_id=run.id)
+    execution.run_execute(run_id=run.id)
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED, run.error
     train = [p.values for p in MetricPoint.objects.filter(run=run, split="train").order_by("step") if p.step <= 12]

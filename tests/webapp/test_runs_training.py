@@ -9,6 +9,7 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 
 from tests.webapp.runs_helpers import make_data, make_run
+from webapp.runs import execution
 from webapp.runs import services, sink as sink_module
 from webapp.runs.models import LogLine, MetricPoint, Run, RunStatus
 
@@ -38,7 +39,7 @@ def test_a_real_run_fills_the_database_and_streams_to_the_websocket(alice, alice
         connected, _ = await comm.connect(timeout=10)
         assert connected
         hello = await comm.receive_json_from(timeout=5)
-        await database_sync_to_async(services.run_execute)(run_id=run.id)
+        await database_sync_to_async(execution.run_execute)(run_id=run.id)
         received = []
         while True:
             message = await comm.receive_json_from(timeout=10)
@@ -101,7 +102,7 @@ def test_cancel_stops_with_a_checkpoint_and_resume_continues_without_duplicate_s
             services.run_cancel(run=Run.objects.get(pk=self.run_id))  # as if the Cancel button was pressed
 
     monkeypatch.setattr(sink_module.DatabaseChannelsSink, "heartbeat", heartbeat)
-    services.run_execute(run_id=run.id)
+    execution.run_execute(run_id=run.id)
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED, run.error
     assert not run.cancel_requested
@@ -113,7 +114,7 @@ def test_cancel_stops_with_a_checkpoint_and_resume_continues_without_duplicate_s
 
     monkeypatch.setattr(sink_module.DatabaseChannelsSink, "heartbeat", original)
     services.run_resume(run=run)
-    services.run_execute(run_id=run.id)
+    execution.run_execute(run_id=run.id)
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED, run.error
     assert run.current_step == 20

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.webapp.runs_helpers import make_data, make_run
+from webapp.runs import execution, queueing
 from webapp.runs import services as run_services
 from webapp.runs.models import LogLine, MetricPoint, Run, RunStatus
 from webapp.runs.sink import DatabaseChannelsSink
@@ -28,7 +29,7 @@ def _end(run: Run, status: str, loss: float | None = None) -> None:
     if loss is not None:
         MetricPoint.objects.create(run=run, step=20, split="valid", values={"loss": loss})
     Run.objects.filter(pk=run.pk).update(status=status)
-    run_services._ended(run.pk, status)
+    queueing.announce_end(run.pk, status)
 
 
 def test_a_sweep_queues_parallelism_trials_then_one_per_ended_trial_and_picks_the_best(
@@ -235,7 +236,7 @@ def test_a_real_trial_is_pruned_by_its_own_validation_and_stops_within_a_step(al
                                                                       **TINY_TRAINING, "eval_every": 5})
     trial = Trial.objects.create(sweep=sweep, number=2, run=run, params={"lr": 3e-3})
     with django_capture_on_commit_callbacks(execute=True):
-        run_services.run_execute(run_id=run.id)
+        execution.run_execute(run_id=run.id)
     run.refresh_from_db()
     trial.refresh_from_db()
     sweep.refresh_from_db()

@@ -1,6 +1,6 @@
 """A run on several devices: the Celery task starts torchrun and relays what rank 0 reports.
 
-run_execute (webapp.runs.services) comes here when a pre-training run's `devices` asks for more
+run_execute (webapp.runs.execution) comes here when a pre-training run's `devices` asks for more
 than one process. The run's settings go to <run folder>/run_config.yaml, and the task starts
 
     python -m torch.distributed.run --standalone --nproc-per-node N \\

@@ -1,29 +1,21 @@
-"""Writes for runs: create, cancel, resume, clone, execute (in a worker), reap crashed runs.
+"""The web's launch commands for runs: plan, create, cancel, resume, clone, fine-tune.
 
-Views, the API and the Celery tasks (webapp/runs/tasks.py) call these; each takes keyword
-arguments only. Reads (selectors) never write: crashed runs are reaped by the periodic task,
-and before a resume or a claim looks at a run's state.
+Views and the API call these; each takes keyword arguments only. Reads (selectors) never write.
+A worker's side of a run is webapp.runs.execution, crashed runs are found by webapp.runs.reaper,
+and the task's way into the queue is webapp.runs.queueing.
 User-caused problems raise trainer.errors.UserError subclasses with a sentence to show.
 """
 from __future__ import annotations
 
 import json
 import logging
-import os
-import socket
-import time
-import traceback
 import uuid
-from contextlib import contextmanager
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, Sequence
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import DateTimeField, F, Q, Value
-from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from trainer import families
@@ -32,24 +24,17 @@ from trainer import objectives
 from trainer.config import RunConfig, epoch_steps, length_from
 from trainer.finetune.config import MIX_TASK  # the task a multi-task run trains
 from trainer.errors import ConfigError, UserError
-from webapp.api.storage import check_free_space, is_disk_full
+from webapp.api.storage import check_free_space
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
-from webapp.runs import shutdown
-from webapp.runs.events import send_run_event, status_event
-from webapp.runs import capacity, multiproc
-from webapp.runs.models import Checkpoint, LogLine, MetricPoint, Run, RunKind, RunStatus
-from webapp.runs.signals import run_ended
-from webapp.runs.sink import DatabaseChannelsSink, StopCheck
+from webapp.runs import capacity
+from webapp.runs.queueing import ended_on_commit, enqueue, publish_on_commit
+from webapp.runs.reaper import mark_stale_runs
+from webapp.runs.models import Checkpoint, LogLine, Run, RunKind, RunStatus
 
 log = logging.getLogger(__name__)
 
 CHOICE_FIELDS = ("family", "preset", "objectives")
 RESUMABLE_STATES = (RunStatus.CANCELLED, RunStatus.CRASHED, RunStatus.FAILED)
-# How a run that found the disk full ends (the worker keeps trying to write it until there is room).
-RUN_DISK_FULL = ("The disk is full: the server's storage had no space left for this run's metrics, log or "
-                 "checkpoints, so it stopped. Its saved checkpoints are intact; free some space (delete runs, "
-                 "checkpoints or corpora you no longer need), then resume it.")
-END_RETRY_S = 2.0  # how often a worker tries again to record a run's end that the full disk refused
 
 
 class RunStateError(UserError):
@@ -222,47 +207,6 @@ def _check_data(*, owner, corpus: Corpus | None, tokenizer: Tokenizer) -> Corpus
     return corpus
 
 
-QUEUE_DOWN = ("The run could not be queued because the task queue (Redis) did not answer. Once Redis and a "
-              "worker are running, resume it (or clone it, if it has no checkpoint yet).")
-
-
-def _enqueue(run: Run) -> None:
-    """Send the run's task once the transaction commits; when the broker does not answer, the run
-    fails with QUEUE_DOWN instead of staying queued with no task (and the request gets no 500)."""
-    from webapp.runs.tasks import train_run
-
-    run_id, queue = str(run.id), run.queue
-
-    def send() -> None:
-        try:
-            train_run.apply_async(args=[run_id], queue=queue)
-        except Exception:  # noqa: BLE001 - the broker is down: say so on the run's page
-            log.exception("Could not enqueue run %s", run_id)
-            if Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
-                    status=RunStatus.FAILED, error=QUEUE_DOWN, finished_at=timezone.now()):
-                LogLine.objects.create(run_id=run_id, text=QUEUE_DOWN)
-
-    transaction.on_commit(send)
-
-
-def _ended(run_id, status: str) -> None:
-    """Tell run_ended's listeners (webapp.sweeps); their failure is logged, never the run's."""
-    try:
-        run_ended.send(sender=Run, run_id=run_id, status=status)
-    except Exception:  # noqa: BLE001
-        log.exception("A listener of run %s's end failed", run_id)
-
-
-def _ended_on_commit(run: Run) -> None:
-    run_id, status = run.id, run.status
-    transaction.on_commit(lambda: _ended(run_id, status))
-
-
-def _publish_on_commit(run: Run) -> None:
-    payload, run_id = status_event(run), run.id
-    transaction.on_commit(lambda: send_run_event(run_id, payload))
-
-
 # -- create, cancel, resume, clone ----------------------------------------------------------
 
 def check_memory(config, *, vocab_size: int = 1024) -> None:
@@ -344,7 +288,7 @@ def run_create(*, owner, name: str = "", corpus: Corpus | None, tokenizer: Token
         family=config.family, preset=config.preset, objectives=list(config.objectives),
         config=config.to_dict(), queue=queue_for(config), max_steps=config.max_steps, cloned_from=cloned_from,
     )
-    _enqueue(run)
+    enqueue(run)
     return run
 
 
@@ -357,7 +301,7 @@ def run_cancel(*, run: Run) -> Run:
         run.finished_at = timezone.now()
         run.save(update_fields=["status", "finished_at"])
         LogLine.objects.create(run=run, text="Cancelled before it started.")
-        _ended_on_commit(run)
+        ended_on_commit(run)
     elif run.status == RunStatus.RUNNING:
         if not run.cancel_requested:
             run.cancel_requested = True
@@ -365,7 +309,7 @@ def run_cancel(*, run: Run) -> Run:
             LogLine.objects.create(run=run, text="Cancel requested; stopping after a checkpoint.")
     else:
         raise RunStateError(f"This run has already finished ({run.get_status_display().lower()}).")
-    _publish_on_commit(run)
+    publish_on_commit(run)
     return run
 
 
@@ -404,8 +348,8 @@ def _requeue(*, run: Run) -> Run:
                             "current_step"])
     LogLine.objects.create(run=run, text=f"Resume requested from the checkpoint at step {newest.step:,}; "
                                          "waiting for a worker.")
-    _enqueue(run)
-    _publish_on_commit(run)
+    enqueue(run)
+    publish_on_commit(run)
     return run
 
 
@@ -592,7 +536,7 @@ def finetune_create(*, owner, checkpoint: Checkpoint | None, dataset, training: 
         family=family, preset=checkpoint.label[:40], objectives=[config.task], config=config.to_dict(),
         queue=queue_for(config), max_steps=config.max_steps,
     )
-    _enqueue(run)
+    enqueue(run)
     return run
 
 
@@ -679,298 +623,3 @@ def finetune_on_one(*, owner, run: Run, dataset_id, training: dict | None = None
 
 
 # -- execution (in a Celery worker) ---------------------------------------------------------
-
-def resume_point(run_folder: Path) -> tuple[int, Path] | None:
-    """(step, folder) of the newest checkpoint a resume continues from, or None."""
-    from trainer.training import checkpoints
-
-    folder = checkpoints.latest_resumable(run_folder)
-    if folder is None:
-        return None
-    return int(checkpoints.read_state(folder)["step"]), folder
-
-
-def worker_name() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def run_execute(*, run_id) -> None:
-    """Claim a queued run, train it with a database+websocket sink, record how it ended.
-
-    A redelivered task finds the row no longer queued and returns without doing anything.
-    """
-    me = worker_name()
-    # A redelivered task of a dead worker's run: crashed (at once when its process on this host
-    # is gone, as when a pool child is killed), not claimed again.
-    mark_dead_claims(run_id=run_id)
-    mark_stale_runs(run_id=run_id)
-    if not _claim(run_id, me):
-        log.info("Run %s is not queued (already claimed, cancelled or deleted); nothing to do.", run_id)
-        return
-    run = Run.objects.select_related("tokenizer", "dataset", "base_checkpoint").get(pk=run_id)
-    sink = DatabaseChannelsSink(run.id, claimed_by=me)
-    status, error, final_step = RunStatus.FAILED, "", run.current_step
-    try:
-        status, final_step = (_finetune if run.kind == RunKind.FINETUNE else _train)(run, sink, me)
-    except UserError as exc:
-        error = str(exc)
-        status = getattr(exc, "status", status)  # multiproc.ProcessesCrashed: crashed, not failed
-    except Exception as exc:  # noqa: BLE001 - any bug becomes a failed run with a sentence, never a stuck one
-        if is_disk_full(exc):  # a write of the sink (a point, a log line, the heartbeat, a checkpoint's row)
-            log.warning("Run %s stopped: the disk is full (%s)", run_id, exc)
-            error = RUN_DISK_FULL
-        else:
-            log.exception("Run %s stopped with an internal error", run_id)
-            error = f"Training stopped with an internal error: {type(exc).__name__}: {exc}"
-            _safe_log(sink, "".join(traceback.format_exception(exc)).rstrip())
-    finally:
-        if not (status == RunStatus.CANCELLED and requeue_on_shutdown(run, sink, me=me, step=final_step)):
-            _finish(run, sink, me=me, status=status, error=error, final_step=final_step)
-
-
-def _claim(run_id, me: str) -> bool:
-    """queued -> running in one UPDATE: of two workers given the same run, exactly one wins."""
-    now = timezone.now()
-    return bool(Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
-        status=RunStatus.RUNNING, claimed_by=me, heartbeat_at=now, finished_at=None, cancel_requested=False,
-        error="", started_at=Coalesce(F("started_at"), Value(now, output_field=DateTimeField())),
-    ))
-
-
-def _train(run: Run, sink: DatabaseChannelsSink, me: str) -> tuple[str, int]:
-    """Call the engine (from the last checkpoint when there is one); returns (status, final step)."""
-    from trainer.training.checkpoints import list_checkpoints
-    from trainer.training.engine import train  # imports torch: only workers pay for it
-
-    config = RunConfig.from_dict(run.config)
-    resume = bool(list_checkpoints(run.folder))  # the engine refuses to start over existing checkpoints
-    resume_from = resume_point(run.folder) if resume else None
-    _prepare_history(run, resume_from)
-    if resume_from:
-        sink.log(f"Resuming on {me} from the checkpoint at step {resume_from[0]}.")
-    else:
-        sink.log(f"Started on {me} ({run.queue} queue).")
-    send_run_event(run.id, {**status_event(run), "resumed_from": resume_from[0] if resume_from else None})
-    run.folder.mkdir(parents=True, exist_ok=True)
-    processes = capacity.devices_here(config)  # what this worker gives the run, or a sentence why not
-    if processes > 1:  # torchrun in a process group of its own (webapp.runs.multiproc)
-        return multiproc.train(run, config, sink, StopCheck(run.id, claimed_by=me), processes=processes,
-                               resume=resume)
-    result = train(config, data_dir=run.tokenizer.folder, out_dir=run.folder, sink=sink,
-                   should_stop=StopCheck(run.id, claimed_by=me), resume=resume)
-    return (RunStatus.CANCELLED if result.status == "cancelled" else RunStatus.SUCCEEDED), result.final_step
-
-
-def _finetune(run: Run, sink: DatabaseChannelsSink, me: str) -> tuple[str, int]:
-    """Fine-tune (from the run's last checkpoint when it has one: a resume) with the same sink,
-    cancel check and heartbeat as pre-training; its checkpoints are registered by the sink like
-    any run's."""
-    from trainer.finetune.config import FinetuneConfig
-    from trainer.finetune.engine import finetune  # imports torch: only workers pay for it
-    from trainer.training.checkpoints import list_checkpoints
-
-    if run.base_checkpoint_id is None or run.dataset_id is None:
-        raise ConfigError("The checkpoint or the dataset of this fine-tuning run was deleted.")
-    config = FinetuneConfig.from_dict(run.config)
-    resume = bool(list_checkpoints(run.folder))
-    resume_from = resume_point(run.folder) if resume else None
-    _prepare_history(run, resume_from)
-    if resume_from:
-        sink.log(f"Resuming on {me} from the checkpoint at step {resume_from[0]}: {run.lineage}.")
-    else:
-        sink.log(f"Started on {me} ({run.queue} queue): {run.lineage}.")
-    send_run_event(run.id, {**status_event(run), "resumed_from": resume_from[0] if resume_from else None})
-    run.folder.mkdir(parents=True, exist_ok=True)
-    result = finetune(config, out_dir=run.folder, sink=sink, should_stop=StopCheck(run.id, claimed_by=me),
-                      resume=resume)
-    return (RunStatus.CANCELLED if result.status == "cancelled" else RunStatus.SUCCEEDED), result.final_step
-
-
-def _prepare_history(run: Run, resume_from: tuple[int, Path] | None) -> None:
-    """Drop metric points the resumed run will produce again (logged after its last checkpoint)."""
-    if resume_from:
-        step = resume_from[0]
-        MetricPoint.objects.filter(run=run, step__gt=step).delete()
-        Run.objects.filter(pk=run.pk).update(current_step=step)
-        run.current_step = step
-    else:
-        MetricPoint.objects.filter(run=run).delete()  # a fresh start: no stale history
-
-
-def _safe_log(sink: DatabaseChannelsSink, text: str) -> bool:
-    """Write a log line of the run; False when it could not be written."""
-    try:
-        sink.log(text)
-    except Exception:  # noqa: BLE001 - the database itself may be what failed
-        log.warning("Could not write a log line", exc_info=True)
-        return False
-    return True
-
-
-def _finish(run: Run, sink: DatabaseChannelsSink, *, me: str, status: str, error: str, final_step: int) -> None:
-    try:
-        sink.close()
-    except Exception:  # noqa: BLE001
-        log.exception("Could not write the last heartbeat of run %s", run.id)
-    line = error or f"Finished: {RunStatus(status).label.lower()} at step {final_step}."
-    logged = _safe_log(sink, line)
-    updates: dict[str, Any] = {
-        "status": status, "error": error, "finished_at": timezone.now(), "cancel_requested": False,
-        "heartbeat_at": timezone.now(),
-    }
-    if not error:
-        updates["current_step"] = final_step
-    ended = _record_end(run, me=me, updates=updates)
-    if ended is None:
-        return  # still no room, and the worker is shutting down: the reaper ends the run later
-    if not logged:
-        _safe_log(sink, line)  # the disk had no room for it before the end was written
-    try:
-        run.refresh_from_db()
-    except Run.DoesNotExist:
-        return  # deleted while it trained
-    send_run_event(run.id, status_event(run))
-    if ended:
-        _ended(run.id, status)
-
-
-def _record_end(run: Run, *, me: str, updates: dict[str, Any]) -> int | None:
-    """Write how the run ended; returns how many rows changed (0: not this worker's run any more).
-
-    Only the worker that owns the run records its end (a resume elsewhere may have taken it over).
-    When the disk is full the row cannot be written either (SQLite shares the volume), so the
-    worker tries again every END_RETRY_S until it can: the run then ends with its own sentence as
-    soon as there is room, instead of staying "running" until the reaper calls it silent. (A
-    reaper that got there first is overruled: the claim is still this worker's.) None when the
-    worker is told to stop meanwhile."""
-    while True:
-        try:
-            return Run.objects.filter(pk=run.pk, claimed_by=me).update(**updates)
-        except Exception as exc:
-            if not is_disk_full(exc):
-                raise
-            if shutdown.requested():
-                log.error("Run %s: the disk is full and the worker is stopping; its end was not recorded", run.pk)
-                return None
-            log.warning("Run %s: the disk is full; trying again in %s s to record its end", run.pk, END_RETRY_S)
-            time.sleep(END_RETRY_S)
-
-
-def requeue_on_shutdown(run: Run, sink: DatabaseChannelsSink, *, me: str, step: int) -> bool:
-    """After the engine stopped because this worker is shutting down (webapp.runs.shutdown; the
-    engine saved a checkpoint at `step`): the run is queued again and its task sent again, so the
-    next worker resumes it from that checkpoint (a fine-tuning run, which has no resume, starts
-    over). False, with nothing changed, when the worker is not shutting down or the run is no
-    longer this worker's to requeue (a cancel requested meanwhile wins: the run ends cancelled)."""
-    if not shutdown.requested():
-        return False
-    try:
-        sink.close()
-    except Exception:  # noqa: BLE001
-        log.exception("Could not write the last heartbeat of run %s", run.id)
-    updates: dict[str, Any] = {"status": RunStatus.QUEUED, "claimed_by": "", "heartbeat_at": None}
-    if run.kind != RunKind.FINETUNE:
-        updates["current_step"] = step
-    with transaction.atomic():
-        if not Run.objects.filter(pk=run.pk, claimed_by=me, status=RunStatus.RUNNING,
-                                  cancel_requested=False).update(**updates):
-            return False
-        run.refresh_from_db()
-        _enqueue(run)
-        _publish_on_commit(run)
-    then = ("starts it over (a fine-tuning run cannot resume)" if run.kind == RunKind.FINETUNE
-            else f"resumes it from the checkpoint at step {step}")
-    _safe_log(sink, f"The worker {me} is shutting down: the run stopped at step {step} and is queued again; "
-                    f"the next worker {then}.")
-    log.info("Run %s requeued at step %s: the worker is shutting down", run.id, step)
-    return True
-
-
-# -- crash detection ------------------------------------------------------------------------
-
-def mark_dead_claims(*, run_id=None, now=None) -> int:
-    """Mark running runs claimed by a process of this host that no longer exists (a killed pool
-    child) as crashed at once, without waiting for the heartbeat timeout; only `run_id` when
-    given. Callers: run_execute (Celery redelivers a dead child's task at once) and the reaper."""
-    now = now or timezone.now()
-    host = socket.gethostname()
-    running = Run.objects.filter(status=RunStatus.RUNNING, claimed_by__startswith=f"{host}:")
-    if run_id is not None:
-        running = running.filter(pk=run_id)
-    count = 0
-    for run in running:
-        pid = run.claimed_by.rpartition(":")[2]
-        if not pid.isdigit() or _process_alive(int(pid)):
-            continue
-        message = (f"The worker process that was training it (pid {pid} on {host}) died. Resume continues from "
-                   "its last checkpoint.")
-        with _unless_disk_full(run):
-            if Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, claimed_by=run.claimed_by).update(
-                    status=RunStatus.CRASHED, error=message, finished_at=now):
-                count += 1
-                _announce_crash(run, message)
-    return count
-
-
-@contextmanager
-def _unless_disk_full(run: Run):
-    """The reaper's write for one run; a full disk skips it (logged) instead of stopping the pass:
-    the next pass tries again, and a worker still waiting to record its run's end writes it first
-    (_record_end) as soon as there is room."""
-    try:
-        yield
-    except Exception as exc:
-        if not is_disk_full(exc):
-            raise
-        log.warning("The disk is full: run %s could not be marked crashed now; the next pass tries again", run.pk)
-
-
-def _announce_crash(run: Run, message: str) -> None:
-    """After a reaper marked `run` crashed: its log line, its status event and run_ended's listeners."""
-    run.refresh_from_db()
-    LogLine.objects.create(run=run, text=message)
-    send_run_event(run.id, status_event(run))
-    _ended(run.id, run.status)
-
-
-def _process_alive(pid: int) -> bool:
-    """Whether a process of this host runs (a zombie, dead but not yet reaped, counts as dead)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().rpartition(")")[2].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
-
-
-def mark_stale_runs(*, now=None, run_id=None) -> int:
-    """Mark running runs whose worker went silent (no heartbeat for RUN_HEARTBEAT_TIMEOUT_S) as
-    crashed, only the run `run_id` when given; returns how many. Callers: the periodic task
-    (webapp.runs.tasks.reap_stale_runs), `manage.py reap_runs`, run_resume and run_execute."""
-    now = now or timezone.now()
-    cutoff = now - timedelta(seconds=int(getattr(settings, "RUN_HEARTBEAT_TIMEOUT_S", 120)))
-    stale = Run.objects.filter(status=RunStatus.RUNNING).filter(
-        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff)
-    )
-    if run_id is not None:
-        stale = stale.filter(pk=run_id)
-    count = 0
-    for run in stale:
-        seen = run.heartbeat_at or run.started_at
-        message = (
-            f"The worker stopped sending heartbeats (last seen {seen:%Y-%m-%d %H:%M:%S} UTC on "
-            f"{run.claimed_by or 'an unknown worker'})."
-        )
-        with _unless_disk_full(run):
-            changed = Run.objects.filter(pk=run.pk, status=RunStatus.RUNNING, heartbeat_at=run.heartbeat_at).update(
-                status=RunStatus.CRASHED, error=message, finished_at=now
-            )
-            if changed:
-                count += 1
-                _announce_crash(run, message)
-    return count

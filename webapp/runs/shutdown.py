@@ -4,7 +4,7 @@ Celery's warm shutdown stops taking tasks and waits for the running ones to end:
 run that is the whole run. Instead, when a worker's main process starts shutting down (Celery's
 worker_shutting_down signal), it sends NOTICE to its pool processes; in each one `requested()`
 turns true, the run's StopCheck (webapp.runs.sink) stops the training loop at its next step, the
-engine saves a checkpoint, and services.requeue_on_shutdown puts the run back in the queue for
+engine saves a checkpoint, and execution.requeue_on_shutdown puts the run back in the queue for
 the next worker, which resumes it from that checkpoint. The task then returns and the worker
 exits.
 

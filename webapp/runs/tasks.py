@@ -1,4 +1,5 @@
-"""Celery tasks of runs: each takes an id (or nothing) and calls its service (webapp.runs.services).
+"""Celery tasks of runs: each takes an id (or nothing) and calls the worker's side of a run
+(webapp.runs.execution), the reaper (webapp.runs.reaper) or the export (webapp.runs.exports).
 
 - train_run: claim a queued run and train it. run_create and run_resume enqueue it with
   transaction.on_commit. Its registered name is the one it had in trainer/tasks.py, so
@@ -11,17 +12,17 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from webapp.runs import services
+from webapp.runs import execution, reaper
 
 
 @shared_task(name="trainer.tasks.train_run", acks_late=True)
 def train_run(run_id: str) -> None:
-    services.run_execute(run_id=run_id)
+    execution.run_execute(run_id=run_id)
 
 
 @shared_task(name="webapp.runs.tasks.reap_stale_runs", ignore_result=True)
 def reap_stale_runs() -> int:
-    return services.mark_dead_claims() + services.mark_stale_runs()
+    return reaper.mark_dead_claims() + reaper.mark_stale_runs()
 
 
 @shared_task(name="webapp.runs.tasks.export_checkpoint", acks_late=True)

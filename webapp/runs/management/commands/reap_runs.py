@@ -2,7 +2,7 @@
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
-from webapp.runs.services import mark_stale_runs
+from webapp.runs.reaper import mark_stale_runs
 
 
 class Command(BaseCommand):
