@@ -90,16 +90,18 @@ PRESETS: dict[str, dict[str, Any]] = {name: fields for table in PRESETS_BY_FAMIL
 
 
 def _other_families() -> dict[str, type]:
-    """The families with config classes of their own (T5, GPT, ELMo, XLNet, Transformer-XL, and any
-    registered later): family -> its PresetConfig subclass, whose `presets` table it keeps beside its
-    model. Read from the checkpoint registry (models_lib.checkpoint.register_family), the one list of
-    families, so a new family's presets are found without another list to keep (imported on first use)."""
-    from models_lib.checkpoint import FAMILIES
-    from models_lib.core.config import PresetConfig
+    """The families with config classes of their own: family -> its PresetConfig subclass, whose
+    `presets` table it keeps beside its model (imported here on first use). The family registry
+    (models_lib.checkpoint, which imports this module's families) cannot be read from here without an
+    import cycle, so tests/models_lib/test_presets_registry.py checks that this lists every
+    registered family with presets of its own."""
+    from models_lib.families.elmo import ElmoConfig
+    from models_lib.families.gpt import GPTConfig
+    from models_lib.families.t5 import T5Config
+    from models_lib.families.transfo_xl import TransfoXLConfig
+    from models_lib.families.xlnet import XLNetConfig
 
-    return {name: family.config_cls for name, family in FAMILIES.items()
-            if isinstance(family.config_cls, type) and issubclass(family.config_cls, PresetConfig)
-            and family.config_cls.presets}
+    return {"t5": T5Config, "gpt": GPTConfig, "elmo": ElmoConfig, "xlnet": XLNetConfig, "transfo_xl": TransfoXLConfig}
 
 
 def list_presets(family: str | None = None) -> list[str]:
