@@ -3,7 +3,6 @@ asked, on a key of its own (./run.sh writes one per install), refuses to start o
 without one, and docker-compose.yml's environment passes `manage.py check --deploy`."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import secrets
@@ -13,6 +12,8 @@ import sys
 from pathlib import Path
 
 import yaml
+
+from tests.test_serve_backoff import load_serve
 
 ROOT = Path(__file__).resolve().parents[1]
 SHOW = "import django; django.setup(); from django.conf import settings; print(settings.DEBUG, settings.SECRET_KEY)"
@@ -28,14 +29,6 @@ def app_env(tmp_path: Path, **changes: str) -> dict:
 def settings_of(env: dict) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", SHOW], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=120)
-
-
-def serve_module():
-    spec = importlib.util.spec_from_file_location("serve_script", ROOT / "scripts" / "serve.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclass looks its module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_debug_is_off_by_default_and_a_missing_key_is_a_sentence(tmp_path):
@@ -56,7 +49,7 @@ def test_run_sh_writes_a_key_of_its_own_once_and_the_app_runs_on_it_with_debug_o
     monkeypatch.delenv("SECRET_KEY", raising=False)
     storage = tmp_path / "var"
     storage.mkdir()
-    ensure = serve_module().ensure_secret_key
+    ensure = load_serve().ensure_secret_key
     path = ensure(storage)
     key = path.read_text().strip()
     assert len(key) >= 50 and stat.S_IMODE(path.stat().st_mode) == 0o600
