@@ -83,7 +83,9 @@ def test_the_compose_defaults_pass_check_deploy(tmp_path):
     env = compose_environment()
     assert env["DJANGO_SETTINGS_MODULE"] == "webapp.settings_production" and env["SECURE_SSL_REDIRECT"] == "1"
     env["STORAGE_ROOT"] = str(tmp_path / "data")  # the container's volume, here
-    run_env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY")}
+    # as a deployment's environment: none of the test session's own settings (the browser tests set
+    # DJANGO_ALLOW_ASYNC_UNSAFE in this process, which check --deploy rightly refuses)
+    run_env = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY", "DJANGO_ALLOW_ASYNC_UNSAFE")}
     run_env.update(env)
     out = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"], cwd=ROOT,
                          env=run_env, capture_output=True, text=True, timeout=120)

@@ -34,13 +34,18 @@ def test_every_family_has_presets_and_each_builds_its_config_class():
     from models_lib.families.gpt import GPTConfig
     from models_lib.families.t5 import T5Config
     from models_lib.core.config import TinyBertConfig
+    from models_lib.families.transfo_xl import TransfoXLConfig
+    from models_lib.families.xlnet import XLNetConfig
 
     expected = {"bert": EncoderConfig, "roberta": EncoderConfig, "albert": EncoderConfig, "electra": ElectraConfig,
                 "distilbert": EncoderConfig, "spanbert": SpanBertConfig, "unilm": EncoderConfig,
-                "t5": T5Config, "gpt": GPTConfig, "elmo": ElmoConfig, "tinybert": TinyBertConfig}
+                "t5": T5Config, "gpt": GPTConfig, "elmo": ElmoConfig, "tinybert": TinyBertConfig,
+                "xlnet": XLNetConfig, "transfo_xl": TransfoXLConfig}
     for family, cls in expected.items():
         names = presets.list_presets(family)
-        assert names and all(n.split("-")[0] in (family, "gpt2") for n in names)  # gpt2-small is GPT's
+        # gpt2-small is GPT's; transfo-xl-tiny is transfo_xl's
+        assert names and all(n.split("-")[0] in (family, "gpt2") or n.startswith(family.replace("_", "-"))
+                             for n in names)
         for name in names:
             config = BertConfig.from_preset(name, vocab_size=1000)  # one from_preset for all families
             assert type(config) is cls and config.family == family and config.vocab_size == 1000
