@@ -41,7 +41,7 @@ import numpy as np
 import xxhash
 
 from trainer.errors import CorpusError
-from trainer.prep.workers import PieceFailed, run_pieces, serve
+from trainer.prep.workers import PieceFailed, done_progress, progress_file, run_pieces, serve
 from trainer.progress import Stages
 
 WORK_DIR = ".ingest-work"
@@ -124,14 +124,12 @@ def _write_json(path: Path, data) -> None:
 def _piece_paths(work: Path, index: int) -> dict[str, Path]:
     stem = work / "pieces" / f"{index:06d}"
     return {"text": stem.with_suffix(".txt"), "arrays": stem.with_suffix(".npz"),
-            "done": stem.with_suffix(".json"), "progress": stem.with_suffix(".progress"),
-            "error": stem.with_suffix(".error")}
+            "done": stem.with_suffix(".json"), "error": stem.with_suffix(".error")}
 
 
-def clean_piece(piece, work: Path, options, text_field: str, on_bytes: Callable[[int], None] | None = None) -> dict:
+def clean_piece(piece, work: Path, options, text_field: str, on_bytes: Callable[[int], None]) -> dict:
     """Read, clean and hash one piece; write its text, arrays and marker; return the marker.
-    ``on_bytes(n)``: the piece's bytes read so far (default: written to its .progress file, for the
-    process that runs the workers)."""
+    ``on_bytes(n)``: the piece's bytes read so far."""
     from trainer.prep.cleaning import DocumentCleaner
     from trainer.prep.sentences import count_words
     from trainer.prep.sources import read_piece
@@ -149,15 +147,6 @@ def clean_piece(piece, work: Path, options, text_field: str, on_bytes: Callable[
     bands: list[np.ndarray] = []
     n_input = 0
     h64 = xxhash.xxh3_64_intdigest
-    last_tick = [0.0]
-
-    def to_file(n: int) -> None:
-        now = time.monotonic()
-        if now - last_tick[0] >= 0.5:
-            last_tick[0] = now
-            paths["progress"].write_text(str(n))
-
-    on_bytes = on_bytes or to_file
 
     tmp_text = paths["text"].with_name(paths["text"].name + ".tmp")
     with open(tmp_text, "w", encoding="utf-8", newline="\n") as fh:
@@ -196,7 +185,6 @@ def clean_piece(piece, work: Path, options, text_field: str, on_bytes: Callable[
               "sentences": len(sent_hash), "removed": cleaner.removed, "reasons": cleaner.reasons,
               "examples": cleaner.examples}
     _write_json(paths["done"], marker)
-    paths["progress"].unlink(missing_ok=True)
     return marker
 
 
@@ -207,7 +195,8 @@ def do_piece(work: Path, index: int) -> None:
 
     job = json.loads((work / "job.json").read_text(encoding="utf-8"))
     clean_piece(Piece.from_dict(job["pieces"][index]), work, CleaningOptions.from_dict(job["options"]),
-                job["text_field"])
+                job["text_field"], progress_file(work, index))
+    done_progress(work, index)
 
 
 def _run_pieces(pieces, work: Path, options, text_field: str, workers: int, report: Stages,
@@ -227,18 +216,10 @@ def _run_pieces(pieces, work: Path, options, text_field: str, workers: int, repo
     else:
         _write_json(work / "job.json", {"pieces": [p.to_dict() for p in pieces],
                                         "options": options.to_dict(), "text_field": text_field})
-        finished = [done_bytes]
-        indices = [p.index for p in todo]
-
-        def on_done(i: int) -> None:
-            finished[0] += sizes[i]
-
-        def on_tick() -> None:
-            partial = sum(_read_progress(_piece_paths(work, i)["progress"]) for i in indices)
-            report.update("read_clean", min(input_bytes, finished[0] + partial) / 1e6, input_bytes / 1e6)
-
         try:
-            run_pieces("trainer.prep.pipeline", work, indices, workers, on_done=on_done, on_tick=on_tick)
+            run_pieces("trainer.prep.pipeline", work, [p.index for p in todo], workers, sizes=sizes,
+                       done_before=done_bytes,
+                       on_progress=lambda n: report.update("read_clean", n / 1e6, input_bytes / 1e6))
         except PieceFailed as e:
             if e.user:
                 raise CorpusError(e.message) from None
@@ -262,12 +243,6 @@ def _piece_sizes(pieces) -> list[int]:
             sizes.append(p.source.bytes // per_file[p.source.path])
     return sizes
 
-
-def _read_progress(path: Path) -> int:
-    try:
-        return int(path.read_text() or 0)
-    except (OSError, ValueError):
-        return 0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from trainer.errors import CorpusError, TokenizerError
 from trainer.prep.tokenization import load_tokenizer
 from trainer.progress import Stages
 from trainer.prep.segmenter import refine_word_starts
-from trainer.prep.workers import PieceFailed, run_pieces, serve
+from trainer.prep.workers import PieceFailed, done_progress, progress_file, run_pieces, serve
 
 SPLITS = ("train", "valid")
 CHUNK_SENTENCES = 4096
@@ -170,22 +170,9 @@ def _encode_pieces(bundle, pieces: list, work: Path, dtype: np.dtype, workers: i
     (work / "job.json").write_text(json.dumps({
         "tokenizer_dir": str(work.parent), "dtype": dtype.name,
         "pieces": [[split, str(path), start, stop] for split, path, start, stop in pieces]}), encoding="utf-8")
-    finished = [done]
-
-    def on_done(i: int) -> None:
-        finished[0] += sizes[i]
-
-    def on_tick() -> None:
-        partial = 0
-        for i in todo:
-            try:
-                partial += int((work / f"{i:06d}.progress").read_text() or 0)
-            except (OSError, ValueError):
-                pass
-        report.update("encode", min(total_bytes, finished[0] + partial) / 1e6, total_bytes / 1e6)
-
     try:
-        run_pieces("trainer.prep.shards", work, todo, workers, on_done=on_done, on_tick=on_tick)
+        run_pieces("trainer.prep.shards", work, todo, workers, sizes=sizes, done_before=done,
+                   on_progress=lambda n: report.update("encode", n / 1e6, total_bytes / 1e6))
     except PieceFailed as e:
         if e.user:
             raise TokenizerError(e.message) from None
@@ -199,20 +186,11 @@ def do_piece(work: Path, i: int) -> None:
     """Encode piece ``i`` of the job in ``work`` (in a worker process: trainer.prep.workers)."""
     job = json.loads((work / "job.json").read_text(encoding="utf-8"))
     split, path, start, stop = job["pieces"][i]
-    progress_path = work / f"{i:06d}.progress"
-    last = [0.0]
-
-    def on_bytes(n: int) -> None:
-        now = time.monotonic()
-        if now - last[0] >= 0.5:
-            last[0] = now
-            progress_path.write_text(str(n))
-
     if job["tokenizer_dir"] not in _BUNDLES:  # a worker loads the tokenizer once
         _BUNDLES[job["tokenizer_dir"]] = load_tokenizer(Path(job["tokenizer_dir"]))
     _encode_part(_BUNDLES[job["tokenizer_dir"]], Path(path), start, stop, work / f"{i:06d}",
-                 np.dtype(job["dtype"]), on_bytes)
-    progress_path.unlink(missing_ok=True)
+                 np.dtype(job["dtype"]), progress_file(work, i))
+    done_progress(work, i)
 
 
 def _encode_part(bundle, text_path: Path, start: int, stop: int, out: Path, dtype: np.dtype,

@@ -6,6 +6,11 @@ piece (the module's ``do_piece(work, index)``) and answers ``ok N`` or ``error N
 stdout. A free worker gets the next piece, so a slow piece does not hold the others back, and
 each process imports its libraries and loads its tokenizer once, not once a piece.
 
+Progress: a piece's function takes an ``on_bytes(n)`` callback; in a worker it is
+``progress_file(work, index)``, which writes the bytes done so far to WORK/progress/INDEX at most
+every PROGRESS_EVERY_S; ``run_pieces`` adds them to the sizes of the pieces finished and hands
+the running total to its ``on_progress``.
+
 Plain subprocesses rather than multiprocessing: a Celery prefork pool process is daemonic and
 may not start multiprocessing children (celery#1709); any process may start these. They run
 with one thread each (OMP/RAYON) and end when their stdin closes, so a parent that dies (or is
@@ -19,6 +24,7 @@ import os
 import selectors
 import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -36,11 +42,57 @@ class PieceFailed(Exception):
         self.index, self.message, self.user, self.trace = index, message, user, trace
 
 
-def run_pieces(module: str, work: Path, todo: list[int], workers: int, *,
-               on_done: Callable[[int], None], on_tick: Callable[[], None], tick: float = 0.25) -> None:
-    """Do the pieces ``todo`` in up to ``workers`` processes; ``on_done(i)`` after each, ``on_tick()``
-    about every ``tick`` seconds. Raises PieceFailed for the first piece that fails (after
-    stopping the others), RuntimeError when a worker dies without a word."""
+PROGRESS_EVERY_S = 0.5  # how often a worker writes a piece's bytes done
+
+
+def _progress_path(work: Path, index: int) -> Path:
+    return work / "progress" / f"{index:06d}"
+
+
+def progress_file(work: Path, index: int) -> Callable[[int], None]:
+    """The ``on_bytes(n)`` of a piece done in a worker: n written for run_pieces to read, at most
+    every PROGRESS_EVERY_S (the file goes once the piece is done: done_progress)."""
+    path, last = _progress_path(work, index), [0.0]
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def on_bytes(n: int) -> None:
+        now = time.monotonic()
+        if now - last[0] >= PROGRESS_EVERY_S:
+            last[0] = now
+            path.write_text(str(n))
+
+    return on_bytes
+
+
+def done_progress(work: Path, index: int) -> None:
+    _progress_path(work, index).unlink(missing_ok=True)
+
+
+def _bytes_done(work: Path, index: int) -> int:
+    try:
+        return int(_progress_path(work, index).read_text() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def run_pieces(module: str, work: Path, todo: list[int], workers: int, *, sizes: list[int], done_before: int,
+               on_progress: Callable[[int], None], tick: float = 0.25) -> None:
+    """Do the pieces ``todo`` in up to ``workers`` processes. ``sizes[i]``: piece i's bytes;
+    ``on_progress(n)`` about every ``tick`` seconds with the bytes done: ``done_before`` (the
+    pieces done earlier), the pieces finished here and what the running ones wrote to their
+    progress files. Raises PieceFailed for the first piece that fails (after stopping the others),
+    RuntimeError when a worker dies without a word."""
+    finished, shown, total = [done_before], [done_before], sum(sizes)
+
+    def on_done(i: int) -> None:
+        finished[0] += sizes[i]
+
+    def on_tick() -> None:
+        # never backwards: a piece's file is gone a moment before its "ok" is read
+        running = sum(_bytes_done(work, i) for i in busy.values())
+        shown[0] = max(shown[0], min(total, finished[0] + running))
+        on_progress(shown[0])
+
     env = {**os.environ,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(_ROOT), os.environ.get("PYTHONPATH")])),
            "OMP_NUM_THREADS": "1", "RAYON_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
