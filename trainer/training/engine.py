@@ -406,8 +406,7 @@ class Loop:
             self.sink.log(f"MFU is not shown: it would read {used:.0%}, above the {self.peak.flops / 1e12:.2f} "
                           f"TFLOP/s peak ({self.peak.source}), so that peak was measured too low (a busy machine).")
         if self.config.epochs:  # a run given in epochs: how far through them (the data position)
-            position = self.state.position
-            values["epoch"] = position.epoch + position.index / max(1, self.stream.epoch_size)
+            values["epoch"] = self.epochs_done()
         self.state.train_metrics = values
         self.sink.metrics(step, "train", values)
         self.interval = _Interval()
@@ -513,16 +512,19 @@ class Loop:
                                                     if self.last_checkpoint else "."))
         return TrainResult(step, "cancelled", self.last_checkpoint)
 
+    def epochs_done(self) -> float:
+        """Passes over the train split so far, from the data position (the metrics' "epoch")."""
+        position = self.state.position
+        return position.epoch + position.index / max(1, getattr(self.stream, "epoch_size", 0) or 1)
+
     def finish(self) -> TrainResult:
         step = self.state.step
         if step > self.first_step:
             self.maybe_eval(force=True)
             self.maybe_checkpoint(force=True)
         took = time.perf_counter() - self.session_start
-        position = self.state.position  # passes over the train split, as the metrics' "epoch" counts them
-        passes = position.epoch + position.index / max(1, getattr(self.stream, "epoch_size", 0) or 1)
         self.sink.log(f"Finished at step {step} after {format_duration(took)} "
-                      f"({self.state.tokens_seen:,} tokens seen, {passes:.2f} epochs).")
+                      f"({self.state.tokens_seen:,} tokens seen, {self.epochs_done():.2f} epochs).")
         return TrainResult(step, "succeeded", self.last_checkpoint)
 
     def log_start(self) -> None:
