@@ -7,22 +7,6 @@ pytest_plugins = ["tests.livestack",  # live_stack: a real Celery worker and web
                   "tests.skip_guard"]  # with LMWB_FAIL_ON_SKIP=1 (.ci/run) a skipped test fails the run
 
 
-def runs_real_processes(item: pytest.Item) -> bool:
-    """A test beside which a real worker or web server may be running: it uses the live stack or is
-    marked e2e or browser."""
-    return ("live_stack" in getattr(item, "fixturenames", ())
-            or any(item.get_closest_marker(name) for name in ("e2e", "browser")))
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The tests with real processes last, after pytest-django's ordering (which runs the transactional
-    tests together, so they came in the middle of the others). The session's live stack starts with the
-    first of them and shares the test database until the session ends: an ordinary transactional test
-    run beside it had its teardown flush (TRUNCATE) deadlock with the stack's connections (CI, once)."""
-    items.sort(key=runs_real_processes)  # stable: each group keeps its order
-
-
 @pytest.fixture
 def alice(django_user_model):
     return django_user_model.objects.create_user(username="alice", password="alice-password-123")

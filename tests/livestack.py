@@ -22,6 +22,86 @@ from urllib3.util.retry import Retry
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def runs_real_processes(item: pytest.Item) -> bool:
+    """A test beside which a real worker or web server may be running: it uses the live stack or is
+    marked e2e or browser."""
+    return ("live_stack" in getattr(item, "fixturenames", ())
+            or any(item.get_closest_marker(name) for name in ("e2e", "browser")))
+
+
+# Where the tests with real processes live: pytest-xdist's controller sees node ids only, so the
+# scheduler below groups by folder, and collection refuses such a test anywhere else.
+REAL_PROCESS_FOLDERS = ("tests/e2e/", "tests/browser/")
+LIVE_STACK_GROUP = "real-processes"
+
+
+def work_unit(nodeid: str) -> str:
+    """The xdist work unit of a test: every test with real processes in one, so that one xdist
+    worker runs them all, one after another, beside a single live stack (two stacks training at
+    once on a small machine slow each other past their timeouts); any other test with the rest of
+    its module, so that a module's fixtures are built once."""
+    return LIVE_STACK_GROUP if nodeid.startswith(REAL_PROCESS_FOLDERS) else nodeid.split("::")[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under xdist (./test.sh's -n), whatever --dist says: xdist's scope scheduler with the suite's
+    work units (work_unit). The real-process unit goes first: it takes longest and only one worker
+    can run it; the others follow with the most tests first, as xdist orders them.
+    (xdist's own --dist loadgroup does not group under pytest 9.2: pytest-dev/pytest-xdist#1386.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SuiteScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if LIVE_STACK_GROUP in self.workqueue:
+                self.workqueue.move_to_end(LIVE_STACK_GROUP, last=False)
+            super()._assign_work_unit(node)
+
+    return SuiteScheduling(config, log)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests with real processes last, after pytest-django's ordering (which runs the
+    transactional tests together, so they came in the middle of the others), and only in their
+    folders. The session's live stack starts with the first of them and shares the test database
+    until the last of them ends (pytest_runtest_teardown stops it then when other tests follow, as
+    on an xdist worker): an ordinary transactional test run beside it had its teardown flush
+    (TRUNCATE) deadlock with the stack's connections (CI, once)."""
+    misplaced = [item.nodeid for item in items
+                 if runs_real_processes(item) and not item.nodeid.startswith(REAL_PROCESS_FOLDERS)]
+    if misplaced:
+        raise pytest.UsageError(
+            f"{len(misplaced)} test(s) start real processes (live_stack, e2e or browser) outside "
+            f"{' and '.join(REAL_PROCESS_FOLDERS)}, where the parallel runner keeps them together; move them "
+            f"there: {', '.join(misplaced[:5])}")
+    items.sort(key=runs_real_processes)  # stable: each group keeps its order
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None):
+    """After the last test with real processes, when an ordinary test comes next in this process
+    (under xdist, on the worker that ran the live-stack group), stop the live stack: an ordinary
+    transactional test's teardown flush (TRUNCATE) beside a running stack can deadlock with the
+    stack's connections (tests/conftest.py)."""
+    result = yield
+    if nextitem is not None and runs_real_processes(item) and not runs_real_processes(nextitem):
+        stop_live_stack()
+    return result
+
+
+_stops: list = []  # the running live stack's stop, once it has started
+
+
+def stop_live_stack() -> None:
+    """Stop the session's live stack now, if it runs (its fixture's teardown then does nothing)."""
+    while _stops:
+        _stops.pop()()
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -268,15 +348,20 @@ def live_stack(django_db_setup, django_db_blocker, tmp_path_factory):
             time.sleep(0.2)
     if any(p.poll() is not None for p in procs):
         pytest.fail("The live stack did not start:\n" + stack.logs())
+
+    def stop() -> None:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        _close_other_connections(django_db_blocker)
+
+    _stops.append(stop)
     yield stack
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-    _close_other_connections(django_db_blocker)
+    stop_live_stack()
 
 
 def _close_other_connections(django_db_blocker) -> None:

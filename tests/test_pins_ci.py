@@ -20,7 +20,7 @@ HARMLESS = "WARNING: Requirement 'extras' is ignored: it is neither a file nor a
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "LMWB_FAIL_ON_SKIP")}
+    env = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "LMWB_FAIL_ON_SKIP", "TEST_WORKERS")}
     env.update(extra)
     return env
 
@@ -66,8 +66,9 @@ def test_expected_failure_that_runs():
 '''
 
 
-def run_pytest(tmp_path: Path, files: dict[str, str], *, guard: bool) -> subprocess.CompletedProcess:
-    """pytest in a subprocess on `files`, with the repository's skip guard plugin loaded."""
+def run_pytest(tmp_path: Path, files: dict[str, str], *, guard: bool, workers: int = 0) -> subprocess.CompletedProcess:
+    """pytest in a subprocess on `files`, with the repository's skip guard plugin loaded (in
+    `workers` xdist worker processes, as ./test.sh runs the suite, or in one process)."""
     for name, body in files.items():
         (tmp_path / name).write_text(textwrap.dedent(body))
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
@@ -76,7 +77,7 @@ def run_pytest(tmp_path: Path, files: dict[str, str], *, guard: bool) -> subproc
         env["LMWB_FAIL_ON_SKIP"] = "1"
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.skip_guard", "-p", "no:django",
                            "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path), "-c",
-                           str(tmp_path / "pytest.ini"), *files],
+                           str(tmp_path / "pytest.ini"), "-n", str(workers), *files],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -84,9 +85,10 @@ def test_the_suite_loads_the_skip_guard(request):
     assert request.config.pluginmanager.has_plugin("tests.skip_guard")
 
 
-def test_with_the_guard_any_skip_fails_the_run_and_is_listed(tmp_path):
+@pytest.mark.parametrize("workers", [0, 2], ids=["one process", "two xdist workers"])
+def test_with_the_guard_any_skip_fails_the_run_and_is_listed(tmp_path, workers):
     files = {"test_sample.py": SAMPLE, "test_module_skip.py": MODULE_SKIP}
-    out = run_pytest(tmp_path, files, guard=True)
+    out = run_pytest(tmp_path, files, guard=True, workers=workers)
     text = out.stdout + out.stderr
     assert out.returncode == 1, text
     assert "LMWB_FAIL_ON_SKIP: skipped tests fail this run" in text
@@ -256,7 +258,12 @@ def test_test_sh_keeps_ensure_chromiums_failure_visible_and_runs_pytest(tmp_path
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "no chromium here" in out.stderr and "browser tests to fail" in out.stderr
-    assert (tmp_path / "pytest-args").read_text().strip() == "-m pytest tests/x"
+    # One test process per CPU, the live-stack tests kept together, the 20 slowest listed.
+    assert (tmp_path / "pytest-args").read_text().strip() == \
+        "-m pytest -n logical --dist loadscope --durations=20 tests/x"
+    out = subprocess.run(["bash", str(tmp_path / "test.sh"), "tests/x"], env=clean_env(TEST_WORKERS="0"),
+                         capture_output=True, text=True, timeout=60)
+    assert (tmp_path / "pytest-args").read_text().strip() == "-m pytest -n 0 --dist loadscope --durations=20 tests/x"
     # A failed set-up stops test.sh.
     (tmp_path / "scripts" / "bootstrap.sh").write_text("exit 7\n")
     out = subprocess.run(["bash", str(tmp_path / "test.sh")], env=clean_env(), capture_output=True, text=True,

@@ -1,0 +1,105 @@
+"""The suite in parallel (./test.sh runs pytest-xdist, one process per CPU): the tests with real
+processes stay together on one worker, go first there, and their live stack stops before that
+worker goes on; every worker has a Redis database of its own."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.env_setup import suite_redis_db, xdist_index
+from tests.livestack import LIVE_STACK_GROUP, work_unit
+
+REPO = Path(__file__).resolve().parents[1]
+
+REAL = '''
+import os
+import pytest
+from tests import livestack
+
+def record(what):
+    with open(os.environ["EVENTS"], "a") as f:
+        f.write(f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')} {what}\\n")
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("i", range(3))
+def test_real(i):
+    if not livestack._stops:  # stands in for the live stack's stop
+        livestack._stops.append(lambda: record("stop"))
+    record("real")
+'''
+
+PLAIN = '''
+import os
+import pytest
+
+@pytest.mark.parametrize("i", range({n}))
+def test_plain(i):
+    with open(os.environ["EVENTS"], "a") as f:
+        f.write(f"{{os.environ.get('PYTEST_XDIST_WORKER', 'main')}} plain\\n")
+'''
+
+
+def run_sample(tmp_path: Path, files: dict[str, str], *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    for name, body in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(textwrap.dedent(body))
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    e2e: real processes\n    browser: a browser\n")
+    events = tmp_path / "events.log"
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "EVENTS": str(events)}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.livestack", "-p", "no:django",
+                          "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path), "-c", str(tmp_path / "pytest.ini"),
+                          *args, *files], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    return out, events.read_text().splitlines() if events.exists() else []
+
+
+def test_work_units_put_the_real_process_folders_together_and_the_rest_by_module():
+    assert work_unit("tests/e2e/test_families.py::test_bert[x]") == LIVE_STACK_GROUP
+    assert work_unit("tests/browser/test_walkthrough.py::test_walk") == LIVE_STACK_GROUP
+    assert work_unit("tests/webapp/test_runs.py::test_a[1]") == "tests/webapp/test_runs.py"
+    assert work_unit("tests/webapp/test_runs.py::TestX::test_b") == "tests/webapp/test_runs.py"
+
+
+def test_real_process_tests_run_together_first_on_one_worker_and_stop_their_stack_before_the_rest(tmp_path):
+    files = {"tests/e2e/test_real.py": REAL, "tests/webapp/test_big.py": PLAIN.format(n=20),
+             "tests/webapp/test_small.py": PLAIN.format(n=5)}
+    out, events = run_sample(tmp_path, files, "-n", "2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    workers = {line.split()[0] for line in events if line.endswith(" real")}
+    assert len(workers) == 1, events  # one worker ran all three
+    mine = [line.split()[1] for line in events if line.split()[0] in workers]
+    # first on its worker (though the module of 20 has more tests), then the stop, then other tests
+    assert mine[:4] == ["real", "real", "real", "stop"], mine
+    assert mine.count("stop") == 1 and "plain" in mine[4:], mine
+    assert sum(line.endswith(" plain") for line in events) == 25
+
+
+def test_in_one_process_the_stack_stops_at_the_end_as_before(tmp_path):
+    files = {"tests/e2e/test_real.py": REAL, "tests/webapp/test_small.py": PLAIN.format(n=2)}
+    out, events = run_sample(tmp_path, files)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert [line.split()[1] for line in events] == ["plain", "plain", "real", "real", "real"]
+
+
+def test_a_real_process_test_outside_its_folders_is_refused_with_where_to_move_it(tmp_path):
+    out, _ = run_sample(tmp_path, {"tests/webapp/test_stray.py": REAL})
+    assert out.returncode != 0
+    assert "start real processes (live_stack, e2e or browser) outside tests/e2e/ and tests/browser/" in out.stderr
+    assert "tests/webapp/test_stray.py::test_real[0]" in out.stderr
+
+
+@pytest.mark.parametrize("worker, db", [(None, 13), (0, 13), (1, 12), (12, 1), (13, None), (40, None)])
+def test_each_xdist_worker_has_a_redis_database_of_its_own(worker, db):
+    """Never the app's database 0; past the databases the suite may use, a server of its own."""
+    assert suite_redis_db(worker) == db
+
+
+def test_this_process_uses_its_workers_database():
+    from django.conf import settings
+
+    index = xdist_index()
+    if "127.0.0.1:6379/" in settings.REDIS_URL:
+        assert settings.REDIS_URL.endswith(f"/{suite_redis_db(index)}")
