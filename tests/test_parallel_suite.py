@@ -8,9 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 
-from tests.env_setup import suite_redis_db, xdist_index
+from tests.env_setup import SUITE_REDIS_DBS, claim_redis_db
 from tests.livestack import LIVE_STACK_GROUP, work_unit
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,15 +90,29 @@ def test_a_real_process_test_outside_its_folders_is_refused_with_where_to_move_i
     assert "tests/webapp/test_stray.py::test_real[0]" in out.stderr
 
 
-@pytest.mark.parametrize("worker, db", [(None, 13), (0, 13), (1, 12), (12, 1), (13, None), (40, None)])
-def test_each_xdist_worker_has_a_redis_database_of_its_own(worker, db):
-    """Never the app's database 0; past the databases the suite may use, a server of its own."""
-    assert suite_redis_db(worker) == db
+CLAIM = """
+import sys, time
+sys.path.insert(0, {repo!r})
+from tests.env_setup import claim_redis_db
+print(claim_redis_db(), flush=True)
+time.sleep(30)
+"""
 
 
-def test_this_process_uses_its_workers_database():
+def test_each_test_process_claims_a_redis_database_no_other_one_holds():
+    """Never the app's database 0; a database another process holds is never taken; this process
+    runs on its own claim, or on an embedded server where no local one answers."""
     from django.conf import settings
 
-    index = xdist_index()
-    if "127.0.0.1:6379/" in settings.REDIS_URL:
-        assert settings.REDIS_URL.endswith(f"/{suite_redis_db(index)}")
+    other = subprocess.Popen([sys.executable, "-c", CLAIM.format(repo=str(REPO))], stdout=subprocess.PIPE, text=True)
+    try:
+        theirs = int(other.stdout.readline())
+        mine = claim_redis_db()  # while they hold theirs
+        assert theirs in SUITE_REDIS_DBS and mine in SUITE_REDIS_DBS and mine != theirs
+        if "127.0.0.1:6379/" in settings.REDIS_URL:
+            assert int(settings.REDIS_URL.rsplit("/", 1)[1]) not in (theirs, mine, 0)  # claimed before both
+        else:
+            assert ":6379/" not in settings.REDIS_URL  # an embedded server of its own
+    finally:
+        other.kill()
+        other.wait()

@@ -156,7 +156,7 @@ def test_without_javascript_entities_and_the_answer_are_marked(alice_client, tun
 
 
 def test_marked_cuts_the_text_around_its_spans():
-    from webapp.explorer.views import marked
+    from webapp.explorer.pages import marked
 
     pieces = marked("ab cd ef", [{"start": 6, "end": 8, "type": "Y"}, {"start": 0, "end": 2, "type": "X"},
                                  {"start": 1, "end": 4, "type": "Z"}])  # Z overlaps X: left out

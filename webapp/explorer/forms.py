@@ -1,7 +1,7 @@
 from django import forms
 
-from webapp.explorer import imports
-from webapp.explorer.incontext import DEFAULT_TEMPLATE, MAX_QUERIES, MAX_SHOTS, MAX_TEMPLATE_CHARS
+from webapp.explorer import imports, tools
+from webapp.explorer.incontext import MAX_QUERIES, MAX_SHOTS, MAX_TEMPLATE_CHARS
 from webapp.explorer.neighbours import MAX_K as MAX_NEIGHBOURS
 from webapp.explorer.services import (
     MAX_BEAMS, MAX_GENERATE_TOKENS, MAX_N_BEST, MAX_TEXT_CHARS, MAX_TOP_K, STRATEGIES, TASK_PREFIXES,
@@ -19,53 +19,15 @@ class ExploreForm(forms.Form):
     With `compare_with` the encoder questions (fill-mask, sentence pairs) go to both checkpoints
     and the answers stand side by side; the others ask the first checkpoint only."""
 
-    ACTIONS = ("fill_mask", "next_sentence", "sentence_order", "text_to_text", "fill_spans", "generate",
-               "generate_seq2seq",
-               "word_similarity", "classify", "choose", "tag", "answer", "embed", "neighbours_index", "neighbours",
-               "prompt_builder", "incontext_accuracy")
-    TASKS = {"fill_mask": "fill-mask", "next_sentence": "next-sentence", "sentence_order": "sentence-order"}
+    # Which actions it takes, the fields each reads, what must be typed in and the defaults are the
+    # tools' (webapp.explorer.tools); so are the fields a tool brings of its own.
     DECODING_FIELDS = ("strategy", "max_new_tokens", "num_beams", "temperature", "sample_top_k", "top_p", "seed")
-    # The fields each action reads; the others' mistakes never block it (the page posts them all).
-    FIELDS = {
-        "fill_mask": ("text", "top_k"),
-        "next_sentence": ("text_a", "text_b"),
-        "sentence_order": ("text_a", "text_b"),
-        "text_to_text": ("task_prefix", "prompt", *DECODING_FIELDS),
-        "fill_spans": ("span_text", *DECODING_FIELDS),
-        "generate": ("gen_prompt", "gen_chat", *DECODING_FIELDS),
-        "generate_seq2seq": ("source", *DECODING_FIELDS),
-        "word_similarity": ("sentence_a", "sentence_b", "word"),
-        "classify": ("classify_text", "classify_text_b"),
-        "choose": ("choose_context", "choose_choices"),
-        "tag": ("tag_text",),
-        "answer": ("qa_question", "qa_context", "qa_n_best"),
-        "embed": ("embed_sentences", "embed_pooling"),
-        "neighbours_index": ("nn_dataset", "nn_pooling"),
-        "neighbours": ("nn_dataset", "nn_pooling", "nn_text", "nn_k"),
-        "prompt_builder": ("icl_dataset", "icl_template", "icl_seed", "icl_normalise", "icl_k", "icl_index"),
-        "incontext_accuracy": ("icl_dataset", "icl_template", "icl_seed", "icl_normalise", "icl_kmax",
-                               "icl_queries"),
-    }
-    # What each of these actions needs typed in, and the sentence when it is missing.
-    REQUIRED = {
-        "classify": (("classify_text", "Type a text to classify."),),
-        "choose": (("choose_context", "Type a context (or question) to choose an answer for."),
-                   ("choose_choices", "Type two to eight choices, one per line.")),
-        "tag": (("tag_text", "Type a sentence to tag."),),
-        "answer": (("qa_question", "Type a question."), ("qa_context", "Paste a context that may hold the answer.")),
-        "embed": (("embed_sentences", "Type two to eight sentences, one per line."),),
-        "neighbours_index": (("nn_dataset", "Choose one of your datasets."),),
-        "neighbours": (("nn_dataset", "Choose one of your datasets."),
-                       ("nn_text", "Type a sentence to find its nearest neighbours.")),
-        "prompt_builder": (("icl_dataset", "Choose one of your classification datasets."),),
-        "incontext_accuracy": (("icl_dataset", "Choose one of your classification datasets."),),
-    }
     ALWAYS = ("action", "checkpoint", "compare_with")
     # The decoding fields each strategy reads (strategy itself aside).
     STRATEGY_FIELDS = {"greedy": ("max_new_tokens",), "beam": ("max_new_tokens", "num_beams"),
                        "sample": ("max_new_tokens", "temperature", "sample_top_k", "top_p", "seed")}
 
-    action = forms.ChoiceField(choices=[(a, a) for a in ACTIONS])
+    action = forms.ChoiceField(choices=())
     checkpoint = forms.UUIDField()
     compare_with = forms.UUIDField(required=False, label="Compare with")
     text = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
@@ -146,66 +108,43 @@ class ExploreForm(forms.Form):
     icl_queries = forms.IntegerField(required=False, min_value=1, max_value=MAX_QUERIES, initial=20,
                                      label="Examples")
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["action"].choices = [(name, name) for name in tools.actions()]
+        for tool in tools.all_tools():
+            for name, field in (tool.form_fields() if tool.form_fields else {}).items():
+                self.fields.setdefault(name, field)
+
     def clean(self):
         data = super().clean()
-        action = data.get("action")
-        if action in self.FIELDS:  # unrelated panels' fields never block the question asked
-            reads = set(self.FIELDS[action])
+        tool = tools.action(data.get("action") or "")
+        if tool is not None:
+            reads = set(tool.fields)  # unrelated panels' fields never block the question asked
             if "strategy" in reads:  # nor do the decoding fields the chosen strategy ignores
                 strategy = data.get("strategy") or "greedy"
                 reads -= set(self.DECODING_FIELDS) - {"strategy", *self.STRATEGY_FIELDS.get(strategy, ())}
+                if strategy == "sample":
+                    self._check_sampling(data)
             for name in list(self._errors):
                 if name not in reads and name not in self.ALWAYS and name != "__all__":
                     del self._errors[name]
-        if action in ("text_to_text", "fill_spans", "generate", "generate_seq2seq") and data.get("strategy") == "sample":
-            if data.get("temperature") is not None and not data["temperature"] > 0:
-                self.add_error("temperature", "Must be greater than 0.")
-            if data.get("top_p") is not None and not 0 < data["top_p"] <= 1:
-                self.add_error("top_p", "Must be greater than 0 and at most 1.")
-        if action == "text_to_text":
-            prompt = (data.get("prompt") or "").strip()
-            prefix = data.get("task_prefix") or ""
-            if not prompt:
-                self.add_error("prompt", "Type an input for the model (with its task prefix, e.g. “summarize: …”).")
-            elif prefix and not prompt.startswith(prefix.strip()):
-                data["prompt"] = prefix + prompt
-        elif action == "fill_spans" and not (data.get("span_text") or "").strip():
-            self.add_error("span_text", "Type a text with <extra_id_0> where a span is missing.")
-        elif action == "generate" and not (data.get("gen_prompt") or "").strip():
-            self.add_error("gen_prompt", "Type a prompt for the model to continue.")
-        elif action == "generate_seq2seq" and not (data.get("source") or "").strip():
-            self.add_error("source", "Type a source (e.g. a title) for the model to write a target for.")
-        elif action == "word_similarity":
-            for name, label in (("sentence_a", "sentence A"), ("sentence_b", "sentence B"),
-                                ("word", "the word to compare")):
-                if not (data.get(name) or "").strip():
-                    self.add_error(name, f"Type {label}.")
-        if action == "fill_mask":
-            if not data.get("text"):
-                self.add_error("text", "Type a sentence with [MASK] where a word should be predicted.")
-            data["top_k"] = data.get("top_k") or 5
-        elif action in ("next_sentence", "sentence_order"):
-            for name, label in (("text_a", "sentence A"), ("text_b", "sentence B")):
-                if not data.get(name):
-                    self.add_error(name, f"Type {label}.")
-        for name, message in self.REQUIRED.get(action, ()):
-            if name not in self._errors and not str(data.get(name) or "").strip():
-                self.add_error(name, message)
-        if action == "answer":
-            data["qa_n_best"] = data.get("qa_n_best") or 5
-        elif action == "neighbours":
-            data["nn_k"] = data.get("nn_k") or 5
-        if action in ("prompt_builder", "incontext_accuracy"):
-            for name, default in (("icl_seed", 0), ("icl_k", 2), ("icl_index", 0), ("icl_kmax", 4),
-                                  ("icl_queries", 20)):
-                data[name] = default if data.get(name) is None else data[name]
-            data["icl_template"] = data.get("icl_template") or DEFAULT_TEMPLATE
-        if action in ("embed", "neighbours_index", "neighbours"):
-            data["embed_pooling"] = data.get("embed_pooling") or "mean"
-            data["nn_pooling"] = data.get("nn_pooling") or "mean"
+            for name, message in tool.required:
+                if name not in self._errors and not str(data.get(name) or "").strip():
+                    self.add_error(name, message)
+            for name, default in tool.defaults:
+                if data.get(name) in (None, ""):
+                    data[name] = default
+            if tool.clean is not None:
+                tool.clean(data, self)
         if data.get("compare_with") and data.get("compare_with") == data.get("checkpoint"):
             self.add_error("compare_with", "Choose a different checkpoint to compare with.")
         return data
+
+    def _check_sampling(self, data: dict) -> None:
+        if data.get("temperature") is not None and not data["temperature"] > 0:
+            self.add_error("temperature", "Must be greater than 0.")
+        if data.get("top_p") is not None and not 0 < data["top_p"] <= 1:
+            self.add_error("top_p", "Must be greater than 0 and at most 1.")
 
 
 def form_decoding(data: dict) -> dict:

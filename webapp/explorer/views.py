@@ -24,11 +24,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 from trainer.errors import UserError
 from trainer.finetune import tasks_for_family as finetune_tasks_for
 from webapp.corpora.uploads import human_bytes
-from webapp.datasets.selectors import dataset_get
-from webapp.explorer import imports, incontext, neighbours, services
-from webapp.explorer.forms import (
-    EXAMPLE_SENTENCE_A, EXAMPLE_SENTENCE_B, EXAMPLE_SPANS, EXAMPLE_WORD, ExploreForm, ImportForm, form_decoding,
-)
+from webapp.explorer import imports, incontext, neighbours, services, tools
+from webapp.explorer.forms import EXAMPLE_SENTENCE_A, EXAMPLE_SENTENCE_B, EXAMPLE_SPANS, EXAMPLE_WORD, ExploreForm, ImportForm
 from webapp.explorer.models import ImportStatus
 from webapp.runs.models import Checkpoint
 from webapp.runs.selectors import checkpoint_get, checkpoints_for, latest_checkpoint, objective_labels, run_get, runs_for
@@ -63,7 +60,8 @@ def index(request: HttpRequest) -> HttpResponse:
             if data.get("compare_with"):
                 compare_to = checkpoint_get(request.user, data["compare_with"])
             try:
-                result = _answer(data, selected, compare_to, request.user)
+                tool = tools.action(data["action"])
+                result = {"kind": tool.name, **tool.page(data, selected, compare_to, request.user)}
             except UserError as e:
                 error = str(e)
         elif form.cleaned_data.get("checkpoint"):
@@ -103,6 +101,9 @@ def index(request: HttpRequest) -> HttpResponse:
         "selected_prefix": services.checkpoint_prefix(selected) if selected else "",
         "tool": services.checkpoint_tool(selected) if selected else "",
         "examples": DOWNSTREAM_EXAMPLES,
+        "tool_panels": tools.panels(),  # each tool's panel and script (webapp.explorer.tools)
+        "tool_scripts": tools.scripts(),
+        "api_tools": [t.api for t in tools.with_api()],  # the form's data-<slug> endpoints
         "attention_max_tokens": services.ATTENTION_MAX_TOKENS,
         "decoding_fields": [form[name] for name in ExploreForm.DECODING_FIELDS],
         "form": form,
@@ -118,137 +119,6 @@ def index(request: HttpRequest) -> HttpResponse:
         "nn_indexes": list(neighbours.indexes_for(request.user, selected)) if selected else [],
         "nn_max_texts": neighbours.max_texts(),
     })
-
-
-def _answer(data: dict, selected: Checkpoint, compare_to: Checkpoint | None, user) -> dict[str, Any]:
-    """{"kind": action, "columns": [{"label", "result", "error"}], ...the first answer's keys when alone}."""
-    action = data["action"]
-    if action == "classify":
-        return {"kind": action, **_classify(data, selected, compare_to)}
-    if action in DOWNSTREAM_ACTIONS:
-        return {"kind": action, **DOWNSTREAM_ACTIONS[action](data, selected, user)}
-    if action not in ExploreForm.TASKS:  # generation and ELMo: the first checkpoint only
-        return {"kind": action, **_single(action, data, selected)}
-    inputs = {k: data.get(k) for k in ("text", "top_k", "text_a", "text_b")}
-    if compare_to is None:
-        if action == "fill_mask":
-            answer = {"masks": services.fill_mask(checkpoint=selected, text=data["text"], top_k=data["top_k"])}
-        elif action == "next_sentence":
-            answer = services.next_sentence(checkpoint=selected, text_a=data["text_a"], text_b=data["text_b"])
-        else:
-            answer = services.sentence_order(checkpoint=selected, text_a=data["text_a"], text_b=data["text_b"])
-        return {"kind": action, **answer,
-                "columns": [{"checkpoint": str(selected.id), "label": selected.label, "result": answer, "error": None}]}
-    columns = services.compare(checkpoints=[selected, compare_to], task=ExploreForm.TASKS[action], inputs=inputs)
-    return {"kind": action, "columns": columns}
-
-
-def _single(action: str, data: dict, selected: Checkpoint) -> dict[str, Any]:
-    """The answer to a question the compare columns do not cover."""
-    decoding = form_decoding(data)
-    if action == "text_to_text":
-        return services.generate(checkpoint=selected, prompt=data["prompt"], decoding=decoding)
-    if action == "generate":
-        # The box is offered (and ticked) for SFT checkpoints only; elsewhere a ticked box is not a question.
-        chat = bool(data.get("gen_chat")) and services.checkpoint_tool(selected) == "chat"
-        out = services.generate(checkpoint=selected, prompt=data["gen_prompt"], decoding=decoding, chat=chat)
-        return {**out, "prompt": data["gen_prompt"].strip(), "chat": chat}
-    if action == "generate_seq2seq":  # UniLM's target for a source, decoded as the Decoding card says
-        return services.generate_target(checkpoint=selected, source=data["source"], decoding=decoding)
-    if action == "fill_spans":
-        return services.fill_spans(checkpoint=selected, text=data["span_text"], decoding=decoding)
-    return services.word_similarity(checkpoint=selected, sentence_a=data["sentence_a"],
-                                    sentence_b=data["sentence_b"], word=data["word"])
-
-
-# ---------------------------------------------------------------------------- fine-tuned and encoder panels
-# Without JavaScript their forms post here and the answers are drawn by the template: probabilities
-# as a table, entities and the answer marked in the text, similarities as a table.
-def _classify(data: dict, selected: Checkpoint, compare_to: Checkpoint | None) -> dict[str, Any]:
-    if compare_to is not None:
-        return {"columns": services.compare(checkpoints=[selected, compare_to], task="classify", inputs={
-            "text": data["classify_text"], "text_b": data.get("classify_text_b") or ""})}
-    out = services.classify(checkpoint=selected, text=data["classify_text"], text_b=data.get("classify_text_b") or "")
-    return {**out, "columns": [{"checkpoint": str(selected.id), "label": selected.label, "result": out, "error": None}]}
-
-
-def marked(text: str, spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The text cut into pieces [{"text", "mark": bool, "type"}], the spans (sorted by start, any
-    that overlaps an earlier one left out) marked: what the template wraps in <mark>."""
-    pieces, at = [], 0
-    for span in sorted(spans, key=lambda s: s["start"]):
-        start, end = int(span["start"]), int(span["end"])
-        if start < at or end <= start:
-            continue
-        if start > at:
-            pieces.append({"text": text[at:start], "mark": False, "type": ""})
-        pieces.append({"text": text[start:end], "mark": True, "type": span.get("type", "")})
-        at = end
-    if at < len(text):
-        pieces.append({"text": text[at:], "mark": False, "type": ""})
-    return pieces
-
-
-def _choose(data: dict, selected: Checkpoint, user) -> dict[str, Any]:
-    return services.choose(checkpoint=selected, context=data["choose_context"],
-                           choices=data["choose_choices"].splitlines())
-
-
-def _tag(data: dict, selected: Checkpoint, user) -> dict[str, Any]:
-    text = data["tag_text"].strip()
-    out = services.tag(checkpoint=selected, text=text)
-    return {**out, "pieces": marked(text, out["entities"])}
-
-
-def _qa(data: dict, selected: Checkpoint, user) -> dict[str, Any]:
-    context = data["qa_context"].strip()
-    out = services.answer(checkpoint=selected, question=data["qa_question"], context=context,
-                          n_best=data["qa_n_best"])
-    found = out["answer"]
-    return {**out, "pieces": marked(context, [found] if found["text"] else [])}
-
-
-def _embed(data: dict, selected: Checkpoint, user) -> dict[str, Any]:
-    out = services.embed(checkpoint=selected, sentences=data["embed_sentences"].splitlines(),
-                         pooling=data["embed_pooling"])
-    return {**out, "rows": [{"sentence": s, "cells": row} for s, row in zip(out["sentences"], out["similarity"])]}
-
-
-def _neighbours_index(data: dict, selected: Checkpoint, user) -> dict[str, Any]:
-    dataset = dataset_get(user, data["nn_dataset"])  # 404 for another user's
-    index = neighbours.index_start(owner=user, checkpoint=selected, dataset=dataset, pooling=data["nn_pooling"])
-    index.refresh_from_db()
-    return {"index": index}
-
-
-def _neighbours(data: dict, selected: Checkpoint, user) -> dict[str, Any]:
-    dataset = dataset_get(user, data["nn_dataset"])  # 404 for another user's
-    return {**neighbours.search(checkpoint=selected, dataset=dataset, pooling=data["nn_pooling"],
-                                text=data["nn_text"], k=data["nn_k"]), "dataset_name": dataset.name}
-
-
-def _icl_settings(data: dict) -> dict[str, Any]:
-    return {"template": data["icl_template"], "separator": incontext.DEFAULT_SEPARATOR, "seed": data["icl_seed"],
-            "normalise": bool(data.get("icl_normalise"))}
-
-
-def _prompt_builder(data: dict, selected: Checkpoint, user) -> dict[str, Any]:
-    dataset = dataset_get(user, data["icl_dataset"])  # 404 for another user's
-    return incontext.score_prompt(checkpoint=selected, dataset=dataset, settings=_icl_settings(data),
-                                  k=data["icl_k"], index=data["icl_index"])
-
-
-def _incontext_accuracy(data: dict, selected: Checkpoint, user) -> dict[str, Any]:
-    dataset = dataset_get(user, data["icl_dataset"])  # 404 for another user's
-    out = incontext.evaluate(owner=user, checkpoint=selected, dataset=dataset, settings=_icl_settings(data),
-                             k_max=data["icl_kmax"], n_queries=data["icl_queries"])
-    return {**out, "rows": [(k, f"{100 * a:.1f}%") for k, a in zip(out["k"], out["accuracy"])]}
-
-
-DOWNSTREAM_ACTIONS = {"choose": _choose, "tag": _tag, "answer": _qa, "embed": _embed,
-                      "neighbours_index": _neighbours_index,
-                      "neighbours": _neighbours, "prompt_builder": _prompt_builder,
-                      "incontext_accuracy": _incontext_accuracy}
 
 
 def _grouped(checkpoints) -> list[dict[str, Any]]:
