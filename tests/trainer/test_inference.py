@@ -81,9 +81,9 @@ def test_missing_or_incomplete_checkpoints(ckpt, tmp_path):
         masked.fill_mask(broken, "a [MASK].")
 
 
-def test_list_checkpoints_sorted_and_ignores_unfinished(trained_run):
-    _, _, run = trained_run
-    (run / "checkpoints" / "step-00000060.tmp").mkdir(exist_ok=True)
+def test_list_checkpoints_sorted_and_ignores_unfinished(trained_run, tmp_path):
+    run = shutil.copytree(trained_run[2], tmp_path / "run")  # the shared run folder stays as trained
+    (run / "checkpoints" / "step-00000060.tmp").mkdir()
     found = loading.list_checkpoints(run)
     assert [s for s, _ in found] == [20, 40] and found[0][1].name == "step-00000020"
     assert loading.list_checkpoints(run / "checkpoints") == found
