@@ -34,13 +34,14 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 import xxhash
 
 from trainer.errors import CorpusError
+from trainer.prep.textfile import documents
 from trainer.prep.workers import PieceFailed, done_progress, progress_file, run_pieces, serve
 from trainer.progress import Stages
 
@@ -392,21 +393,6 @@ def _deduplicate(arrays: _Arrays, options, work: Path) -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _piece_documents(path: Path) -> Iterator[list[str]]:
-    """The documents a piece wrote: sentences, a blank line after each document."""
-    with open(path, encoding="utf-8", newline="\n") as fh:
-        doc: list[str] = []
-        for line in fh:
-            line = line[:-1] if line.endswith("\n") else line
-            if line:
-                doc.append(line)
-            elif doc:
-                yield doc
-                doc = []
-        if doc:
-            yield doc
-
-
 def _short(text: str) -> str:
     text = " ".join(text.split())
     return text if len(text) <= EXAMPLE_CHARS else text[: EXAMPLE_CHARS - 1].rstrip() + "…"
@@ -420,7 +406,7 @@ def run_ingest(sources: Sequence, out_dir: Path, *, options, text_field: str = "
     caller adds. The outputs are renamed into ``out_dir`` only when all are written; the work folder
     is removed on success and on a CorpusError (bad data: a retry would fail the same way), and kept
     on any other failure (a crash, a kill, a full disk) so that the next call resumes from it."""
-    from trainer.prep.cleaning import MIN_SENTENCES_KEY, PREVIEW_DOCUMENTS, _preview
+    from trainer.prep.cleaning import C4_MIN_SENTENCES_PER_PAGE, MIN_SENTENCES_KEY, PREVIEW_DOCUMENTS, _preview
     from trainer.prep.sources import describe, plan_pieces
 
     started = time.monotonic()
@@ -447,53 +433,47 @@ def run_ingest(sources: Sequence, out_dir: Path, *, options, text_field: str = "
         t_dedup = time.monotonic()
         report.finish("dedup", 1, "steps")
 
-        # Which documents are left, and with how many sentences, from the arrays alone.
-        doc_sentences_all, kept_per_doc = [], []
-        for i in range(len(arrays)):
-            (doc_sentences,) = arrays.load(i, "doc_sentences")
-            s0, s1 = arrays.sent_offsets[i], arrays.sent_offsets[i + 1]
-            d = dd["dropped"][s0:s1]
-            starts = np.concatenate([[0], np.cumsum(doc_sentences)[:-1]]).astype(np.int64)
-            dropped_per_doc = np.add.reduceat(d.astype(np.int64), starts) if len(d) else np.zeros(0, np.int64)
-            doc_sentences_all.append(doc_sentences)
-            kept_per_doc.append(doc_sentences - dropped_per_doc)
-        doc_sentences_all = np.concatenate(doc_sentences_all) if doc_sentences_all else np.zeros(0, np.int64)
-        kept_sentences = np.concatenate(kept_per_doc) if kept_per_doc else np.zeros(0, np.int64)
+        # One pass over the pieces' arrays: which documents are left, and the statistics of the kept
+        # text per final document. A piece decides its own documents (a document's sentences are
+        # all in its piece), and its kept documents follow the earlier pieces' in the final order.
         whole_gone = dd["duplicate"] | dd["near"]
+        min_sentences = C4_MIN_SENTENCES_PER_PAGE if options.min_sentences and options.dedup_spans else 0
+        keep_parts: list[np.ndarray] = []
+        total_parts: dict[str, list[np.ndarray]] = {k: [] for k in _SUMMED}
+        n_empty = n_short = 0
+        for i in range(len(arrays)):
+            sw, sc, sb, ds = arrays.load(i, "sent_words", "sent_chars", "sent_bytes", "doc_sentences")
+            s0, s1 = arrays.sent_offsets[i], arrays.sent_offsets[i + 1]
+            d0, d1 = arrays.doc_offsets[i], arrays.doc_offsets[i + 1]
+            dropped = dd["dropped"][s0:s1]
+            doc_of = np.repeat(np.arange(d1 - d0), ds)  # each sentence's document, in this piece
+            kept_sentences = np.bincount(doc_of[~dropped], minlength=d1 - d0)
+            gone = whole_gone[d0:d1]
+            empty = ~gone & (kept_sentences == 0) & (ds > 0)
+            short = ~gone & ~empty & (kept_sentences < min_sentences)
+            keep_here = ~gone & ~empty & ~short
+            n_empty += int(empty.sum())
+            n_short += int(short.sum())
+            keep_parts.append(keep_here)
+            live = ~dropped & keep_here[doc_of]
+            local = (np.cumsum(keep_here) - 1)[doc_of[live]]  # index among this piece's kept documents
+            n_kept = int(keep_here.sum())
+            for key, values in (("sentences", None), ("words", sw), ("characters", sc), ("bytes", sb)):
+                counts = np.bincount(local, weights=None if values is None else values[live], minlength=n_kept)
+                total_parts[key].append(counts.astype(np.int64))
+        keep = np.concatenate(keep_parts) if keep_parts else np.zeros(0, dtype=bool)
+        totals = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in total_parts.items()}
         removed["duplicate_pages"] = removed.get("duplicate_pages", 0) + int(dd["duplicate"].sum())
         if options.minhash:
             removed["near_duplicate_pages"] = int(dd["near"].sum())
         if options.dedup_spans:
             removed["sentences_in_duplicate_spans"] = int(dd["dropped"].sum())
-        empty = ~whole_gone & (kept_sentences == 0) & (doc_sentences_all > 0)
-        removed["pages_left_empty"] = removed.get("pages_left_empty", 0) + int(empty.sum())
-        short = np.zeros_like(empty)
-        if options.min_sentences and options.dedup_spans:
-            from trainer.prep.cleaning import C4_MIN_SENTENCES_PER_PAGE
-
-            short = ~whole_gone & ~empty & (kept_sentences < C4_MIN_SENTENCES_PER_PAGE)
-            removed[MIN_SENTENCES_KEY] = removed.get(MIN_SENTENCES_KEY, 0) + int(short.sum())
-        keep = ~whole_gone & ~empty & ~short
+        removed["pages_left_empty"] = removed.get("pages_left_empty", 0) + n_empty
+        if min_sentences:
+            removed[MIN_SENTENCES_KEY] = removed.get(MIN_SENTENCES_KEY, 0) + n_short
         n_final = int(keep.sum())
         n_input = sum(m["input_documents"] for m in markers)
-
-        # Statistics of the kept text, per final document, from the sentence arrays.
-        totals = {k: np.zeros(n_final, np.int64) for k in _SUMMED}
         final_index = np.cumsum(keep) - 1
-        for i in range(len(arrays)):
-            sw, sc, sb, ds = arrays.load(i, "sent_words", "sent_chars", "sent_bytes", "doc_sentences")
-            s0, s1 = arrays.sent_offsets[i], arrays.sent_offsets[i + 1]
-            d0, d1 = arrays.doc_offsets[i], arrays.doc_offsets[i + 1]
-            doc_of = np.repeat(np.arange(d0, d1), ds)
-            live = ~dd["dropped"][s0:s1] & keep[doc_of]
-            if not live.any():
-                continue
-            target = final_index[doc_of[live]]
-            f0, f1 = int(target[0]), int(target[-1]) + 1  # a piece's documents are consecutive
-            local = target - f0
-            for key, values in (("sentences", None), ("words", sw), ("characters", sc), ("bytes", sb)):
-                counts = np.bincount(local, weights=None if values is None else values[live], minlength=f1 - f0)
-                totals[key][f0:f1] += counts.astype(np.int64)
         if check_big_enough is not None:
             check_big_enough(_total(totals, None), n_input, input_format, removed)
 
@@ -532,7 +512,7 @@ def run_ingest(sources: Sequence, out_dir: Path, *, options, text_field: str = "
                 path = _piece_paths(work, m["index"])["text"]
                 d = int(arrays.doc_offsets[i])
                 s = int(arrays.sent_offsets[i])
-                for sentences in _piece_documents(path):
+                for sentences, _ in documents(path):
                     n = len(sentences)
                     if keep[d]:
                         drop = dd["dropped"][s:s + n]

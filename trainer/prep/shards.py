@@ -35,6 +35,7 @@ from trainer.errors import CorpusError, TokenizerError
 from trainer.prep.tokenization import load_tokenizer
 from trainer.progress import Stages
 from trainer.prep.segmenter import refine_word_starts
+from trainer.prep.textfile import documents
 from trainer.prep.workers import PieceFailed, done_progress, progress_file, run_pieces, serve
 
 SPLITS = ("train", "valid")
@@ -294,31 +295,19 @@ def _save_npy(path: Path, starts: np.ndarray, end: int) -> None:
 
 
 def _chunks(path: Path, start: int = 0, stop: int = -1) -> Iterator[tuple[list[str], list[int], int]]:
-    """Yields (sentences, indices where a document starts, bytes read so far) per chunk, for the
-    bytes [start, stop) of the file (stop -1: to the end); ``start`` is a document's first byte."""
+    """Yields (sentences, indices where a document starts, bytes read so far) per chunk of about
+    CHUNK_SENTENCES sentences (whole documents), for the bytes [start, stop) of the file (stop -1:
+    to the end); ``start`` is a document's first byte."""
     sentences: list[str] = []
     doc_starts: list[int] = []
-    new_doc = True
     done = 0
-    limit = float("inf") if stop < 0 else stop - start
-    with open(path, "rb") as fh:
-        fh.seek(start)
-        for raw in fh:
-            if done >= limit:
-                break
-            done += len(raw)
-            line = raw.decode("utf-8").strip()
-            if not line:
-                new_doc = True
-                continue
-            if new_doc:
-                doc_starts.append(len(sentences))
-                new_doc = False
-            sentences.append(line)
-            if len(sentences) >= CHUNK_SENTENCES:
-                yield sentences, doc_starts, done
-                sentences, doc_starts = [], []
-    if sentences or doc_starts:
+    for doc, done in documents(path, start, stop):
+        doc_starts.append(len(sentences))
+        sentences.extend(doc)
+        if len(sentences) >= CHUNK_SENTENCES:
+            yield sentences, doc_starts, done
+            sentences, doc_starts = [], []
+    if sentences:
         yield sentences, doc_starts, done
 
 
