@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from trainer.prep.tokenization import tokenizers_differ
+from trainer.prep.tokenization import tokenizer_sha256, tokenizers_differ
 from trainer.training.checkpoints import checkpoint_family, read_model_meta
 from trainer.training.engine import train
 from trainer.errors import ConfigError, UserError
@@ -74,3 +74,34 @@ def test_resume_with_another_tokenizer_is_refused(trained_run, tokenizer_dir, ma
     tok.write_text(tok.read_text() + " ")
     with pytest.raises(ConfigError, match="was trained with another tokenizer than the one in"):
         train(make_config(), data_dir=tokenizer_dir, out_dir=run, sink=ListSink(), resume=True)
+
+
+def test_a_run_records_its_tokenizer_by_content_in_its_log_and_every_checkpoint(trained_run, tokenizer_dir):
+    """A tokenizer trained again on the same corpus may have another vocabulary, so a run names the
+    one it read by the sha256 of its tokenizer.json, not by corpus and settings (issue 30, point 7)."""
+    _, sink, out = trained_run
+    digest = tokenizer_sha256(tokenizer_dir)
+    assert digest and len(digest) == 64
+    assert any(f"sha256 {digest}" in line for line in sink.lines)
+    for step in (20, 40):
+        state = json.loads((out / "checkpoints" / f"step-{step:08d}" / "trainer_state.json").read_text())
+        assert state["tokenizer_sha256"] == digest == tokenizer_sha256(out / "checkpoints" / f"step-{step:08d}")
+
+
+def test_a_fine_tuning_run_records_its_base_checkpoints_tokenizer(trained_run, tmp_path):
+    from trainer.finetune.engine import finetune
+    from trainer.finetune.config import FinetuneConfig
+    from trainer.prep.labelled import write_demo_dataset, ingest, sniff
+
+    base = trained_run[0].last_checkpoint
+    source = write_demo_dataset("classification", tmp_path / "demo.csv")
+    preview = sniff(source, source.name)
+    ingest(source, tmp_path / "data", original_filename=source.name, task=preview.task, mapping=preview.mapping)
+    sink = ListSink()
+    result = finetune(FinetuneConfig(checkpoint=str(base), dataset=str(tmp_path / "data"), max_steps=2, batch_size=8,
+                                     max_length=32, eval_every=2, checkpoint_every=2, device="cpu"),
+                      out_dir=tmp_path / "tuned", sink=sink)
+    digest = tokenizer_sha256(base)
+    assert any(f"sha256 {digest}" in line for line in sink.lines)
+    state = json.loads((result.last_checkpoint / "trainer_state.json").read_text())
+    assert state["tokenizer_sha256"] == digest

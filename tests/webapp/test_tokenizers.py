@@ -84,6 +84,12 @@ def test_the_page_form_trains_a_tokenizer_and_its_page_shows_everything(alice_cl
     assert "tokens per word" in html and "unknown tokens" in html and "Token shards" in html
     assert f'data-url="/api/tokenizers/{tokenizer.id}/tokenize/"' in html and "js/corpora-tokenize.js" in html
     assert f"/runs/new/?tokenizer={tokenizer.id}" in html
+    # the tokenizer's identity is its content: the page names it, and says why (issue 30, point 7)
+    from trainer.prep.tokenization import tokenizer_sha256
+
+    assert "may give another vocabulary" in corpus_page
+    assert tokenizer.stats["sha256"] == tokenizer_sha256(tokenizer.folder)
+    assert f"sha256 <code>{tokenizer.stats['sha256']}</code>" in html and "may have another vocabulary" in html
     assert "Tiny pieces" in alice_client.get(reverse("corpora:tokenizer-list")).content.decode()
     assert "Tiny pieces" in alice_client.get(reverse("corpora:detail", args=[ready_corpus.id])).content.decode()
 

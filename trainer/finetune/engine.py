@@ -24,7 +24,7 @@ from trainer.training import checkpoints
 from trainer.training.data import DataPosition
 from trainer.training import tracker_sinks
 from trainer.training.engine import (
-    TrainResult, TrainState, find_resume_point, restore, setup_runtime, with_epochs,
+    TrainResult, TrainState, describe_tokenizer, find_resume_point, restore, setup_runtime, with_epochs,
 )
 from trainer.training.sinks import MetricsSink, TeeSink
 
@@ -239,6 +239,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
             sink = TeeSink(sink, *mirrors)
             sink.log(tracker_sinks.describe(config.report_to))
         tokenizer = load_tokenizer(checkpoint)
+        sink.log(describe_tokenizer(tokenizer))
         collator = task.build_collator(tokenizer, labels, config.max_length, config)
         adapters.apply(model, config, sink)  # before the optimizer: only adapters, norms and the head train
         lora_names = lora.apply(model, config, sink)  # before the optimizer: it freezes what LoRA replaces

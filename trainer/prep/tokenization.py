@@ -282,6 +282,7 @@ def train_tokenizer(
     stats["seconds"] = round(time.monotonic() - started, 3)
     shutil.rmtree(out_dir / "shards", ignore_errors=True)  # encoded with a previous tokenizer
     _write_folder(tok, spec, meta, out_dir)
+    stats["sha256"] = tokenizer_sha256(out_dir)  # what the runs that read it record (not in tokenizer_meta.json)
     report.finish("evaluate", 1.0, "steps")
     return stats
 
@@ -457,6 +458,11 @@ class TokenizerBundle:
     special_ids: frozenset[int] = field(default_factory=frozenset)  # the roles' ids and the sentinels
     sentinel_ids: list[int] = field(default_factory=list)  # <extra_id_0>, <extra_id_1>, ... (T5)
 
+    @functools.cached_property
+    def sha256(self) -> str | None:
+        """tokenizer_sha256 of the folder it was loaded from (None: built in memory, or no tokenizer.json)."""
+        return tokenizer_sha256(self.folder) if self.folder is not None else None
+
     @classmethod
     def from_tokenizer(cls, tok: Tokenizer, meta: dict, folder: Path | None = None) -> TokenizerBundle:
         ids = meta["special_tokens"]
@@ -506,19 +512,24 @@ class TokenizerBundle:
         return self.tok.token_to_id(token)
 
 
+def tokenizer_sha256(folder: str | Path) -> str | None:
+    """The sha256 of a folder's tokenizer.json (a tokenizer's, a checkpoint's): its vocabulary and
+    rules byte for byte, the tokenizer's identity. Training again on the same corpus may give
+    another vocabulary (the tokenizers library's trainers break ties between merges in another
+    order in another process), so a run records this, not the corpus and settings. None without one."""
+    path = Path(folder) / "tokenizer.json"
+    if not path.is_file():
+        return None
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
 def tokenizers_differ(folder_a: str | Path, folder_b: str | Path) -> bool:
     """True when both folders (a tokenizer's, a checkpoint's) hold a tokenizer.json and the two
-    differ (sha256 of the bytes): a model then reads ids of another vocabulary. A folder without
+    differ (tokenizer_sha256): a model then reads ids of another vocabulary. A folder without
     one has nothing to compare (False); loading its tokenizer fails with its own message."""
-    a, b = Path(folder_a) / "tokenizer.json", Path(folder_b) / "tokenizer.json"
-    if not (a.is_file() and b.is_file()):
-        return False
-
-    def sha256(path: Path) -> str:
-        with open(path, "rb") as f:
-            return hashlib.file_digest(f, "sha256").hexdigest()
-
-    return sha256(a) != sha256(b)
+    a, b = tokenizer_sha256(folder_a), tokenizer_sha256(folder_b)
+    return a is not None and b is not None and a != b
 
 
 def load_tokenizer(folder: Path) -> TokenizerBundle:

@@ -38,7 +38,7 @@ from trainer.training.data import (
     DataPosition, InThread, Prefetcher, TrainStream, build_train_stream, build_valid_batches,
 )
 from trainer.errors import ConfigError
-from trainer.prep.tokenization import tokenizers_differ
+from trainer.prep.tokenization import tokenizer_sha256, tokenizers_differ
 from trainer.training.optim import build_optimizer, clip_gradients
 from trainer.training.sinks import MetricsSink, NullSink, TeeSink, format_duration
 
@@ -93,6 +93,7 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
             reporter = TeeSink(sink, *mirrors)
             reporter.log(tracker_sinks.describe(config.report_to))
         resume_from = find_resume_point(out_dir, resume, reporter)
+        reporter.log(describe_tokenizer(tokenizer))
         model, forward = steps.build(config, vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
                                         device=device, data_dir=data_dir, tokenizer=tokenizer)
         # activation checkpointing, torch.compile: in place, on the model itself (before any wrapper)
@@ -142,6 +143,13 @@ def load_tokenizer(config: RunConfig, data_dir: Path) -> Any:
     bundle = _load(data_dir)
     validation.validate_tokenizer(config, bundle.meta.get("algorithm", "wordpiece"), bundle.meta)
     return bundle
+
+
+def describe_tokenizer(bundle: Any) -> str:
+    """The log line that records which tokenizer a run reads, by content: a tokenizer trained again
+    on the same corpus may have another vocabulary, and then ids mean other tokens."""
+    return (f"Tokenizer: {bundle.meta.get('algorithm', 'wordpiece')}, {bundle.vocab_size:,} tokens, "
+            f"sha256 {bundle.sha256 or 'unknown (no tokenizer.json)'}.")
 
 
 def setup_runtime(config: RunConfig) -> tuple[str, str]:
@@ -263,6 +271,7 @@ class Loop:
         self.stream, self.valid, self.state, self.sink = stream, valid, state, sink
         self.data_dir, self.out_dir, self.device, self.precision = data_dir, out_dir, device, precision
         self.resumed_from = resumed_from
+        self.tokenizer_sha256 = tokenizer_sha256(data_dir)  # recorded in every checkpoint's trainer_state.json
         self.first_step = state.step
         self.last_checkpoint: Path | None = resumed_from
         self.last_checkpoint_step = state.step if resumed_from is not None else -1
@@ -489,7 +498,8 @@ class Loop:
         state = {"step": s.step, "tokens_seen": s.tokens_seen, "config": self.config.to_dict(),
                  "data_position": s.position.to_dict(), "epoch": s.position.epoch,
                  "elapsed_s": round(elapsed, 3), "metrics": metrics,
-                 "family": self.config.family, "objectives": list(self.config.objectives)}
+                 "family": self.config.family, "objectives": list(self.config.objectives),
+                 "tokenizer_sha256": self.tokenizer_sha256}
         opt_state = {"optimizer": optimizer_state, "scheduler": self.scheduler.state_dict(),
                      "rng": checkpoints.capture_rng_state(), "data_position": s.position.to_dict(),
                      "step": s.step, "family_state": self.forward.state_dict()}
