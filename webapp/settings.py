@@ -117,7 +117,7 @@ MIDDLEWARE = [
 ]
 
 # How many requests one web process runs at once: the lasting request threads of its HTTP handler
-# (webapp/api/handler.py). The others wait on the event loop, taking no CPU from the websockets.
+# (webapp/server/handler.py). The others wait on the event loop, taking no CPU from the websockets.
 WEB_REQUEST_THREADS = int(os.environ.get("WEB_REQUEST_THREADS", "4"))
 
 ROOT_URLCONF = "webapp.urls"

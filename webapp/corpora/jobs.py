@@ -120,7 +120,7 @@ def fail(model: type[models.Model], pk, error: Exception, **clear) -> None:
     else INTERNAL_ERROR (the error is logged with its traceback). `clear` sets other fields in the same write."""
     from trainer.errors import UserError
 
-    from webapp.api.storage import DISK_FULL, is_disk_full
+    from webapp.server.storage import DISK_FULL, is_disk_full
 
     if isinstance(error, UserError):
         message = str(error)

@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from trainer.errors import UserError
-from webapp.api.storage import check_free_space
+from webapp.server.storage import check_free_space
 from webapp.corpora import jobs
 from webapp.corpora.models import JobStatus
 from webapp.runs.models import Checkpoint, CheckpointExport

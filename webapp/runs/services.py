@@ -24,7 +24,7 @@ from trainer import objectives
 from trainer.config import RunConfig, epoch_steps, length_from
 from trainer.finetune.config import MIX_TASK  # the task a multi-task run trains
 from trainer.errors import ConfigError, UserError
-from webapp.api.storage import check_free_space
+from webapp.server.storage import check_free_space
 from webapp.corpora.models import Corpus, JobStatus, Tokenizer
 from webapp.runs import capacity
 from webapp.runs.queueing import ended_on_commit, enqueue, publish_on_commit

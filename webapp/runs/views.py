@@ -331,7 +331,7 @@ def run_compare(request: HttpRequest) -> HttpResponse:
 def checkpoint_export(request: HttpRequest, checkpoint_id) -> HttpResponse:
     """A checkpoint's Hugging Face export: where it stands (a live progress bar while a worker
     makes it), its download once ready, the sentence when it failed; POST starts it."""
-    from webapp.api.storage import StorageFullError
+    from webapp.server.storage import StorageFullError
 
     checkpoint = selectors.checkpoint_get(request.user, checkpoint_id)  # another user's: a 404
     if request.method == "POST":
