@@ -94,6 +94,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",  # Swagger UI's files, served by the app: /api/docs/ works offline
     "channels",
     "webapp.accounts",
+    "webapp.jobs",  # the job rows, statuses and uploads the apps below share (abstract only: no tables)
     "webapp.corpora",
     "webapp.runs",
     "webapp.explorer",

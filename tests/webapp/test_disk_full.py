@@ -22,9 +22,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from tests.webapp.runs_helpers import make_run
-from webapp.server.storage import DISK_FULL, is_disk_full
 from webapp.runs import execution, reaper
 from webapp.runs.models import LogLine, MetricPoint, Run, RunStatus
+from webapp.server.storage import DISK_FULL, is_disk_full
 
 pytestmark = pytest.mark.django_db
 
@@ -266,10 +266,11 @@ def test_a_page_launch_the_full_database_refuses_is_a_507_page(alice, alice_clie
 
 # --------------------------------------------------------------------------------------- jobs
 def test_a_job_the_disk_refuses_fails_with_the_sentence(alice):
-    from webapp.corpora import jobs
-    from webapp.corpora.models import Corpus, JobStatus
+    from webapp.corpora.models import Corpus
+    from webapp.jobs import lifecycle
+    from webapp.jobs.models import JobStatus
 
     corpus = Corpus.objects.create(owner=alice, name="Notes", status=JobStatus.PROCESSING)
-    jobs.fail(Corpus, corpus.pk, OSError(errno.ENOSPC, "No space left on device"))
+    lifecycle.fail(Corpus, corpus.pk, OSError(errno.ENOSPC, "No space left on device"))
     corpus.refresh_from_db()
     assert corpus.status == JobStatus.FAILED and corpus.error == DISK_FULL

@@ -13,7 +13,7 @@ import pytest
 from django.urls import reverse
 
 from tests.webapp.runs_helpers import make_checkpoint, make_run
-from webapp.corpora.models import JobStatus
+from webapp.jobs.models import JobStatus
 from webapp.runs import exports
 from webapp.runs.models import CheckpointExport, RunStatus
 

@@ -15,7 +15,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from trainer.config import RunConfig
 from trainer.errors import UserError
-from webapp.corpora.models import JobStatus, Tokenizer
+from webapp.corpora.models import Tokenizer
+from webapp.jobs.models import JobStatus
 from webapp.runs import capacity, exports, launch, readiness, results, selectors, services
 from webapp.runs.api import NO_PREDICTIONS, config_text, config_yaml_response, export_response, predictions_response
 from webapp.runs.forms import FinetuneForm, RunForm, YamlImportForm
