@@ -5,12 +5,12 @@ import os
 import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
-# The HTTP handler runs requests on a few lasting threads (webapp.api.handler): each keeps its
+# The HTTP handler runs requests on a few lasting threads (webapp.server.handler): each keeps its
 # database connection, checked before reuse, instead of connecting for every request.
 os.environ.setdefault("DB_CONN_MAX_AGE", "60")
 django.setup(set_prefix=False)  # before the imports below touch models
 
-from webapp.api.handler import PooledASGIHandler  # noqa: E402
+from webapp.server.handler import PooledASGIHandler  # noqa: E402
 
 django_http = PooledASGIHandler()
 
@@ -18,9 +18,9 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import get_resolver  # noqa: E402
 
-from webapp.api.limits import UploadSizeLimit  # noqa: E402
-from webapp.api.ws_auth import SessionOrTokenAuth  # noqa: E402
-from webapp.api.ws_outage import TryAgainOnOutage  # noqa: E402
+from webapp.server.limits import UploadSizeLimit  # noqa: E402
+from webapp.server.ws_auth import SessionOrTokenAuth  # noqa: E402
+from webapp.server.ws_outage import TryAgainOnOutage  # noqa: E402
 from webapp.routing import websocket_urlpatterns  # noqa: E402
 
 # Load every URL's views now (they import the trainer, and so torch, for the launch registry), not

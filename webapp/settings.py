@@ -94,6 +94,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",  # Swagger UI's files, served by the app: /api/docs/ works offline
     "channels",
     "webapp.accounts",
+    "webapp.jobs",  # the job rows, statuses and uploads the apps below share (abstract only: no tables)
     "webapp.corpora",
     "webapp.runs",
     "webapp.explorer",
@@ -117,7 +118,7 @@ MIDDLEWARE = [
 ]
 
 # How many requests one web process runs at once: the lasting request threads of its HTTP handler
-# (webapp/api/handler.py). The others wait on the event loop, taking no CPU from the websockets.
+# (webapp/server/handler.py). The others wait on the event loop, taking no CPU from the websockets.
 WEB_REQUEST_THREADS = int(os.environ.get("WEB_REQUEST_THREADS", "4"))
 
 ROOT_URLCONF = "webapp.urls"

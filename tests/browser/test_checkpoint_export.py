@@ -28,7 +28,7 @@ def test_export_shows_its_progress_then_the_download_of_a_loadable_zip(checkpoin
                                                                         monkeypatch, shots):
     from django.db import connections
 
-    from webapp.corpora.models import JobStatus
+    from webapp.jobs.models import JobStatus
     from webapp.runs import exports
     from webapp.runs.models import CheckpointExport
     from webapp.runs.tasks import export_checkpoint

@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from tests.webapp.runs_helpers import make_data
-from webapp.corpora.models import JobStatus
+from webapp.jobs.models import JobStatus
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

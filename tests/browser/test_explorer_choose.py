@@ -17,14 +17,14 @@ CONTEXT = "Return the current working directory."
 @pytest.fixture
 def chooser(alice, eager):
     """A GPT-1 multiple-choice checkpoint of alice's: 4 steps on the demo dataset (the run runs at once)."""
-    from webapp.datasets.models import DatasetStatus
     from webapp.datasets.services import dataset_create_demo
+    from webapp.jobs.models import JobStatus
     from webapp.runs import services
     from webapp.runs.models import RunStatus
 
     dataset = dataset_create_demo(owner=alice, name="multiple_choice")
     dataset.refresh_from_db()
-    assert dataset.status == DatasetStatus.READY, dataset.error
+    assert dataset.status == JobStatus.READY, dataset.error
     run = services.finetune_create(owner=alice, checkpoint=tiny_gpt(alice), dataset=dataset, training=dict(
         max_length=32, max_steps=4, batch_size=8, lr=3e-3, warmup_ratio=0.0, eval_every=4))
     run.refresh_from_db()

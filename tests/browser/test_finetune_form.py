@@ -15,15 +15,16 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 @pytest.fixture
 def choices(alice):
-    from webapp.datasets.models import Dataset, DatasetStatus
+    from webapp.datasets.models import Dataset
+    from webapp.jobs.models import JobStatus
 
     checkpoints = {f: family_stub(alice, f) for f in ("bert", "gpt", "t5")}
     datasets = {name: Dataset.objects.create(owner=alice, name=name, task=task, status=status)
-                for name, task, status in (("labels", "classification", DatasetStatus.READY),
-                                           ("tags", "token_classification", DatasetStatus.READY),
-                                           ("chats", "sft", DatasetStatus.READY),
-                                           ("pairs", "text_to_text", DatasetStatus.READY),
-                                           ("half done", "classification", DatasetStatus.MAPPING))}
+                for name, task, status in (("labels", "classification", JobStatus.READY),
+                                           ("tags", "token_classification", JobStatus.READY),
+                                           ("chats", "sft", JobStatus.READY),
+                                           ("pairs", "text_to_text", JobStatus.READY),
+                                           ("half done", "classification", JobStatus.MAPPING))}
     return checkpoints, datasets
 
 

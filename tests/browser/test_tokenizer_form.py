@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from webapp.corpora.models import Corpus, JobStatus
+from webapp.corpora.models import Corpus
+from webapp.jobs.models import JobStatus
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from webapp.corpora.models import Corpus, JobStatus, Tokenizer
+from webapp.corpora.models import Corpus, Tokenizer
+from webapp.jobs.models import JobStatus
 from webapp.runs.models import Checkpoint, Run, RunStatus
 
 CORPUS_BYTES = 120_000

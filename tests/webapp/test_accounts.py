@@ -5,7 +5,8 @@ import pytest
 from django.urls import reverse
 from rest_framework.authtoken.models import Token
 
-from webapp.corpora.models import Corpus, JobStatus, Tokenizer
+from webapp.corpora.models import Corpus, Tokenizer
+from webapp.jobs.models import JobStatus
 
 pytestmark = pytest.mark.django_db
 

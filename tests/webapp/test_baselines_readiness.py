@@ -16,7 +16,8 @@ from django.urls import reverse
 
 from tests.webapp.runs_helpers import make_run
 from webapp.datasets import services as dataset_services
-from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.datasets.models import Dataset
+from webapp.jobs.models import JobStatus
 from webapp.runs import capacity
 from webapp.runs.models import Checkpoint, CheckpointSource, MetricPoint, Run, RunKind, RunStatus
 
@@ -49,7 +50,7 @@ def make_dataset(owner, stored) -> Dataset:
     import shutil
 
     data, found = stored
-    dataset = Dataset.objects.create(owner=owner, name="pets", task="classification", status=DatasetStatus.READY,
+    dataset = Dataset.objects.create(owner=owner, name="pets", task="classification", status=JobStatus.READY,
                                      sizes={"train": 96, "validation": 12, "test": 12}, labels=["cat", "dog"],
                                      baselines=found)
     shutil.copytree(data, dataset.data_dir)
@@ -72,7 +73,7 @@ def test_a_dataset_gets_its_baselines_as_it_becomes_ready(alice, alice_client, a
     with django_capture_on_commit_callbacks(execute=True):
         dataset = dataset_services.dataset_create_demo(owner=alice, name="classification")
     dataset.refresh_from_db()
-    assert dataset.status == DatasetStatus.READY, dataset.error
+    assert dataset.status == JobStatus.READY, dataset.error
     assert dataset.baselines["metric"] == "accuracy"
     assert [row["name"] for row in dataset.baselines["baselines"]] == ["majority", "bow_logistic"]
     html = alice_client.get(reverse("datasets:detail", args=[dataset.id])).content.decode()

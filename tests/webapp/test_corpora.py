@@ -14,7 +14,9 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from webapp.corpora import services
-from webapp.corpora.models import Corpus, JobStatus, Tokenizer
+from webapp.corpora.models import Corpus, Tokenizer
+from webapp.jobs import lifecycle
+from webapp.jobs.models import JobStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -214,7 +216,7 @@ def test_an_internal_error_is_logged_and_shown_as_a_generic_sentence(alice, monk
         services.corpus_process(corpus_id=corpus.id)
     corpus.refresh_from_db()
     assert corpus.status == JobStatus.FAILED
-    assert corpus.error == services.INTERNAL_ERROR and "disk on fire" not in corpus.error
+    assert corpus.error == lifecycle.INTERNAL_ERROR and "disk on fire" not in corpus.error
     assert "disk on fire" in caplog.text and "Traceback" in caplog.text
 
 
@@ -343,4 +345,4 @@ def test_a_broker_that_does_not_answer_is_reported_on_the_corpus(alice, monkeypa
             original_filename="c.txt", options={},
         )
     corpus.refresh_from_db()
-    assert corpus.status == JobStatus.FAILED and corpus.error == services.QUEUE_DOWN
+    assert corpus.status == JobStatus.FAILED and corpus.error == lifecycle.QUEUE_DOWN

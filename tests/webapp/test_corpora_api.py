@@ -6,7 +6,8 @@ import gzip
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from webapp.corpora.models import Corpus, JobStatus, Tokenizer
+from webapp.corpora.models import Corpus, Tokenizer
+from webapp.jobs.models import JobStatus
 
 pytestmark = pytest.mark.django_db
 

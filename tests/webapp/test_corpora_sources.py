@@ -19,7 +19,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from webapp.corpora import services
-from webapp.corpora.models import Corpus, JobStatus, SourceKind, Tokenizer
+from webapp.corpora.models import Corpus, SourceKind, Tokenizer
+from webapp.jobs.models import JobStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -495,7 +496,7 @@ def test_each_stage_is_written_to_the_row_as_it_runs(alice, monkeypatch):
 
 
 def test_the_stage_progress_is_throttled_but_says_each_new_stage(alice):
-    from webapp.corpora.jobs import StageProgress
+    from webapp.jobs.lifecycle import StageProgress
 
     corpus = Corpus.objects.create(owner=alice, name="c")
     progress = StageProgress(Corpus, corpus.pk, interval=3600)
@@ -638,7 +639,7 @@ def test_progress_from_a_thread_of_the_trainer_leaves_no_connection_open(alice):
 
     from django.db import connection
 
-    from webapp.corpora.jobs import StageProgress
+    from webapp.jobs.lifecycle import StageProgress
 
     corpus = Corpus.objects.create(owner=alice, name="c")
     progress = StageProgress(Corpus, corpus.pk)

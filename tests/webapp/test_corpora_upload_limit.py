@@ -5,7 +5,7 @@ import asyncio
 
 import pytest
 
-from webapp.api.limits import UploadSizeLimit
+from webapp.server.limits import UploadSizeLimit
 
 
 def call(app, *, path: str, length: int, method: str = "POST"):

@@ -13,7 +13,8 @@ from django.urls import reverse
 from tests.webapp.datasets_helpers import conll, review_csv, upload
 from tests.webapp.runs_helpers import make_data
 from webapp.datasets import services
-from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.datasets.models import Dataset
+from webapp.jobs.models import JobStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -55,7 +56,7 @@ def test_an_upload_by_script_answers_with_the_mapping_page(alice_client, alice):
     assert response.status_code == 201
     dataset = Dataset.objects.get(owner=alice)
     assert response.json() == {"id": str(dataset.id), "redirect": reverse("datasets:detail", args=[dataset.id])}
-    assert dataset.status == DatasetStatus.MAPPING and dataset.name == "reviews"
+    assert dataset.status == JobStatus.MAPPING and dataset.name == "reviews"
 
 
 def test_an_upload_whose_rows_do_not_read_answers_the_row_and_keeps_nothing(alice_client):
@@ -95,7 +96,7 @@ def test_confirming_on_the_page_ingests_and_the_page_charts_the_labels(alice_cli
             test="0.2", seed="7"))
     assert response.status_code == 302 and response.url == reverse("datasets:detail", args=[dataset.id])
     dataset.refresh_from_db()
-    assert dataset.status == DatasetStatus.READY, dataset.error
+    assert dataset.status == JobStatus.READY, dataset.error
     assert dataset.sizes == {"train": 24, "validation": 8, "test": 8} and dataset.seed == 7
     html = alice_client.get(response.url).content.decode()
     assert 'id="mapping-form"' not in html and 'id="label-chart"' in html and "plotly" in html
@@ -144,7 +145,7 @@ def test_a_mapping_that_does_not_fit_is_shown_on_the_page(alice_client, alice):
     assert "The split fractions must add up to 1 with some left for training; 0.9 + 0.2 + 0 = 1.1." in \
         response.content.decode()
     dataset.refresh_from_db()
-    assert dataset.status == DatasetStatus.MAPPING and dataset.task == ""
+    assert dataset.status == JobStatus.MAPPING and dataset.task == ""
 
 
 def test_a_failed_ingest_shows_the_row_and_offers_the_mapping_again(alice_client, alice, eager,
@@ -155,7 +156,7 @@ def test_a_failed_ingest_shows_the_row_and_offers_the_mapping_again(alice_client
         alice_client.post(reverse("datasets:mapping", args=[dataset.id]),
                           mapping_post(dataset, "token_classification", {"tokens": "tokens", "tags": "tags"}))
     dataset.refresh_from_db()
-    assert dataset.status == DatasetStatus.FAILED
+    assert dataset.status == JobStatus.FAILED
     line = 1 + sum(4 if i % 2 else 3 for i in range(1, 12)) + 11 + 1  # sentence 12's second line
     assert dataset.error == (f"Line {line} does not hold a token and a tag; each line of a CoNLL file holds a token "
                              "and its tag, separated by a tab or a space.")
@@ -180,7 +181,7 @@ def test_an_internal_error_is_logged_and_shown_as_a_generic_sentence(alice, monk
     with caplog.at_level(logging.ERROR):
         services.dataset_process(dataset_id=dataset.id)
     dataset.refresh_from_db()
-    assert dataset.status == DatasetStatus.FAILED and "internal error (not a problem with your data)" in dataset.error
+    assert dataset.status == JobStatus.FAILED and "internal error (not a problem with your data)" in dataset.error
     assert "disk on fire" not in dataset.error and "disk on fire" in caplog.text
 
 
@@ -224,7 +225,7 @@ def test_creating_a_demo_dataset_writes_and_ingests_it(alice_client, alice, eage
         response = alice_client.post(reverse("datasets:demo"), {"demo": "token_classification"})
     dataset = Dataset.objects.get(owner=alice)
     assert response.status_code == 302 and response.url == reverse("datasets:detail", args=[dataset.id])
-    assert dataset.status == DatasetStatus.READY, dataset.error
+    assert dataset.status == JobStatus.READY, dataset.error
     assert dataset.task == "token_classification" and dataset.labels[0] == "O" and "B-MOD" in dataset.labels
     html = alice_client.get(response.url).content.decode()
     assert "Demo: token classification (stdlib_identifiers.conll)" in html and 'data-unit="tokens"' in html
@@ -255,7 +256,7 @@ def test_other_users_get_404_on_every_dataset_page(alice_client, bob_client, ali
         assert response.status_code == 404
     assert "reviews" not in bob_client.get(reverse("datasets:list")).content.decode()
     dataset.refresh_from_db()
-    assert dataset.status == DatasetStatus.MAPPING
+    assert dataset.status == JobStatus.MAPPING
 
 
 def test_the_pages_need_a_login(client):
@@ -276,7 +277,7 @@ def test_the_navigation_and_the_home_page_present_both_halves(alice_client, alic
     assert "Getting started" in home and 'id="fine-tuning"' in home and "Recent datasets" in home
     assert "command line" not in home and "python -m trainer finetune" not in home
     assert f'href="{reverse("runs:finetune")}">Fine-tune</a>' in home
-    Dataset.objects.create(owner=alice, name="Ready one", status=DatasetStatus.READY)
+    Dataset.objects.create(owner=alice, name="Ready one", status=JobStatus.READY)
     home = alice_client.get(reverse("home")).content.decode()
     assert "Ready one" in home and "Add a labelled dataset</b> <span class=\"muted\">— done" in home
 

@@ -11,7 +11,8 @@ from django.conf import settings as django_settings
 
 from tests.webapp.datasets_helpers import conll, review_csv, scores_jsonl, upload
 from tests.webapp.runs_helpers import make_data
-from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.datasets.models import Dataset
+from webapp.jobs.models import JobStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -200,7 +201,7 @@ def test_a_mapping_that_does_not_fit_is_refused_with_a_sentence(alice_api, body,
     assert response.status_code == 400
     assert message in response.json()["error"]
     dataset = Dataset.objects.get(pk=dataset_id)
-    assert dataset.status == DatasetStatus.MAPPING and dataset.task == ""
+    assert dataset.status == JobStatus.MAPPING and dataset.task == ""
 
 
 # ---------------------------------------------------------------------------- states
@@ -282,7 +283,7 @@ def test_other_users_get_404_everywhere(alice_api, bob_api, confirm):
         assert response.json() == NOT_FOUND
     assert bob_api.get(API).json() == []
     assert [d["id"] for d in alice_api.get(API).json()] == [dataset_id]
-    assert Dataset.objects.get(pk=dataset_id).status == DatasetStatus.READY
+    assert Dataset.objects.get(pk=dataset_id).status == JobStatus.READY
 
 
 def test_anonymous_calls_are_refused_with_a_sentence(anon_api, alice):

@@ -11,7 +11,8 @@ from django.urls import reverse
 
 from tests.webapp.datasets_helpers import conll, review_csv, upload
 from tests.webapp.test_datasets_api import API, confirm, post_file, stored_folders  # noqa: F401 (confirm: a fixture)
-from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.datasets.models import Dataset
+from webapp.jobs.models import JobStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -102,7 +103,7 @@ def test_the_mapping_of_split_files_is_checked_and_unknown_keys_refused(alice_ap
     response = alice_api.post(url, {"task": "token_classification", "mapping": mapping, "splits": {}}, format="json")
     assert response.status_code == 400 and response.json()["error"] == (
         "splits: Unknown field. The fields are: mapping, seed, split, task.")
-    assert Dataset.objects.get(pk=dataset_id).status == DatasetStatus.MAPPING
+    assert Dataset.objects.get(pk=dataset_id).status == JobStatus.MAPPING
 
 
 # ---------------------------------------------------------------------------- the pages
@@ -123,7 +124,7 @@ def test_the_upload_page_takes_a_file_per_split_and_the_page_says_where_each_spl
         response = alice_client.post(reverse("datasets:mapping", args=[dataset.id]), form)
     assert response.status_code == 302
     dataset.refresh_from_db()
-    assert dataset.status == DatasetStatus.READY, dataset.error
+    assert dataset.status == JobStatus.READY, dataset.error
     assert dataset.sizes == {"train": 10, "validation": 1, "test": 2}
     html = alice_client.get(response.url).content.decode()
     assert "split by the files uploaded, one per split" in html

@@ -22,9 +22,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from tests.webapp.runs_helpers import make_run
-from webapp.api.storage import DISK_FULL, is_disk_full
 from webapp.runs import execution, reaper
 from webapp.runs.models import LogLine, MetricPoint, Run, RunStatus
+from webapp.server.storage import DISK_FULL, is_disk_full
 
 pytestmark = pytest.mark.django_db
 
@@ -131,9 +131,9 @@ def asgi_post(app, path: str, chunks: list[bytes], headers=()) -> tuple[int, dic
 
 @pytest.mark.parametrize("path, page", [("/api/corpora/", False), ("/corpora/upload/", True)])
 def test_a_chunked_upload_the_disk_refuses_is_a_507(full_temp_folder, settings, path, page):
-    """A body without a length is spooled by webapp.api.limits to count it; past 1 MB the spool
+    """A body without a length is spooled by webapp.server.limits to count it; past 1 MB the spool
     spills to a file, which the full disk refuses."""
-    from webapp.api.limits import UploadSizeLimit
+    from webapp.server.limits import UploadSizeLimit
 
     async def app(scope, receive, send):
         pytest.fail("the body never reached the app")
@@ -150,7 +150,7 @@ def test_a_chunked_upload_the_disk_refuses_is_a_507(full_temp_folder, settings, 
 @pytest.mark.django_db(transaction=True)
 def test_a_body_the_disk_refuses_while_django_reads_it_is_a_507(full_temp_folder):
     """A body with a length is read by the web handler, which spools it past 1 MB."""
-    from webapp.api.handler import PooledASGIHandler
+    from webapp.server.handler import PooledASGIHandler
 
     handler = PooledASGIHandler()
     try:
@@ -266,10 +266,11 @@ def test_a_page_launch_the_full_database_refuses_is_a_507_page(alice, alice_clie
 
 # --------------------------------------------------------------------------------------- jobs
 def test_a_job_the_disk_refuses_fails_with_the_sentence(alice):
-    from webapp.corpora import jobs
-    from webapp.corpora.models import Corpus, JobStatus
+    from webapp.corpora.models import Corpus
+    from webapp.jobs import lifecycle
+    from webapp.jobs.models import JobStatus
 
     corpus = Corpus.objects.create(owner=alice, name="Notes", status=JobStatus.PROCESSING)
-    jobs.fail(Corpus, corpus.pk, OSError(errno.ENOSPC, "No space left on device"))
+    lifecycle.fail(Corpus, corpus.pk, OSError(errno.ENOSPC, "No space left on device"))
     corpus.refresh_from_db()
     assert corpus.status == JobStatus.FAILED and corpus.error == DISK_FULL

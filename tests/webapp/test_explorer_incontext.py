@@ -9,7 +9,8 @@ import json
 import pytest
 
 from tests.webapp.explorer_models_helpers import family_checkpoint
-from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.datasets.models import Dataset
+from webapp.jobs.models import JobStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -19,7 +20,7 @@ TRAIN = [{"text": "open the file", "label": "io"}, {"text": "sort the list", "la
 HELD = [{"text": "append an item", "label": "data"}, {"text": "close the socket", "label": "io"}]
 
 
-def make_dataset(owner, *, task="classification", status=DatasetStatus.READY) -> Dataset:
+def make_dataset(owner, *, task="classification", status=JobStatus.READY) -> Dataset:
     dataset = Dataset.objects.create(owner=owner, name="modules", status=status, task=task, labels=["data", "io"],
                                      sizes={"train": 4, "validation": 2, "test": 0})
     folder = dataset.data_dir

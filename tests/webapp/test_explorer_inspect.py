@@ -6,7 +6,7 @@ from django.urls import reverse
 
 from tests.webapp.runs_helpers import TINY_TRAINING, make_data, make_run
 from trainer.config import RunConfig
-from webapp.corpora.models import JobStatus
+from webapp.jobs.models import JobStatus
 from webapp.runs.models import RunStatus
 
 pytestmark = pytest.mark.django_db

@@ -8,7 +8,8 @@ from django.urls import reverse
 
 from tests.webapp.runs_helpers import make_checkpoint, make_run
 from tests.webapp.test_runs_compare import finetune_run
-from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.datasets.models import Dataset
+from webapp.jobs.models import JobStatus
 from webapp.runs.models import RunStatus
 from webapp.runs.templatetags.runs_extras import setting_text
 
@@ -21,7 +22,7 @@ def test_a_list_setting_reads_as_its_items():
 
 
 def test_compare_and_the_leaderboard_show_report_to_as_words(alice, alice_client):
-    dataset = Dataset.objects.create(owner=alice, name="reviews", status=DatasetStatus.READY, task="classification",
+    dataset = Dataset.objects.create(owner=alice, name="reviews", status=JobStatus.READY, task="classification",
                                      labels=["neg", "pos"])
     base = make_checkpoint(make_run(alice, status=RunStatus.SUCCEEDED, name="tiny bert"), step=20)
     a = finetune_run(alice, dataset, base, "a", lr=1e-3, valid=[0.6], test={"accuracy": 0.6})
@@ -51,7 +52,7 @@ def test_a_new_user_is_welcomed_and_a_returning_one_welcomed_back(alice_client, 
 
 def test_the_fine_tune_form_offers_an_upload_only_to_a_user_without_datasets(alice, alice_client):
     assert 'id="ft-no-dataset"' in alice_client.get(reverse("runs:finetune")).content.decode()
-    Dataset.objects.create(owner=alice, name="reviews", status=DatasetStatus.READY, task="classification",
+    Dataset.objects.create(owner=alice, name="reviews", status=JobStatus.READY, task="classification",
                            labels=["neg", "pos"])
     assert 'id="ft-no-dataset"' not in alice_client.get(reverse("runs:finetune")).content.decode()
 

@@ -8,7 +8,8 @@ from django.urls import reverse
 
 from tests.trainer.importing_helpers import zip_with
 from tests.webapp.import_helpers import hf_folder, hf_zip, imported_checkpoint
-from webapp.explorer.models import ImportStatus, ModelImport
+from webapp.explorer.models import ModelImport
+from webapp.jobs.models import JobStatus
 from webapp.runs.models import CheckpointSource
 
 # Imports run in the worker task, enqueued on commit: commit for real and run tasks in-process.
@@ -27,7 +28,7 @@ def test_an_uploaded_bert_becomes_a_checkpoint_that_fills_masks_like_transformer
     with open(hf_zip(), "rb") as f:
         response = alice_client.post(reverse("explorer:import"), {"file": f, "name": "tiny bert"})
     job = ModelImport.objects.get()
-    assert job.status == ImportStatus.READY, job.error
+    assert job.status == JobStatus.READY, job.error
     ckpt = job.checkpoint
     assert response.status_code == 302 and response["Location"].endswith(f"?checkpoint={ckpt.id}")
     assert (ckpt.owner, ckpt.run, ckpt.source, ckpt.name) == (alice, None, CheckpointSource.IMPORT, "tiny bert")
@@ -95,7 +96,7 @@ def test_bob_cannot_see_or_ask_alices_imported_model(alice, bob_api, bob_client,
     assert bob_client.get(reverse("explorer:index") + f"?checkpoint={ckpt.id}").status_code == 404
     assert anon_api.post("/api/explore/fill-mask/", body, format="json").status_code in (401, 403)
     job = ModelImport.objects.create(owner=alice, name="x", archive_suffix=".zip", checkpoint=ckpt,
-                                     status=ImportStatus.READY)
+                                     status=JobStatus.READY)
     assert bob_api.get(f"/api/explore/imports/{job.id}/").status_code == 404
     assert bob_api.get("/api/explore/imports/").json() == []
     assert bob_client.post(reverse("explorer:import-delete", args=[job.id])).status_code == 404
@@ -119,7 +120,7 @@ def test_with_the_worker_task_the_import_is_queued_then_done(alice_api, monkeypa
         body = upload_api(alice_api, hf_zip()).json()
         assert body["status"] == "pending"
     job = ModelImport.objects.get(pk=body["id"])
-    assert sent == [([str(job.id)], "jobs")] and job.status == ImportStatus.READY and job.checkpoint is not None
+    assert sent == [([str(job.id)], "jobs")] and job.status == JobStatus.READY and job.checkpoint is not None
     detail = alice_api.get(f"/api/explore/imports/{job.id}/").json()
     assert detail["status"] == "ready" and detail["explore_url"].endswith(str(job.checkpoint_id))
 
@@ -127,7 +128,7 @@ def test_with_the_worker_task_the_import_is_queued_then_done(alice_api, monkeypa
 def test_deleting_an_import_removes_its_checkpoint_and_files(alice, alice_client, django_capture_on_commit_callbacks):
     ckpt = imported_checkpoint(alice)
     job = ModelImport.objects.create(owner=alice, name="x", archive_suffix=".zip", checkpoint=ckpt,
-                                     status=ImportStatus.READY)
+                                     status=JobStatus.READY)
     folder = ckpt.folder
     assert folder.is_dir()
     with django_capture_on_commit_callbacks(execute=True):  # the files go once the rows are gone for good

@@ -51,9 +51,10 @@ def registered(monkeypatch):
 
 @pytest.fixture
 def toy_choices(alice):
-    from webapp.datasets.models import Dataset, DatasetStatus
+    from webapp.datasets.models import Dataset
+    from webapp.jobs.models import JobStatus
 
-    dataset = Dataset.objects.create(owner=alice, name="toys", task="toy", status=DatasetStatus.READY)
+    dataset = Dataset.objects.create(owner=alice, name="toys", task="toy", status=JobStatus.READY)
     return family_stub(alice, "bert"), dataset
 
 

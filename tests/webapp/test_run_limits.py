@@ -52,10 +52,10 @@ def test_the_launch_page_says_so(limit_two, alice, alice_client, enqueued):
 
 
 def test_short_jobs_have_their_own_queue(alice, monkeypatch, settings, django_capture_on_commit_callbacks):
-    from webapp.corpora import services as corpora_services
     from webapp.explorer import imports
+    from webapp.jobs import lifecycle
 
-    assert settings.JOBS_QUEUE == "jobs" and corpora_services.QUEUE == imports.QUEUE == "jobs"
+    assert settings.JOBS_QUEUE == "jobs" and lifecycle.QUEUE == imports.QUEUE == "jobs"
     sent = []
     monkeypatch.setattr("webapp.corpora.tasks.ingest_corpus.apply_async",
                         lambda args, queue: sent.append((args, queue)))

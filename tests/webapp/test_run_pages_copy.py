@@ -10,7 +10,8 @@ from django.conf import settings
 from django.urls import reverse
 
 from tests.webapp.runs_helpers import make_checkpoint, make_run
-from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.datasets.models import Dataset
+from webapp.jobs.models import JobStatus
 from webapp.runs.models import Run, RunKind, RunStatus
 
 pytestmark = pytest.mark.django_db
@@ -26,7 +27,7 @@ def page(client, url) -> str:
 def classifier(alice) -> Run:
     """A fine-tuning run (text classification) of a pre-training run's checkpoint."""
     base = make_checkpoint(make_run(alice, status=RunStatus.SUCCEEDED, name="tiny bert"), step=20)
-    dataset = Dataset.objects.create(owner=alice, name="reviews", status=DatasetStatus.READY, task="classification",
+    dataset = Dataset.objects.create(owner=alice, name="reviews", status=JobStatus.READY, task="classification",
                                      labels=["neg", "pos"])
     config = {"checkpoint": str(base.folder), "dataset": str(dataset.data_dir), "task": "classification",
               "lr": 1e-4, "max_steps": 30}

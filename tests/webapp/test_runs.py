@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from tests.webapp.runs_helpers import TINY_TRAINING, make_checkpoint, make_data, make_run
 from trainer.errors import ConfigError
-from webapp.corpora.models import JobStatus
+from webapp.jobs.models import JobStatus
 from webapp.runs import execution
 from webapp.runs import selectors, services
 from webapp.runs.models import LogLine, MetricPoint, Run, RunStatus

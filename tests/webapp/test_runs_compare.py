@@ -9,7 +9,8 @@ import pytest
 from django.urls import reverse
 
 from tests.webapp.runs_helpers import make_checkpoint, make_data, make_run
-from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.datasets.models import Dataset
+from webapp.jobs.models import JobStatus
 from webapp.runs.models import MetricPoint, Run, RunKind, RunStatus
 
 pytestmark = pytest.mark.django_db(transaction=False)
@@ -32,7 +33,7 @@ def finetune_run(owner, dataset, base, name, *, lr, valid, test=None) -> Run:
 
 @pytest.fixture
 def board(alice, bob):
-    dataset = Dataset.objects.create(owner=alice, name="reviews", status=DatasetStatus.READY, task="classification",
+    dataset = Dataset.objects.create(owner=alice, name="reviews", status=JobStatus.READY, task="classification",
                                      labels=["neg", "pos"])
     base = make_checkpoint(make_run(alice, status=RunStatus.SUCCEEDED, name="tiny bert"), step=20)
     runs = {
@@ -41,7 +42,7 @@ def board(alice, bob):
                              test={"accuracy": 0.85, "mcc": 0.7}),
         "running": finetune_run(alice, dataset, base, "running", lr=5e-4, valid=[0.65]),
     }
-    other = Dataset.objects.create(owner=alice, name="other", status=DatasetStatus.READY, task="classification")
+    other = Dataset.objects.create(owner=alice, name="other", status=JobStatus.READY, task="classification")
     finetune_run(alice, other, base, "elsewhere", lr=1e-3, valid=[0.99], test={"accuracy": 0.99})
     return dataset, runs
 
@@ -70,7 +71,7 @@ def test_the_leaderboard_is_the_owners_only(alice, bob, bob_api, bob_client, boa
     assert bob_api.get(reverse("api-dataset-leaderboard", args=[dataset.id])).status_code == 404
     assert bob_client.get(reverse("datasets:detail", args=[dataset.id])).status_code == 404
     # bob's own dataset lists none of alice's runs, even one pointing at it
-    his = Dataset.objects.create(owner=bob, name="his", status=DatasetStatus.READY, task="classification")
+    his = Dataset.objects.create(owner=bob, name="his", status=JobStatus.READY, task="classification")
     runs["low"].dataset = his
     runs["low"].save()
     assert bob_api.get(reverse("api-dataset-leaderboard", args=[his.id])).json()["rows"] == []

@@ -13,7 +13,7 @@ import pytest
 from django.urls import reverse
 
 from tests.webapp.runs_helpers import make_checkpoint, make_run
-from webapp.corpora.models import JobStatus
+from webapp.jobs.models import JobStatus
 from webapp.runs import exports
 from webapp.runs.models import CheckpointExport, RunStatus
 
@@ -160,7 +160,7 @@ def test_a_checkpoint_without_files_cannot_be_exported(alice, alice_client, alic
 
 def test_the_storage_guard_refuses_an_export_before_anything_is_written(alice_client, alice_api, checkpoint, queued,
                                                                         monkeypatch, settings):
-    from webapp.api import storage
+    from webapp.server import storage
 
     settings.STORAGE_MIN_FREE_BYTES = 10**9
     monkeypatch.setattr(storage, "free_bytes", lambda: 10**9 + 1000)  # less than twice the weights above the floor

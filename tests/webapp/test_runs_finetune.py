@@ -10,7 +10,8 @@ from django.urls import reverse
 
 from tests.webapp.runs_helpers import make_checkpoint, make_run
 from webapp.datasets import services as dataset_services
-from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.datasets.models import Dataset
+from webapp.jobs.models import JobStatus
 from webapp.runs import services
 from webapp.runs.models import Checkpoint, Run, RunKind, RunStatus
 
@@ -23,7 +24,7 @@ def ready_demo(owner, django_capture_on_commit_callbacks, demo: str = "classific
     with django_capture_on_commit_callbacks(execute=True):
         dataset = dataset_services.dataset_create_demo(owner=owner, name=demo)
     dataset.refresh_from_db()
-    assert dataset.status == DatasetStatus.READY, dataset.error
+    assert dataset.status == JobStatus.READY, dataset.error
     return dataset
 
 
@@ -209,11 +210,11 @@ def test_the_form_offers_only_the_datasets_the_checkpoint_fine_tunes_on(alice, a
     """The options say what fits (data-tasks, data-task); with a checkpoint given (or posted) the
     server disables the datasets it cannot fine-tune on, and those not ready always; the refusal stays."""
     bert, gpt, t5 = (family_stub(alice, f) for f in ("bert", "gpt", "t5"))
-    make = lambda name, task, status=DatasetStatus.READY: Dataset.objects.create(  # noqa: E731
+    make = lambda name, task, status=JobStatus.READY: Dataset.objects.create(  # noqa: E731
         owner=alice, name=name, task=task, status=status)
     labels, tags, chats = make("labels", "classification"), make("tags", "token_classification"), make("chats", "sft")
-    waiting = make("half done", "classification", DatasetStatus.MAPPING)
-    Dataset.objects.create(owner=bob, name="bob's", status=DatasetStatus.READY, task="sft")
+    waiting = make("half done", "classification", JobStatus.MAPPING)
+    Dataset.objects.create(owner=bob, name="bob's", status=JobStatus.READY, task="sft")
 
     offer = services.finetune_choices(alice)
     assert offer["checkpoints"][str(bert.id)]["tasks"] == [
@@ -305,7 +306,7 @@ def test_the_api_launches_and_refuses_with_sentences(alice, alice_api, bob, eage
     Run.objects.filter(pk=seeded.json()["id"]).delete()
 
     # someone else's checkpoint or dataset: not found among yours
-    bobs_dataset = Dataset.objects.create(owner=bob, name="bob's", status=DatasetStatus.READY, task="classification")
+    bobs_dataset = Dataset.objects.create(owner=bob, name="bob's", status=JobStatus.READY, task="classification")
     bobs_base = make_checkpoint(make_run(bob, status=RunStatus.SUCCEEDED), step=10)
     refused = alice_api.post(url, {"checkpoint": str(bobs_base.id), "dataset": str(dataset.id)}, format="json")
     assert refused.status_code == 400 and f"No checkpoint of yours has the id {bobs_base.id}" in refused.json()["error"]
@@ -316,7 +317,7 @@ def test_the_api_launches_and_refuses_with_sentences(alice, alice_api, bob, eage
     refused = alice_api.post(url, {"checkpoint": str(family_stub(alice, "xlnet").id), "dataset": str(dataset.id)},
                              format="json")
     assert refused.status_code == 400 and "XLNet checkpoint cannot be fine-tuned" in refused.json()["error"]
-    waiting = Dataset.objects.create(owner=alice, name="half done", status=DatasetStatus.MAPPING)
+    waiting = Dataset.objects.create(owner=alice, name="half done", status=JobStatus.MAPPING)
     refused = alice_api.post(url, {"checkpoint": str(base.id), "dataset": str(waiting.id)}, format="json")
     assert refused.status_code == 400
     assert "The dataset 'half done' is not ready yet" in refused.json()["error"]

@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from tests.webapp.runs_helpers import make_checkpoint, make_run
 from webapp.datasets import services as dataset_services
-from webapp.datasets.models import DatasetStatus
+from webapp.jobs.models import JobStatus
 from webapp.runs.models import Run, RunKind, RunStatus
 
 pytestmark = pytest.mark.django_db(transaction=False)
@@ -22,7 +22,7 @@ def ready_demo(owner, capture):
     with capture(execute=True):
         dataset = dataset_services.dataset_create_demo(owner=owner, name="classification")
     dataset.refresh_from_db()
-    assert dataset.status == DatasetStatus.READY, dataset.error
+    assert dataset.status == JobStatus.READY, dataset.error
     return dataset
 
 

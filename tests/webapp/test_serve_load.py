@@ -66,7 +66,7 @@ def _asgi_get(app, path: str, headers: list[tuple[bytes, bytes]] = ()) -> tuple[
 def test_the_http_handler_runs_the_middleware_and_the_view_in_one_synchronous_call():
     """Django's ASGI handler hands each request between the event loop and the request's thread about
     four times; here no middleware of the chain is async, nor adapted to or from async."""
-    from webapp.api.handler import PooledASGIHandler
+    from webapp.server.handler import PooledASGIHandler
 
     handler = PooledASGIHandler()
     try:
@@ -92,7 +92,7 @@ def test_requests_reuse_their_threads_and_database_connections(alice, settings):
     from django.db import connection
     from rest_framework.authtoken.models import Token
 
-    from webapp.api.handler import PooledASGIHandler
+    from webapp.server.handler import PooledASGIHandler
 
     settings.WEB_REQUEST_THREADS = 1
     run = make_run(alice, status=RunStatus.RUNNING)
@@ -122,7 +122,7 @@ def test_requests_reuse_their_threads_and_database_connections(alice, settings):
 def test_at_most_the_setting_of_requests_run_at_once_and_the_rest_wait(settings):
     from django.http import HttpResponse
 
-    from webapp.api.handler import PooledASGIHandler
+    from webapp.server.handler import PooledASGIHandler
 
     settings.WEB_REQUEST_THREADS = 2
     lock, running, most = threading.Lock(), [0], [0]
@@ -155,7 +155,7 @@ def test_at_most_the_setting_of_requests_run_at_once_and_the_rest_wait(settings)
 def test_a_streamed_file_is_sent_whole_and_closed(tmp_path):
     from django.http import FileResponse
 
-    from webapp.api.handler import PooledASGIHandler
+    from webapp.server.handler import PooledASGIHandler
 
     data = os.urandom(300_000)
     (tmp_path / "blob.bin").write_bytes(data)

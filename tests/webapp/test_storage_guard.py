@@ -1,12 +1,12 @@
-"""The free-space guard (webapp/api/storage.py): uploads and launches that would leave less than
+"""The free-space guard (webapp/server/storage.py): uploads and launches that would leave less than
 STORAGE_MIN_FREE_BYTES free are refused with a sentence and HTTP 507 (issue 11, point 4)."""
 from __future__ import annotations
 
 from asgiref.sync import async_to_sync
 
 from tests.webapp.runs_helpers import make_data
-from webapp.api import storage
-from webapp.api.limits import UploadSizeLimit
+from webapp.server import storage
+from webapp.server.limits import UploadSizeLimit
 from webapp.runs.models import Run
 
 

@@ -7,7 +7,8 @@ import pytest
 from tests.webapp.test_tokenizers import ready_corpus  # noqa: F401 (a fixture)
 from trainer.prep import shards
 from webapp.corpora import services
-from webapp.corpora.models import JobStatus, Tokenizer
+from webapp.corpora.models import Tokenizer
+from webapp.jobs.models import JobStatus
 
 pytestmark = pytest.mark.django_db
 

@@ -11,7 +11,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from webapp.corpora import services
-from webapp.corpora.models import Corpus, JobStatus, Tokenizer
+from webapp.corpora.models import Corpus, Tokenizer
+from webapp.jobs.models import JobStatus
 
 pytestmark = pytest.mark.django_db
 

@@ -1,4 +1,4 @@
-"""The upload limit at the ASGI layer (webapp/api/limits.py) for a body without a length: counted
+"""The upload limit at the ASGI layer (webapp/server/limits.py) for a body without a length: counted
 as it arrives, refused with 413 once past the limit, handed on unchanged below it."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 from asgiref.sync import async_to_sync
 
-from webapp.api.limits import UploadSizeLimit
+from webapp.server.limits import UploadSizeLimit
 
 
 def _call(chunks, limit, settings, headers=()):

@@ -12,7 +12,7 @@ from channels.testing import WebsocketCommunicator
 
 from tests.livestack import RedisServer
 from tests.webapp.runs_helpers import make_run
-from webapp.api.ws_outage import TRY_AGAIN
+from webapp.server.ws_outage import TRY_AGAIN
 from webapp.asgi import application
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -6,10 +6,9 @@ from dataclasses import dataclass, field
 from django.contrib.auth.models import AbstractBaseUser
 from django.urls import NoReverseMatch, reverse
 
-from webapp.corpora.models import JobStatus
 from webapp.corpora.selectors import corpora_for, tokenizers_for
-from webapp.datasets.models import DatasetStatus
 from webapp.datasets.selectors import datasets_for
+from webapp.jobs.models import JobStatus
 
 
 def _url(name: str, *args, fallback: str) -> str:
@@ -88,7 +87,7 @@ def dashboard_for(user: AbstractBaseUser, *, recent: int = 5) -> Dashboard:
     finetune_steps = [
         Step(5, "Add a labelled dataset",
              "Upload a CSV, TSV, JSONL, CoNLL or SQuAD file and map its columns, or start with a demo dataset.",
-             datasets.filter(status=DatasetStatus.READY).exists(), reverse("datasets:list"), "Go to datasets"),
+             datasets.filter(status=JobStatus.READY).exists(), reverse("datasets:list"), "Go to datasets"),
         Step(6, "Fine-tune a checkpoint",
              "Choose a checkpoint (one of your runs' or an imported Hugging Face model) and a ready dataset on the "
              "fine-tune form, then follow the task's scores live.",

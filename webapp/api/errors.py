@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_default_handler
 
 from trainer.errors import MESSAGE_LIMIT, bounded
-from webapp.api.storage import DISK_FULL, is_disk_full
+from webapp.server.storage import DISK_FULL, is_disk_full
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from webapp.api.parsers import JSONObjectParser
-from webapp.corpora.models import JobStatus
 from webapp.corpora import selectors
 from webapp.corpora.selectors import corpora_for, tokenizers_for
 from webapp.corpora.forms import cleaning_rules
@@ -27,7 +26,6 @@ from webapp.corpora.serializers import (
     TokenizerSerializer,
 )
 from webapp.corpora.services import (
-    ActionRefused,
     corpus_create_demo,
     corpus_create_from_import,
     corpus_create_from_upload,
@@ -36,6 +34,8 @@ from webapp.corpora.services import (
     tokenizer_create,
     tokenizer_delete,
 )
+from webapp.jobs.lifecycle import ActionRefused
+from webapp.jobs.models import JobStatus
 
 
 class Conflict(APIException):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from webapp.corpora.forms import cleaning_rules
-from webapp.corpora.uploads import human_bytes
+from webapp.jobs.uploads import human_bytes
 
 STAT_LABELS = [
     ("documents", "Documents"),

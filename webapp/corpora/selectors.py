@@ -8,7 +8,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, QuerySet
 from django.http import Http404
 
-from webapp.corpora.models import Corpus, JobStatus, Tokenizer
+from webapp.corpora.models import Corpus, Tokenizer
+from webapp.jobs.models import JobStatus
 
 
 def _as_uuid(value) -> uuid.UUID:

@@ -9,24 +9,10 @@ from webapp.api.serializers import RequestSerializer
 from webapp.corpora.forms import (
     EXTRA_IDS_HELP, EXTRA_IDS_LABEL, VOCAB_DEFAULT, algorithm_choices, cleaning_rules, extra_ids_max, vocab_bounds,
 )
-from webapp.corpora.models import Corpus, JobStatus, SourceKind, Tokenizer
+from webapp.corpora.models import Corpus, SourceKind, Tokenizer
 from webapp.corpora.services import LISTED_FILES
 from webapp.corpora.uploads import FORMATS_HELP, check_uploads
-
-
-@extend_schema_field(
-    {
-        "type": "string",
-        "enum": JobStatus.values,
-        "description": "pending (waiting for a worker), processing, ready or failed (see `error`).",
-    },
-    component_name="JobStatusEnum",
-)
-class JobStatusField(serializers.ChoiceField):
-    """The status of a corpus or tokenizer job. Named explicitly: the runs app has its own `status` enum."""
-
-    def __init__(self, **kwargs):
-        super().__init__(choices=JobStatus.choices, read_only=True, **kwargs)
+from webapp.jobs.serializers import JobStatusField
 
 
 class SourceFileSerializer(serializers.Serializer):

@@ -20,14 +20,16 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 
-from webapp.corpora.jobs import INTERNAL_ERROR, QUEUE, QUEUE_DOWN  # noqa: F401 - part of this module's interface
-from webapp.corpora.jobs import StageProgress as _Progress
-from webapp.corpora.jobs import claim as _claim
-from webapp.corpora.jobs import enqueue as _enqueue
-from webapp.corpora.jobs import fail as _fail
-from webapp.corpora.jobs import rmtree_after_commit as _rmtree_after_commit
-from webapp.corpora.models import Corpus, JobStatus, SourceKind, Tokenizer
-from webapp.corpora.uploads import check_uploads, guess_source, is_archive, keep_upload, upload_suffix
+from webapp.corpora.models import Corpus, SourceKind, Tokenizer
+from webapp.corpora.uploads import check_uploads, corpus_suffix, guess_source, is_archive
+from webapp.jobs.lifecycle import ActionRefused
+from webapp.jobs.lifecycle import StageProgress as _Progress
+from webapp.jobs.lifecycle import claim as _claim
+from webapp.jobs.lifecycle import enqueue as _enqueue
+from webapp.jobs.lifecycle import fail as _fail
+from webapp.jobs.lifecycle import rmtree_after_commit as _rmtree_after_commit
+from webapp.jobs.models import JobStatus
+from webapp.jobs.uploads import keep_upload
 
 if TYPE_CHECKING:
     from trainer.prep.sources import SourceFile
@@ -40,10 +42,6 @@ UPLOADS_MANIFEST = "uploads.json"  # in raw/: [{"stored": "0000.parquet", "name"
 LISTED_FILES = 1000  # files an import's listing (dry run) shows; its totals count them all
 NO_IMPORT_ROOTS = ("Importing from the server is off: an administrator must set CORPUS_IMPORT_ROOTS (the folders "
                    "corpora may be imported from) in the server's environment.")
-
-
-class ActionRefused(Exception):
-    """The user asked for something that cannot be done in the current state; the message says why."""
 
 
 # ---------------------------------------------------------------- helpers
@@ -134,7 +132,7 @@ def _shown_names(names: list[str]) -> str:
 
 def _default_name(filename: str) -> str:
     base = Path(filename or "corpus").name
-    suffix = upload_suffix(base)
+    suffix = corpus_suffix(base)
     if suffix:
         base = base[: -len(suffix)]
     for suffix in (".gz", ".jsonl", ".txt"):
@@ -206,7 +204,7 @@ def _create_imported(*, owner, spec: str, name: str, options: dict, found: list,
 def _import_name(spec: str) -> str:
     """The last part of the path that is not a pattern: /data/c4/en/*.json.gz -> "en"."""
     parts = [p for p in Path(spec).parts if p not in ("/", "") and not any(c in p for c in "*?[")]
-    if parts and Path(spec).name == parts[-1] and upload_suffix(parts[-1]):
+    if parts and Path(spec).name == parts[-1] and corpus_suffix(parts[-1]):
         return _default_name(parts[-1])  # a single file: its name without the extension
     return (parts[-1] if parts else "Imported corpus")[:200]
 

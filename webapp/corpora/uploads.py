@@ -1,13 +1,10 @@
-"""What an upload may be: its extension and its size, checked before anything is stored; and
-keeping it (a rename of the file Django streamed to disk).
+"""What a corpus upload may be: every file name trainer.prep.sources reads (sources.UPLOAD_SUFFIXES),
+checked with the shared upload code (webapp.jobs.uploads) before anything is stored, and what the
+page shows of each file before the ingest reads it.
 
-The client's file name is only ever shown; the stored file is named from the object's id and the
-accepted extension. A corpus of one file keeps it as `raw<suffix>` in its folder (`raw.txt`,
-`raw.jsonl.zst`, ...); several files, or an archive of them, go to `raw/0000<suffix>`,
-`raw/0001<suffix>`, ... with `raw/uploads.json` naming each as the client did (see
-webapp.corpora.services). Corpora accept every name trainer.prep.sources reads
-(sources.UPLOAD_SUFFIXES); other uploads (labelled datasets) pass their own suffixes and wording to
-`check_file`.
+A corpus of one file keeps it as `raw<suffix>` in its folder (`raw.txt`, `raw.jsonl.zst`, ...);
+several files, or an archive of them, go to `raw/0000<suffix>`, `raw/0001<suffix>`, ... with
+`raw/uploads.json` naming each as the client did (see webapp.corpora.services).
 """
 from __future__ import annotations
 
@@ -17,9 +14,8 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.files.move import file_move_safe
-from django.core.files.uploadedfile import UploadedFile
-from django.http import HttpRequest, JsonResponse
+
+from webapp.jobs.uploads import check_file, shown_sizes, upload_suffix
 
 WRONG_TYPE = (
     "“%(name)s” is not a file type LM Workbench reads. Upload a .txt file (documents separated by a "
@@ -27,7 +23,6 @@ WRONG_TYPE = (
     "or .arrow file, each optionally compressed with gzip, zstd or bzip2 (.gz, .zst, .bz2), or a .zip "
     "or .tar archive of such files."
 )
-EMPTY = "The file is empty (0 bytes). Choose a file that contains text."
 FORMATS_HELP = (
     "Text (.txt: a blank line between documents), JSON lines (.jsonl, .json: one object per line), "
     "Parquet or Arrow, each optionally compressed (.gz, .zst, .bz2); several files at once, or a .zip "
@@ -78,45 +73,9 @@ def guess_source(name: str, path: Path | str, size: int) -> dict:
     return {"path": str(path), "name": name, "format": fmt, "compression": compression, "bytes": int(size)}
 
 
-def upload_suffix(filename: str, suffixes: Sequence[str] | None = None) -> str | None:
-    """The accepted extension of `filename` (lower case), or None if it is not one we read.
-    `suffixes` (default: a corpus's) must list the longer ones first (".csv.gz" before ".csv")."""
-    if suffixes is None:
-        suffixes = accepted_suffixes()
-    name = (filename or "").strip().lower()
-    return next((s for s in suffixes if name.endswith(s) and len(name) > len(s)), None)
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("bytes", "KB", "MB", "GB"):
-        if abs(n) < 1000 or unit == "GB":
-            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return f"{n:,.1f} GB"  # pragma: no cover - the loop always returns
-
-
-def check_file(filename: str, size: int, *, suffixes: Sequence[str], wrong_type: str, empty: str = EMPTY) -> str:
-    """The stored suffix of an acceptable upload; ValidationError with a sentence otherwise.
-
-    `wrong_type` is the sentence for a name without one of `suffixes` (``%(name)s`` is the file's
-    name); the size must be above 0 and at most settings.UPLOAD_MAX_BYTES.
-    """
-    suffix = upload_suffix(filename, suffixes)
-    if suffix is None:
-        raise ValidationError(wrong_type, code="extension", params={"name": filename})
-    if size == 0:
-        raise ValidationError(empty, code="empty")
-    limit = settings.UPLOAD_MAX_BYTES
-    if size > limit:
-        shown_size, shown_limit = human_bytes(size), human_bytes(limit)
-        if shown_size == shown_limit:  # just over the limit: the rounded sizes would read the same
-            shown_size, shown_limit = f"{size:,} bytes", f"{limit:,} bytes"
-        raise ValidationError(
-            "The file is %(size)s; the largest upload accepted is %(limit)s.",
-            code="too_large",
-            params={"size": shown_size, "limit": shown_limit},
-        )
-    return suffix
+def corpus_suffix(filename: str) -> str | None:
+    """The accepted corpus extension of `filename` (lower case), or None if trainer.prep.sources reads no such file."""
+    return upload_suffix(filename, accepted_suffixes())
 
 
 def check_upload(filename: str, size: int) -> str:
@@ -141,43 +100,9 @@ def check_uploads(files: Sequence[tuple[str, int]]) -> list[str]:
             raise
     total, limit = sum(size for _, size in files), settings.UPLOAD_MAX_BYTES
     if len(files) > 1 and total > limit:
-        shown_size, shown_limit = human_bytes(total), human_bytes(limit)
-        if shown_size == shown_limit:
-            shown_size, shown_limit = f"{total:,} bytes", f"{limit:,} bytes"
+        shown_size, shown_limit = shown_sizes(total, limit)
         raise ValidationError(
             "The %(n)s files are %(size)s in all; the largest upload accepted is %(limit)s.",
             code="too_large", params={"n": f"{len(files):,}", "size": shown_size, "limit": shown_limit},
         )
     return suffixes
-
-
-def keep_upload(uploaded_file: UploadedFile, target: Path) -> Path:
-    """Put an uploaded file at `target` (its folder must exist).
-
-    The file Django streamed to disk (FILE_UPLOAD_TEMP_DIR, inside the storage folder) is moved,
-    not copied; an in-memory file (e.g. built by a script) is written out in chunks. A partial
-    target is removed when this fails.
-    """
-    try:
-        temp_path = getattr(uploaded_file, "temporary_file_path", None)
-        if temp_path is not None:
-            file_move_safe(temp_path(), str(target))
-        else:
-            with open(target, "wb") as out:
-                for chunk in uploaded_file.chunks():
-                    out.write(chunk)
-    except BaseException:
-        target.unlink(missing_ok=True)
-        raise
-    return target
-
-
-def is_xhr(request: HttpRequest) -> bool:
-    """The upload form's script (static/js/upload.js) sends the file with XMLHttpRequest."""
-    return request.headers.get("x-requested-with") == "XMLHttpRequest"
-
-
-def form_errors_response(form) -> JsonResponse:
-    """A refused upload form for the script: its first sentence, and every field's (HTTP 400)."""
-    errors = {name: [e["message"] for e in errs] for name, errs in form.errors.get_json_data().items()}
-    return JsonResponse({"error": next(iter(errors.values()))[0], "fields": errors}, status=400)

@@ -11,10 +11,9 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.corpora import display
 from webapp.corpora.forms import CorpusImportForm, CorpusUploadForm, TokenizerForm, VOCAB_DEFAULT, algorithm_choices
-from webapp.corpora.models import Corpus, JobStatus
+from webapp.corpora.models import Corpus
 from webapp.corpora.selectors import corpora_for, corpus_get, tokenizer_get, tokenizers_for
 from webapp.corpora.services import (
-    ActionRefused,
     corpus_create_demo,
     corpus_create_from_import,
     corpus_create_from_upload,
@@ -25,9 +24,9 @@ from webapp.corpora.services import (
     tokenizer_delete,
 )
 from trainer.prep.corpus import UPLOAD_MAX_DECOMPRESSED_BYTES
-from webapp.corpora.uploads import (
-    FORMATS_HELP, WRONG_TYPE, accept_attribute, accepted_suffixes, form_errors_response, human_bytes, is_xhr,
-)
+from webapp.corpora.uploads import FORMATS_HELP, WRONG_TYPE, accept_attribute, accepted_suffixes
+from webapp.jobs.lifecycle import ActionRefused
+from webapp.jobs.uploads import form_errors_response, human_bytes, is_xhr
 
 
 @login_required
@@ -124,7 +123,7 @@ def _corpus_page(request: HttpRequest, corpus: Corpus, form: TokenizerForm | Non
         form = TokenizerForm(initial={"vocab_size": VOCAB_DEFAULT, "algorithm": algorithm})
     return render(request, "corpora/corpus_detail.html", {
         "corpus": corpus,
-        "in_flight": corpus.status in (JobStatus.PENDING, JobStatus.PROCESSING),
+        "in_flight": corpus.in_flight,
         "stats": display.corpus_stats(corpus.stats),
         "files": display.files(corpus.sources, show_paths=corpus.source_kind == "import"),
         "sample": display.sample_line(corpus.stats),
@@ -185,7 +184,7 @@ def tokenizer_detail(request: HttpRequest, pk) -> HttpResponse:
     tokenizer = tokenizer_get(request.user, pk)
     return render(request, "corpora/tokenizer_detail.html", {
         "tokenizer": tokenizer,
-        "in_flight": tokenizer.status in (JobStatus.PENDING, JobStatus.PROCESSING),
+        "in_flight": tokenizer.in_flight,
         "sample": display.sample_line({"sample": tokenizer.stats.get("sample") or tokenizer.corpus.stats.get("sample")},
                                       trained=True),
         "stats": display.tokenizer_stats(tokenizer.stats),

@@ -19,9 +19,7 @@ from rest_framework.views import APIView
 from webapp.api.parsers import JSONObjectParser
 from webapp.corpora import selectors as corpora_selectors
 from webapp.corpora.api import Conflict
-from webapp.corpora.models import JobStatus
 from webapp.datasets import selectors, services
-from webapp.datasets.models import DatasetStatus
 from webapp.datasets.serializers import (
     DatasetSerializer,
     DatasetUploadSerializer,
@@ -33,6 +31,8 @@ from webapp.datasets.serializers import (
     StatsQuerySerializer,
     StatsSerializer,
 )
+from webapp.jobs.lifecycle import ActionRefused
+from webapp.jobs.models import JobStatus
 from webapp.runs import results
 
 TAGS = ["datasets"]
@@ -124,7 +124,7 @@ class DatasetMappingApi(APIView):
         choices = {**services.current_choices(dataset), **form.validated_data} if partial else form.validated_data
         try:
             dataset = services.dataset_confirm_mapping(dataset=dataset, **choices)
-        except services.ActionRefused as refused:
+        except ActionRefused as refused:
             raise Conflict(str(refused)) from None
         return Response(DatasetSerializer(dataset).data)
 
@@ -161,7 +161,7 @@ class DatasetStatsApi(APIView):
                 tokenizer = corpora_selectors.tokenizer_get(request.user, query.validated_data["tokenizer"])
             except Http404:
                 raise NotFound() from None
-        if dataset.status != DatasetStatus.READY:
+        if dataset.status != JobStatus.READY:
             raise Conflict(f"“{dataset.name}” is not ready ({dataset.get_status_display().lower()}); its statistics "
                            "exist once it is ingested.")
         if tokenizer is not None and tokenizer.status != JobStatus.READY:

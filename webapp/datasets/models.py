@@ -7,33 +7,23 @@ sentence. A failed dataset may be mapped again; its upload is kept until it is d
 """
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 from django.conf import settings
 from django.db import models
 
-
-class DatasetStatus(models.TextChoices):
-    # The job statuses of webapp.corpora.models.JobStatus (the shared job code writes them), plus mapping.
-    MAPPING = "mapping", "Waiting for its mapping"
-    PENDING = "pending", "Waiting for a worker"
-    PROCESSING = "processing", "Processing"
-    READY = "ready", "Ready"
-    FAILED = "failed", "Failed"
+from webapp.jobs.models import JobRow, JobStatus, owner_field, status_field
 
 
-class Dataset(models.Model):
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="datasets")
-    name = models.CharField(max_length=200)
+class Dataset(JobRow):
+    """A job row (webapp.jobs.models.JobRow); its `error` names the row of the file at fault for bad data."""
+
+    owner = owner_field("datasets")
     original_filename = models.CharField(max_length=255, blank=True)  # shown, and its extension names the format
     files = models.JSONField(default=dict, blank=True)  # a file per split: {split: the file's name}; one file: {}
     size_bytes = models.BigIntegerField(default=0)
     demo = models.CharField(max_length=40, blank=True)  # the trainer's DEMOS entry it was made from, if any
-    status = models.CharField(max_length=20, choices=DatasetStatus.choices, default=DatasetStatus.MAPPING)
-    progress = models.FloatField(default=0.0)  # 0..100
-    error = models.TextField(blank=True)  # a sentence, naming the row at fault for bad data
+    status = status_field(mapping=True, default=JobStatus.MAPPING)  # waits for its owner's choices first
     format = models.CharField(max_length=20, blank=True)  # csv, tsv, jsonl, conll or squad (sniffed)
     preview = models.JSONField(default=dict, blank=True)  # sniff(): columns, first rows, suggestions, details
     task = models.CharField(max_length=40, blank=True)  # a trainer.prep.labelled.TASKS key, once confirmed
@@ -49,13 +39,6 @@ class Dataset(models.Model):
     # trainer.finetune.baselines.compute(): the trivial and lexical baselines on validation and test,
     # computed once as the dataset becomes ready; {} before (and for a dataset ingested before they existed)
     baselines = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["-created_at"]
-
-    def __str__(self) -> str:
-        return self.name
 
     @property
     def folder(self) -> Path:
@@ -66,7 +49,3 @@ class Dataset(models.Model):
     @property
     def data_dir(self) -> Path:
         return self.folder / "data"
-
-    @property
-    def in_flight(self) -> bool:
-        return self.status in (DatasetStatus.PENDING, DatasetStatus.PROCESSING)

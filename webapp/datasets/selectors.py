@@ -8,9 +8,10 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 from django.http import Http404
 
-from webapp.corpora.models import JobStatus, Tokenizer
+from webapp.corpora.models import Tokenizer
 from webapp.corpora.selectors import tokenizers_for
 from webapp.datasets.models import Dataset
+from webapp.jobs.models import JobStatus
 
 
 def datasets_for(user: AbstractBaseUser) -> QuerySet[Dataset]:

@@ -8,7 +8,7 @@ from rest_framework import serializers
 from webapp.api.schema import ErrorSerializer  # noqa: F401 (the API's error body; imported from here too)
 from webapp.api.serializers import QuerySerializer, RequestSerializer
 from webapp.datasets.forms import MAX_LENGTH_BOUNDS, MAX_LENGTH_DEFAULT, SEED_MAX, task_choices
-from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.datasets.models import Dataset
 from webapp.datasets.uploads import (FILE_HELP, SPLIT_FILE_HELP, check_dataset_upload, check_split_upload,
                                      check_split_uploads)
 
@@ -25,10 +25,13 @@ def _roles() -> list[str]:
     return list(ROLES)
 
 
+DATASET_CHOICES = Dataset._meta.get_field("status").choices  # JobStatus's, mapping included
+
+
 @extend_schema_field(
     {
         "type": "string",
-        "enum": DatasetStatus.values,
+        "enum": [value for value, _ in DATASET_CHOICES],
         "description": "mapping (waiting for the task, mapping and split: POST them to /mapping/), pending "
                        "(waiting for a worker), processing, ready, or failed (see `error`; it may be mapped again).",
     },
@@ -36,7 +39,7 @@ def _roles() -> list[str]:
 )
 class DatasetStatusField(serializers.ChoiceField):
     def __init__(self, **kwargs):
-        super().__init__(choices=DatasetStatus.choices, read_only=True, **kwargs)
+        super().__init__(choices=DATASET_CHOICES, read_only=True, **kwargs)
 
 
 def _named_choice_field(component_name: str, description: str, choices) -> type[serializers.ChoiceField]:

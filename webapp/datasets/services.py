@@ -18,16 +18,17 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 
-from webapp.corpora import jobs
-from webapp.corpora.services import ActionRefused
-from webapp.corpora.uploads import keep_upload
-from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.datasets.models import Dataset
 from webapp.datasets.uploads import (ACCEPTED_SUFFIXES, ARCHIVE_SUFFIX, check_dataset_upload, check_split_upload,
                                      check_split_uploads)
+from webapp.jobs import lifecycle
+from webapp.jobs.lifecycle import ActionRefused
+from webapp.jobs.models import JobStatus
+from webapp.jobs.uploads import keep_upload
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ActionRefused", "check_choices", "current_choices", "dataset_baselines", "dataset_confirm_mapping",
+__all__ = ["check_choices", "current_choices", "dataset_baselines", "dataset_confirm_mapping",
            "dataset_create_demo", "dataset_create_from_upload", "dataset_delete", "dataset_process", "default_split",
            "demo_label", "raw_path", "split_files", "split_origins"]
 
@@ -146,7 +147,7 @@ def dataset_create_from_upload(*, owner: AbstractBaseUser, name: str, uploaded_f
     uploads = {split: f for split, f in others.items() if f is not None}
     suffixes = {split: check_split_upload(f.name, f.size) for split, f in uploads.items()}
     dataset = Dataset(owner=owner, name=(name or "").strip()[:200] or _default_name(original_filename),
-                      original_filename=_shown_filename(original_filename, suffix), status=DatasetStatus.MAPPING)
+                      original_filename=_shown_filename(original_filename, suffix), status=JobStatus.MAPPING)
     folder = dataset.folder
     folder.mkdir(parents=True)
     try:
@@ -284,7 +285,7 @@ def _choose(dataset: Dataset, *, task, mapping, split, seed) -> None:
                                          files=split_files(dataset))
     dataset.task, dataset.mapping, dataset.split_spec = task, mapping, split
     dataset.seed = int(seed or 0)
-    dataset.status, dataset.progress, dataset.error = DatasetStatus.PENDING, 0.0, ""
+    dataset.status, dataset.progress, dataset.error = JobStatus.PENDING, 0.0, ""
     for field, empty in RESULT_FIELDS.items():
         setattr(dataset, field, type(empty)())
 
@@ -298,7 +299,7 @@ def dataset_confirm_mapping(*, dataset: Dataset, task: str, mapping: Mapping[str
     is mapped again from its kept upload); a mapping or split that does not fit raises DatasetError.
     """
     dataset = Dataset.objects.select_for_update().get(pk=dataset.pk)
-    if dataset.status == DatasetStatus.READY:
+    if dataset.status == JobStatus.READY:
         raise ActionRefused(f"“{dataset.name}” is ready, so its mapping can no longer change. Upload the file "
                             "again to map it differently.")
     if dataset.in_flight:
@@ -318,7 +319,7 @@ def dataset_confirm_mapping(*, dataset: Dataset, task: str, mapping: Mapping[str
 def _enqueue(dataset: Dataset) -> None:
     from webapp.datasets.tasks import ingest_dataset
 
-    jobs.enqueue(ingest_dataset, dataset)
+    lifecycle.enqueue(ingest_dataset, dataset)
 
 
 def dataset_process(*, dataset_id) -> None:
@@ -326,7 +327,7 @@ def dataset_process(*, dataset_id) -> None:
     the dataset fails with the trainer's sentence (naming the row) and keeps no output."""
     from trainer.prep.labelled import ingest, label_counts
 
-    if not jobs.claim(Dataset, dataset_id):
+    if not lifecycle.claim(Dataset, dataset_id):
         log.info("Dataset %s is finished, waiting for its mapping, or gone; nothing to do.", dataset_id)
         return
     dataset = Dataset.objects.get(pk=dataset_id)
@@ -334,16 +335,16 @@ def dataset_process(*, dataset_id) -> None:
         source = _split_paths(dataset) if split_files(dataset) else raw_path(dataset)
         result = ingest(source, dataset.data_dir, original_filename=_format_name(dataset),
                         task=dataset.task, mapping=dataset.mapping, split_spec=dataset.split_spec or None,
-                        seed=dataset.seed, progress=jobs.Progress(Dataset, dataset.pk, end=99.0))
+                        seed=dataset.seed, progress=lifecycle.Progress(Dataset, dataset.pk, end=99.0))
         chart = label_counts(dataset.data_dir)
         Dataset.objects.filter(pk=dataset.pk).update(
-            status=DatasetStatus.READY, progress=100.0, error="", sizes=result.sizes, labels=result.labels,
+            status=JobStatus.READY, progress=100.0, error="", sizes=result.sizes, labels=result.labels,
             label_counts=chart, label_stats=result.label_stats, warnings=result.warnings, examples=result.preview,
             baselines=dataset_baselines(dataset.data_dir),
         )
     except Exception as error:
         shutil.rmtree(dataset.data_dir, ignore_errors=True)  # ingest keeps nothing on failure; neither do we
-        jobs.fail(Dataset, dataset.pk, error, **RESULT_FIELDS)
+        lifecycle.fail(Dataset, dataset.pk, error, **RESULT_FIELDS)
     if not Dataset.objects.filter(pk=dataset.pk).exists():  # deleted while we worked
         shutil.rmtree(dataset.folder, ignore_errors=True)
 
@@ -368,4 +369,4 @@ def dataset_delete(*, dataset: Dataset) -> None:
     """Delete a dataset with its upload and its ingested files."""
     folder = dataset.folder
     dataset.delete()
-    jobs.rmtree_after_commit(folder)
+    lifecycle.rmtree_after_commit(folder)

@@ -1,4 +1,4 @@
-"""What a labelled-dataset upload may be, checked by the corpora's upload code with our own suffixes.
+"""What a labelled-dataset upload may be, checked by the shared upload code (webapp.jobs.uploads) with our own suffixes.
 
 A dataset is one file, a file per split (the form's `file` is then the train file, beside the
 optional `validation_file` and `test_file`), or a .zip holding the split files (the `file` field
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError
 
-from webapp.corpora.uploads import check_file
+from webapp.jobs.uploads import check_file
 
 # The formats trainer.prep.labelled reads, by the extensions the upload form names. Longest first.
 FORMAT_SUFFIXES = (".csv", ".tsv", ".jsonl", ".json", ".conll")

@@ -9,11 +9,13 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from webapp.corpora.uploads import form_errors_response, human_bytes, is_xhr
 from webapp.datasets import display, selectors, services
 from webapp.datasets.forms import MAX_LENGTH_DEFAULT, DatasetUploadForm, DemoForm, LengthsForm, MappingForm
-from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.datasets.models import Dataset
 from webapp.datasets.uploads import ACCEPT_ATTRIBUTE, FILE_ACCEPT_ATTRIBUTE, FILE_SUFFIXES, WRONG_TYPE
+from webapp.jobs.lifecycle import ActionRefused
+from webapp.jobs.models import JobStatus
+from webapp.jobs.uploads import form_errors_response, human_bytes, is_xhr
 from webapp.runs import results
 
 
@@ -78,7 +80,7 @@ def _lengths(request: HttpRequest, dataset: Dataset) -> tuple[LengthsForm | None
     from trainer.errors import UserError
 
     tokenizers = selectors.ready_tokenizers_for(request.user)
-    if dataset.status != DatasetStatus.READY or not tokenizers.exists():
+    if dataset.status != JobStatus.READY or not tokenizers.exists():
         return None, None, ""
     if "tokenizer" not in request.GET:
         initial = {"tokenizer": tokenizers.first(), "max_length": MAX_LENGTH_DEFAULT}
@@ -97,7 +99,7 @@ def _lengths(request: HttpRequest, dataset: Dataset) -> tuple[LengthsForm | None
 def _dataset_page(request: HttpRequest, dataset: Dataset, mapping_form: MappingForm | None = None,
                   status: int = 200) -> HttpResponse:
     preview = dataset.preview or {}
-    can_map = dataset.status in (DatasetStatus.MAPPING, DatasetStatus.FAILED) and bool(preview.get("columns"))
+    can_map = dataset.status in (JobStatus.MAPPING, JobStatus.FAILED) and bool(preview.get("columns"))
     if can_map and mapping_form is None:
         mapping_form = MappingForm(columns=preview["columns"], files=services.split_files(dataset),
                                    initial=MappingForm.initial_for(dataset))
@@ -139,7 +141,7 @@ def dataset_mapping(request: HttpRequest, pk) -> HttpResponse:
     from trainer.errors import DatasetError
 
     dataset = selectors.dataset_get(request.user, pk)
-    if dataset.status not in (DatasetStatus.MAPPING, DatasetStatus.FAILED):
+    if dataset.status not in (JobStatus.MAPPING, JobStatus.FAILED):
         messages.error(request, f"“{dataset.name}” is {dataset.get_status_display().lower()}, so its mapping can no "
                                 "longer change.")
         return redirect("datasets:detail", pk=dataset.id)
@@ -148,7 +150,7 @@ def dataset_mapping(request: HttpRequest, pk) -> HttpResponse:
     if form.is_valid():
         try:
             services.dataset_confirm_mapping(dataset=dataset, **form.choices)
-        except services.ActionRefused as refused:
+        except ActionRefused as refused:
             messages.error(request, str(refused))
             return redirect("datasets:detail", pk=dataset.id)
         except DatasetError as error:  # the form checks the same; the service never trusts it

@@ -22,7 +22,8 @@ from django.http import Http404
 from django.utils import timezone
 
 from trainer.errors import UserError
-from webapp.explorer.models import ImportStatus, ModelImport
+from webapp.explorer.models import ModelImport
+from webapp.jobs.models import JobStatus
 from webapp.runs.models import Checkpoint, CheckpointSource
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ def max_unpacked_bytes() -> int:
 def check_archive(filename: str, size: int) -> str:
     """The archive suffix of an acceptable upload; ValidationError with a sentence otherwise."""
     from trainer.inference.importing import archive_suffix
-    from webapp.corpora.uploads import human_bytes
+    from webapp.jobs.uploads import human_bytes
 
     suffix = archive_suffix(filename)
     if suffix is None:
@@ -113,22 +114,22 @@ def import_create(*, owner, name: str, uploaded_file: UploadedFile, original_fil
 
 def import_process(*, import_id) -> None:
     """The task's body: claim a waiting import, convert it, record the checkpoint or the reason."""
-    claimed = ModelImport.objects.filter(pk=import_id, status=ImportStatus.PENDING).update(
-        status=ImportStatus.PROCESSING)
+    claimed = ModelImport.objects.filter(pk=import_id, status=JobStatus.PENDING).update(
+        status=JobStatus.PROCESSING)
     if not claimed:  # already taken (a redelivered task) or gone
         return
     job = ModelImport.objects.select_related("owner").get(pk=import_id)
     try:
         checkpoint = checkpoint_import(owner=job.owner, name=job.name, archive_path=job.archive_path)
     except UserError as e:
-        _finish(job, ImportStatus.FAILED, error=str(e))
+        _finish(job, JobStatus.FAILED, error=str(e))
     except Exception:
         log.exception("Import %s failed", import_id)
-        _finish(job, ImportStatus.FAILED, error=INTERNAL_ERROR)
+        _finish(job, JobStatus.FAILED, error=INTERNAL_ERROR)
     else:
         from trainer.inference.importing import read_import_info
 
-        _finish(job, ImportStatus.READY, checkpoint=checkpoint, info=read_import_info(checkpoint.folder))
+        _finish(job, JobStatus.READY, checkpoint=checkpoint, info=read_import_info(checkpoint.folder))
     finally:
         shutil.rmtree(job.folder, ignore_errors=True)
 
@@ -158,7 +159,7 @@ def checkpoint_import(*, owner, name: str, archive_path: str | Path) -> Checkpoi
 @transaction.atomic
 def import_delete(*, model_import: ModelImport) -> None:
     """Remove an import, its checkpoint row and its files (a running import cannot be removed)."""
-    if model_import.status == ImportStatus.PROCESSING:
+    if model_import.status == JobStatus.PROCESSING:
         raise UserError("This model is being imported right now; delete it when the import has finished.")
     checkpoint = model_import.checkpoint
     folders = [model_import.folder] + ([checkpoint.folder] if checkpoint else [])
@@ -178,8 +179,8 @@ def _start(job: ModelImport) -> None:
             import_checkpoint.apply_async(args=[str(pk)], queue=QUEUE)
         except Exception:  # the broker is down: say so on the page instead of a silent wait
             log.exception("Could not enqueue the import %s", pk)
-            ModelImport.objects.filter(pk=pk, status=ImportStatus.PENDING).update(
-                status=ImportStatus.FAILED, error=QUEUE_DOWN, finished_at=timezone.now())
+            ModelImport.objects.filter(pk=pk, status=JobStatus.PENDING).update(
+                status=JobStatus.FAILED, error=QUEUE_DOWN, finished_at=timezone.now())
 
     transaction.on_commit(send)
 

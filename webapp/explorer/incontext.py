@@ -20,10 +20,11 @@ from rest_framework.views import APIView
 from trainer.errors import InferenceError
 from trainer.inference.incontext import DATASET_TASK
 from webapp.datasets import selectors as dataset_selectors
-from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.datasets.models import Dataset
 from webapp.explorer import services
 from webapp.explorer.api import _owned, owned_checkpoint
 from webapp.explorer.models import InContextResult
+from webapp.jobs.models import JobStatus
 from webapp.runs.models import Checkpoint
 
 # trainer.inference.incontext's bounds and defaults (kept here so this module imports no torch).
@@ -63,7 +64,7 @@ def owned_dataset(request: Request, dataset_id) -> Dataset:
 
 def check_dataset(dataset: Dataset) -> Dataset:
     """The dataset, when in-context evaluation can read it; InferenceError with a sentence otherwise."""
-    if dataset.status != DatasetStatus.READY:
+    if dataset.status != JobStatus.READY:
         raise InferenceError(f"The dataset {dataset.name} is not ready yet ({dataset.get_status_display().lower()}).")
     if dataset.task != DATASET_TASK:
         raise InferenceError(f"The dataset {dataset.name} is not a classification dataset; in-context evaluation "

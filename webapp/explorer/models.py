@@ -15,36 +15,22 @@ from django.db import models, transaction
 from django.db.models.signals import post_delete
 from django.dispatch import receiver
 
-from webapp.corpora.models import JobStatus
+from webapp.jobs.models import IN_FLIGHT, JobRow, JobStatus, owner_field, status_field
 
 
-class ImportStatus(models.TextChoices):
-    PENDING = "pending", "Waiting"
-    PROCESSING = "processing", "Importing"
-    READY = "ready", "Ready"
-    FAILED = "failed", "Failed"
+class ModelImport(JobRow):
+    """A job row (webapp.jobs.models.JobRow) worded for an import: "Waiting", "Importing"."""
 
-
-class ModelImport(models.Model):
-    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="model_imports")
-    name = models.CharField(max_length=200)
+    owner = owner_field("model_imports")
     original_filename = models.CharField(max_length=255, blank=True)
     archive_suffix = models.CharField(max_length=10)  # ".zip", ".tar.gz", ...
     size_bytes = models.BigIntegerField(default=0)
-    status = models.CharField(max_length=20, choices=ImportStatus.choices, default=ImportStatus.PENDING)
-    error = models.TextField(blank=True)
+    status = status_field(labels={JobStatus.PENDING: "Waiting", JobStatus.PROCESSING: "Importing"})
+    progress = None  # an import reports none: its page says waiting or importing
     info = models.JSONField(default=dict, blank=True)  # trainer.inference.importing.import_hf_directory's answer
     checkpoint = models.OneToOneField("runs.Checkpoint", null=True, blank=True, on_delete=models.SET_NULL,
                                       related_name="model_import")
-    created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at"]
-
-    def __str__(self) -> str:
-        return self.name
 
     @property
     def folder(self) -> Path:
@@ -54,10 +40,6 @@ class ModelImport(models.Model):
     @property
     def archive_path(self) -> Path:
         return self.folder / f"archive{self.archive_suffix}"
-
-    @property
-    def in_flight(self) -> bool:
-        return self.status in (ImportStatus.PENDING, ImportStatus.PROCESSING)
 
 
 class InContextResult(models.Model):
@@ -106,7 +88,7 @@ class NeighbourIndex(models.Model):
     checkpoint = models.ForeignKey("runs.Checkpoint", on_delete=models.CASCADE, related_name="neighbour_indexes")
     dataset = models.ForeignKey("datasets.Dataset", on_delete=models.CASCADE, related_name="neighbour_indexes")
     pooling = models.CharField(max_length=10)  # trainer.inference.downstream.POOLINGS
-    status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.PENDING)
+    status = status_field()  # a job (webapp.jobs.lifecycle) without a name, so no JobRow
     progress = models.FloatField(default=0.0)  # 0..100
     error = models.TextField(blank=True)
     limit = models.PositiveIntegerField()  # the most texts embedded (settings.NEIGHBOURS_MAX_TEXTS when built)
@@ -129,7 +111,7 @@ class NeighbourIndex(models.Model):
 
     @property
     def in_flight(self) -> bool:
-        return self.status in (JobStatus.PENDING, JobStatus.PROCESSING)
+        return self.status in IN_FLIGHT
 
 
 @receiver(post_delete, sender=NeighbourIndex)

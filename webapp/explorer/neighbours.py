@@ -19,11 +19,11 @@ from django.http import Http404
 from django.utils import timezone
 
 from trainer.errors import InferenceError
-from webapp.corpora import jobs
-from webapp.corpora.models import JobStatus
-from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.datasets.models import Dataset
 from webapp.explorer import services
 from webapp.explorer.models import NeighbourIndex
+from webapp.jobs import lifecycle
+from webapp.jobs.models import JobStatus
 from webapp.runs.models import Checkpoint
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ def searchable_datasets(user):
     """The user's ready datasets, newest first: what can be embedded."""
     from webapp.datasets.selectors import datasets_for
 
-    return datasets_for(user).filter(status=DatasetStatus.READY)
+    return datasets_for(user).filter(status=JobStatus.READY)
 
 
 def _check(checkpoint: Checkpoint, dataset: Dataset, pooling: str) -> None:
@@ -77,7 +77,7 @@ def _check(checkpoint: Checkpoint, dataset: Dataset, pooling: str) -> None:
         raise InferenceError("Nearest neighbours need sentence embeddings, which come from an encoder (BERT, RoBERTa, "
                              "ALBERT, ELECTRA, DistilBERT, SpanBERT, UniLM or an imported one); this checkpoint "
                              f"is a {services.checkpoint_family(checkpoint)} model.")
-    if dataset.status != DatasetStatus.READY:
+    if dataset.status != JobStatus.READY:
         raise InferenceError(f"The dataset {dataset.name} is not ready yet ({dataset.get_status_display().lower()}).")
 
 
@@ -116,26 +116,26 @@ def index_start(*, owner, checkpoint: Checkpoint, dataset: Dataset, pooling: str
 def _enqueue(index: NeighbourIndex) -> None:
     from webapp.explorer.tasks import build_neighbour_index
 
-    jobs.enqueue(build_neighbour_index, index)
+    lifecycle.enqueue(build_neighbour_index, index)
 
 
 def index_process(*, index_id) -> None:
     """The task's body: claim a waiting index, embed the dataset's texts, record the outcome."""
     from trainer.inference.neighbours import build_index, dataset_texts
 
-    if not jobs.claim(NeighbourIndex, index_id):
+    if not lifecycle.claim(NeighbourIndex, index_id):
         log.info("Neighbour index %s is finished or gone; nothing to do.", index_id)
         return
     index = NeighbourIndex.objects.select_related("checkpoint", "dataset").get(pk=index_id)
     try:
         items, total = dataset_texts(index.dataset.data_dir, index.limit)
         meta = build_index(services._folder(index.checkpoint), items, index.folder, pooling=index.pooling,
-                           progress=jobs.Progress(NeighbourIndex, index.pk, end=99.0))
+                           progress=lifecycle.Progress(NeighbourIndex, index.pk, end=99.0))
         NeighbourIndex.objects.filter(pk=index.pk).update(
             status=JobStatus.READY, progress=100.0, error="", count=meta["count"], total=total,
             finished_at=timezone.now())
     except Exception as error:
-        jobs.fail(NeighbourIndex, index.pk, error, finished_at=timezone.now())
+        lifecycle.fail(NeighbourIndex, index.pk, error, finished_at=timezone.now())
 
 
 def search(*, checkpoint: Checkpoint, dataset: Dataset, pooling: str = "mean", text: str,

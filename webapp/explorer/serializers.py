@@ -6,13 +6,13 @@ from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema_fiel
 from rest_framework import serializers
 
 from webapp.api.serializers import GreaterThan, RequestSerializer
-from webapp.corpora.serializers import JobStatusField
 from webapp.explorer.models import ModelImport, NeighbourIndex
 from webapp.explorer.neighbours import MAX_K as MAX_NEIGHBOURS
 from webapp.explorer.services import (
     ATTENTION_MAX_TOKENS, MAX_BEAMS, MAX_CHOICES, MAX_GENERATE_TOKENS, MAX_N_BEST, MAX_NEW_TOKENS, MAX_SENTENCES, MAX_TEXT_CHARS,
     MAX_TOP_K, POOLINGS, STACKS, STRATEGIES, TASKS,
 )
+from webapp.jobs.serializers import JobStatusField
 
 CHECKPOINT_HELP = "A checkpoint of yours: a step of one of your runs, or a model you imported."
 # The services' own sentence for a text over MAX_TEXT_CHARS (the serializers check it first).

@@ -13,7 +13,7 @@ from collections.abc import Generator
 from typing import Any
 
 from trainer.errors import InferenceError, UserError
-from webapp.corpora.models import JobStatus
+from webapp.jobs.models import JobStatus
 from webapp.runs.models import Checkpoint
 
 MAX_TEXT_CHARS = 2000

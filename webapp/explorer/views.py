@@ -23,10 +23,10 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from trainer.errors import UserError
 from trainer.finetune import tasks_for_family as finetune_tasks_for
-from webapp.corpora.uploads import human_bytes
 from webapp.explorer import imports, incontext, neighbours, services, tools
 from webapp.explorer.forms import EXAMPLE_SENTENCE_A, EXAMPLE_SENTENCE_B, EXAMPLE_SPANS, EXAMPLE_WORD, ExploreForm, ImportForm
-from webapp.explorer.models import ImportStatus
+from webapp.jobs.models import JobStatus
+from webapp.jobs.uploads import human_bytes
 from webapp.runs.models import Checkpoint
 from webapp.runs.selectors import checkpoint_get, checkpoints_for, latest_checkpoint, objective_labels, run_get, runs_for
 
@@ -212,10 +212,10 @@ def import_model(request: HttpRequest) -> HttpResponse:
             upload = form.cleaned_data["file"]
             job = imports.import_create(owner=request.user, name=form.cleaned_data["name"], uploaded_file=upload,
                                         original_filename=upload.name)
-            if job.status == ImportStatus.READY:
+            if job.status == JobStatus.READY:
                 messages.success(request, f"“{job.name}” was imported. Ask it something below.")
                 return redirect(f"{reverse('explorer:index')}?checkpoint={job.checkpoint_id}")
-            if job.status == ImportStatus.FAILED:
+            if job.status == JobStatus.FAILED:
                 messages.error(request, f"“{job.name}” could not be imported: {job.error}")
             else:
                 messages.success(request, f"“{job.name}” was uploaded and is being imported.")
@@ -249,9 +249,8 @@ def import_delete(request: HttpRequest, pk) -> HttpResponse:
 
 def _classification_datasets(user):
     """The user's ready classification datasets, newest first: what the prompt builder reads."""
-    from webapp.datasets.models import DatasetStatus
     from webapp.datasets.selectors import datasets_for
 
     from trainer.inference.incontext import DATASET_TASK
 
-    return list(datasets_for(user).filter(status=DatasetStatus.READY, task=DATASET_TASK))
+    return list(datasets_for(user).filter(status=JobStatus.READY, task=DATASET_TASK))

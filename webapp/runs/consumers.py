@@ -3,7 +3,7 @@
 Only the owner may listen: anonymous visitors, other users and unknown runs are closed
 with code 4403 before the handshake completes. The group name comes from the run's id
 as loaded from the database, never from anything the client sends. A socket opened while
-Redis is down is closed with 1013, try again later (webapp.api.ws_outage).
+Redis is down is closed with 1013, try again later (webapp.server.ws_outage).
 
 A client that reconnects says `?since=<step>`: after the hello it gets every metric point
 after that step from the database ("replayed": true, oldest first), then the live events,
@@ -33,7 +33,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from webapp.api.ws_outage import LAYER_DOWN, TRY_AGAIN
+from webapp.server.ws_outage import LAYER_DOWN, TRY_AGAIN
 from webapp.runs.events import run_group
 from webapp.runs.models import MetricPoint, Run
 

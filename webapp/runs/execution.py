@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from trainer.config import RunConfig
 from trainer.errors import ConfigError, UserError
-from webapp.api.storage import is_disk_full
+from webapp.server.storage import is_disk_full
 from webapp.runs import capacity, multiproc, shutdown
 from webapp.runs.events import send_run_event, status_event
 from webapp.runs.models import MetricPoint, Run, RunKind, RunStatus

@@ -25,10 +25,10 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from trainer.errors import UserError
-from webapp.api.storage import check_free_space
-from webapp.corpora import jobs
-from webapp.corpora.models import JobStatus
+from webapp.jobs import lifecycle
+from webapp.jobs.models import JobStatus
 from webapp.runs.models import Checkpoint, CheckpointExport
+from webapp.server.storage import check_free_space
 
 log = logging.getLogger(__name__)
 
@@ -132,20 +132,20 @@ def export_start(*, checkpoint: Checkpoint) -> tuple[CheckpointExport, bool]:
         export.save()
     from webapp.runs.tasks import export_checkpoint
 
-    jobs.enqueue(export_checkpoint, export)
+    lifecycle.enqueue(export_checkpoint, export)
     return export, True
 
 
 def export_process(*, export_id) -> None:
     """The task's body: claim the export, write the zip, record how it went (a sentence on failure)."""
-    if not jobs.claim(CheckpointExport, export_id):
+    if not lifecycle.claim(CheckpointExport, export_id):
         return  # done already (a redelivered task), or its checkpoint was deleted
     export = CheckpointExport.objects.select_related("checkpoint", "checkpoint__run").get(pk=export_id)
     try:
-        architecture = write_archive(export.checkpoint, progress=jobs.Progress(CheckpointExport, export.pk,
+        architecture = write_archive(export.checkpoint, progress=lifecycle.Progress(CheckpointExport, export.pk,
                                                                                end=99.0, interval=0.3))
-    except Exception as e:  # noqa: BLE001 - every failure becomes the row's sentence (jobs.fail logs the rest)
-        jobs.fail(CheckpointExport, export.pk, e, finished_at=timezone.now())
+    except Exception as e:  # noqa: BLE001 - every failure becomes the row's sentence (lifecycle.fail logs the rest)
+        lifecycle.fail(CheckpointExport, export.pk, e, finished_at=timezone.now())
         return
     CheckpointExport.objects.filter(pk=export.pk).update(
         status=JobStatus.READY, progress=100.0, architecture=architecture[:100],
@@ -181,4 +181,4 @@ def remove_export_files(sender, instance: CheckpointExport, **kwargs) -> None:
     except ValueError:
         log.warning("Not removing the export folder %s: it is outside STORAGE_ROOT", folder)
         return
-    jobs.rmtree_after_commit(folder)
+    lifecycle.rmtree_after_commit(folder)

@@ -22,8 +22,9 @@ from trainer import jsonio
 from trainer.catalog import finetune as catalog_finetune
 from trainer.errors import ConfigError
 from trainer.finetune import settings as ft_settings
-from webapp.corpora.models import Corpus, JobStatus, Tokenizer
+from webapp.corpora.models import Corpus, Tokenizer
 from webapp.datasets.models import Dataset
+from webapp.jobs.models import JobStatus
 from webapp.runs import launch, services
 from webapp.runs.models import Checkpoint, CheckpointSource
 

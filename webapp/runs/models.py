@@ -11,7 +11,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import models
 
-from webapp.corpora.models import JobStatus
+from webapp.jobs.models import IN_FLIGHT, status_field
 
 
 class RunStatus(models.TextChoices):
@@ -181,7 +181,7 @@ class CheckpointExport(models.Model):
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="checkpoint_exports")
     checkpoint = models.OneToOneField(Checkpoint, on_delete=models.CASCADE, related_name="hf_export")
     path = models.CharField(max_length=500)  # the export's folder, relative to STORAGE_ROOT
-    status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.PENDING)
+    status = status_field()  # a job (webapp.jobs.lifecycle) without a name, so no JobRow
     progress = models.FloatField(default=0.0)
     error = models.TextField(blank=True)
     architecture = models.CharField(max_length=100, blank=True)  # transformers' class, once made
@@ -205,4 +205,4 @@ class CheckpointExport(models.Model):
 
     @property
     def in_flight(self) -> bool:
-        return self.status in (JobStatus.PENDING, JobStatus.PROCESSING)
+        return self.status in IN_FLIGHT

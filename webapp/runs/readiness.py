@@ -19,6 +19,7 @@ from typing import Any
 
 from django.core.cache import cache
 
+from webapp.jobs.models import JobStatus
 from webapp.runs import capacity
 
 log = logging.getLogger(__name__)
@@ -93,10 +94,8 @@ def probe(checkpoint, dataset) -> dict[str, Any]:
 def check(checkpoint, dataset) -> dict[str, Any]:
     """{"record", "probe" (None without a ready dataset), "warn": whether the checkpoint is
     unlikely to help, "collapsed": whether its sentence vectors are nearly identical}."""
-    from webapp.datasets.models import DatasetStatus
-
     rec = record(checkpoint)
-    found = probe(checkpoint, dataset) if dataset is not None and dataset.status == DatasetStatus.READY else None
+    found = probe(checkpoint, dataset) if dataset is not None and dataset.status == JobStatus.READY else None
     collapsed = bool(found and found.get("collapsed"))
     return {"record": rec, "probe": found, "collapsed": collapsed, "warn": collapsed or bool(rec["notes"])}
 

@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from webapp.api.storage import is_disk_full
+from webapp.server.storage import is_disk_full
 from webapp.runs.events import send_run_event, status_event
 from webapp.runs.models import LogLine, Run, RunStatus
 from webapp.runs.queueing import announce_end

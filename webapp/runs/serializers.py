@@ -6,7 +6,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from webapp.api.serializers import BuiltOnceFields, GreaterThan, QuerySerializer, RequestSerializer
-from webapp.corpora.serializers import JobStatusField
+from webapp.jobs.serializers import JobStatusField
 from webapp.runs import capacity, launch
 from webapp.runs.models import Checkpoint, CheckpointExport, LogLine, MetricPoint, Run
 
@@ -53,7 +53,7 @@ class CheckpointExportSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_download_url(self, obj: CheckpointExport) -> str | None:
-        from webapp.corpora.models import JobStatus
+        from webapp.jobs.models import JobStatus
 
         if obj.status != JobStatus.READY:
             return None

@@ -24,12 +24,13 @@ from trainer import objectives
 from trainer.config import RunConfig, epoch_steps, length_from
 from trainer.finetune.config import MIX_TASK  # the task a multi-task run trains
 from trainer.errors import ConfigError, UserError
-from webapp.api.storage import check_free_space
-from webapp.corpora.models import Corpus, JobStatus, Tokenizer
+from webapp.corpora.models import Corpus, Tokenizer
+from webapp.jobs.models import JobStatus
 from webapp.runs import capacity
 from webapp.runs.queueing import ended_on_commit, enqueue, publish_on_commit
 from webapp.runs.reaper import mark_stale_runs
 from webapp.runs.models import Checkpoint, LogLine, Run, RunKind, RunStatus
+from webapp.server.storage import check_free_space
 
 log = logging.getLogger(__name__)
 
@@ -413,11 +414,9 @@ def check_finetune_sources(*, owner, checkpoint: Checkpoint | None, dataset, ext
 
 
 def _check_dataset(owner, dataset) -> None:
-    from webapp.datasets.models import DatasetStatus
-
     if dataset is None or dataset.owner_id != owner.pk:
         raise ConfigError("That dataset does not exist, or it is not yours.")
-    if dataset.status != DatasetStatus.READY:
+    if dataset.status != JobStatus.READY:
         raise ConfigError(f"The dataset '{dataset.name}' is not ready yet ({dataset.get_status_display().lower()}); "
                           f"fine-tuning reads a dataset once its columns are mapped and it is ingested.")
 
@@ -430,7 +429,6 @@ def finetune_choices(owner) -> dict[str, dict[str, dict[str, Any]]]:
     be read fine-tunes on nothing. Checkpoints of one run share a family (read once per run)."""
     from trainer import finetune
     from trainer.finetune.config import MIX_DATASET_TASKS
-    from webapp.datasets.models import DatasetStatus
     from webapp.datasets.selectors import datasets_for
     from webapp.runs.selectors import checkpoints_for
 
@@ -448,7 +446,7 @@ def finetune_choices(owner) -> dict[str, dict[str, dict[str, Any]]]:
             "family": family, "tasks": finetune.tasks_for_family(family) if family else [],
             "mixes": bool(family) and MIX_TASK in finetune.tasks_for_family(family),
             "family_label": families.get(family).label if family in families.names() else family or "unreadable"}
-    datasets = {str(d.pk): {"task": d.task, "ready": d.status == DatasetStatus.READY,
+    datasets = {str(d.pk): {"task": d.task, "ready": d.status == JobStatus.READY,
                             "mixable": d.task in MIX_DATASET_TASKS} for d in datasets_for(owner)}
     return {"checkpoints": checkpoints, "datasets": datasets}
 

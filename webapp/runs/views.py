@@ -15,7 +15,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from trainer.config import RunConfig
 from trainer.errors import UserError
-from webapp.corpora.models import JobStatus, Tokenizer
+from webapp.corpora.models import Tokenizer
+from webapp.jobs.models import JobStatus
 from webapp.runs import capacity, exports, launch, readiness, results, selectors, services
 from webapp.runs.api import NO_PREDICTIONS, config_text, config_yaml_response, export_response, predictions_response
 from webapp.runs.forms import FinetuneForm, RunForm, YamlImportForm
@@ -331,7 +332,7 @@ def run_compare(request: HttpRequest) -> HttpResponse:
 def checkpoint_export(request: HttpRequest, checkpoint_id) -> HttpResponse:
     """A checkpoint's Hugging Face export: where it stands (a live progress bar while a worker
     makes it), its download once ready, the sentence when it failed; POST starts it."""
-    from webapp.api.storage import StorageFullError
+    from webapp.server.storage import StorageFullError
 
     checkpoint = selectors.checkpoint_get(request.user, checkpoint_id)  # another user's: a 404
     if request.method == "POST":

@@ -1,8 +1,9 @@
 """manage.py dataset_baselines: compute the baselines of ready datasets stored before they existed."""
 from django.core.management.base import BaseCommand
 
-from webapp.datasets.models import Dataset, DatasetStatus
+from webapp.datasets.models import Dataset
 from webapp.datasets.services import dataset_baselines
+from webapp.jobs.models import JobStatus
 
 
 class Command(BaseCommand):
@@ -13,7 +14,7 @@ class Command(BaseCommand):
         parser.add_argument("--all", action="store_true", help="Recompute them for every ready dataset.")
 
     def handle(self, *args, **options):
-        datasets = Dataset.objects.filter(status=DatasetStatus.READY)
+        datasets = Dataset.objects.filter(status=JobStatus.READY)
         if not options["all"]:
             datasets = datasets.filter(baselines={})
         count = 0

@@ -1,9 +1,11 @@
-"""The plumbing of short background jobs on a row (corpus, tokenizer, labelled dataset).
+"""A short background job's life on its row (a corpus, a tokenizer, a labelled dataset, an export,
+a neighbour index).
 
-A job's row has `status` (pending, processing, ready, failed: the JobStatus values), `progress`
-(0-100) and `error` (a sentence). Its service creates the row, then `enqueue`s the Celery task on
-the jobs queue once the transaction commits; the task `claim`s the row, reports `Progress`, and
-ends ready or `fail`s with a sentence (a UserError's own, else INTERNAL_ERROR, the details logged).
+A job's row has `status` (pending, processing, ready, failed: webapp.jobs.models.JobStatus),
+`progress` (0-100) and `error` (a sentence). Its service creates the row, then `enqueue`s the
+Celery task on the jobs queue once the transaction commits; the task `claim`s the row, reports
+`Progress`, and ends ready or `fail`s with a sentence (a UserError's own, else INTERNAL_ERROR, the
+details logged). A request the row's state does not allow is refused with ActionRefused.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from pathlib import Path
 from django.conf import settings
 from django.db import connection, models, transaction
 
-from webapp.corpora.models import JobStatus
+from webapp.jobs.models import IN_FLIGHT, JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +31,10 @@ QUEUE_DOWN = (
     "The job could not be queued because the task queue (Redis) did not answer. "
     "Check that Redis and a worker are running, then try again."
 )
+
+
+class ActionRefused(Exception):
+    """The user asked for something that cannot be done in the row's current state; the message says why."""
 
 
 class Progress:
@@ -110,7 +116,7 @@ def claim(model: type[models.Model], pk) -> bool:
     """Mark a pending (or interrupted) job as processing; False if it is finished or gone."""
     with transaction.atomic():
         updated = model.objects.filter(
-            pk=pk, status__in=[JobStatus.PENDING, JobStatus.PROCESSING]
+            pk=pk, status__in=IN_FLIGHT
         ).update(status=JobStatus.PROCESSING, progress=0.0, error="")
     return updated == 1
 
@@ -119,8 +125,7 @@ def fail(model: type[models.Model], pk, error: Exception, **clear) -> None:
     """Mark the job failed with a sentence: a UserError's own, DISK_FULL when no space was left,
     else INTERNAL_ERROR (the error is logged with its traceback). `clear` sets other fields in the same write."""
     from trainer.errors import UserError
-
-    from webapp.api.storage import DISK_FULL, is_disk_full
+    from webapp.server.storage import DISK_FULL, is_disk_full
 
     if isinstance(error, UserError):
         message = str(error)

@@ -4,8 +4,8 @@ storage volume would drop below STORAGE_MIN_FREE_BYTES, instead of failing half-
 When the disk fills anyway (the guard is checked before a write, not during it; other programs
 use the volume too), `is_disk_full` recognises the error, whichever layer raised it, and every
 caller says DISK_FULL instead: a 507 from the API and the pages (webapp.api.errors,
-webapp.api.limits, webapp.api.handler), the run's end in a worker (webapp.runs.services), a
-background job's end (webapp.corpora.jobs).
+webapp.server.limits, webapp.server.handler), the run's end in a worker (webapp.runs.services), a
+background job's end (webapp.jobs.lifecycle.fail).
 """
 from __future__ import annotations
 

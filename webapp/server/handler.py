@@ -50,8 +50,8 @@ class PooledASGIHandler(ASGIHandler):
         except RequestAborted:
             return
         except OSError as e:  # the body spills to a temporary file past 1 MB: the disk may refuse it
-            from webapp.api.limits import _answer
-            from webapp.api.storage import DISK_FULL, is_disk_full
+            from webapp.server.limits import _answer
+            from webapp.server.storage import DISK_FULL, is_disk_full
 
             if not is_disk_full(e):
                 raise

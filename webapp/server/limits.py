@@ -5,7 +5,7 @@ Django's ASGI handler reads the whole request body (spooling to disk) before a v
 so the size check must happen one layer further out, on the raw ASGI scope. A body whose
 size the headers do not give is counted as it arrives (spooled to a temporary file, as
 Django would) and answered with 413 at the limit; under it, the app reads it back unchanged.
-A spool the full disk refuses is answered with 507 and a sentence (webapp.api.storage.DISK_FULL).
+A spool the full disk refuses is answered with 507 and a sentence (webapp.server.storage.DISK_FULL).
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class UploadSizeLimit:
                 await self._reject(scope, send, length, limit)
                 return
             if length is not None and length > _CHECK_SPACE_FROM:
-                from webapp.api.storage import StorageFullError, check_free_space
+                from webapp.server.storage import StorageFullError, check_free_space
 
                 try:
                     check_free_space(needed=length, what="this upload")
@@ -93,7 +93,7 @@ class UploadSizeLimit:
 async def _spooled(spool, body: bytes, scope, send) -> bool:
     """Write a piece of a length-less body to its spool; False, with a 507 sent, when the disk
     (where the spool spills past 1 MB) is full."""
-    from webapp.api.storage import DISK_FULL, is_disk_full
+    from webapp.server.storage import DISK_FULL, is_disk_full
 
     try:
         spool.write(body)
