@@ -62,8 +62,11 @@ def test_each_family_trains_from_scratch_and_its_loss_falls(family_run, arch):
     assert all(set(v) == COMMON_TRAIN | FAMILY_METRICS[arch] for _, v in events), events[0][1]
     first, last = events[0][1], events[-1][1]
     # 50 steps at lr 3e-3 take every family from a uniform guess (ln 2000 = 7.6) to the corpus's
-    # token statistics and on: ratios 0.81-0.84 here (ELECTRA's 0.63, its RTD loss falls fastest).
-    assert last["loss"] < 0.85 * first["loss"], (first, last)
+    # token statistics and on. Calibrated on the stored tokenizers (2026-12-02, one process): loss
+    # ratios 0.811 (ALBERT) to 0.838 (RoBERTa), ELECTRA 0.626 (its RTD loss falls fastest); the bound
+    # 0.9 leaves a margin of at least 0.06. MLM loss fell by 1.24 (RoBERTa) to 1.56 (ALBERT): the
+    # bound 1.0 leaves at least 0.23. Both still fail a model that does not learn (ratio about 1).
+    assert last["loss"] < 0.9 * first["loss"], (first, last)
     assert last["mlm_loss"] < first["mlm_loss"] - 1.0, (first, last)
     valid = sink.split("valid")
     assert [s for s, _ in valid] == [25, 50]
