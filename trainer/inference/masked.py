@@ -29,7 +29,7 @@ def fill_mask(checkpoint_dir: str | Path, text: str, top_k: int = 5) -> list[dic
     loaded = load(checkpoint_dir)
     tok = loaded.tokenizer
     require_masked_lm(loaded, "fill in [MASK]s")
-    if loaded.lacks("mlm"):
+    if loaded.objectives is not None and not objectives.fills_masks(loaded.objectives):
         raise InferenceError(loaded.untrained("masked-language-model", "masked language modelling"))
     if not isinstance(top_k, int) or isinstance(top_k, bool) or not 1 <= top_k <= tok.vocab_size:
         raise InferenceError(f"top_k must be a whole number between 1 and {tok.vocab_size} (the vocabulary size).")
