@@ -532,10 +532,6 @@ class RunConfig(FlatRecord):
 
     # ----------------------------------------------------------------- derived
     @property
-    def uses_nsp(self) -> bool:
-        return "nsp" in self.objectives
-
-    @property
     def distill_weights(self) -> dict[str, float]:
         """DistilBERT's loss weights by metric name: soft targets, MLM, cosine."""
         return {"soft_loss": self.distill_soft_weight, "mlm_loss": self.distill_mlm_weight,

@@ -135,7 +135,7 @@
       cell.append(el("span", "muted small", label), meter(result[side]), el("b", "", pct(result[side])));
       wrap.appendChild(cell);
     }
-    box.append(wrap, el("p", "helptext", result.head === "sop"
+    box.append(wrap, el("p", "helptext", result.judges_order
       ? "P(in order), from the sentence-order head."
       : "P(IsNext) of each order: this model has a next-sentence head, no sentence-order head."));
   }

@@ -7,7 +7,7 @@ import torch
 
 from trainer.objectives.masking import IGNORE_INDEX, mask_tokens
 from trainer.objectives.examples import Example, ShardIndex, SpecialIds, build_packed_instances, build_pair_instances, truncate_pair
-from trainer.objectives.encoder import MaskedBatch, MLMCollator, NSPCollator
+from trainer.objectives.encoder import NSP, MaskedBatch, MLMCollator, NSPCollator
 from trainer.config import RunConfig
 from trainer.training.data import DataPosition, ExampleSource, TrainStream, build_train_stream, build_valid_batches
 from trainer.errors import ConfigError
@@ -72,7 +72,7 @@ def test_nsp_pairs_are_half_random_and_from_other_documents(tokenizer_dir):
 def test_nsp_batches_have_bert_layout():
     index = synthetic_index()
     table = build_pair_instances(index, max_tokens=45, rng=np.random.default_rng(0))
-    source = ExampleSource(index, special=SPECIAL, seq_len=48, nsp=True, static=False, seed=0)
+    source = ExampleSource(index, special=SPECIAL, seq_len=48, pairs=NSP.pairs, static=False, seed=0)
     collator = NSPCollator(special=SPECIAL, seq_len=48)
     examples = [source.example(table, uid, 0) for uid in range(64)]
     batch = collator(examples)
@@ -100,7 +100,7 @@ def test_truncation_shortens_the_longer_side_like_bert():
 def test_packing_fills_sequences_with_whole_sentences():
     index = synthetic_index()
     table = build_packed_instances(index, max_tokens=62)
-    source = ExampleSource(index, special=SPECIAL, seq_len=64, nsp=False, static=False, seed=0)
+    source = ExampleSource(index, special=SPECIAL, seq_len=64, static=False, seed=0)
     lengths = [len(source.example(table, uid, 0).a) for uid in range(len(table))]
     assert max(lengths) <= 62 and np.mean(lengths) > 50  # packed nearly full
     assert table[0, 0] == 0 and (table[1:, 0] == table[:-1, 1]).all()  # every token used once, in order
@@ -120,7 +120,7 @@ def test_packing_cuts_overlong_sentences_and_marks_document_breaks():
 def test_static_masks_repeat_every_ten_epochs_and_dynamic_ones_do_not():
     index = synthetic_index(n_docs=50)
     for static in (True, False):
-        source = ExampleSource(index, special=SPECIAL, seq_len=64, nsp=False, static=static, seed=3)
+        source = ExampleSource(index, special=SPECIAL, seq_len=64, static=static, seed=3)
         collator = MLMCollator(special=SPECIAL, seq_len=64, seed=3)
         table = source.instances(0)
         masks = [collator([source.example(table, 5, source.mask_variant(e))]).input_ids for e in range(11)]
@@ -134,7 +134,7 @@ def test_static_masks_repeat_every_ten_epochs_and_dynamic_ones_do_not():
 def test_stream_is_a_function_of_seed_and_position():
     index = synthetic_index(n_docs=60)
     make = lambda pos=None: TrainStream(  # noqa: E731
-        ExampleSource(index, special=SPECIAL, seq_len=64, nsp=True, static=False, seed=7),
+        ExampleSource(index, special=SPECIAL, seq_len=64, pairs=NSP.pairs, static=False, seed=7),
         NSPCollator(special=SPECIAL, seq_len=64, seed=7), batch_size=16, seed=7, position=pos)
     stream = make()
     batches = [stream.next_batch() for _ in range(40)]  # crosses epoch boundaries
@@ -169,7 +169,7 @@ def test_real_shards_give_train_and_fixed_valid_batches(tokenizer_dir):
 def test_a_corpus_too_small_for_one_batch_is_a_user_error():
     index = synthetic_index(n_docs=3)
     with pytest.raises(ConfigError, match="fewer than one batch of 512"):
-        TrainStream(ExampleSource(index, special=SPECIAL, seq_len=64, nsp=False, static=False, seed=0),
+        TrainStream(ExampleSource(index, special=SPECIAL, seq_len=64, static=False, seed=0),
                     MLMCollator(special=SPECIAL, seq_len=64), batch_size=512, seed=0)
     one_doc = ShardIndex.from_documents([[[5, 6, 7], [8, 9]]])
     with pytest.raises(ConfigError, match="at least two documents"):
@@ -189,7 +189,7 @@ def test_prefetcher_yields_the_stream_in_order_with_positions():
 
     index = synthetic_index(n_docs=60)
     make = lambda: TrainStream(  # noqa: E731
-        ExampleSource(index, special=SPECIAL, seq_len=64, nsp=False, static=False, seed=1),
+        ExampleSource(index, special=SPECIAL, seq_len=64, static=False, seed=1),
         MLMCollator(special=SPECIAL, seq_len=64, seed=1), batch_size=8, seed=1)
     direct, prefetched = make(), Prefetcher(make(), depth=2)
     try:
@@ -206,5 +206,5 @@ def test_nsp_needs_documents_of_two_sentences():
         build_pair_instances(single, max_tokens=20, rng=np.random.default_rng(0))
     from trainer.training.data import fixed_batches
 
-    source = ExampleSource(single, special=SPECIAL, seq_len=32, nsp=True, static=True, seed=0)
+    source = ExampleSource(single, special=SPECIAL, seq_len=32, pairs=NSP.pairs, static=True, seed=0)
     assert fixed_batches(source, NSPCollator(special=SPECIAL, seq_len=32), batch_size=2, n_batches=2, seed=0) == []

@@ -11,6 +11,7 @@ import pytest
 from tests.trainer.finetune_helpers import ingested_demo
 from trainer.finetune import report
 from trainer.finetune.config import FinetuneConfig
+from trainer.finetune.metrics import METRICS
 from trainer.finetune.engine import finetune
 from trainer.training.sinks import ListSink
 
@@ -43,13 +44,13 @@ def test_the_classification_report_is_sklearns():
     from sklearn.metrics import confusion_matrix, precision_recall_fscore_support
 
     pred, ref = ["a", "b", "b", "c", "a"], ["a", "b", "c", "c", "b"]
-    out = report.test_report("classification", pred, ref, ["c", "b", "a"])
+    out = report.test_report(METRICS["classification"], pred, ref, ["c", "b", "a"])
     assert out["confusion"]["labels"] == ["c", "b", "a"]
     assert out["confusion"]["matrix"] == confusion_matrix(ref, pred, labels=["c", "b", "a"]).tolist()
     p, r, f, n = precision_recall_fscore_support(ref, pred, labels=["c", "b", "a"], zero_division=0)
     assert [row["f1"] for row in out["per_class"]] == pytest.approx(list(f))
     assert [row["support"] for row in out["per_class"]] == list(n) == [2, 2, 1]
-    assert report.test_report("regression", [1.0], [1.0], []) is None
+    assert report.test_report(METRICS["regression"], [1.0], [1.0], []) is None
 
 
 def test_the_ner_report_is_entity_level_by_seqeval():
@@ -57,7 +58,7 @@ def test_the_ner_report_is_entity_level_by_seqeval():
 
     ref = [["B-PER", "I-PER", "O", "B-LOC"], ["B-LOC", "O"]]
     pred = [["B-PER", "O", "O", "B-LOC"], ["B-LOC", "B-PER"]]
-    out = report.test_report("token_classification", pred, ref, ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"])
+    out = report.test_report(METRICS["token_classification"], pred, ref, ["O", "B-PER", "I-PER", "B-LOC", "I-LOC"])
     expected = classification_report(ref, pred, output_dict=True, zero_division=0)
     assert out["level"] == "entity" and [row["label"] for row in out["per_class"]] == ["LOC", "PER"]
     for row in out["per_class"]:

@@ -17,7 +17,7 @@ def ckpt(trained_run):
 
 def test_an_nsp_model_scores_both_orders_with_is_next(ckpt):
     out = masked.sentence_order(ckpt, "Return the value of the key.", "Raise an error if it is missing.")
-    assert out["head"] == "nsp" and set(out) == {"ab", "ba", "head"}
+    assert out["head"] == "nsp" and not out["judges_order"] and set(out) == {"ab", "ba", "head", "judges_order"}
     assert 0 <= out["ab"] <= 1 and 0 <= out["ba"] <= 1 and out["ab"] != out["ba"]
     single = masked.next_sentence(ckpt, "Return the value of the key.", "Raise an error if it is missing.")
     assert out["ab"] == pytest.approx(single["is_next"], abs=1e-5)  # padding the pair batch changes nothing

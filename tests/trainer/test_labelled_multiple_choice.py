@@ -82,7 +82,7 @@ def test_choice_columns_become_a_list_in_column_order_and_the_label_an_index(tmp
     assert result.labels == [] and result.label_counts["train"] == {"0": 4, "1": 4, "2": 4}
     chart = label_counts(tmp_path / "out")
     assert chart["labels"] == ["choice 0", "choice 1", "choice 2"] and chart["counts"]["train"] == [4, 4, 4]
-    assert model_input("multiple_choice", examples[0]) == ("Which opens a file?", "close")
+    assert model_input(examples[0]) == ("Which opens a file?", "close")
 
 
 def test_a_jsonl_list_of_choices_with_a_question_and_context(tmp_path):

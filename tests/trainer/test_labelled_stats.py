@@ -80,10 +80,10 @@ def test_pairs_questions_and_pre_split_tokens_are_measured_together(tmp_path, to
                   split_spec=SplitSpec(train=1.0, validation=0.0, test=0.0))
     hist = length_histogram(out, tokenizer_dir, 8)
     assert hist.longest == max(len(tok.encode(r["s1"], r["s2"]).ids) for r in rows)
-    assert model_input("extractive_qa", {"question": "q", "context": "c"}) == ("q", "c")
-    assert model_input("token_classification", {"tokens": ["a", "b"], "tags": ["O", "O"]}) == ["a", "b"]
-    assert model_input("sft", {"messages": [{"role": "user", "content": "a"},
-                                            {"role": "assistant", "content": "b"}]}) == "a\nb"
+    assert model_input({"question": "q", "context": "c"}) == ("q", "c")
+    assert model_input({"tokens": ["a", "b"], "tags": ["O", "O"]}) == ["a", "b"]
+    assert model_input({"messages": [{"role": "user", "content": "a"},
+                           {"role": "assistant", "content": "b"}]}) == "a\nb"
     (tmp_path / "t").mkdir()
     rows = [{"tokens": WORDS[: 3 + i], "tags": ["O"] * (2 + i) + ["B-X"]} for i in range(5)]
     out = dataset(tmp_path / "t", "t.jsonl", rows, "token_classification", {"tokens": "tokens", "tags": "tags"},

@@ -45,7 +45,7 @@ def test_compare_returns_one_result_set_per_checkpoint(alice, alice_api, steps):
         assert column["error"] is None and len(column["result"]["masks"][0]["predictions"]) == 3
 
     order = compare(alice_api, steps[0], steps[1], "sentence-order", **PAIR).json()["results"]
-    assert all(set(c["result"]) == {"ab", "ba", "head"} for c in order)
+    assert all(set(c["result"]) == {"ab", "ba", "head", "judges_order"} for c in order)
 
 
 def test_a_checkpoint_that_cannot_answer_says_so_in_its_column(alice, alice_api, steps):

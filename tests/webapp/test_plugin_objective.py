@@ -108,3 +108,19 @@ def test_the_dashboard_charts_it(registered, alice, alice_client):
     embedded = json.loads(re.search(r'<script id="dashboard-charts" type="application/json">(.*?)</script>',
                                     html, re.S).group(1))
     assert "toy" in [c["id"] for c in embedded] and 'id="chart-toy"' in html
+
+
+def test_the_explorer_offers_a_pair_objectives_tools_by_its_head(monkeypatch, alice, alice_client):
+    """A sentence-pair toy (tests/trainer/test_plugin_objective.py: SOP's head on pairs of its own) is
+    offered the sentence-order tool through its head, not the next-sentence one, and fills masks
+    through MLM."""
+    from django.urls import reverse
+
+    from tests.webapp.runs_helpers import make_checkpoint
+
+    monkeypatch.setitem(objectives.REGISTRY, "toy_order", "tests.trainer.test_plugin_objective:TOY")
+    run = make_run(alice, objectives=["mlm", "toy_order"], status=RunStatus.SUCCEEDED)
+    checkpoint = make_checkpoint(run, step=10)
+    html = alice_client.get(reverse("explorer:index") + f"?checkpoint={checkpoint.id}").content.decode()
+    option = re.search(rf'<option value="{checkpoint.id}"[^>]*>', html).group(0)
+    assert 'data-pair="sop"' in option and 'data-nsp="0"' in option and 'data-mlm="1"' in option

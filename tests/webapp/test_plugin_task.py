@@ -105,3 +105,29 @@ def test_the_api_accepts_it_and_checks_its_setting(registered, alice, alice_api,
     explorer = alice_client.get(reverse("explorer:index") + f"?checkpoint={tuned.id}").content.decode()
     assert 'data-task="toy" data-tool="classify"' in explorer
     assert '<section class="card" id="classify" data-tool="classify">' in explorer
+
+
+def test_its_dataset_spec_is_all_the_labelled_data_side_needs(monkeypatch, tmp_path):
+    """The labelled-data layer (trainer.prep.labelled, below the task registry) builds, counts and
+    reads a dataset by its TaskSpec's forms and kind of label, never by the task's name: the toy's
+    spec, registered there, is ingested as a classes dataset, charted per class, measured and
+    searched with its labels."""
+    from trainer.inference.neighbours import dataset_texts
+    from trainer.prep.labelled import SplitSpec, ingest, label_counts, model_input
+    from trainer.prep.labelled.tasks import TASKS
+
+    monkeypatch.setitem(TASKS, "toy", TOY.dataset)  # the labelled layer's own registration line
+    rows = "".join(f"{'Open' if i % 2 else 'Close'} the file number {i}.,{'io' if i % 2 else 'os'}\n"
+                   for i in range(12))
+    path = tmp_path / "toys.csv"
+    path.write_text("text,label\n" + rows, encoding="utf-8")
+    out = tmp_path / "out"
+    result = ingest(path, out, original_filename="toys.csv", task="toy", mapping={"text": "text", "label": "label"},
+                    split_spec=SplitSpec(train=1.0, validation=0.0, test=0.0))
+    assert result.labels == ["io", "os"] and result.label_counts["train"] == {"io": 6, "os": 6}
+    chart = label_counts(out)
+    assert chart["kind"] == "classes" and chart["counts"]["train"] == [6, 6]
+    first = result.preview[0]
+    assert model_input(first) == first["text"]
+    items, total = dataset_texts(out)
+    assert total == 12 and {item["label"] for item in items} == {"io", "os"}

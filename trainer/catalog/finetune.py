@@ -51,15 +51,8 @@ def family_json(family: str) -> dict[str, Any]:
     variants = {name: finetune.for_family(name, family) for name in finetune.tasks_for_family(family)}
     return {"tasks": {name: [s.name for s in task.settings if s.applies_to(family, task)]
                       for name, task in variants.items()},
-            "mixes": mixes(family),
+            "mixes": finetune.mixes(family),
             "techniques": [t.name for t in ft_settings.TECHNIQUES if not t.families or family in t.families]}
-
-
-def mixes(family: str) -> bool:
-    """Whether a `family` checkpoint takes more datasets in one run (multi-task trains text to text)."""
-    from trainer import finetune
-
-    return "text_to_text" in finetune.REGISTRY and not finetune.refusal(family, "text_to_text")
 
 
 def fields_for(family: str, task: str = "", technique: str = "full") -> list["Setting"]:
@@ -71,4 +64,4 @@ def fields_for(family: str, task: str = "", technique: str = "full") -> list["Se
     known = family in families.names()
     chosen = finetune.for_family(task, family) if known and task in finetune.REGISTRY and \
         not finetune.refusal(family, task) else None
-    return ft_settings.applicable(family if known else "", chosen, technique, mixes=known and mixes(family))
+    return ft_settings.applicable(family if known else "", chosen, technique, mixes=known and finetune.mixes(family))

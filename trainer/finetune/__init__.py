@@ -111,6 +111,11 @@ def generates(name: str) -> bool:
     return name in REGISTRY and get(name).generates
 
 
+def chats(name: str) -> bool:
+    """Whether checkpoints fine-tuned for task `name` learnt a chat template (Task.chats; False for an unknown name)."""
+    return name in REGISTRY and get(name).chats
+
+
 def explorer_action(name: str) -> str:
     """The explorer's tool for checkpoints fine-tuned for task `name` ("" for none, or an unknown name)."""
     return get(name).explorer_action if name in REGISTRY else ""
@@ -184,6 +189,14 @@ def refusal(family: str, name: str) -> str:
     encoders = ", ".join(families.get(f).label if f in families.names() else f for f in BACKBONE_NAMES)
     return (f"A {label} checkpoint cannot be fine-tuned for {what}: the task heads sit on an encoder ({encoders}). "
             f"Choose a checkpoint of one of those.")
+
+
+def mixes(family: str) -> bool:
+    """Whether a `family` checkpoint takes more datasets in one run: the task a multi-task run trains
+    (trainer.finetune.config.MIX_TASK, text to text) is registered and fine-tunes it."""
+    from trainer.finetune.config import MIX_TASK
+
+    return MIX_TASK in REGISTRY and not refusal(family, MIX_TASK)
 
 
 def tasks_for_family(family: str) -> list[str]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from trainer.config import AUTO_WORKERS, CHOICES, FlatRecord, OptimArgs, is_auto
 from trainer.errors import ConfigError
 from trainer.finetune.chat import DEFAULT_CHAT_TEMPLATE, check_chat_template
+from trainer.prep.labelled.tasks import TASKS as DATASET_TASKS
 from trainer import trackers
 
 BOUNDS: dict[str, tuple[float, float]] = {
@@ -260,7 +261,9 @@ def check_generation(config: FinetuneConfig) -> None:
 MAX_EXTRA_DATASETS = 16
 STRATEGIES = ("proportional", "temperature", "equal")  # trainer.finetune.mixing.mixing_rates
 MIX_TASK = "text_to_text"  # the task a multi-task run trains: every dataset written as text
-MIX_DATASET_TASKS = (MIX_TASK, "classification", "regression")  # what mixing.as_text writes as text
+MIX_LABELS = ("classes", "number")  # the kinds of label (TaskSpec.labels) mixing.as_text writes as a target word
+# the dataset tasks a multi-task run mixes: its own, and those whose label it writes as text
+MIX_DATASET_TASKS = (MIX_TASK, *(name for name, spec in DATASET_TASKS.items() if spec.labels in MIX_LABELS))
 
 
 def task_name(prefix: str, fallback: str) -> str:

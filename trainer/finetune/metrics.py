@@ -476,7 +476,9 @@ class TaskMetrics:
     compute(predictions, references) gives the dict; `primary` is the key that early stopping
     and the leaderboard use by default, better when higher unless higher_is_better is False;
     `metrics` draws each key on the dashboard (on FINETUNE_CHARTS or CHARTS), `stats` puts the
-    primary one above the charts (SFT's perplexity is already a common stat)."""
+    primary one above the charts (SFT's perplexity is already a common stat); `report` is the test
+    split's report it writes (trainer.finetune.report.REPORTS: "class", a confusion matrix and a
+    per-class table over the labels; "entity", per tag and per entity type; "": none)."""
 
     task: str
     compute: Callable[..., dict[str, float]]
@@ -484,6 +486,7 @@ class TaskMetrics:
     higher_is_better: bool
     metrics: tuple[MetricSpec, ...]
     stats: tuple[StatSpec, ...] = field(default=())
+    report: str = ""
 
     def better(self, value: float, than: float | None) -> bool:
         """Whether `value` of the primary metric beats `than` (None: nothing yet, so it does)."""
@@ -503,7 +506,7 @@ METRICS: dict[str, TaskMetrics] = {t.task: t for t in (
     # Accuracy is what the published recipes report (SST-2, MNLI); on imbalanced data compare f1_macro.
     TaskMetrics("classification", classification_metrics, "accuracy", True,
                 (*_CLASSIFICATION_SERIES, _valid("mcc", "MCC", "ft_mcc")),
-                _headline("accuracy", "validation accuracy")),
+                _headline("accuracy", "validation accuracy"), report="class"),
     # Micro F1: the usual multi-label headline; exact-set accuracy is harsh with many labels.
     TaskMetrics("multilabel_classification", multilabel_metrics, "f1_micro", True,
                 (_valid("accuracy", "exact-set accuracy", "ft_classification", BLUE),
@@ -520,7 +523,7 @@ METRICS: dict[str, TaskMetrics] = {t.task: t for t in (
                 (_valid("entity_precision", "precision", "ft_entities", BLUE),
                  _valid("entity_recall", "recall", "ft_entities", ORANGE),
                  _valid("entity_f1", "F1", "ft_entities", GREEN)),
-                _headline("entity_f1", "validation entity F1")),
+                _headline("entity_f1", "validation entity F1"), report="entity"),
     TaskMetrics("extractive_qa", extractive_qa_metrics, "f1", True, _SQUAD_SERIES,
                 _headline("f1", "validation F1")),
     TaskMetrics("extractive_qa_v2", partial(extractive_qa_metrics, version_2=True), "f1", True,

@@ -29,6 +29,7 @@ import numpy as np
 from trainer.errors import ConfigError
 from trainer.finetune.config import MIX_DATASET_TASKS as TEXT_TASKS
 from trainer.finetune.config import STRATEGIES, mix_task_names
+from trainer.prep.labelled.tasks import TASKS as DATASET_TASKS
 from trainer.training.data import DataPosition
 
 PER_TASK_METRICS = ("exact_match", "rouge_l")  # scored per task, and their mean over the tasks
@@ -55,15 +56,17 @@ def mixing_rates(sizes: Sequence[int], strategy: str, *, limit: int = 0, tempera
 
 # ---------------------------------------------------------------------------- the tasks
 def as_text(example: dict, task: str) -> dict:
-    """A labelled example of `task` as {"input", "target"}."""
-    if task == "text_to_text":
-        return {"input": example["input"], "target": example["target"]}
+    """A labelled example of the dataset task `task` as {"input", "target"}: a text-to-text one as it
+    is, one with a class as its label word, one with a score as that score in words (by the task's
+    kind of label, TaskSpec.labels)."""
     if task not in TEXT_TASKS:
         raise ConfigError(f"A {task} dataset cannot be written as text to text; multi-task mixing takes "
                           f"{', '.join(TEXT_TASKS)} datasets.")
-    if task == "classification":
+    if "target" in example:
+        return {"input": example["input"], "target": example["target"]}
+    if DATASET_TASKS[task].labels == "classes":
         return {"input": source_of(example), "target": str(example["label"])}
-    return {"input": source_of(example), "target": score_word(example["label"])}  # regression
+    return {"input": source_of(example), "target": score_word(example["label"])}  # a score
 
 
 def source_of(example: dict) -> str:

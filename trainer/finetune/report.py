@@ -102,28 +102,35 @@ def entity_table(predictions: Sequence[Sequence[str]], references: Sequence[Sequ
             for name, v in sorted(report.items()) if not name.endswith(" avg")]
 
 
-def test_report(metrics_key: str, predictions: Sequence[Any], references: Sequence[Any],
+def class_report(predictions: Sequence[Any], references: Sequence[Any], labels: list[str]) -> dict:
+    """A classifier's: the confusion matrix over its labels (and any other predicted or given), per class."""
+    known = [*labels, *sorted({str(x) for x in (*predictions, *references)} - set(labels))]
+    return {"confusion": {"labels": known, "matrix": metric_fns.confusion_matrix(predictions, references, known)},
+            "per_class": metric_fns.per_class_table(predictions, references, known)}
+
+
+def entity_report(predictions: Sequence[Any], references: Sequence[Any], labels: list[str]) -> dict:
+    """A tagger's: the confusion matrix per tag (one cell per word), the table per entity type (entity-level)."""
+    flat_pred = [tag for row in predictions for tag in row]
+    flat_ref = [tag for row in references for tag in row]
+    known = [*labels, *sorted(set(flat_pred + flat_ref) - set(labels))]
+    return {"confusion": {"labels": known, "matrix": metric_fns.confusion_matrix(flat_pred, flat_ref, known)}
+            if flat_ref else None,
+            "per_class": entity_table(predictions, references)}
+
+
+# TaskMetrics.report -> how that report is made; its name is the report's "level"
+REPORTS = {"class": class_report, "entity": entity_report}
+
+
+def test_report(scoring: Any, predictions: Sequence[Any], references: Sequence[Any],
                 labels: Sequence[str]) -> dict | None:
-    """The confusion matrix and per-class table of a test split, by the task's metrics key:
-    classification over its labels; token classification per tag (the matrix: one cell per word)
-    and per entity type (the table, entity-level); None for the other tasks."""
-    if not references:
+    """The confusion matrix and per-class table of a test split, as the task's scoring
+    (trainer.finetune.metrics.TaskMetrics) names its `report`; None for a scoring without one."""
+    if not references or not scoring.report:
         return None
-    labels = [str(x) for x in labels]
-    if metrics_key == "classification":
-        known = [*labels, *sorted({str(x) for x in (*predictions, *references)} - set(labels))]
-        return {"task": metrics_key, "level": "class",
-                "confusion": {"labels": known, "matrix": metric_fns.confusion_matrix(predictions, references, known)},
-                "per_class": metric_fns.per_class_table(predictions, references, known)}
-    if metrics_key == "token_classification":
-        flat_pred = [tag for row in predictions for tag in row]
-        flat_ref = [tag for row in references for tag in row]
-        known = [*labels, *sorted(set(flat_pred + flat_ref) - set(labels))]
-        return {"task": metrics_key, "level": "entity",
-                "confusion": {"labels": known, "matrix": metric_fns.confusion_matrix(flat_pred, flat_ref, known)}
-                if flat_ref else None,
-                "per_class": entity_table(predictions, references)}
-    return None
+    made = REPORTS[scoring.report](predictions, references, [str(x) for x in labels])
+    return {"task": scoring.task, "level": scoring.report, **made}
 
 
 # ---------------------------------------------------------------------------------- writing

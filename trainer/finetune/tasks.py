@@ -294,7 +294,7 @@ class TaskStep(Step):
         """The confusion matrix and per-class table of the examples just scored (None: the task has none)."""
         from trainer.finetune import report
 
-        return report.test_report(self.task.metrics, self.predictions, self.references, self.labels)
+        return report.test_report(self.task.scores(), self.predictions, self.references, self.labels)
 
 
 class SequenceStep(TaskStep):
@@ -355,6 +355,8 @@ class Task:
     dataset: Any = None           # its own trainer.prep.labelled.TaskSpec; None: TASKS[name]
     packs: bool = False           # its collator's batches are TaskBatches and its step passes them packed
                                   # (trainer.finetune.engine.packing): an encoder's head computes real tokens only
+    chats: bool = False           # it learns the run's chat_template: its checkpoints write chat prompts in it
+                                  # (trainer.inference.generate.chat_template)
 
     def scores(self, dataset: Any = "") -> Any:
         """The TaskMetrics it is scored, charted and ranked with on the stored dataset `dataset`

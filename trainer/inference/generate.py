@@ -138,9 +138,12 @@ def prepare(loaded: Loaded, prompt: Any, max_new_tokens: int, *, what: str = "a 
 
 
 def chat_template(loaded: Loaded) -> str | None:
-    """The chat template of the SFT run that fine-tuned this checkpoint, or None for any other."""
+    """The chat template of the run that fine-tuned this checkpoint for a task that chats (Task.chats:
+    SFT), or None for any other."""
+    from trainer import finetune
+
     config = loaded.state.get("config") or {}
-    if config.get("task") != "sft":
+    if not finetune.chats(str(config.get("task", ""))):
         return None
     from trainer.finetune.chat import DEFAULT_CHAT_TEMPLATE
 

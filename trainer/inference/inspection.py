@@ -44,8 +44,6 @@ from trainer.errors import InferenceError
 MAX_EXAMPLES = 16
 MAX_SEED = 2**31 - 2  # the seed picks the data epoch (see sample_batch); VALID_VARIANT is 2**31 - 1
 
-_PAIR_MEANINGS = {"nsp": ("IsNext", "NotNext"), "sop": ("in order", "swapped")}
-
 
 def sample_batch(config_dict: dict[str, Any], tokenizer_dir: str | Path, n_examples: int = 4, seed: int = 0,
                  *, checkpoint_dir: str | Path | None = None) -> list[dict[str, Any]]:
@@ -83,8 +81,9 @@ def sample_batch(config_dict: dict[str, Any], tokenizer_dir: str | Path, n_examp
         return _sequence_examples(batch, bundle, special, config)
     if getattr(batch, "input_ids", None) is None or getattr(batch, "mlm_labels", None) is None:
         raise InferenceError(_cannot_inspect(config))
-    examples = _examples(batch, bundle, special)
     from trainer import objectives
+
+    examples = _examples(batch, bundle, special, objectives.pair_heads(config.objectives))
 
     inspect = objectives.resolve(config.objectives).inspect  # what the run's model makes of the batch
     electra = inspect(checkpoint_dir, batch, bundle, seed) if inspect and checkpoint_dir is not None else None
@@ -98,7 +97,9 @@ def _cannot_inspect(config: Any) -> str:
             "it reads masked-language-model batches (input ids with MLM labels).")
 
 
-def _examples(batch: Any, bundle: Any, special: Any) -> list[dict[str, Any]]:
+def _examples(batch: Any, bundle: Any, special: Any, pair_heads: list[Any]) -> list[dict[str, Any]]:
+    """Each row of a masked-LM batch as the inspector draws it; `pair_heads` (trainer.objectives.pair_heads of
+    the run's objectives) say which pair labels the batch carries and what they mean."""
     from trainer.objectives.masking import IGNORE_INDEX
 
     ids = batch.input_ids.tolist()
@@ -106,7 +107,7 @@ def _examples(batch: Any, bundle: Any, special: Any) -> list[dict[str, Any]]:
     types = batch.token_type_ids.tolist() if getattr(batch, "token_type_ids", None) is not None else None
     lengths = batch.attention_mask.sum(dim=1).tolist()
     given_spans = _collator_spans(batch)
-    pair_task, pair_labels = _pair_labels(batch)
+    pair_objective, pair_labels = _pair_labels(batch, pair_heads)
     to_token = bundle.tok.id_to_token
 
     out = []
@@ -129,9 +130,9 @@ def _examples(batch: Any, bundle: Any, special: Any) -> list[dict[str, Any]]:
         else:
             _number_runs(tokens)
         pair = None
-        if pair_task:
+        if pair_objective is not None:
             label = int(pair_labels[i])
-            pair = {"task": pair_task, "label": label, "meaning": _PAIR_MEANINGS[pair_task][label]}
+            pair = {"task": pair_objective.name, "label": label, "meaning": pair_objective.pairs.meanings[label]}
         out.append({"index": i, "tokens": tokens, "pair": pair, "counts": counts, "electra": None,
                     "target": None, "note": None})
     return out
@@ -228,11 +229,12 @@ def _number_runs(tokens: list[dict[str, Any]]) -> None:
         t = end + 1
 
 
-def _pair_labels(batch: Any) -> tuple[str | None, list[int]]:
-    for task in ("sop", "nsp"):
-        labels = getattr(batch, f"{task}_labels", None)
+def _pair_labels(batch: Any, pair_heads: list[Any]) -> tuple[Any, list[int]]:
+    """(the objective whose pair head the batch trains, its labels), or (None, []) for a batch without."""
+    for objective in pair_heads:
+        labels = getattr(batch, f"{objective.pairs.head}_labels", None)
         if labels is not None:
-            return task, labels.tolist()
+            return objective, labels.tolist()
     return None, []
 
 

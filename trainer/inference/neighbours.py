@@ -9,9 +9,9 @@ query sentence by cosine similarity.
     search(folder, index_dir, query, k)            the k nearest texts with their cosine and label
 
 The vectors are trainer.inference.downstream.sentence_vectors' (unit length, so a dot product is the
-cosine). Which text of an example is embedded depends on the task: a pair's two sentences joined by
-a space, a token-classification example's tokens, a QA example's question, a text-to-text
-example's input, an SFT example's prompt (or its first message). Every problem the user can fix
+cosine). Which text of an example is embedded depends on the roles it has (whatever its task): a
+pair's two sentences joined by a space, tokens joined, a question that has answers (extractive QA),
+an input (text to text), a prompt (or a chat's first user message). Every problem the user can fix
 raises InferenceError with a sentence.
 """
 from __future__ import annotations
@@ -37,27 +37,29 @@ VECTORS_FILE, TEXTS_FILE, META_FILE = "vectors.pt", "texts.jsonl", "index.json"
 SPLIT_ORDER = ("train", "validation", "test")
 
 
-def example_text(task: str, example: dict[str, Any]) -> str:
-    """The text of a stored example that stands for it in a search."""
-    if task == "token_classification":
-        return " ".join(example.get("tokens") or [])
-    if task == "extractive_qa":
+def example_text(example: dict[str, Any]) -> str:
+    """The text of a stored example that stands for it in a search, by its roles
+    (trainer.prep.labelled.examples)."""
+    if "tokens" in example:
+        return " ".join(example["tokens"] or [])
+    if "answers" in example:
         return str(example.get("question", ""))
-    if task == "text_to_text":
-        return str(example.get("input", ""))
-    if task == "sft":
-        if "messages" in example:
-            return str(next((m["content"] for m in example["messages"] if m.get("role") == "user"),
-                            example["messages"][0]["content"] if example["messages"] else ""))
-        return str(example.get("prompt", ""))
+    if "input" in example:
+        return str(example["input"])
+    if "messages" in example:
+        return str(next((m["content"] for m in example["messages"] if m.get("role") == "user"),
+                        example["messages"][0]["content"] if example["messages"] else ""))
+    if "prompt" in example:
+        return str(example["prompt"])
     if "sentence1" in example:
         return f"{example['sentence1']} {example['sentence2']}"
     return str(example.get("text", ""))
 
 
-def example_label(task: str, example: dict[str, Any]) -> str | None:
-    """The example's label as shown beside it (None for the tasks without one label per text)."""
-    if task not in ("classification", "regression", "multilabel") or "label" not in example:
+def example_label(labels: str, example: dict[str, Any]) -> str | None:
+    """The example's label as shown beside it, by its dataset's kind of label (TaskSpec.labels):
+    None for the kinds without one label per text (tags, a choice's index, none)."""
+    if labels not in ("classes", "number", "multi") or "label" not in example:
         return None
     label = example["label"]
     if isinstance(label, (list, tuple)):
@@ -71,6 +73,7 @@ def dataset_texts(data_dir: str | Path, limit: int = DEFAULT_LIMIT) -> tuple[lis
     """([{"text", "label", "split"}] for the first `limit` non-empty texts, train split first;
     the number of examples in the dataset)."""
     from trainer.prep.labelled.store import iter_examples, read_meta
+    from trainer.prep.labelled.tasks import task_spec
 
     if int(limit) < 1:
         raise InferenceError("The number of texts to embed must be at least 1.")
@@ -78,16 +81,19 @@ def dataset_texts(data_dir: str | Path, limit: int = DEFAULT_LIMIT) -> tuple[lis
         meta = read_meta(Path(data_dir))
     except DatasetError as e:
         raise InferenceError(str(e)) from None
-    task = str(meta.get("task", ""))
+    try:
+        labels = task_spec(meta.get("task")).labels
+    except DatasetError as e:
+        raise InferenceError(str(e)) from None
     items: list[dict[str, Any]] = []
     total = 0
     for split in SPLIT_ORDER:
         try:
             for example in iter_examples(Path(data_dir), split):
                 total += 1
-                text = example_text(task, example).strip()
+                text = example_text(example).strip()
                 if text and len(items) < limit:
-                    items.append({"text": text, "label": example_label(task, example), "split": split})
+                    items.append({"text": text, "label": example_label(labels, example), "split": split})
         except FileNotFoundError:
             continue
     if not items:

@@ -5,6 +5,7 @@
     objectives.all()                          # every Objective, in the form's order
     lead = objectives.resolve(["mlm", "nsp"])  # the objective whose collator and step train the set
     collator = objectives.build_collator(["mlm", "nsp"], special=..., seq_len=128)
+    objectives.pair_heads(["mlm", "nsp"])    # [NSP]: the sentence-pair head the explorer asks
 
 Adding an objective: write its module (its collator, batch type, step and `Objective`), add
 one line to `REGISTRY`, and list it in the objectives of the families that train it.
@@ -125,6 +126,21 @@ def per_token_metrics(objective_names: Sequence[str] | None) -> frozenset[str]:
     for objective in _chosen(objective_names):
         recorded |= {*objective.metrics, *(m.name for m in objective.charts), *objective.step.perplexities}
     return frozenset(per_token & recorded)
+
+
+def pair_heads(objective_names: Sequence[str] | None = None) -> list[Objective]:
+    """The sentence-pair objectives among these (None: every registered one) whose model has a pair
+    head (SentencePairs.head), those that judge order (SOP) before those that judge random pairs
+    (NSP): the explorer's sentence-order tool asks the first, the masking inspector shows its
+    meanings."""
+    chosen = all() if objective_names is None else _chosen(objective_names)
+    heads = [o for o in chosen if o.pairs is not None and o.pairs.head]
+    return sorted(heads, key=lambda o: not o.pairs.judges_order)
+
+
+def fills_masks(objective_names: Sequence[str] | None) -> bool:
+    """Whether a model trained with these objectives predicts masked tokens (the explorer's fill-mask tool)."""
+    return any(o.fills_masks for o in _chosen(objective_names))
 
 
 def _chosen(objective_names: Sequence[str] | None) -> list[Objective]:

@@ -4,10 +4,11 @@ An `Objective` is one pre-training objective as the launch form, the validator, 
 pipeline, the trainer and the dashboard see it. It names
 
 - its spec: label and help for the form, whether it reads T5's sentinel tokens, whether its
-  examples are sentence pairs it builds itself, the RunConfig settings it reads;
+  examples are sentence pairs it builds itself (`pairs`, a SentencePairs: the instance table,
+  each example's flag, the head that learns it and what the head's classes mean), whether its
+  model fills masks (the explorer's fill-mask tool), the RunConfig settings it reads;
 - its data: a `Collator` class (any class that satisfies the `Collator` protocol: examples in,
-  one of its `Batch` types out), the instance table it needs (`pairs`), the masking units it
-  takes (the first is its default);
+  one of its `Batch` types out), the masking units it takes (the first is its default);
 - its step: a `Step` class (forward pass, loss and the metric counts of a batch);
 - its metrics: the keys its step reports, and how the dashboard charts them (`charts`,
   `stats`, `chart_specs`; trainer.charts).
@@ -32,7 +33,7 @@ from torch import nn
 from trainer.charts import ChartSpec, MetricSpec, StatSpec
 
 if TYPE_CHECKING:
-    from trainer.objectives.examples import Example
+    from trainer.objectives.examples import Example, SentencePairs
     from trainer.config import RunConfig
 
 
@@ -156,8 +157,9 @@ class Objective:
     stats: tuple[StatSpec, ...] = ()     # the numbers it adds above the charts
     chart_specs: tuple[ChartSpec, ...] = ()  # charts of its own that trainer.charts.CHARTS lacks
     units: tuple[str, ...] = ("token",)  # masking units it takes; the first is its default
-    pairs: str | None = None             # the instance table it needs: None (single segments or raw
-                                         # text), "nsp", "sop", "consecutive"
+    pairs: SentencePairs | None = None   # its examples are sentence pairs made as this says (the table,
+                                         # the flag, its head and what the head's classes mean); None:
+                                         # single segments or raw text
     base: bool = False                   # another objective may extend it (MLM)
     requires: tuple[str, ...] = ()       # objectives it is trained with (NSP needs MLM)
     combines: tuple[str, ...] = ()       # base objectives it may be trained with (MLM)
@@ -174,6 +176,8 @@ class Objective:
                                                # Step's extra keyword arguments (a teacher)
     inspect: Callable[..., Any] | None = None  # (checkpoint_dir, batch, tokenizer, seed) -> per example,
                                                # what the run's model makes of it (the masking inspector)
+    fills_masks: bool = False            # the model it trains predicts masked tokens: the explorer's
+                                         # fill-mask tool asks checkpoints of runs with it (MLM)
 
     @property
     def pair_examples(self) -> bool:

@@ -27,7 +27,7 @@ import torch
 from trainer.errors import ConfigError
 from trainer.charts import MetricSpec, StatSpec
 from trainer.objectives.base import Batch, Objective, Step, StepOutput
-from trainer.objectives.examples import Example, SpecialIds, example_rng, truncate_pair_slices
+from trainer.objectives.examples import Example, SentencePairs, SpecialIds, example_rng, truncate_pair_slices
 from trainer.objectives.packing import PackableBatch
 from trainer.objectives.masking import (
     IGNORE_INDEX, MASKING_UNITS, SEQ2SEQ, UNILM_MODE_PROBS, Masker, unilm_attention_masks,
@@ -438,7 +438,7 @@ MLM = Objective(
     help="15% of the tokens are chosen; of those 80% become [MASK], 10% a random token and "
          "10% stay unchanged. The model predicts the original tokens.",
     collator=MLMCollator, step=PreTrainingStep, units=ALL_UNITS, base=True,
-    packs=True,
+    packs=True, fills_masks=True,
     metrics=("mlm_loss", "mlm_acc", "perplexity"),
     collator_label="MLM (BERT without NSP, RoBERTa)",
     charts=(
@@ -455,7 +455,8 @@ NSP = Objective(
     label="Next sentence prediction (NSP)",
     help="Inputs are pairs [CLS] A [SEP] B [SEP]; half the time B really follows A in the "
          "document, half the time it comes from another document. The model tells which.",
-    collator=NSPCollator, step=PreTrainingStep, units=ALL_UNITS, pairs="nsp", requires=("mlm",), combines=("mlm",),
+    collator=NSPCollator, step=PreTrainingStep, units=ALL_UNITS, requires=("mlm",),
+    pairs=SentencePairs(random_next=True, head="nsp", meanings=("IsNext", "NotNext")), combines=("mlm",),
     packs=True,
     metrics=("nsp_loss", "nsp_acc"),
     collator_label="MLM + NSP (BERT)",
@@ -469,7 +470,8 @@ SOP = Objective(
     label="Sentence order prediction (SOP)",
     help="Inputs are two consecutive segments of one document, [CLS] A [SEP] B [SEP]; half the "
          "time they are swapped. The model tells whether they are in their original order (ALBERT).",
-    collator=SOPCollator, step=PreTrainingStep, units=ALL_UNITS, pairs="sop", requires=("mlm",), combines=("mlm",),
+    collator=SOPCollator, step=PreTrainingStep, units=ALL_UNITS, requires=("mlm",),
+    pairs=SentencePairs(swap_prob=0.5, head="sop", meanings=("in order", "swapped")), combines=("mlm",),
     packs=True,
     metrics=("sop_loss", "sop_acc"),
     collator_label="MLM + SOP (ALBERT)",
@@ -498,7 +500,7 @@ UNILM = Objective(
     label="UniLM attention modes",
     help="Each example is trained with one self-attention mask: bidirectional (1/3), seq2seq (1/3, "
          "source fully visible, target left to right), left-to-right or right-to-left (1/6 each).",
-    collator=UniLMCollator, step=PreTrainingStep, units=ALL_UNITS, pairs="consecutive", combines=("mlm",),
+    collator=UniLMCollator, step=PreTrainingStep, units=ALL_UNITS, pairs=SentencePairs(), combines=("mlm",),
     packs=True,
     metrics=(),
     collator_label="UniLM attention modes",

@@ -4,6 +4,7 @@ instance tables that cut a shard's documents into examples.
 - `SpecialIds`: the ids collators need (never masked nor used as random replacements).
 - `Example`: token ids of segment A (and B for pairs) with the flags masking needs.
 - `ShardIndex`: token ids plus sentence and document boundaries of a split's shards.
+- `SentencePairs`: how a pair objective makes its pairs (which table, the flag) and what its head means.
 - `build_pair_instances` / `build_sop_instances` / `build_packed_instances` /
   `build_chunk_instances`: an epoch's worth of examples as a small integer table of token
   offsets; packing is RoBERTa's FULL-SENTENCES or DOC-SENTENCES (`PACKINGS`), raw text is cut
@@ -115,8 +116,8 @@ class Example:
     variant: int                 # mask variant (see module docstring)
     a: np.ndarray
     b: np.ndarray | None = None
-    is_random_next: bool = False  # NSP: B comes from another document
-    swapped: bool = False         # SOP: A and B are two consecutive segments in swapped order
+    is_random_next: bool = False  # B comes from another document (SentencePairs.random_next: NSP)
+    swapped: bool = False         # A and B are two consecutive segments in swapped order (SOP)
     a_starts: np.ndarray | None = None  # word-start flags of a (1 = starts a word); needed by
     b_starts: np.ndarray | None = None  # every masking unit but "token"
     sentence_starts: np.ndarray | None = None  # offsets in a where its sentences start (0 first);
@@ -386,6 +387,44 @@ def build_sop_instances(index: ShardIndex, *, max_tokens: int, rng: np.random.Ge
         raise ConfigError("Sentence pairs (SOP, UniLM) need documents of at least two sentences, and this "
                           "split has none. Train with MLM only, or use a corpus with longer documents.")
     return np.asarray(rows, dtype=np.int64).reshape(-1, 5)
+
+
+@dataclass(frozen=True)
+class SentencePairs:
+    """How an objective makes its sentence-pair examples, and what its pair head learns from them.
+
+    The data pipeline (trainer.training.data.ExampleSource) builds the instance table from it and
+    sets each example's flag; the masking inspector and the explorer read the head's name and the
+    meanings of its two classes from it, so a new pair objective declares all of this here.
+
+    random_next: B is, half the time, a segment of another document (NSP's table,
+    `build_pair_instances`); otherwise A and B are consecutive segments of one document
+    (`build_sop_instances`), presented swapped with probability `swap_prob`.
+    head: the model's sentence-pair head that learns the flag: the batch carries its targets as
+    `<head>_labels`, the model answers `<head>_logits` (models_lib); "" for pairs with no head
+    (UniLM's consecutive source and target).
+    meanings: what the head's classes 0 and 1 mean, as the masking inspector shows them."""
+
+    random_next: bool = False
+    swap_prob: float = 0.0
+    head: str = ""
+    meanings: tuple[str, str] | tuple[()] = ()
+
+    @property
+    def judges_order(self) -> bool:
+        """Its head tells a pair in its document's order from a swapped one (SOP), rather than a
+        following segment from a random one (NSP)."""
+        return bool(self.head) and not self.random_next
+
+    def instances(self, index: ShardIndex, *, max_tokens: int, rng: np.random.Generator) -> np.ndarray:
+        """The instance table of one variant (columns A_START .. RANDOM_NEXT; the last is the flag)."""
+        if self.random_next:
+            return build_pair_instances(index, max_tokens=max_tokens, rng=rng)
+        return build_sop_instances(index, max_tokens=max_tokens, rng=rng, swap_prob=self.swap_prob)
+
+    def flags(self, flag: bool) -> dict[str, bool]:
+        """The Example fields a table row's flag sets: B from another document, or A and B swapped."""
+        return {"is_random_next": flag} if self.random_next else {"swapped": flag}
 
 
 # RoBERTa's input formats for single-segment objectives (Liu et al. 2019, section 4.2).

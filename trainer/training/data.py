@@ -10,9 +10,10 @@ dupe_factor: ten fixed versions of the data, reused), with dynamic masking varia
 (new pairs and new masks every epoch). Packing single segments (RoBERTa's FULL-SENTENCES or
 DOC-SENTENCES) does not depend on it.
 
-What the examples look like follows from the objective that trains the run (its `pairs`): packed
-single segments (MLM, SBO, RTD, distillation), NSP pairs, SOP pairs (consecutive segments,
-swapped half the time) or consecutive pairs (UniLM). Masking units other than "token" need
+What the examples look like follows from the objective that trains the run (its `pairs`, a
+trainer.objectives.examples.SentencePairs): packed single segments (MLM, SBO, RTD, distillation)
+when it has none, else the pairs it says (NSP's random next segments, SOP's consecutive segments
+swapped half the time, UniLM's consecutive pairs). Masking units other than "token" need
 word-start flags, which come from the shards (word_starts.bin); for CJK text they are
 re-segmented with jieba unless the shards already were (trainer.prep.segmenter).
 
@@ -36,15 +37,13 @@ from trainer import objectives
 from trainer.errors import ConfigError
 from trainer.objectives.base import Batch, Collator
 from trainer.objectives.examples import (
-    _ORDER, _PAIRS, _VALID, A_END, A_START, B_END, B_START, PACKINGS, RANDOM_NEXT, Example, ShardIndex, SpecialIds,
-    TextLayout, build_chunk_instances, build_packed_instances, build_pair_instances, build_sop_instances,
-    build_stream_instances,
+    _ORDER, _PAIRS, _VALID, A_END, A_START, B_END, B_START, PACKINGS, RANDOM_NEXT, Example, SentencePairs, ShardIndex,
+    SpecialIds, TextLayout, build_chunk_instances, build_packed_instances, build_stream_instances,
 )
 from trainer.objectives.masking import phrase_break_table
 from trainer.prep.segmenter import TokenWordStarts, vocab_strings
 from trainer.config import DUPE_FACTOR, RunConfig
 
-PAIR_KINDS = ("nsp", "sop", "consecutive")
 VALID_VARIANT = 2**31 - 1  # mask variant of the validation examples (never a training epoch)
 
 
@@ -64,8 +63,8 @@ class DataPosition:
 class ExampleSource:
     """The instance tables of one split and how to turn rows into Examples.
 
-    pairs: None (packed single segments), "nsp", "sop" or "consecutive" (see
-    trainer.objectives.base.Objective.pairs); `nsp=True` is the older spelling of pairs="nsp".
+    pairs: None (packed single segments) or the SentencePairs of the objective that trains the run
+    (trainer.objectives.base.Objective.pairs): which table, and which flag each row sets.
     packing: "full-sentences" or "doc-sentences" (single segments only).
     word_starts: attach word-start flags to the examples (masking units other than "token");
     refine(ids, stored_flags) -> flags recomputes them (trainer.prep.segmenter.TokenWordStarts:
@@ -74,14 +73,10 @@ class ExampleSource:
     it replaces pairs and packing."""
 
     def __init__(self, index: ShardIndex, *, special: SpecialIds, seq_len: int, static: bool, seed: int,
-                 nsp: bool = False, pairs: str | None = None, packing: str = "full-sentences",
+                 pairs: SentencePairs | None = None, packing: str = "full-sentences",
                  word_starts: bool = False,
                  refine: Callable[[np.ndarray, np.ndarray | None], np.ndarray] | None = None,
                  layout: TextLayout | None = None, streams: int = 0):
-        if pairs is None and nsp:
-            pairs = "nsp"
-        if pairs is not None and pairs not in PAIR_KINDS:
-            raise ValueError(f"pairs must be None or one of {PAIR_KINDS}, not {pairs!r}")
         if packing not in PACKINGS:
             raise ConfigError(f"Unknown packing {packing!r}; choose one of {', '.join(PACKINGS)}.")
         if word_starts and index.word_starts is None and refine is None:
@@ -101,10 +96,6 @@ class ExampleSource:
     def ordered(self) -> bool:
         """Its examples are read in table order (the streams layout), not shuffled."""
         return self.layout is not None and self.layout.kind == "streams"
-
-    @property
-    def nsp(self) -> bool:
-        return self.pairs == "nsp"
 
     def variant(self, epoch: int) -> int:
         if self.pairs is None:
@@ -129,11 +120,7 @@ class ExampleSource:
                 table = build_packed_instances(self.index, max_tokens=self.layout.length, cross_documents=False)
         elif self.pairs is not None:
             rng = np.random.default_rng(pair_seed if pair_seed is not None else [_PAIRS, self.seed, variant])
-            if self.pairs == "nsp":
-                table = build_pair_instances(self.index, max_tokens=self.seq_len - 3, rng=rng)
-            else:
-                table = build_sop_instances(self.index, max_tokens=self.seq_len - 3, rng=rng,
-                                            swap_prob=0.5 if self.pairs == "sop" else 0.0)
+            table = self.pairs.instances(self.index, max_tokens=self.seq_len - 3, rng=rng)
         else:
             table = build_packed_instances(self.index, max_tokens=self.seq_len - 2,
                                            cross_documents=self.packing == "full-sentences")
@@ -147,7 +134,7 @@ class ExampleSource:
             a0, a1, b0, b1, flag = (int(row[A_START]), int(row[A_END]), int(row[B_START]), int(row[B_END]),
                                     bool(row[RANDOM_NEXT]))
             ex = Example(uid=uid, variant=mask_variant, a=self.index.span(a0, a1), b=self.index.span(b0, b1),
-                         is_random_next=flag and self.pairs == "nsp", swapped=flag and self.pairs == "sop")
+                         **self.pairs.flags(flag))
             if self.word_starts:
                 ex.a_starts = self._flags(ex.a, self.index.span_starts(a0, a1))
                 ex.b_starts = self._flags(ex.b, self.index.span_starts(b0, b1))

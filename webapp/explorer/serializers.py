@@ -96,6 +96,9 @@ class SentenceOrderResultSerializer(serializers.Serializer):
         choices=["sop", "nsp"],
         help_text="sop: the scores are P(in the original order) from a sentence-order head (ALBERT). "
                   "nsp: the model has only a next-sentence head; the scores are P(IsNext) of each order.")
+    judges_order = serializers.BooleanField(
+        help_text="Whether the head asked tells a pair's order (a sentence-order head) rather than a following "
+                  "sentence from a random one.")
 
 
 class SentenceOrderResponseSerializer(SentenceOrderResultSerializer):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
+from trainer import objectives as trained_objectives
 from trainer.errors import InferenceError, UserError
 from webapp.jobs.models import JobStatus
 from webapp.runs.models import Checkpoint
@@ -377,8 +378,21 @@ def checkpoint_objectives(checkpoint: Checkpoint) -> list[str]:
 
 
 def pair_head(objectives: list[str]) -> str:
-    """The sentence-pair head the explorer asks ("sop", "nsp"), or "" for none."""
-    return next((h for h in ("sop", "nsp") if h in objectives), "")
+    """The sentence-pair head the sentence-order tool asks ("sop", "nsp"), or "" for none: the
+    pair objectives' own (trainer.objectives.pair_heads), an order-judging one first."""
+    heads = trained_objectives.pair_heads(objectives)
+    return heads[0].pairs.head if heads else ""
+
+
+def judges_next_sentence(objectives: list[str]) -> bool:
+    """Whether the model learnt a head that tells a following segment from a random one (NSP),
+    which the next-sentence tool asks."""
+    return any(o.pairs.random_next for o in trained_objectives.pair_heads(objectives))
+
+
+def fills_masks(objectives: list[str]) -> bool:
+    """Whether the model learnt to predict masked tokens (the fill-mask tool): an objective says so."""
+    return trained_objectives.fills_masks(objectives)
 
 
 # ---------------------------------------------------------------------------- masking inspector

@@ -143,7 +143,8 @@ def _grouped(checkpoints) -> list[dict[str, Any]]:
             "about": services.checkpoint_about(kind, task),  # the sentence under the select, once chosen
             "checkpoint": ckpt,
             "pair": services.pair_head(objectives),
-            "mlm": "mlm" in objectives,
+            "nsp": services.judges_next_sentence(objectives),
+            "mlm": services.fills_masks(objectives),
             "task": task,
             "tool": services.checkpoint_tool(ckpt),
             "prefix": services.checkpoint_prefix(ckpt),

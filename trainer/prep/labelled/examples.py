@@ -66,33 +66,40 @@ class ExampleBuilder:
     def __call__(self, row: Row) -> tuple[dict[str, Any], str | None]:
         self.count += 1
         split = self._split(row) if "split" in self.column else None
-        task = self.spec.name
-        if task in ("classification", "regression", "multilabel"):
-            example = {role: self._text(row, role) for role in self.form if role != "label"}
-            example["label"] = {"classification": self._class_label, "regression": self._number,
-                                "multilabel": self._label_list}[task](row)
-        elif task == "token_classification":
-            example = {"tokens": self._sequence(row, "tokens"), "tags": self._sequence(row, "tags")}
+        example: dict[str, Any] = {}
+        if "answers" in self.form:  # a question's id: the row's "id" field when it has one, else its number
+            qid = row.values.get("id")
+            example["id"] = str(self.count) if qid in (None, "") else str(qid)
+        for role in self.form:
+            example[role] = self._value(row, role, example)
+        if "tags" in example:
             if len(example["tokens"]) != len(example["tags"]):
                 raise DatasetError(f"{row.where} has {len(example['tokens'])} tokens but {len(example['tags'])} "
                                    "tags; give each token one tag.")
             self._check_allowed(row, example["tags"])
-        elif task == "extractive_qa":
-            qid = row.values.get("id")
-            example = {"id": str(self.count) if qid in (None, "") else str(qid),
-                       "question": self._text(row, "question"), "context": self._text(row, "context")}
-            example["answers"] = self._answers(row, example["context"])
-        elif task == "multiple_choice":
-            example = {role: self._text(row, role) for role in self.form if role not in ("choices", "label")}
-            example["choices"] = self._choices(row)
-            example["label"] = self._choice_label(row, example["choices"])
-        elif task == "sft" and self.form == ("messages",):
-            example = {"messages": self._messages(row)}
-        else:  # text_to_text, or sft with prompt and response
-            example = {role: self._text(row, role) for role in self.form}
         return example, split
 
     # --- reading one mapped value ----------------------------------------------------------
+
+    def _value(self, row: Row, role: str, example: dict[str, Any]) -> Any:
+        """The value of one role, read as the role (and, for the label, the task's kind of label)
+        says: the examples follow the roles of the mapping's form, so a task type is only its
+        TaskSpec (forms and label kind), never a case here. `example` holds the roles read so far
+        (answers are found in the context, a choice label among the choices: both come after them
+        in their forms)."""
+        if role in ("tokens", "tags"):
+            return self._sequence(row, role)
+        if role == "answers":
+            return self._answers(row, example["context"])
+        if role == "choices":
+            return self._choices(row)
+        if role == "messages":
+            return self._messages(row)
+        if role == "label":
+            if self.spec.labels == "choice":
+                return self._choice_label(row, example["choices"])
+            return {"classes": self._class_label, "number": self._number, "multi": self._label_list}[self.spec.labels](row)
+        return self._text(row, role)
 
     def _get(self, row: Row, role: str) -> Any:
         column = self.column[role]

@@ -16,6 +16,7 @@ from pathlib import Path
 from trainer.errors import DatasetError
 from trainer.prep.labelled.examples import SPLITS
 from trainer.prep.labelled.store import iter_examples, read_meta
+from trainer.prep.labelled.tasks import task_spec
 
 SCORE_BINS = 10
 LENGTH_BINS = 20
@@ -25,20 +26,22 @@ _BATCH = 256
 def label_counts(out_dir: Path) -> dict:
     """``{"kind", "labels", "counts": {split: [count per label]}}`` for a bar chart.
 
-    kind "classes" (classification, multi-label: examples per label; token classification:
-    tokens per tag; multiple choice: examples per position of the right choice, "choice 0", ...), "bins" (regression: SCORE_BINS equal-width bins of the scores, named
-    "0.0–0.5"), or "none" (tasks without labels; labels and counts are empty).
+    kind "classes" (labels of the kinds "classes", "multi": examples per label; "tags": tokens per
+    tag; "choice": examples per position of the right choice, "choice 0", ...), "bins" ("number":
+    SCORE_BINS equal-width bins of the scores, named "0.0–0.5"), or "none" (tasks without labels;
+    labels and counts are empty). The kind is the dataset task's TaskSpec.labels.
     """
     meta = read_meta(out_dir)
+    kind = task_spec(meta["task"]).labels
     if meta.get("labels"):
         labels = meta["labels"]
         return {"kind": "classes", "labels": labels,
                 "counts": {split: [meta["label_counts"][split].get(label, 0) for label in labels] for split in SPLITS}}
-    if meta["task"] == "multiple_choice":  # the right choice's position (index from 0)
+    if kind == "choice":  # the right choice's position (index from 0)
         positions = sorted({p for counts in meta["label_counts"].values() for p in counts}, key=int)
         return {"kind": "classes", "labels": [f"choice {p}" for p in positions],
                 "counts": {split: [meta["label_counts"][split].get(p, 0) for p in positions] for split in SPLITS}}
-    if meta["task"] != "regression":
+    if kind != "number":
         return {"kind": "none", "labels": [], "counts": {split: [] for split in SPLITS}}
     stats = meta["label_stats"].values()
     low, high = min(s["min"] for s in stats), max(s["max"] for s in stats)
@@ -90,7 +93,7 @@ def length_histogram(out_dir: Path, tokenizer_dir: Path, max_length: int, *, spl
 
     if max_length < 1:
         raise DatasetError("The maximum length must be at least 1 token.")
-    meta = read_meta(out_dir)
+    read_meta(out_dir)  # a folder without a stored dataset is refused before the tokenizer loads
     tok = load_tokenizer(Path(tokenizer_dir)).tok
     tok.no_truncation()
     tok.no_padding()
@@ -106,7 +109,7 @@ def length_histogram(out_dir: Path, tokenizer_dir: Path, max_length: int, *, spl
         for example in iter_examples(out_dir, split):
             if max_examples is not None and len(lengths) + len(batch) >= max_examples:
                 break
-            batch.append(model_input(meta["task"], example))
+            batch.append(model_input(example))
             if len(batch) >= _BATCH:
                 flush()
     if batch:
@@ -114,20 +117,22 @@ def length_histogram(out_dir: Path, tokenizer_dir: Path, max_length: int, *, spl
     return _histogram(lengths, max_length, bins)
 
 
-def model_input(task: str, example: dict) -> str | tuple[str, str] | list[str]:
-    """The text (or pair, or token list) of an example that the model reads (length_histogram)."""
-    if task == "token_classification":
+def model_input(example: dict) -> str | tuple[str, str] | list[str]:
+    """The text (or pair, or token list) of an example that the model reads (length_histogram),
+    by the roles the example has (trainer.prep.labelled.examples): whatever its task, the same
+    roles are read the same way."""
+    if "tokens" in example:
         return example["tokens"]
-    if task == "extractive_qa":
-        return example["question"], example["context"]
-    if task == "text_to_text":
-        return example["input"]
-    if task == "multiple_choice":  # the longest of its sequences: context (question) and a choice
+    if "choices" in example:  # the longest of its sequences: context (question) and a choice
         first = " ".join(example[k] for k in ("context", "question") if k in example)
         return first, max(example["choices"], key=len)
-    if task == "sft":
-        if "messages" in example:
-            return "\n".join(m["content"] for m in example["messages"])
+    if "question" in example and "context" in example:  # extractive QA: the question, then its context
+        return example["question"], example["context"]
+    if "input" in example:
+        return example["input"]
+    if "messages" in example:
+        return "\n".join(m["content"] for m in example["messages"])
+    if "prompt" in example:
         return example["prompt"], example["response"]
     if "sentence1" in example:
         return example["sentence1"], example["sentence2"]

@@ -32,7 +32,7 @@ from pathlib import Path
 from trainer.errors import DatasetError
 from trainer.prep.labelled.examples import SPLIT_NAMES, SPLITS, ExampleBuilder
 from trainer.prep.labelled.readers import DatasetReader, detect_format
-from trainer.prep.labelled.tasks import check_mapping
+from trainer.prep.labelled.tasks import TaskSpec, check_mapping
 from trainer.progress import PercentProgress
 
 META_FILE = "dataset.json"
@@ -355,7 +355,7 @@ def _result(builder: ExampleBuilder, fmt: str, tally: _Tally, given: Sequence[st
         seen = Counter()
         for counts in tally.counts.values():
             seen.update(counts)
-        _check_two_classes(task.name, seen, total)
+        _check_two_classes(task, seen, total)
         result.labels = list(builder.allowed) if given is not None else sort_labels(seen, tags=task.labels == "tags")
         result.label_counts = {split: {label: tally.counts[split][label] for label in result.labels}
                                for split in SPLITS}
@@ -373,7 +373,7 @@ def _result(builder: ExampleBuilder, fmt: str, tally: _Tally, given: Sequence[st
                                    "so a model can score well by its position alone; shuffle the choices.")
     elif task.labels == "number":
         result.label_stats = {split: _summary(tally.numbers[split]) for split in SPLITS if tally.numbers[split]}
-    if task.name == "extractive_qa":
+    if "answers" in builder.form:  # questions that may have no answer (SQuAD 2.0)
         result.unanswerable = dict(tally.unanswerable)
     if tally.sizes["validation"] == 0:
         how = {"random": "the validation fraction is 0", "column": "no row is marked for it",
@@ -384,17 +384,17 @@ def _result(builder: ExampleBuilder, fmt: str, tally: _Tally, given: Sequence[st
     return result
 
 
-def _check_two_classes(task: str, seen: Counter, total: int) -> None:
+def _check_two_classes(task: TaskSpec, seen: Counter, total: int) -> None:
+    """A dataset with classes (or tags) needs two of them; the sentence names the task by its title."""
     if len(seen) >= 2:
         return
-    if task == "token_classification":
+    what = task.title[:1].lower() + task.title[1:]
+    if task.labels == "tags":
         only = f'tagged "{next(iter(seen))}"' if seen else "untagged"
-        raise DatasetError(f"Every token of the {total} sentences is {only}; token classification needs at least "
-                           "two tags.")
+        raise DatasetError(f"Every token of the {total} sentences is {only}; {what} needs at least two tags.")
     if not seen:
-        raise DatasetError(f"None of the {total} examples has a label; multi-label classification needs labels.")
+        raise DatasetError(f"None of the {total} examples has a label; {what} needs labels.")
     label = next(iter(seen))
-    what = "classification" if task == "classification" else "multi-label classification"
     raise DatasetError(f'Every one of the {total} examples has the label "{label}" and no other; {what} needs at '
                        "least two classes.")
 
