@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models_lib.core.config import FAMILY_LABELS, EncoderConfig
+from models_lib.core.config import EncoderConfig, encoder_family
 from models_lib.core.encoder import Embeddings, TransformerEncoder, init_weights
 from models_lib.core.packing import Packed
 from models_lib.heads.pretraining import MLMHead
@@ -53,7 +53,7 @@ class EncoderWithHeads(nn.Module):
     def __init__(self, config: EncoderConfig, *, embeddings: Embeddings | None = None):
         super().__init__()
         if config.family not in self.families:
-            raise ValueError(f"{type(self).__name__} is a {FAMILY_LABELS[self.families[0]]} model, but the config "
+            raise ValueError(f"{type(self).__name__} is a {encoder_family(self.families[0]).label} model, but the config "
                              f"is for {config.label}; build the model class of that family.")
         self.config = config
         self.add_module(self.backbone_name, self.backbone_class(config, embeddings=embeddings))
