@@ -38,12 +38,8 @@ ACTIVATION_BYTES = 4
 WIDTH_TENSORS = 10  # per token, as wide as the model: input, q, k, v, context, projection, 2 norms, 2 dropouts
 INNER_TENSORS = 2   # per token, as wide as the feed-forward: before and after its nonlinearity
 SCORE_TENSORS = 2   # per head and pair of positions: the softmax kept for backward and its dropout mask
-# How many blocks' worth each layer keeps, where a family's layer is more than one encoder block:
-# XLNet runs a content and a query stream through every layer; a T5 decoder layer adds
-# cross-attention (1.5 blocks, counted on its decoder layers); ELMo's layers are LSTMs (below).
-FAMILY_FACTOR = {"xlnet": 2.0}
-T5_DECODER_FACTOR = 1.5
-LSTM_TENSORS = 6    # ELMo, per token, direction and layer: 4 gates, the cell and the output, as wide as the cells
+# A family whose layer is more than one encoder block says so on its Family (trainer.families:
+# activation_factor, or an activation_bytes hook of its own: T5's decoder, ELECTRA's generator, ELMo's LSTMs).
 
 
 @dataclass(frozen=True)
@@ -70,31 +66,40 @@ def batch_of(config: Any, *, processes: int = 1) -> Batch:
 
 
 def activation_bytes(model_cfg: Any, batch: Batch) -> int:
-    """Bytes of activations one training step keeps for its backward pass, per process: batch x
-    length x (width tensors + feed-forward tensors) x layers, plus batch x heads x length x keys x
-    layers for the attention scores, scaled by the family's factor (FAMILY_FACTOR)."""
-    family = str(getattr(model_cfg, "family", ""))
-    tokens = batch.size * batch.length
-    if family == "elmo":
-        cells = int(model_cfg.hidden_size) * LSTM_TENSORS + int(model_cfg.embedding_dim)
-        return ACTIVATION_BYTES * tokens * 2 * cells * int(model_cfg.num_layers)
-    per_layer = _block_elements(model_cfg, batch)
-    layers = float(model_cfg.num_layers)
-    if family == "t5":
-        layers += T5_DECODER_FACTOR * int(getattr(model_cfg, "num_decoder_layers", None) or model_cfg.num_layers)
-    kept = per_layer * layers * FAMILY_FACTOR.get(family, 1.0)
+    """Bytes of activations one training step keeps for its backward pass, per process, as the
+    config's family estimates them (Family.activation_bytes); a config of no registered family
+    gets the transformer stack's estimate."""
+    from trainer import families
+
+    family = families.find(getattr(model_cfg, "family", None))
+    if family is None:
+        return transformer_activation_bytes(model_cfg, batch)
+    return family.activation_bytes(model_cfg, batch)
+
+
+def transformer_activation_bytes(model_cfg: Any, batch: Batch, *, layers: float | None = None,
+                                 factor: float = 1.0) -> int:
+    """A transformer stack's activations: batch x length x (width tensors + feed-forward tensors)
+    x layers, plus batch x heads x length x keys x layers for the attention scores. `layers`:
+    blocks' worth of layers (default the config's num_layers), each keeping `factor` blocks."""
+    return int(ACTIVATION_BYTES * stack_elements(model_cfg, batch, layers=layers, factor=factor))
+
+
+def stack_elements(model_cfg: Any, batch: Batch, *, layers: float | None = None, factor: float = 1.0) -> float:
+    """Elements a stack of `layers` blocks keeps for the backward pass: every block's (times
+    `factor`), or with activation checkpointing each layer's input and one block's live."""
+    per_layer = block_elements(model_cfg, batch)
+    layers = float(model_cfg.num_layers) if layers is None else layers
     if batch.recompute:  # each layer's input is kept; one layer's activations live at a time
-        kept = tokens * _width(model_cfg) * layers + per_layer
-    if family == "electra":  # the generator runs too: same depth, narrower
-        kept += _block_elements(model_cfg.generator_config(), batch) * layers
-    return int(ACTIVATION_BYTES * kept)
+        return batch.size * batch.length * _width(model_cfg) * layers + per_layer
+    return per_layer * layers * factor
 
 
 def _width(model_cfg: Any) -> int:
     return int(getattr(model_cfg, "hidden_size", None) or getattr(model_cfg, "d_model"))
 
 
-def _block_elements(model_cfg: Any, batch: Batch) -> int:
+def block_elements(model_cfg: Any, batch: Batch) -> int:
     """Elements one transformer block keeps for ``batch``: its token tensors and its attention scores."""
     width = _width(model_cfg)
     inner = int(getattr(model_cfg, "intermediate_size", None) or getattr(model_cfg, "d_ff", None) or 4 * width)
