@@ -24,15 +24,14 @@ padding, and load_model pads them again (any checkpoint, older ones included).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import safetensors.torch
 import torch
 from torch import nn
 
 from models_lib.core import adapters, vocab
+from models_lib.core.registry import FAMILIES, Family, register_family
 from models_lib.families.albert import AlbertForPreTraining
 from models_lib.families.bert import BertForPreTraining, BertModel
 from models_lib.core.config import ElectraConfig, EncoderConfig, SpanBertConfig, TinyBertConfig
@@ -59,42 +58,6 @@ from models_lib.families.xlnet import XLNetConfig, XLNetLMHeadModel
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "model_config.json"
-
-
-@dataclass(frozen=True)
-class Family:
-    """Everything models_lib knows about one family, declared once by `register_family`."""
-
-    name: str
-    config_cls: type  # has to_dict() / from_dict(d)
-    model_classes: tuple[type, ...]  # the first is built when model_config.json names no class
-    label: str = ""  # for messages ("BERT"); the name when empty
-    # Its presets, name -> fields (an encoder family's table in models_lib.families.presets); a
-    # PresetConfig family's are its config class's own `presets` when not given.
-    presets: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # Its Hugging Face format: "module:NAME" of an encoder HFFormat (models_lib.hf drives it), or
-    # a module with config_from_hf, from_pretrained and to_pretrained of its own ("" = none).
-    hf_format: str = ""
-    hf_model_types: tuple[str, ...] = ()  # config.json model_types that import as this family
-    pair_head: bool = False  # an encoder whose pre-training model classifies the pooled [CLS] (NSP, SOP)
-    task_heads: TaskHeads | None = None  # an encoder's fine-tuning heads (models_lib.families.downstream)
-
-    def __post_init__(self) -> None:
-        if not self.label:
-            object.__setattr__(self, "label", self.name)
-        if not self.presets:
-            object.__setattr__(self, "presets", dict(getattr(self.config_cls, "presets", {}) or {}))
-
-
-FAMILIES: dict[str, Family] = {}
-
-
-def register_family(name: str, config_cls: type, *model_classes: type, **declared: Any) -> Family:
-    """Register a family under `name`: its config class, its model classes and what else it
-    declares (Family's fields: label, presets, hf_format, hf_model_types, pair_head, task_heads)."""
-    family = Family(name, config_cls, tuple(model_classes), **declared)
-    FAMILIES[name] = family
-    return family
 
 
 _ENCODER_TASKS = (TransformerEncoder, *DOWNSTREAM_CLASSES)

@@ -16,23 +16,19 @@ from typing import Any, ClassVar
 
 from models_lib.core import vocab
 from models_lib.core.layers import ACTIVATIONS
+from models_lib.core.registry import FAMILIES
 
 
 
 def registered_family(name: Any) -> Any:
-    """models_lib.checkpoint's registration of family `name` (its label, config class, presets,
-    heads; a checkpoint.Family), or None. The registry is read on first use: it imports every
-    family's models, which import this module."""
-    from models_lib.checkpoint import FAMILIES
-
+    """The registration of family `name` (its label, config class, presets, heads; a
+    models_lib.core.registry.Family), or None."""
     return FAMILIES.get(name) if isinstance(name, str) else None
 
 
 def encoder_family(name: Any) -> Any:
     """The registration of the encoder family `name` (one configured by an EncoderConfig);
     ValueError naming the registered ones otherwise."""
-    from models_lib.checkpoint import FAMILIES
-
     family = registered_family(name)
     if family is None or not issubclass(family.config_cls, EncoderConfig):
         known = [n for n, f in FAMILIES.items() if issubclass(f.config_cls, EncoderConfig)]

@@ -32,6 +32,7 @@ from torch import nn
 from models_lib.core import adapters
 from models_lib.core.config import EncoderConfig, positive_int, refuse_unknown_fields
 from models_lib.core.encoder import TransformerEncoder
+from models_lib.core.registry import FAMILIES
 from models_lib.core.packing import Packed
 from models_lib.families.electra import ElectraForPreTraining
 from models_lib.families.pretraining import EncoderWithHeads
@@ -65,16 +66,12 @@ class TaskHeads:
 
 def task_heads(family: str) -> TaskHeads | None:
     """The task heads the registered family `family` declares (None: it has none)."""
-    from models_lib.checkpoint import FAMILIES  # the registry, which imports this module
-
     registered = FAMILIES.get(family)
     return registered.task_heads if registered is not None else None
 
 
 def encoder_families() -> tuple[str, ...]:
     """The registered families with task heads, in registry order."""
-    from models_lib.checkpoint import FAMILIES
-
     return tuple(name for name, family in FAMILIES.items() if family.task_heads is not None)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from models_lib.core.config import EncoderConfig
+from models_lib.core.registry import FAMILIES
 
 # Sizes: Turc et al. 2019 for the small BERTs; Devlin et al. 2019 for base/large. FFN = 4H.
 _SIZES = {
@@ -84,9 +85,7 @@ TINYBERT_PRESETS = _family("tinybert", {
 
 def _tables() -> dict[str, dict[str, dict[str, Any]]]:
     """Every registered family's presets, family -> its table, in registry order (each family
-    declares its table when it registers: models_lib.checkpoint, which imports this module)."""
-    from models_lib.checkpoint import FAMILIES
-
+    declares its table when it registers in models_lib.checkpoint)."""
     return {name: family.presets for name, family in FAMILIES.items() if family.presets}
 
 
@@ -104,8 +103,6 @@ def get(name: str, **overrides: Any) -> Any:
     """The config of a preset of any family, with any field overridden (e.g. vocab_size from the
     tokenizer): an EncoderConfig (or its ELECTRA/SpanBERT/TinyBERT subclass), or the family's own
     PresetConfig."""
-    from models_lib.checkpoint import FAMILIES
-
     family = next((FAMILIES[f] for f, table in _tables().items() if name in table), None)
     if family is None:
         raise ValueError(f"Unknown preset {name!r}. Available presets: {', '.join(list_presets())}.")

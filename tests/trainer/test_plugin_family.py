@@ -22,7 +22,7 @@ from trainer import families
 from trainer.catalog import schema, size
 from trainer.config import RunConfig
 from trainer.errors import ConfigError
-from trainer.families import Family
+from trainer.families import Family, activations
 from trainer.families.encoders import WORD_UNITS
 from trainer.training import flops
 
@@ -52,7 +52,7 @@ def toy_flops(c: Any, w: flops.Workload) -> float:
 class ToyBertFamily(Family):
     def activation_bytes(self, model_cfg: Any, batch: size.Batch) -> int:
         """Its own estimate: three blocks' worth a layer."""
-        return size.transformer_activation_bytes(model_cfg, batch, factor=3.0)
+        return activations.transformer_activation_bytes(model_cfg, batch, factor=3.0)
 
 
 TOYBERT = ToyBertFamily(
@@ -140,8 +140,8 @@ def test_it_trains_writes_a_checkpoint_that_loads_back_and_counts_its_flops(toyb
 def test_the_memory_check_uses_its_activation_hook(toybert):
     cfg = toybert.preset_config("toybert-tiny", vocab_size=100)
     batch = size.Batch(8, 32)
-    generic = size.transformer_activation_bytes(cfg, batch)
-    assert size.activation_bytes(cfg, batch) == size.transformer_activation_bytes(cfg, batch, factor=3.0) > generic
+    generic = activations.transformer_activation_bytes(cfg, batch)
+    assert size.activation_bytes(cfg, batch) == activations.transformer_activation_bytes(cfg, batch, factor=3.0) > generic
     weights = cfg.count_params(embeddings=True) * size.TRAIN_BYTES_PER_PARAM
     memory = weights + 2 * generic  # room for BERT's estimate, not for three blocks a layer
     with pytest.raises(ConfigError, match="keep about .* of activations for the backward pass"):
@@ -151,7 +151,7 @@ def test_the_memory_check_uses_its_activation_hook(toybert):
 def test_the_explorer_reads_its_capabilities_and_sentences(toybert):
     from webapp.explorer import services
 
-    assert services.family_kind("toybert") == "encoder"
+    assert services.family_kind("toybert") == "encoder" and services.embeds_sentences("toybert")
     assert services.checkpoint_about("toybert", "") == "ToyBERT: fill in masks."
     assert services.checkpoint_about("toybert", "token_classification").startswith("ToyBERT fine-tuned for ")
     assert toybert.masked_lm and not toybert.generates and not toybert.causal_lm and not toybert.permutation_fill

@@ -11,8 +11,9 @@ and what the machine's available memory can hold.
 
 Training also keeps every layer's activations for the backward pass, which grow with the
 batch and (through the attention scores) with the square of the length: given the batch
-(`Batch`), the same check adds them (`activation_bytes`), so batch_size 8,192 of 8,192 tokens
-is refused with a sentence naming those fields, not by the kernel's OOM killer.
+(`Batch`), the same check adds them (`activation_bytes`, as the model's family estimates them:
+Family.activation_bytes, trainer.families.activations), so batch_size 8,192 of 8,192 tokens is
+refused with a sentence naming those fields, not by the kernel's OOM killer.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.errors import ConfigError
+from trainer.families.activations import transformer_activation_bytes
 
 MAX_MODEL_PARAMS = int(os.environ.get("MAX_MODEL_PARAMS", 3_000_000_000))
 TRAIN_BYTES_PER_PARAM = 16  # fp32 weights + gradients + AdamW's exp_avg and exp_avg_sq
@@ -30,16 +32,6 @@ LOAD_BYTES_PER_PARAM = 4    # fp32 weights
 SIZE_FIELDS = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "embedding_size", "vocab_size",
                "max_position_embeddings", "d_model", "d_ff", "d_kv", "num_decoder_layers", "n_embd", "n_layer",
                "n_inner", "n_positions", "embedding_dim", "projection_dim", "num_hidden_layers", "max_positions")
-
-
-# Activations, per layer, kept for the backward pass, counted in fp32 (mixed precision keeps some
-# in half, where the estimate is then high) and without the allocator's own overhead:
-ACTIVATION_BYTES = 4
-WIDTH_TENSORS = 10  # per token, as wide as the model: input, q, k, v, context, projection, 2 norms, 2 dropouts
-INNER_TENSORS = 2   # per token, as wide as the feed-forward: before and after its nonlinearity
-SCORE_TENSORS = 2   # per head and pair of positions: the softmax kept for backward and its dropout mask
-# A family whose layer is more than one encoder block says so on its Family (trainer.families:
-# activation_factor, or an activation_bytes hook of its own: T5's decoder, ELECTRA's generator, ELMo's LSTMs).
 
 
 @dataclass(frozen=True)
@@ -75,38 +67,6 @@ def activation_bytes(model_cfg: Any, batch: Batch) -> int:
     if family is None:
         return transformer_activation_bytes(model_cfg, batch)
     return family.activation_bytes(model_cfg, batch)
-
-
-def transformer_activation_bytes(model_cfg: Any, batch: Batch, *, layers: float | None = None,
-                                 factor: float = 1.0) -> int:
-    """A transformer stack's activations: batch x length x (width tensors + feed-forward tensors)
-    x layers, plus batch x heads x length x keys x layers for the attention scores. `layers`:
-    blocks' worth of layers (default the config's num_layers), each keeping `factor` blocks."""
-    return int(ACTIVATION_BYTES * stack_elements(model_cfg, batch, layers=layers, factor=factor))
-
-
-def stack_elements(model_cfg: Any, batch: Batch, *, layers: float | None = None, factor: float = 1.0) -> float:
-    """Elements a stack of `layers` blocks keeps for the backward pass: every block's (times
-    `factor`), or with activation checkpointing each layer's input and one block's live."""
-    per_layer = block_elements(model_cfg, batch)
-    layers = float(model_cfg.num_layers) if layers is None else layers
-    if batch.recompute:  # each layer's input is kept; one layer's activations live at a time
-        return batch.size * batch.length * _width(model_cfg) * layers + per_layer
-    return per_layer * layers * factor
-
-
-def _width(model_cfg: Any) -> int:
-    return int(getattr(model_cfg, "hidden_size", None) or getattr(model_cfg, "d_model"))
-
-
-def block_elements(model_cfg: Any, batch: Batch) -> int:
-    """Elements one transformer block keeps for ``batch``: its token tensors and its attention scores."""
-    width = _width(model_cfg)
-    inner = int(getattr(model_cfg, "intermediate_size", None) or getattr(model_cfg, "d_ff", None) or 4 * width)
-    heads = int(getattr(model_cfg, "num_heads", 1) or 1)
-    keys = batch.length + int(getattr(model_cfg, "mem_len", 0) or 0)  # Transformer-XL, XLNet: the memory too
-    tokens = batch.size * batch.length
-    return tokens * (WIDTH_TENSORS * width + INNER_TENSORS * inner) + SCORE_TENSORS * batch.size * heads * batch.length * keys
 
 
 def available_memory() -> int | None:

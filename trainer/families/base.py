@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainer.errors import ConfigError, InferenceError
+from trainer.families import activations
 
 if TYPE_CHECKING:
     from trainer.inference.loading import Loaded
@@ -136,6 +137,7 @@ class Family:
     fills_spans: bool = False                 # fills T5's sentinel spans
     word_vectors: bool = False                # compares a word's contextual vectors (ELMo)
     causal_lm: bool = False                   # scores a label's tokens after a prompt (in-context evaluation)
+    sentence_vectors: bool = True             # an encoder's sentence embeddings (nearest neighbours in a dataset)
     permutation_fill: bool = False            # fills chosen positions in a chosen order (XLNet)
     # What the explorer offers its checkpoints, in one sentence; the fine-tuned one ("{task}": the
     # task's title) says only what a checkpoint with a task head still does ("": `explorer_about`
@@ -183,9 +185,7 @@ class Family:
         """Bytes of activations a training step keeps for its backward pass, per process
         (batch: a trainer.catalog.size.Batch): a transformer stack's estimate, its layers scaled by
         `activation_factor`. A family whose layers are no transformer blocks overrides this."""
-        from trainer.catalog import size
-
-        return size.transformer_activation_bytes(model_cfg, batch, factor=self.activation_factor)
+        return activations.transformer_activation_bytes(model_cfg, batch, factor=self.activation_factor)
 
     # ------------------------------------------------------------------ training
     @property

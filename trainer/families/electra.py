@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer.families import activations
 from trainer.families.base import Family, ModelField
 from trainer.families.encoders import ENCODER_CONFIG, WORD_UNITS, preset_table
 
@@ -14,10 +15,8 @@ GENERATOR_NOTE = ("ELECTRA: these are the generator's predictions; the discrimin
 class ElectraFamily(Family):
     def activation_bytes(self, model_cfg: Any, batch: Any) -> int:
         """The discriminator's stack plus the generator's, which runs too: same depth, narrower."""
-        from trainer.catalog import size
-
-        generator = size.block_elements(model_cfg.generator_config(), batch) * model_cfg.num_layers
-        return super().activation_bytes(model_cfg, batch) + int(size.ACTIVATION_BYTES * generator)
+        generator = activations.block_elements(model_cfg.generator_config(), batch) * model_cfg.num_layers
+        return super().activation_bytes(model_cfg, batch) + int(activations.ACTIVATION_BYTES * generator)
 
     def fill_mask_model(self, model: Any) -> tuple[Any, str]:
         generator = getattr(model, "generator", None)

@@ -8,6 +8,7 @@ from typing import Any
 
 from trainer.families.t5 import SEQ2SEQ_OBJECTIVES
 from trainer.errors import ConfigError
+from trainer.families import activations
 from trainer.families.base import Family, ModelField
 
 
@@ -19,10 +20,8 @@ class ElmoFamily(Family):
     def activation_bytes(self, model_cfg: Any, batch: Any) -> int:
         """Both directions' LSTM layers (no attention scores): per token, the gates, cell and output
         as wide as the cells, and the projection."""
-        from trainer.catalog import size
-
         cells = int(model_cfg.hidden_size) * LSTM_TENSORS + int(model_cfg.embedding_dim)
-        return size.ACTIVATION_BYTES * batch.size * batch.length * 2 * cells * int(model_cfg.num_layers)
+        return activations.ACTIVATION_BYTES * batch.size * batch.length * 2 * cells * int(model_cfg.num_layers)
 
     def seq_len_help(self) -> str:
         return "ELMo: tokens per packed sequence; the LSTMs have no position limit."
@@ -90,4 +89,5 @@ FAMILY = ElmoFamily(
     word_vectors=True,
     explorer_about="ELMo: compare a word's vectors in two sentences, layer by layer.",
     explorer_about_tuned="",
+    sentence_vectors=False,
 )

@@ -101,4 +101,5 @@ FAMILY = GPTFamily(
     causal_lm=True,
     explorer_about=CAUSAL_ABOUT,
     explorer_about_tuned="",
+    sentence_vectors=False,
 )

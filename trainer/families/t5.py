@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from trainer.families import activations
 from trainer.families.base import Family, GenerationPrompt, ModelField
 
 # T5's objectives, one per run (trainer.objectives.denoising): span corruption and the T5 study's
@@ -17,7 +18,6 @@ SEQ2SEQ_OBJECTIVES = ("span_corruption", "prefix_lm", "t5_mlm", "deshuffle", "dr
                       "sentence_permutation")
 
 if TYPE_CHECKING:
-    from trainer.catalog.size import Batch
     from trainer.inference.loading import Loaded
 
 # A decoder layer keeps 1.5 encoder blocks' activations: self-attention, cross-attention, FFN.
@@ -35,12 +35,11 @@ class T5Family(Family):
                 f"mask probability 0.15 ({pairs} tokens); the other objectives' targets are at most seq_len. "
                 f"Tokens per second count encoder and decoder tokens.")
 
-    def activation_bytes(self, model_cfg: Any, batch: "Batch") -> int:
+    def activation_bytes(self, model_cfg: Any, batch: Any) -> int:
         """The encoder's layers and the decoder's, each decoder layer 1.5 blocks (its cross-attention)."""
-        from trainer.catalog import size
-
         decoder = int(getattr(model_cfg, "num_decoder_layers", None) or model_cfg.num_layers)
-        return size.transformer_activation_bytes(model_cfg, batch, layers=model_cfg.num_layers + DECODER_BLOCKS * decoder)
+        layers = model_cfg.num_layers + DECODER_BLOCKS * decoder
+        return activations.transformer_activation_bytes(model_cfg, batch, layers=layers)
 
     def prompt_ids(self, tokenizer: Any, text: str) -> list[int]:
         """"text EOS" (EOS is the tokenizer's separator)."""
@@ -119,4 +118,5 @@ FAMILY = T5Family(
     fills_spans=True,
     explorer_about="T5: text-to-text with task prefixes, span filling, attention of its three stacks.",
     explorer_about_tuned="",
+    sentence_vectors=False,
 )

@@ -61,6 +61,7 @@ FAMILY = TransfoXLFamily(
     causal_lm=True,
     explorer_about=CAUSAL_ABOUT,
     explorer_about_tuned="",
+    sentence_vectors=False,
 )
 
 __all__ = ["FAMILY", "ROLES"]

@@ -88,4 +88,5 @@ FAMILY = XLNetFamily(
     explorer_about="XLNet: fill in chosen positions by permutation, in the order you pick; look at the attention "
                    "of both streams.",
     explorer_about_tuned="",
+    sentence_vectors=False,
 )

@@ -311,6 +311,15 @@ def family_kind(family: str) -> str:
     return found.explorer_kind if found is not None else "encoder"
 
 
+def embeds_sentences(family: str) -> bool:
+    """Whether a family's checkpoints give sentence embeddings (Family.sentence_vectors: the
+    encoders and UniLM); a family name nobody registered counts as an encoder, as in family_kind."""
+    from trainer import families
+
+    found = families.find(family)
+    return found.sentence_vectors if found is not None else True
+
+
 # ---------------------------------------------------------------------------- comparison
 TASKS = ("fill-mask", "next-sentence", "sentence-order", "classify")
 
