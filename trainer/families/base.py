@@ -9,6 +9,9 @@ A Family says everything the rest of the project asks about one kind of model:
   why), tokenizer algorithms, masking units, packings, optimizer defaults and the RunConfig
   fields only it uses, plus hooks for what is its own (`seq_len_help`, `check_run`,
   `check_model_config`, a teacher for distillation, `prepare_model`);
+- what a training step costs: the FLOPs formula MFU counts with (`flops_formula`; a family
+  without one says why in `no_flops`) and the activations it keeps (`activation_bytes`, the
+  transformer stack's estimate times `activation_factor` unless the family overrides it);
 - its Hugging Face formats (`hf_model_types`, what an imported model learnt, the tokenizer
   roles a decoder's tokenizer lacks);
 - what the explorer can ask it (`explorer_kind` picks the panels): how a text becomes its input
