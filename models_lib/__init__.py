@@ -18,13 +18,14 @@ from models_lib.families.distilbert import DistilBertForPreTraining, distil_from
 from models_lib.families.electra import ElectraDiscriminator, ElectraForPreTraining, ElectraGenerator, ElectraPreTrainingOutput
 from models_lib.families.elmo import ELMO_PRESETS, ElmoConfig, ElmoLanguageModel, ScalarMix
 from models_lib.families.gpt import GPT_PRESETS, GPTConfig, GPTLMHeadModel
-from models_lib.families.presets import PRESETS, list_presets
+from models_lib.families.presets import list_presets
 from models_lib.families.roberta import RobertaForPreTraining
 from models_lib.families.spanbert import SpanBertForPreTraining
 from models_lib.families.t5 import T5_PRESETS, T5Config, T5ForConditionalGeneration
 from models_lib.families.unilm import UniLMForPreTraining, generate_seq2seq
+from models_lib import checkpoint  # noqa: F401 (registers every family in models_lib.core.registry)
 
-__all__ = ["BERT_PRESETS", "ELMO_PRESETS", "GPT_PRESETS", "PRESETS", "T5_PRESETS", "ElmoConfig", "ElmoLanguageModel",
+__all__ = ["BERT_PRESETS", "ELMO_PRESETS", "GPT_PRESETS", "T5_PRESETS", "ElmoConfig", "ElmoLanguageModel",
            "GPTConfig", "GPTLMHeadModel", "ScalarMix", "T5Config", "T5ForConditionalGeneration", "AlbertForPreTraining", "BertConfig", "BertForPreTraining", "BertModel",
            "DistilBertForPreTraining", "ElectraConfig", "ElectraDiscriminator", "ElectraForPreTraining",
            "ElectraGenerator", "ElectraPreTrainingOutput", "EncoderConfig", "PreTrainingOutput",

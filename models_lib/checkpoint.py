@@ -1,9 +1,12 @@
 """Native checkpoints: folder/model.safetensors + folder/model_config.json.
 
 model_config.json is {"family": "bert", "class": "BertForPreTraining", "config": {...}}; the
-family registry below maps it back to the config and model classes, so other families
-(t5, gpt, ...) plug in with one `register_family(...)` call. A bare backbone
-(TransformerEncoder) belongs to the family its config names.
+family registry below maps it back to the config and model classes. It is models_lib's one
+table of families: each `register_family(...)` call declares a family's config class, model
+classes, label, presets, Hugging Face format and (for an encoder) its pre-training pair head and
+fine-tuning heads, and the rest of models_lib (core.config, families.presets, families.downstream,
+hf) reads them from FAMILIES. A bare backbone (TransformerEncoder) belongs to the family its
+config names.
 
 A fine-tuned model (models_lib.families.downstream) adds "task": its TaskConfig (task,
 num_labels, labels, problem_type, classifier_dropout, threshold), and "config" is its encoder's.
@@ -21,7 +24,6 @@ padding, and load_model pads them again (any checkpoint, older ones included).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import safetensors.torch
@@ -29,15 +31,21 @@ import torch
 from torch import nn
 
 from models_lib.core import adapters, vocab
+from models_lib.core.registry import FAMILIES, Family, register_family
 from models_lib.families.albert import AlbertForPreTraining
 from models_lib.families.bert import BertForPreTraining, BertModel
 from models_lib.core.config import ElectraConfig, EncoderConfig, SpanBertConfig, TinyBertConfig
 from models_lib.families.distilbert import DistilBertForPreTraining
-from models_lib.families.downstream import DOWNSTREAM_CLASSES, EncoderForDownstream, TaskConfig
+from models_lib.families.downstream import DOWNSTREAM_CLASSES, EncoderForDownstream, SentenceHead, TaskConfig, TaskHeads
+from models_lib.families.presets import (
+    ALBERT_PRESETS, BERT_PRESETS, DISTILBERT_PRESETS, ELECTRA_PRESETS, ROBERTA_PRESETS, SPANBERT_PRESETS,
+    TINYBERT_PRESETS, UNILM_PRESETS,
+)
 from models_lib.families.electra import ElectraDiscriminator, ElectraForPreTraining, ElectraGenerator
 from models_lib.families.elmo import ElmoConfig, ElmoLanguageModel
 from models_lib.families.elmo_tasks import ElmoForTask
 from models_lib.core.encoder import TransformerEncoder
+from models_lib.heads.tasks import QUESTION_ANSWERING, SEQUENCE_CLASSIFICATION, TOKEN_CLASSIFICATION
 from models_lib.families.gpt import GPTConfig, GPTLMHeadModel
 from models_lib.families.gpt_tasks import GPTForMultipleChoice, GPTForSequenceClassification
 from models_lib.families.roberta import RobertaForPreTraining
@@ -52,34 +60,43 @@ WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "model_config.json"
 
 
-@dataclass(frozen=True)
-class Family:
-    name: str
-    config_cls: type  # has to_dict() / from_dict(d)
-    model_classes: tuple[type, ...]  # the first is built when model_config.json names no class
-
-
-FAMILIES: dict[str, Family] = {}
-
-
-def register_family(name: str, config_cls: type, *model_classes: type) -> None:
-    FAMILIES[name] = Family(name, config_cls, tuple(model_classes))
-
-
-register_family("bert", EncoderConfig, BertForPreTraining, BertModel, TransformerEncoder, *DOWNSTREAM_CLASSES)
-register_family("roberta", EncoderConfig, RobertaForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
-register_family("albert", EncoderConfig, AlbertForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
+_ENCODER_TASKS = (TransformerEncoder, *DOWNSTREAM_CLASSES)
+_BERT_HEADS = TaskHeads("bert", SentenceHead(pooled=True))  # BertForSequenceClassification on the pooler
+register_family("bert", EncoderConfig, BertForPreTraining, BertModel, *_ENCODER_TASKS, label="BERT",
+                presets=BERT_PRESETS, hf_format="models_lib.hf.bert:FORMAT", hf_model_types=("bert",), pair_head=True,
+                task_heads=_BERT_HEADS)
+register_family("roberta", EncoderConfig, RobertaForPreTraining, *_ENCODER_TASKS, label="RoBERTa",
+                presets=ROBERTA_PRESETS, hf_format="models_lib.hf.roberta:FORMAT", hf_model_types=("roberta",),
+                task_heads=TaskHeads("roberta", SentenceHead(pooled=False, activation="tanh")))  # RobertaClassificationHead
+register_family("albert", EncoderConfig, AlbertForPreTraining, *_ENCODER_TASKS, label="ALBERT",
+                presets=ALBERT_PRESETS, hf_format="models_lib.hf.albert:FORMAT", hf_model_types=("albert",),
+                pair_head=True,  # SOP; AlbertConfig.classifier_dropout_prob 0.1:
+                task_heads=TaskHeads("albert", SentenceHead(pooled=True),
+                                     {SEQUENCE_CLASSIFICATION: 0.1, TOKEN_CLASSIFICATION: 0.1}))
 register_family("electra", ElectraConfig, ElectraForPreTraining, ElectraDiscriminator, ElectraGenerator,
-                TransformerEncoder, *DOWNSTREAM_CLASSES)
-register_family("distilbert", EncoderConfig, DistilBertForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
-register_family("spanbert", SpanBertConfig, SpanBertForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
-register_family("tinybert", TinyBertConfig, TinyBertForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
-register_family("unilm", EncoderConfig, UniLMForPreTraining, TransformerEncoder, *DOWNSTREAM_CLASSES)
-register_family("elmo", ElmoConfig, ElmoLanguageModel, ElmoForTask)
-register_family("t5", T5Config, T5ForConditionalGeneration)
-register_family("gpt", GPTConfig, GPTLMHeadModel, GPTForSequenceClassification, GPTForMultipleChoice)
-register_family("xlnet", XLNetConfig, XLNetLMHeadModel)
-register_family("transfo_xl", TransfoXLConfig, TransfoXLLMHeadModel)
+                *_ENCODER_TASKS, label="ELECTRA", presets=ELECTRA_PRESETS, hf_format="models_lib.hf.electra:FORMAT",
+                hf_model_types=("electra",),  # ElectraClassificationHead (exact GELU):
+                task_heads=TaskHeads("electra", SentenceHead(pooled=False, activation="gelu")))
+register_family("distilbert", EncoderConfig, DistilBertForPreTraining, *_ENCODER_TASKS, label="DistilBERT",
+                presets=DISTILBERT_PRESETS, hf_format="models_lib.hf.distilbert:FORMAT",
+                hf_model_types=("distilbert",),  # pre_classifier; seq_classif_dropout 0.2, qa_dropout 0.1:
+                task_heads=TaskHeads("distilbert", SentenceHead(pooled=False, activation="relu", dropout_first=False),
+                                     {SEQUENCE_CLASSIFICATION: 0.2, QUESTION_ANSWERING: 0.1}))
+# SpanBERT, TinyBERT and UniLM are written as BERT (their pooler starts fresh: no NSP).
+register_family("spanbert", SpanBertConfig, SpanBertForPreTraining, *_ENCODER_TASKS, label="SpanBERT",
+                presets=SPANBERT_PRESETS, hf_format="models_lib.hf.bert:FORMAT", task_heads=_BERT_HEADS)
+register_family("tinybert", TinyBertConfig, TinyBertForPreTraining, *_ENCODER_TASKS, label="TinyBERT",
+                presets=TINYBERT_PRESETS, task_heads=_BERT_HEADS)
+register_family("unilm", EncoderConfig, UniLMForPreTraining, *_ENCODER_TASKS, label="UniLM", presets=UNILM_PRESETS,
+                hf_format="models_lib.hf.bert:FORMAT", task_heads=_BERT_HEADS)
+register_family("elmo", ElmoConfig, ElmoLanguageModel, ElmoForTask, label="ELMo")
+register_family("t5", T5Config, T5ForConditionalGeneration, label="T5", hf_format="models_lib.hf.t5",
+                hf_model_types=("t5",))
+register_family("gpt", GPTConfig, GPTLMHeadModel, GPTForSequenceClassification, GPTForMultipleChoice, label="GPT",
+                hf_format="models_lib.hf.gpt2", hf_model_types=("gpt2",))
+register_family("xlnet", XLNetConfig, XLNetLMHeadModel, label="XLNet", hf_format="models_lib.hf.xlnet",
+                hf_model_types=("xlnet",))
+register_family("transfo_xl", TransfoXLConfig, TransfoXLLMHeadModel, label="Transformer-XL")
 # Model classes built from (config, TaskConfig): their model_config.json records the task.
 TASK_CLASSES = (EncoderForDownstream, GPTForSequenceClassification, ElmoForTask)  # GPTForMultipleChoice too
 

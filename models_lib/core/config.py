@@ -4,7 +4,9 @@ SpanBERT, UniLM), plus tiny subclasses for the two families that add fields of t
 The defaults are BERT's. A family is BERT with some fields set differently (see presets.py):
 RoBERTa counts positions from the padding, ALBERT factorises the embeddings and shares layers,
 DistilBERT drops token types and the pooler. `family` names which pre-training model and which
-Hugging Face format the config belongs to; it does not change the modules by itself.
+Hugging Face format the config belongs to; it does not change the modules by itself. Which
+families there are, their labels and config classes, is models_lib.checkpoint's registry
+(`register_family`), read here through `encoder_family`.
 """
 from __future__ import annotations
 
@@ -14,14 +16,24 @@ from typing import Any, ClassVar
 
 from models_lib.core import vocab
 from models_lib.core.layers import ACTIVATIONS
+from models_lib.core.registry import FAMILIES
 
-# family -> label used in messages
-FAMILY_LABELS = {"bert": "BERT", "roberta": "RoBERTa", "albert": "ALBERT", "electra": "ELECTRA",
-                 "distilbert": "DistilBERT", "spanbert": "SpanBERT", "unilm": "UniLM",
-                 "tinybert": "TinyBERT"}
-# Families whose pre-training model classifies the pooled [CLS] with a two-way head (BERT's NSP,
-# ALBERT's SOP), when the config has a pooler: what count_params adds for that head.
-PAIR_HEAD_FAMILIES = ("bert", "albert")
+
+
+def registered_family(name: Any) -> Any:
+    """The registration of family `name` (its label, config class, presets, heads; a
+    models_lib.core.registry.Family), or None."""
+    return FAMILIES.get(name) if isinstance(name, str) else None
+
+
+def encoder_family(name: Any) -> Any:
+    """The registration of the encoder family `name` (one configured by an EncoderConfig);
+    ValueError naming the registered ones otherwise."""
+    family = registered_family(name)
+    if family is None or not issubclass(family.config_cls, EncoderConfig):
+        known = [n for n, f in FAMILIES.items() if issubclass(f.config_cls, EncoderConfig)]
+        raise ValueError(f"Unknown model family {name!r}; choose one of {', '.join(known)}.")
+    return family
 
 
 def block_params(hidden: int, ffn: int) -> int:
@@ -152,11 +164,10 @@ class EncoderConfig:
     use_pooler: bool = True  # the [CLS] pooler, which the NSP/SOP head needs
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILY_LABELS:
-            raise ValueError(f"Unknown model family {self.family!r}; choose one of {', '.join(FAMILY_LABELS)}.")
-        expected = config_class(self.family)
+        family = encoder_family(self.family)
+        expected = family.config_cls
         if not isinstance(self, expected):
-            raise ValueError(f"A {FAMILY_LABELS[self.family]} configuration is a {expected.__name__}, "
+            raise ValueError(f"A {family.label} configuration is a {expected.__name__}, "
                              f"not a {type(self).__name__}; use EncoderConfig.from_dict or a preset.")
         if self.intermediate_size is None:
             self.intermediate_size = 4 * self.hidden_size
@@ -194,7 +205,7 @@ class EncoderConfig:
 
     @property
     def label(self) -> str:
-        return FAMILY_LABELS[self.family]
+        return encoder_family(self.family).label
 
     @property
     def max_positions(self) -> int:
@@ -254,8 +265,9 @@ class EncoderConfig:
         return projection + (H * H + H if self.use_pooler else 0)
 
     def _head_params(self) -> int:
-        """The masked-LM head, plus NSP/SOP on the pooler for the families that have one."""
-        pair = 2 * self.hidden_size + 2 if self.use_pooler and self.family in PAIR_HEAD_FAMILIES else 0
+        """The masked-LM head, plus NSP/SOP on the pooler for the families that have one (their
+        registration's pair_head)."""
+        pair = 2 * self.hidden_size + 2 if self.use_pooler and encoder_family(self.family).pair_head else 0
         return mlm_head_params(self.hidden_size, self._width, self.padded_vocab_size) + pair
 
     # Serialisation
@@ -266,8 +278,10 @@ class EncoderConfig:
     def from_dict(cls, d: dict[str, Any]) -> EncoderConfig:
         """Build the config class of d["family"] (BERT when absent: checkpoints before families)."""
         family = d.get("family", cls.family)
-        target = config_class(family) if family in FAMILY_LABELS else cls
-        refuse_unknown_fields(target, d, FAMILY_LABELS.get(family, family))
+        registered = registered_family(family)
+        encoder = registered is not None and issubclass(registered.config_cls, EncoderConfig)
+        target = registered.config_cls if encoder else cls
+        refuse_unknown_fields(target, d, registered.label if encoder else str(family))
         return target(**{**d, "family": family})
 
     @classmethod
@@ -377,6 +391,3 @@ class TinyBertConfig(EncoderConfig):
         fit = 2 * (self.hidden_size * self.teacher_hidden_size + self.teacher_hidden_size) if self.projects else 0
         return super()._head_params() + fit
 
-
-def config_class(family: str) -> type[EncoderConfig]:
-    return {"electra": ElectraConfig, "spanbert": SpanBertConfig, "tinybert": TinyBertConfig}.get(family, EncoderConfig)

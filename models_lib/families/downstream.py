@@ -8,7 +8,8 @@
 
 One model class per task, for every encoder family (bert, roberta, albert, electra, distilbert,
 spanbert, unilm). The backbone sits under the family's name, as in transformers, and the head
-follows transformers' layout for that family (see SENTENCE_HEADS), so models_lib.hf moves the
+follows transformers' layout for that family (its TaskHeads, declared by its
+models_lib.checkpoint registration), so models_lib.hf moves the
 weights both ways with equal logits. The task and its sizes are a TaskConfig, which
 models_lib.checkpoint stores beside the encoder config in model_config.json.
 
@@ -29,8 +30,9 @@ import torch
 from torch import nn
 
 from models_lib.core import adapters
-from models_lib.core.config import FAMILY_LABELS, EncoderConfig, positive_int, refuse_unknown_fields
+from models_lib.core.config import EncoderConfig, positive_int, refuse_unknown_fields
 from models_lib.core.encoder import TransformerEncoder
+from models_lib.core.registry import FAMILIES
 from models_lib.core.packing import Packed
 from models_lib.families.electra import ElectraForPreTraining
 from models_lib.families.pretraining import EncoderWithHeads
@@ -41,12 +43,6 @@ from models_lib.heads.tasks import (
     sequence_classification_loss, span_loss, token_classification_loss,
 )
 
-# The backbone's attribute (and state-dict prefix): transformers' base_model_prefix of the
-# format each family is written as (SpanBERT and UniLM are BERT there).
-BACKBONE_NAMES = {"bert": "bert", "roberta": "roberta", "albert": "albert", "electra": "electra",
-                  "distilbert": "distilbert", "spanbert": "bert", "unilm": "bert", "tinybert": "bert"}
-
-
 @dataclass(frozen=True)
 class SentenceHead:
     """How a family's sequence classifier reads the encoder (transformers' head for it)."""
@@ -56,16 +52,27 @@ class SentenceHead:
     dropout_first: bool = True  # dropout before the dense layer as well as after it
 
 
-SENTENCE_HEADS = {
-    "bert": SentenceHead(pooled=True),  # BertForSequenceClassification
-    "albert": SentenceHead(pooled=True),  # AlbertForSequenceClassification
-    "spanbert": SentenceHead(pooled=True),  # written as BERT; the pooler starts fresh (no NSP)
-    "unilm": SentenceHead(pooled=True),
-    "tinybert": SentenceHead(pooled=True),  # a BERT student; the pooler starts fresh (no NSP)
-    "roberta": SentenceHead(pooled=False, activation="tanh"),  # RobertaClassificationHead
-    "electra": SentenceHead(pooled=False, activation="gelu"),  # ElectraClassificationHead (exact GELU)
-    "distilbert": SentenceHead(pooled=False, activation="relu", dropout_first=False),  # pre_classifier
-}
+@dataclass(frozen=True)
+class TaskHeads:
+    """How an encoder family's task heads sit on its backbone, as transformers lays them out in
+    the format the family is written as (declared by its models_lib.checkpoint registration)."""
+
+    backbone_name: str  # the backbone's attribute and state-dict prefix (transformers' base_model_prefix)
+    sentence: SentenceHead  # its sequence classifier
+    # task -> the head's default dropout where transformers' config for the family sets one;
+    # otherwise the config's hidden_dropout, and none in the QA head (it reads the hidden states).
+    dropout: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def task_heads(family: str) -> TaskHeads | None:
+    """The task heads the registered family `family` declares (None: it has none)."""
+    registered = FAMILIES.get(family)
+    return registered.task_heads if registered is not None else None
+
+
+def encoder_families() -> tuple[str, ...]:
+    """The registered families with task heads, in registry order."""
+    return tuple(name for name, family in FAMILIES.items() if family.task_heads is not None)
 
 
 @dataclass
@@ -144,11 +151,10 @@ def head_dropout(config: EncoderConfig, task: TaskConfig) -> float:
     """The head's dropout rate: task.classifier_dropout, else the family's default (transformers')."""
     if task.classifier_dropout is not None:
         return task.classifier_dropout
-    if config.family == "distilbert":  # DistilBertConfig: seq_classif_dropout 0.2, qa_dropout 0.1, dropout
-        return {SEQUENCE_CLASSIFICATION: 0.2, QUESTION_ANSWERING: 0.1}.get(task.task, config.hidden_dropout)
-    if task.task == QUESTION_ANSWERING:
-        return 0.0  # qa_outputs reads the hidden states directly
-    return 0.1 if config.family == "albert" else config.hidden_dropout  # AlbertConfig.classifier_dropout_prob
+    heads = task_heads(config.family)
+    if heads is not None and task.task in heads.dropout:
+        return heads.dropout[task.task]
+    return 0.0 if task.task == QUESTION_ANSWERING else config.hidden_dropout
 
 
 @dataclass
@@ -172,11 +178,10 @@ class EncoderForDownstream(EncoderWithHeads):
     classification in the families whose classifier sits on BERT's pooler)."""
 
     task_name: ClassVar[str] = ""
-    families = tuple(BACKBONE_NAMES)
 
     def __init__(self, config: EncoderConfig, task: TaskConfig):
-        if getattr(config, "family", None) not in BACKBONE_NAMES:
-            raise ValueError(f"Downstream heads sit on the encoder families ({', '.join(BACKBONE_NAMES)}), "
+        if task_heads(getattr(config, "family", None)) is None:
+            raise ValueError(f"Downstream heads sit on the encoder families ({', '.join(encoder_families())}), "
                              f"not on {getattr(config, 'family', type(config).__name__)!r}.")
         if not isinstance(task, TaskConfig) or task.task != self.task_name:
             raise ValueError(f"{type(self).__name__} needs a TaskConfig for {self.task_name!r}, got {task!r}.")
@@ -186,8 +191,12 @@ class EncoderForDownstream(EncoderWithHeads):
         super().__init__(config)
 
     @property
+    def families(self) -> tuple[str, ...]:  # type: ignore[override]
+        return encoder_families()
+
+    @property
     def backbone_name(self) -> str:  # type: ignore[override]
-        return BACKBONE_NAMES[self.config.family]
+        return task_heads(self.config.family).backbone_name
 
     @classmethod
     def reads_pooler(cls, family: str) -> bool:
@@ -212,10 +221,10 @@ class EncoderForSequenceClassification(EncoderForDownstream):
 
     @classmethod
     def reads_pooler(cls, family: str) -> bool:
-        return SENTENCE_HEADS[family].pooled
+        return task_heads(family).sentence.pooled
 
     def build_heads(self, config: EncoderConfig) -> dict[str, nn.Module | None]:
-        style, H, C = SENTENCE_HEADS[config.family], config.hidden_size, self.task_config.num_labels
+        style, H, C = task_heads(config.family).sentence, config.hidden_size, self.task_config.num_labels
         dropout = head_dropout(config, self.task_config)
         if style.pooled:
             return {"head": LinearClassifier(H, C, dropout)}
@@ -357,8 +366,8 @@ def from_pretraining(model: nn.Module, task: str, num_labels: int | None = None,
         backbone = source
     else:
         raise TypeError(f"from_pretraining takes an encoder model of models_lib, not {type(model).__name__}.")
-    if backbone.config.family not in BACKBONE_NAMES:
-        raise ValueError(f"{FAMILY_LABELS.get(backbone.config.family, backbone.config.family)} has no downstream heads.")
+    if task_heads(backbone.config.family) is None:
+        raise ValueError(f"{backbone.config.label} has no downstream heads.")
     new = build_downstream(dataclasses.replace(backbone.config), task, num_labels, **options)  # its own config
     adapters.attach_like(backbone, new.backbone)  # a model fine-tuned with adapters keeps them
     missing, unexpected = new.backbone.load_state_dict(backbone.state_dict(), strict=False)

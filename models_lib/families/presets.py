@@ -4,14 +4,17 @@
     cfg = presets.get("albert-base", vocab_size=8000)   # the right config class, fields overridden
     presets.list_presets("electra")                    # ['electra-tiny', 'electra-small', ...]
 
-Each family also has its own table (BERT_PRESETS, ROBERTA_PRESETS, ...) for code that lists one
-family. An entry holds only what differs from EncoderConfig's (BERT's) defaults.
+The encoder families' tables are here (BERT_PRESETS, ROBERTA_PRESETS, ...; an entry holds only
+what differs from EncoderConfig's, BERT's, defaults); the other families keep theirs on their
+config class (T5Config.presets, ...). Each family names its table when it registers
+(models_lib.checkpoint.register_family), and get / list_presets read them from there.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from models_lib.core.config import FAMILY_LABELS, config_class
+from models_lib.core.config import EncoderConfig
+from models_lib.core.registry import FAMILIES
 
 # Sizes: Turc et al. 2019 for the small BERTs; Devlin et al. 2019 for base/large. FFN = 4H.
 _SIZES = {
@@ -80,52 +83,32 @@ TINYBERT_PRESETS = _family("tinybert", {
     "6": dict(num_layers=6, hidden_size=768, num_heads=12, intermediate_size=3072),
 }, use_pooler=False)
 
-PRESETS_BY_FAMILY: dict[str, dict[str, dict[str, Any]]] = {
-    "bert": BERT_PRESETS, "roberta": ROBERTA_PRESETS, "albert": ALBERT_PRESETS, "electra": ELECTRA_PRESETS,
-    "distilbert": DISTILBERT_PRESETS, "spanbert": SPANBERT_PRESETS, "unilm": UNILM_PRESETS,
-    "tinybert": TINYBERT_PRESETS,
-}
-PRESETS: dict[str, dict[str, Any]] = {name: fields for table in PRESETS_BY_FAMILY.values()
-                                      for name, fields in table.items()}
-
-
-def _other_families() -> dict[str, type]:
-    """The families with config classes of their own: family -> its PresetConfig subclass, whose
-    `presets` table it keeps beside its model (imported here on first use). The family registry
-    (models_lib.checkpoint, which imports this module's families) cannot be read from here without an
-    import cycle, so tests/models_lib/test_presets_registry.py checks that this lists every
-    registered family with presets of its own."""
-    from models_lib.families.elmo import ElmoConfig
-    from models_lib.families.gpt import GPTConfig
-    from models_lib.families.t5 import T5Config
-    from models_lib.families.transfo_xl import TransfoXLConfig
-    from models_lib.families.xlnet import XLNetConfig
-
-    return {"t5": T5Config, "gpt": GPTConfig, "elmo": ElmoConfig, "xlnet": XLNetConfig, "transfo_xl": TransfoXLConfig}
+def _tables() -> dict[str, dict[str, dict[str, Any]]]:
+    """Every registered family's presets, family -> its table, in registry order (each family
+    declares its table when it registers in models_lib.checkpoint)."""
+    return {name: family.presets for name, family in FAMILIES.items() if family.presets}
 
 
 def list_presets(family: str | None = None) -> list[str]:
-    """Preset names, of one family or of all (the encoder families', then the others' in registry order)."""
-    others = _other_families()
+    """Preset names, of one family or of all (in the family registry's order)."""
+    tables = _tables()
     if family is None:
-        return [*PRESETS, *(name for cls in others.values() for name in cls.presets)]
-    if family in others:
-        return list(others[family].presets)
-    if family not in PRESETS_BY_FAMILY:
-        raise ValueError(f"Unknown model family {family!r}; choose one of {', '.join([*FAMILY_LABELS, *others])}.")
-    return list(PRESETS_BY_FAMILY[family])
+        return [name for table in tables.values() for name in table]
+    if family not in tables:
+        raise ValueError(f"Unknown model family {family!r}; choose one of {', '.join(tables)}.")
+    return list(tables[family])
 
 
 def get(name: str, **overrides: Any) -> Any:
     """The config of a preset of any family, with any field overridden (e.g. vocab_size from the
-    tokenizer): an EncoderConfig (or its ELECTRA/SpanBERT subclass), or the family's own PresetConfig."""
-    for cls in _other_families().values():
-        if name in cls.presets:
-            return cls.from_preset(name, **overrides)
-    if name not in PRESETS:
+    tokenizer): an EncoderConfig (or its ELECTRA/SpanBERT/TinyBERT subclass), or the family's own
+    PresetConfig."""
+    family = next((FAMILIES[f] for f, table in _tables().items() if name in table), None)
+    if family is None:
         raise ValueError(f"Unknown preset {name!r}. Available presets: {', '.join(list_presets())}.")
-    fields = {**PRESETS[name], **overrides}
-    if fields["family"] != PRESETS[name]["family"]:
-        raise ValueError(f"The preset {name} is a {FAMILY_LABELS[PRESETS[name]['family']]} model; "
-                         f"its family cannot be overridden.")
-    return config_class(fields["family"]).from_dict(fields)
+    if not issubclass(family.config_cls, EncoderConfig):
+        return family.config_cls.from_preset(name, **overrides)
+    fields = {"family": family.name, **family.presets[name], **overrides}
+    if fields["family"] != family.name:
+        raise ValueError(f"The preset {name} is a {family.label} model; its family cannot be overridden.")
+    return EncoderConfig.from_dict(fields)

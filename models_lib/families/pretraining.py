@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models_lib.core.config import FAMILY_LABELS, EncoderConfig
+from models_lib.core.config import EncoderConfig, encoder_family
 from models_lib.core.encoder import Embeddings, TransformerEncoder, init_weights
 from models_lib.core.packing import Packed
 from models_lib.heads.pretraining import MLMHead
@@ -48,13 +48,14 @@ class EncoderWithHeads(nn.Module):
 
     backbone_name = "bert"  # attribute and state-dict prefix of the backbone
     backbone_class: type[TransformerEncoder] = TransformerEncoder
-    families: tuple[str, ...] = ("bert",)  # config families this model accepts
+    families: tuple[str, ...] = ()  # config families this model accepts: each family's model class names its own
 
     def __init__(self, config: EncoderConfig, *, embeddings: Embeddings | None = None):
         super().__init__()
         if config.family not in self.families:
-            raise ValueError(f"{type(self).__name__} is a {FAMILY_LABELS[self.families[0]]} model, but the config "
-                             f"is for {config.label}; build the model class of that family.")
+            what = " or ".join(encoder_family(f).label for f in self.families) or "no family's"
+            raise ValueError(f"{type(self).__name__} is a {what} model, but the config is for {config.label}; build "
+                             f"the model class of that family.")
         self.config = config
         self.add_module(self.backbone_name, self.backbone_class(config, embeddings=embeddings))
         heads = self.build_heads(config)

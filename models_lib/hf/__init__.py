@@ -7,7 +7,9 @@
 
 A folder holds config.json and weights (model.safetensors, or the older pytorch_model.bin,
 possibly sharded with an *.index.json). config.json's model_type picks the format (hf/bert.py,
-roberta.py, albert.py, electra.py, distilbert.py, t5.py, gpt2.py, xlnet.py), which maps the tensor names.
+roberta.py, albert.py, electra.py, distilbert.py, t5.py, gpt2.py, xlnet.py), which maps the tensor
+names: each family declares the model_types it imports and the format it is written in when it
+registers (models_lib.checkpoint.register_family: hf_model_types, hf_format).
 
 What each folder reads into, and what each model writes:
   bert        BertForPreTraining        <-> BertForPreTraining (BertModel for a bare backbone)
@@ -41,51 +43,70 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from models_lib.checkpoint import FAMILIES
 from models_lib.core import adapters, vocab
 from models_lib.core.config import EncoderConfig
 from models_lib.core.encoder import TransformerEncoder
-from models_lib.hf.albert import AlbertFormat
 from models_lib.hf.base import HFFormat, gather, log, normalise_names, read_config, read_weights, scatter, write_folder
-from models_lib.hf.bert import BertFormat
-from models_lib.hf.distilbert import DistilBertFormat
-from models_lib.hf.electra import ElectraFormat
-from models_lib.hf.roberta import RobertaFormat
 from models_lib.families.downstream import TASK_CLASSES, EncoderForDownstream
 from models_lib.families.pretraining import EncoderWithHeads
 
-FORMATS: dict[str, HFFormat] = {f.model_type: f for f in
-                                (BertFormat(), RobertaFormat(), AlbertFormat(), ElectraFormat(), DistilBertFormat())}
-# Model kinds that are not encoders have a module of their own with from_pretrained(folder,
-# map_location) and to_pretrained(model, folder): by config.json's model_type on import, by our
-# config's family on export.
-OTHER_FORMATS = {"t5": "models_lib.hf.t5", "gpt2": "models_lib.hf.gpt2", "xlnet": "models_lib.hf.xlnet"}
-OTHER_FAMILIES = {"t5": "models_lib.hf.t5", "gpt": "models_lib.hf.gpt2", "xlnet": "models_lib.hf.xlnet"}
-SUPPORTED_MODEL_TYPES = (*FORMATS, *OTHER_FORMATS)
-# Our family -> the transformers model type it is written as.
-FAMILY_FORMATS = {"bert": "bert", "spanbert": "bert", "unilm": "bert", "roberta": "roberta", "albert": "albert",
-                  "electra": "electra", "distilbert": "distilbert"}
+# Which family a config.json's model_type imports as, and how each family is written, is what the
+# families declare when they register (models_lib.checkpoint: hf_model_types, hf_format). A format
+# is an encoder HFFormat, which this module drives, or a module of its own (t5.py, gpt2.py,
+# xlnet.py) with config_from_hf(hf), from_pretrained(folder, map_location) and to_pretrained(model, folder).
+
+
+def supported_model_types() -> tuple[str, ...]:
+    """The config.json model_types that import, in the family registry's order."""
+    return tuple(t for family in FAMILIES.values() for t in family.hf_model_types)
+
+
+def _load(ref: str) -> Any:
+    """The format an hf_format import string names: "module:NAME" an object, "module" the module."""
+    module, _, name = ref.partition(":")
+    loaded = importlib.import_module(module)
+    return getattr(loaded, name) if name else loaded
+
+
+def _importer(hf: dict) -> Any:
+    """The format that reads a config.json of this model_type (BERT's when it names none)."""
+    model_type = hf.get("model_type", "bert")
+    family = next((f for f in FAMILIES.values() if model_type in f.hf_model_types and f.hf_format), None)
+    if family is None:
+        raise ValueError(f"This is a {model_type!r} checkpoint; supported model types are "
+                         f"{', '.join(supported_model_types())}.")
+    return _load(family.hf_format)
+
+
+def _exporter(family: Any) -> Any:
+    """The format a model of `family` is written in; ValueError when it has none."""
+    registered = FAMILIES.get(family)
+    if registered is None or not registered.hf_format:
+        label = registered.label if registered is not None else repr(family)
+        raise ValueError(f"{label} models have no Hugging Face transformers format to be written in.")
+    return _load(registered.hf_format)
+
+
+def encoder_format(family: Any) -> HFFormat:
+    """The HFFormat an encoder family is written as; ValueError for a family without one."""
+    fmt = _exporter(family)
+    if not isinstance(fmt, HFFormat):
+        raise ValueError(f"The {family} family is not written as a transformers encoder.")
+    return fmt
 
 
 def config_from_hf(hf: dict) -> Any:
     """Our config for a transformers config.json (as a dict) of any supported model type (read
     without any weights: what a model built from it would allocate can be checked first)."""
-    if hf.get("model_type") in OTHER_FORMATS:
-        return importlib.import_module(OTHER_FORMATS[hf["model_type"]]).config_from_hf(hf)
-    return _format_of(hf).config_from_hf(hf, {})
+    fmt = _importer(hf)
+    return fmt.config_from_hf(hf, {}) if isinstance(fmt, HFFormat) else fmt.config_from_hf(hf)
 
 
 def config_to_hf(config: EncoderConfig, architecture: str | None = None, dtype: torch.dtype = torch.float32) -> dict:
     """transformers' config.json for one of our configs; ValueError for what it cannot represent."""
-    fmt = FORMATS[FAMILY_FORMATS[config.family]]
+    fmt = encoder_format(config.family)
     return fmt.config_to_hf(config, architecture or fmt.backbone_architecture, dtype)
-
-
-def _format_of(hf: dict) -> HFFormat:
-    model_type = hf.get("model_type", "bert")
-    if model_type not in FORMATS:
-        raise ValueError(f"This is a {model_type!r} checkpoint; supported model types are "
-                         f"{', '.join([*FORMATS, *OTHER_FORMATS])}.")
-    return FORMATS[model_type]
 
 
 # --- import ----------------------------------------------------------------------------------
@@ -101,11 +122,11 @@ def from_pretrained(path: str | Path, map_location: str | torch.device = "cpu", 
     """
     folder = Path(path)
     hf = read_config(folder)
-    if hf.get("model_type") in OTHER_FORMATS:
+    fmt = _importer(hf)
+    if not isinstance(fmt, HFFormat):
         if task is not None:
             raise ValueError(f"Task heads sit on the encoder families; this is a {hf['model_type']} folder.")
-        return importlib.import_module(OTHER_FORMATS[hf["model_type"]]).from_pretrained(folder, map_location)
-    fmt = _format_of(hf)
+        return fmt.from_pretrained(folder, map_location)
     if task is not None:
         task = _folder_task(fmt, hf, task, folder)
     hf_state = normalise_names(read_weights(folder), fmt.base_prefix)
@@ -175,11 +196,12 @@ def to_pretrained(model: nn.Module, path: str | Path, *, part: str | None = None
                          f"change what it computes. Its native checkpoint keeps them: it loads in the explorer and "
                          f"can be fine-tuned again.")
     config = getattr(model, "config", None)
-    if getattr(config, "family", None) in OTHER_FAMILIES:
-        return importlib.import_module(OTHER_FAMILIES[config.family]).to_pretrained(model, Path(path))
+    family = getattr(config, "family", None)
+    if family in FAMILIES and FAMILIES[family].hf_format and not isinstance(_exporter(family), HFFormat):
+        return _exporter(family).to_pretrained(model, Path(path))
     if not isinstance(config, EncoderConfig):
         raise TypeError(f"to_pretrained takes an encoder model of models_lib, not {type(model).__name__}.")
-    fmt = FORMATS[FAMILY_FORMATS[config.family]]
+    fmt = encoder_format(config.family)
     target = fmt.export_target(model, part)
     task_fields: dict = {}
     if isinstance(target, TransformerEncoder):

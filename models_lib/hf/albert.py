@@ -81,3 +81,6 @@ class AlbertFormat(HFFormat):
         if not config.use_pooler:
             return "AlbertForMaskedLM", names
         return "AlbertForPreTraining", names + renames("sop_head.", "sop_classifier.", [("classifier", "classifier")])
+
+
+FORMAT = AlbertFormat()  # what the families written as this model type register (models_lib.checkpoint)

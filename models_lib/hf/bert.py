@@ -54,3 +54,6 @@ class BertFormat(HFFormat):
         if model_cls is BertForPreTraining:
             return "BertForPreTraining", mlm + renames("nsp_head.", "cls.", [("classifier", "seq_relationship")])
         return "BertForMaskedLM", mlm  # SpanBERT, UniLM: their other heads have no transformers home
+
+
+FORMAT = BertFormat()  # what the families written as this model type register (models_lib.checkpoint)

@@ -68,3 +68,6 @@ class DistilBertFormat(HFFormat):
     def head_names(self, model_cls: type, config: EncoderConfig) -> tuple[str, NameMap]:
         names = renames("mlm_head.", "", [("dense", "vocab_transform"), ("norm", "vocab_layer_norm")])
         return "DistilBertForMaskedLM", names + [("mlm_head.bias", ("vocab_projector.bias",))]
+
+
+FORMAT = DistilBertFormat()  # what the families written as this model type register (models_lib.checkpoint)

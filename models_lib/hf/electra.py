@@ -75,3 +75,6 @@ class ElectraFormat(HFFormat):
         if part is not None and part != own:
             raise ValueError(f"part={part!r} does not fit a {type(model).__name__}; leave it out.")
         return model
+
+
+FORMAT = ElectraFormat()  # what the families written as this model type register (models_lib.checkpoint)

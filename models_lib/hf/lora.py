@@ -67,9 +67,9 @@ def _layout(model: nn.Module) -> _Layout:
     config = getattr(model, "config", None)
     if not isinstance(config, EncoderConfig) or not isinstance(model, EncoderWithHeads):
         raise ValueError(NOT_WRITABLE.format(what=f"{type(model).__name__} is not one"))
-    from models_lib.hf import FAMILY_FORMATS, FORMATS
+    from models_lib.hf import encoder_format
 
-    fmt = FORMATS[FAMILY_FORMATS[config.family]]
+    fmt = encoder_format(config.family)
     prefix = model.backbone_name + "."
     return _Layout({prefix + ours: theirs for ours, theirs in fmt.backbone_names(config)}, fmt.base_prefix, None)
 

@@ -48,3 +48,6 @@ class RobertaFormat(HFFormat):
     def head_names(self, model_cls: type, config: EncoderConfig) -> tuple[str, NameMap]:
         names = renames("mlm_head.", "lm_head.", [("dense", "dense"), ("norm", "layer_norm")])
         return "RobertaForMaskedLM", names + [("mlm_head.bias", ("lm_head.bias",))]
+
+
+FORMAT = RobertaFormat()  # what the families written as this model type register (models_lib.checkpoint)

@@ -1,7 +1,7 @@
 """Every registered family's presets are found (issue 30, point 1: presets.py's list of the families
 with config classes of their own had drifted from the registry, so XLNet's and Transformer-XL's
-presets the docs promise were missing from presets.get and list_presets); the list is checked
-against the registry here, since presets.py cannot read it without an import cycle."""
+presets the docs promise were missing from presets.get and list_presets); presets.py now reads
+every family's table from the registry (models_lib.checkpoint.register_family)."""
 from __future__ import annotations
 
 import pytest
@@ -21,11 +21,11 @@ def test_every_registered_family_lists_its_presets_and_each_builds(family):
         assert type(config) is FAMILIES[family].config_cls or not issubclass(FAMILIES[family].config_cls, PresetConfig)
 
 
-def test_the_presets_table_lists_every_registered_family_with_presets_of_its_own():
+def test_a_family_with_presets_of_its_own_registers_them_from_its_config_class():
     own = {name for name, family in FAMILIES.items()
            if issubclass(family.config_cls, PresetConfig) and family.config_cls.presets}
-    assert set(presets._other_families()) == own
-    assert all(presets._other_families()[name] is FAMILIES[name].config_cls for name in own)
+    assert own and all(FAMILIES[name].presets == FAMILIES[name].config_cls.presets for name in own)
+    assert all(FAMILIES[name].presets for name in FAMILIES)
 
 
 def test_xlnet_and_transformer_xl_presets_are_found():

@@ -11,8 +11,9 @@ and what the machine's available memory can hold.
 
 Training also keeps every layer's activations for the backward pass, which grow with the
 batch and (through the attention scores) with the square of the length: given the batch
-(`Batch`), the same check adds them (`activation_bytes`), so batch_size 8,192 of 8,192 tokens
-is refused with a sentence naming those fields, not by the kernel's OOM killer.
+(`Batch`), the same check adds them (`activation_bytes`, as the model's family estimates them:
+Family.activation_bytes, trainer.families.activations), so batch_size 8,192 of 8,192 tokens is
+refused with a sentence naming those fields, not by the kernel's OOM killer.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.errors import ConfigError
+from trainer.families.activations import transformer_activation_bytes
 
 MAX_MODEL_PARAMS = int(os.environ.get("MAX_MODEL_PARAMS", 3_000_000_000))
 TRAIN_BYTES_PER_PARAM = 16  # fp32 weights + gradients + AdamW's exp_avg and exp_avg_sq
@@ -30,20 +32,6 @@ LOAD_BYTES_PER_PARAM = 4    # fp32 weights
 SIZE_FIELDS = ("hidden_size", "intermediate_size", "num_layers", "num_heads", "embedding_size", "vocab_size",
                "max_position_embeddings", "d_model", "d_ff", "d_kv", "num_decoder_layers", "n_embd", "n_layer",
                "n_inner", "n_positions", "embedding_dim", "projection_dim", "num_hidden_layers", "max_positions")
-
-
-# Activations, per layer, kept for the backward pass, counted in fp32 (mixed precision keeps some
-# in half, where the estimate is then high) and without the allocator's own overhead:
-ACTIVATION_BYTES = 4
-WIDTH_TENSORS = 10  # per token, as wide as the model: input, q, k, v, context, projection, 2 norms, 2 dropouts
-INNER_TENSORS = 2   # per token, as wide as the feed-forward: before and after its nonlinearity
-SCORE_TENSORS = 2   # per head and pair of positions: the softmax kept for backward and its dropout mask
-# How many blocks' worth each layer keeps, where a family's layer is more than one encoder block:
-# XLNet runs a content and a query stream through every layer; a T5 decoder layer adds
-# cross-attention (1.5 blocks, counted on its decoder layers); ELMo's layers are LSTMs (below).
-FAMILY_FACTOR = {"xlnet": 2.0}
-T5_DECODER_FACTOR = 1.5
-LSTM_TENSORS = 6    # ELMo, per token, direction and layer: 4 gates, the cell and the output, as wide as the cells
 
 
 @dataclass(frozen=True)
@@ -70,38 +58,15 @@ def batch_of(config: Any, *, processes: int = 1) -> Batch:
 
 
 def activation_bytes(model_cfg: Any, batch: Batch) -> int:
-    """Bytes of activations one training step keeps for its backward pass, per process: batch x
-    length x (width tensors + feed-forward tensors) x layers, plus batch x heads x length x keys x
-    layers for the attention scores, scaled by the family's factor (FAMILY_FACTOR)."""
-    family = str(getattr(model_cfg, "family", ""))
-    tokens = batch.size * batch.length
-    if family == "elmo":
-        cells = int(model_cfg.hidden_size) * LSTM_TENSORS + int(model_cfg.embedding_dim)
-        return ACTIVATION_BYTES * tokens * 2 * cells * int(model_cfg.num_layers)
-    per_layer = _block_elements(model_cfg, batch)
-    layers = float(model_cfg.num_layers)
-    if family == "t5":
-        layers += T5_DECODER_FACTOR * int(getattr(model_cfg, "num_decoder_layers", None) or model_cfg.num_layers)
-    kept = per_layer * layers * FAMILY_FACTOR.get(family, 1.0)
-    if batch.recompute:  # each layer's input is kept; one layer's activations live at a time
-        kept = tokens * _width(model_cfg) * layers + per_layer
-    if family == "electra":  # the generator runs too: same depth, narrower
-        kept += _block_elements(model_cfg.generator_config(), batch) * layers
-    return int(ACTIVATION_BYTES * kept)
+    """Bytes of activations one training step keeps for its backward pass, per process, as the
+    config's family estimates them (Family.activation_bytes); a config of no registered family
+    gets the transformer stack's estimate."""
+    from trainer import families
 
-
-def _width(model_cfg: Any) -> int:
-    return int(getattr(model_cfg, "hidden_size", None) or getattr(model_cfg, "d_model"))
-
-
-def _block_elements(model_cfg: Any, batch: Batch) -> int:
-    """Elements one transformer block keeps for ``batch``: its token tensors and its attention scores."""
-    width = _width(model_cfg)
-    inner = int(getattr(model_cfg, "intermediate_size", None) or getattr(model_cfg, "d_ff", None) or 4 * width)
-    heads = int(getattr(model_cfg, "num_heads", 1) or 1)
-    keys = batch.length + int(getattr(model_cfg, "mem_len", 0) or 0)  # Transformer-XL, XLNet: the memory too
-    tokens = batch.size * batch.length
-    return tokens * (WIDTH_TENSORS * width + INNER_TENSORS * inner) + SCORE_TENSORS * batch.size * heads * batch.length * keys
+    family = families.find(getattr(model_cfg, "family", None))
+    if family is None:
+        return transformer_activation_bytes(model_cfg, batch)
+    return family.activation_bytes(model_cfg, batch)
 
 
 def available_memory() -> int | None:

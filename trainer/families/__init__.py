@@ -10,7 +10,8 @@ use, so importing this package imports no torch (the web app reads it).
     families.get("bert").label          # "BERT"; ConfigError for an unknown name
     [f.name for f in families.all()]    # in REGISTRY's order
 
-Adding a family: its module here, its models in models_lib, and one line in REGISTRY.
+Adding a family: its module here, its models in models_lib with their one register_family line
+(models_lib/checkpoint.py), its test, and one line in REGISTRY (docs/internals.md §8).
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ sentence order prediction."""
 from __future__ import annotations
 
 from trainer.families.base import Family, ModelField
-from trainer.families.encoders import BERT_ADAM, ENCODER_CONFIG, preset_table
+from trainer.families.encoders import BERT_ADAM, ENCODER_CONFIG, ENCODER_FLOPS, preset_table
 
 FAMILY = Family(
     name="albert",
@@ -11,6 +11,7 @@ FAMILY = Family(
     preset_table=preset_table("albert"),
     config_class=ENCODER_CONFIG,
     model_class="models_lib.families.albert:AlbertForPreTraining",
+    flops_formula=ENCODER_FLOPS,
     objectives=("mlm", "sop"),
     required_objectives=("mlm",),
     default_objectives=("mlm", "sop"),

@@ -9,11 +9,16 @@ A Family says everything the rest of the project asks about one kind of model:
   why), tokenizer algorithms, masking units, packings, optimizer defaults and the RunConfig
   fields only it uses, plus hooks for what is its own (`seq_len_help`, `check_run`,
   `check_model_config`, a teacher for distillation, `prepare_model`);
+- what a training step costs: the FLOPs formula MFU counts with (`flops_formula`; a family
+  without one says why in `no_flops`) and the activations it keeps (`activation_bytes`, the
+  transformer stack's estimate times `activation_factor` unless the family overrides it);
 - its Hugging Face formats (`hf_model_types`, what an imported model learnt, the tokenizer
   roles a decoder's tokenizer lacks);
 - what the explorer can ask it (`explorer_kind` picks the panels): how a text becomes its input
   ids, whether it fills masks, which attention stacks it has and how to record them, whether
-  and how it generates, whether it fills T5's spans or compares word vectors.
+  and how it generates, whether it fills T5's spans, compares word vectors, scores labels as a
+  causal LM (in-context evaluation) or fills in by permutation, and the sentence the explorer
+  shows for its checkpoints (`explorer_about`, `explorer_about_tuned`).
 
 The defaults are an encoder's (BERT): a family module only sets what differs, and subclasses
 Family where a hook does something else. trainer.families registers every family once.
@@ -25,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainer.errors import ConfigError, InferenceError
+from trainer.families import activations
 
 if TYPE_CHECKING:
     from trainer.inference.loading import Loaded
@@ -109,6 +115,13 @@ class Family:
     teacher_families: tuple[str, ...] = ()    # families whose checkpoints it distils (DistilBERT: BERT)
     recomputes_blocks: bool = True            # its model's stacks take activation_checkpointing (models_lib.core.recompute)
 
+    # ---- what a training step costs
+    # "module:function" (models_lib config, trainer.training.flops.Workload) -> training FLOPs per
+    # counted token; required, so that a family chooses it. "" only with `no_flops`, why MFU is not counted.
+    flops_formula: str
+    no_flops: str = ""
+    activation_factor: float = 1.0            # blocks' worth each layer keeps (XLNet's two streams: 2)
+
     # ---- Hugging Face formats
     hf_model_types: tuple[str, ...] = ()      # config.json model_types that import as this family
     hf_objective: str = ""                    # what an imported model's one output layer learnt ("clm")
@@ -126,6 +139,22 @@ class Family:
     generates: bool = False                   # writes text (generate, stream_generate)
     fills_spans: bool = False                 # fills T5's sentinel spans
     word_vectors: bool = False                # compares a word's contextual vectors (ELMo)
+    causal_lm: bool = False                   # scores a label's tokens after a prompt (in-context evaluation)
+    sentence_vectors: bool = True             # an encoder's sentence embeddings (nearest neighbours in a dataset)
+    permutation_fill: bool = False            # fills chosen positions in a chosen order (XLNet)
+    # What the explorer offers its checkpoints, in one sentence; the fine-tuned one ("{task}": the
+    # task's title) says only what a checkpoint with a task head still does ("": `explorer_about`
+    # and "Fine-tuned for {task}.").
+    explorer_about: str = "An encoder: fill in masks, score sentence pairs, look at its attention."
+    explorer_about_tuned: str = (
+        "An encoder fine-tuned for {task}: ask it what it was fine-tuned for below, compare sentences by their "
+        "vectors, look at its attention. Its task head replaced the pre-training heads, so it no longer fills in "
+        "masks or scores sentence pairs.")
+
+    def __post_init__(self) -> None:
+        if not self.flops_formula and not self.no_flops:
+            raise TypeError(f"The {self.name} family names no flops_formula; give one, or say in no_flops why "
+                            f"its MFU is not counted.")
 
     # ------------------------------------------------------------------ models
     @property
@@ -148,6 +177,18 @@ class Family:
     def prepare_model(self, model: Any, tokenizer: Any) -> None:
         """Give a freshly built model what it reads from the run's tokenizer (a TokenizerBundle)
         before training; nothing for most families."""
+
+    # ------------------------------------------------------------------ cost
+    def flops_per_token(self, model_cfg: Any, workload: Any) -> float | None:
+        """Training FLOPs (forward and backward) per counted token of a models_lib config under a
+        trainer.training.flops.Workload; None for a family with no formula (`no_flops`)."""
+        return load(self.flops_formula)(model_cfg, workload) if self.flops_formula else None
+
+    def activation_bytes(self, model_cfg: Any, batch: Any) -> int:
+        """Bytes of activations a training step keeps for its backward pass, per process
+        (batch: a trainer.catalog.size.Batch): a transformer stack's estimate, its layers scaled by
+        `activation_factor`. A family whose layers are no transformer blocks overrides this."""
+        return activations.transformer_activation_bytes(model_cfg, batch, factor=self.activation_factor)
 
     # ------------------------------------------------------------------ training
     @property
@@ -236,6 +277,15 @@ class Family:
         """One forward pass that calls every attention module whose weights the explorer shows
         (input_ids: a (1, T) tensor; decoder_ids: the decoder's side, for a model that reads a target)."""
         model.encode(input_ids)
+
+    def checkpoint_about(self, task_title: str = "") -> str:
+        """The explorer's sentence for one of its checkpoints, fine-tuned for the task titled
+        `task_title` ("" for a pre-trained one)."""
+        if not task_title:
+            return self.explorer_about
+        if self.explorer_about_tuned:
+            return self.explorer_about_tuned.format(task=task_title)
+        return f"{self.explorer_about} Fine-tuned for {task_title}."
 
 
 def load(ref: str) -> Any:

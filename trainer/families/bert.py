@@ -3,7 +3,7 @@ optionally, next sentence prediction. The encoder default every other encoder fa
 from __future__ import annotations
 
 from trainer.families.base import Family
-from trainer.families.encoders import BERT_ADAM, WORD_UNITS
+from trainer.families.encoders import BERT_ADAM, ENCODER_FLOPS, WORD_UNITS
 
 FAMILY = Family(
     name="bert",
@@ -11,6 +11,7 @@ FAMILY = Family(
     preset_table="models_lib.families.bert:BERT_PRESETS",
     config_class="models_lib.families.bert:BertConfig",
     model_class="models_lib.families.bert:BertForPreTraining",
+    flops_formula=ENCODER_FLOPS,
     objectives=("mlm", "nsp"),
     required_objectives=("mlm",),
     default_objectives=("mlm", "nsp"),

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.errors import ConfigError
 from trainer.families.base import Family
-from trainer.families.encoders import ENCODER_CONFIG, WORD_UNITS, preset_table
+from trainer.families.encoders import ENCODER_CONFIG, ENCODER_FLOPS, WORD_UNITS, preset_table
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -92,6 +92,7 @@ FAMILY = DistilBertFamily(
     preset_table=preset_table("distilbert"),
     config_class=ENCODER_CONFIG,
     model_class="models_lib.families.distilbert:DistilBertForPreTraining",
+    flops_formula=ENCODER_FLOPS,
     objectives=("mlm", "distill"),
     required_objectives=("mlm", "distill"),
     default_objectives=("mlm", "distill"),

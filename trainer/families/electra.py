@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainer.families import activations
 from trainer.families.base import Family, ModelField
 from trainer.families.encoders import ENCODER_CONFIG, WORD_UNITS, preset_table
 
@@ -12,6 +13,11 @@ GENERATOR_NOTE = ("ELECTRA: these are the generator's predictions; the discrimin
 
 
 class ElectraFamily(Family):
+    def activation_bytes(self, model_cfg: Any, batch: Any) -> int:
+        """The discriminator's stack plus the generator's, which runs too: same depth, narrower."""
+        generator = activations.block_elements(model_cfg.generator_config(), batch) * model_cfg.num_layers
+        return super().activation_bytes(model_cfg, batch) + int(activations.ACTIVATION_BYTES * generator)
+
     def fill_mask_model(self, model: Any) -> tuple[Any, str]:
         generator = getattr(model, "generator", None)
         if generator is not None and hasattr(generator, "mlm_head"):
@@ -25,6 +31,7 @@ FAMILY = ElectraFamily(
     preset_table=preset_table("electra"),
     config_class=ENCODER_CONFIG,
     model_class="models_lib.families.electra:ElectraForPreTraining",
+    flops_formula="trainer.training.flops:electra_flops",
     objectives=("mlm", "rtd"),
     required_objectives=("mlm", "rtd"),
     default_objectives=("mlm", "rtd"),

@@ -8,10 +8,21 @@ from typing import Any
 
 from trainer.families.t5 import SEQ2SEQ_OBJECTIVES
 from trainer.errors import ConfigError
+from trainer.families import activations
 from trainer.families.base import Family, ModelField
 
 
+# Activations per token, direction and layer: 4 gates, the cell and the output, as wide as the cells.
+LSTM_TENSORS = 6
+
+
 class ElmoFamily(Family):
+    def activation_bytes(self, model_cfg: Any, batch: Any) -> int:
+        """Both directions' LSTM layers (no attention scores): per token, the gates, cell and output
+        as wide as the cells, and the projection."""
+        cells = int(model_cfg.hidden_size) * LSTM_TENSORS + int(model_cfg.embedding_dim)
+        return activations.ACTIVATION_BYTES * batch.size * batch.length * 2 * cells * int(model_cfg.num_layers)
+
     def seq_len_help(self) -> str:
         return "ELMo: tokens per packed sequence; the LSTMs have no position limit."
 
@@ -36,6 +47,7 @@ FAMILY = ElmoFamily(
     preset_table="models_lib.families.elmo:ELMO_PRESETS",
     config_class="models_lib.families.elmo:ElmoConfig",
     model_class="models_lib.families.elmo:ElmoLanguageModel",
+    flops_formula="trainer.training.flops:elmo_flops",
     objectives=("bilm",),
     required_objectives=("bilm",),
     default_objectives=("bilm",),
@@ -75,4 +87,7 @@ FAMILY = ElmoFamily(
     no_attention="ELMo is a pair of LSTM language models: it has no attention to show. Its word vectors can be "
                  "compared with the word-similarity tool instead.",
     word_vectors=True,
+    explorer_about="ELMo: compare a word's vectors in two sentences, layer by layer.",
+    explorer_about_tuned="",
+    sentence_vectors=False,
 )

@@ -5,6 +5,8 @@ explorer behaviour is Family's default (fill-mask, sentence pairs, encoder atten
 from __future__ import annotations
 
 ENCODER_CONFIG = "models_lib.core.config:EncoderConfig"
+# One formula for every encoder stack with an MLM head (trainer.training.flops, its docstring).
+ENCODER_FLOPS = "trainer.training.flops:encoder_flops"
 # Units any MLM-style objective takes ("span" needs SpanBERT's SBO).
 WORD_UNITS = ("token", "word", "phrase", "ngram")
 # BERT paper: Adam lr 1e-4, b1 0.9, b2 0.999, wd 0.01, warm-up then linear decay.

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from trainer.inference.loading import Loaded
 
 ROLES = ("pad", "unk", "cls", "sep", "mask")
+# The explorer's sentence for a causal LM's checkpoints (GPT's and Transformer-XL's).
+CAUSAL_ABOUT = "A causal LM (GPT, Transformer-XL): generate text token by token, look at its causal attention."
 
 
 class GPTFamily(Family):
@@ -55,6 +57,7 @@ FAMILY = GPTFamily(
     preset_table="models_lib.families.gpt:GPT_PRESETS",
     config_class="models_lib.families.gpt:GPTConfig",
     model_class="models_lib.families.gpt:GPTLMHeadModel",
+    flops_formula="trainer.training.flops:gpt_flops",
     objectives=("clm",),
     required_objectives=("clm",),
     default_objectives=("clm",),
@@ -95,4 +98,8 @@ FAMILY = GPTFamily(
     not_masked_lm="GPT predicts the next token",
     attention_stacks=("decoder",),
     generates=True,
+    causal_lm=True,
+    explorer_about=CAUSAL_ABOUT,
+    explorer_about_tuned="",
+    sentence_vectors=False,
 )

@@ -3,7 +3,7 @@ packed full-length inputs and no NSP."""
 from __future__ import annotations
 
 from trainer.families.base import Family
-from trainer.families.encoders import ENCODER_CONFIG, WORD_UNITS, preset_table
+from trainer.families.encoders import ENCODER_CONFIG, ENCODER_FLOPS, WORD_UNITS, preset_table
 
 FAMILY = Family(
     name="roberta",
@@ -11,6 +11,7 @@ FAMILY = Family(
     preset_table=preset_table("roberta"),
     config_class=ENCODER_CONFIG,
     model_class="models_lib.families.roberta:RobertaForPreTraining",
+    flops_formula=ENCODER_FLOPS,
     objectives=("mlm",),
     required_objectives=("mlm",),
     default_objectives=("mlm",),

@@ -6,7 +6,7 @@ from typing import Any
 
 from trainer.errors import ConfigError
 from trainer.families.base import Family
-from trainer.families.encoders import BERT_ADAM, ENCODER_CONFIG, preset_table
+from trainer.families.encoders import BERT_ADAM, ENCODER_CONFIG, ENCODER_FLOPS, preset_table
 
 LONGEST_SPAN = 10  # span lengths ~ Geometric(0.2), clipped at 10 words (trainer.objectives.masking)
 
@@ -25,6 +25,7 @@ FAMILY = SpanBertFamily(
     preset_table=preset_table("spanbert"),
     config_class=ENCODER_CONFIG,
     model_class="models_lib.families.spanbert:SpanBertForPreTraining",
+    flops_formula=ENCODER_FLOPS,
     objectives=("mlm", "sbo"),
     required_objectives=("mlm", "sbo"),
     default_objectives=("mlm", "sbo"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from trainer.families import activations
 from trainer.families.base import Family, GenerationPrompt, ModelField
 
 # T5's objectives, one per run (trainer.objectives.denoising): span corruption and the T5 study's
@@ -18,6 +19,9 @@ SEQ2SEQ_OBJECTIVES = ("span_corruption", "prefix_lm", "t5_mlm", "deshuffle", "dr
 
 if TYPE_CHECKING:
     from trainer.inference.loading import Loaded
+
+# A decoder layer keeps 1.5 encoder blocks' activations: self-attention, cross-attention, FFN.
+DECODER_BLOCKS = 1.5
 
 
 class T5Family(Family):
@@ -30,6 +34,12 @@ class T5Family(Family):
         return (f"T5: the encoder's input length. Span corruption's decoder targets follow from it at "
                 f"mask probability 0.15 ({pairs} tokens); the other objectives' targets are at most seq_len. "
                 f"Tokens per second count encoder and decoder tokens.")
+
+    def activation_bytes(self, model_cfg: Any, batch: Any) -> int:
+        """The encoder's layers and the decoder's, each decoder layer 1.5 blocks (its cross-attention)."""
+        decoder = int(getattr(model_cfg, "num_decoder_layers", None) or model_cfg.num_layers)
+        layers = model_cfg.num_layers + DECODER_BLOCKS * decoder
+        return activations.transformer_activation_bytes(model_cfg, batch, layers=layers)
 
     def prompt_ids(self, tokenizer: Any, text: str) -> list[int]:
         """"text EOS" (EOS is the tokenizer's separator)."""
@@ -59,6 +69,7 @@ FAMILY = T5Family(
     preset_table="models_lib.families.t5:T5_PRESETS",
     config_class="models_lib.families.t5:T5Config",
     model_class="models_lib.families.t5:T5ForConditionalGeneration",
+    flops_formula="trainer.training.flops:t5_flops",
     objectives=SEQ2SEQ_OBJECTIVES,
     required_objectives=(),
     default_objectives=("span_corruption",),
@@ -105,4 +116,7 @@ FAMILY = T5Family(
     attention_reads_target=True,
     generates=True,
     fills_spans=True,
+    explorer_about="T5: text-to-text with task prefixes, span filling, attention of its three stacks.",
+    explorer_about_tuned="",
+    sentence_vectors=False,
 )

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.errors import ConfigError
 from trainer.families.distilbert import DistilBertFamily
-from trainer.families.encoders import WORD_UNITS, preset_table
+from trainer.families.encoders import ENCODER_FLOPS, WORD_UNITS, preset_table
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -61,6 +61,7 @@ FAMILY = TinyBertFamily(
     preset_table=preset_table("tinybert"),
     config_class="models_lib.core.config:TinyBertConfig",
     model_class="models_lib.families.tinybert:TinyBertForPreTraining",
+    flops_formula=ENCODER_FLOPS,
     objectives=("mlm", "tinybert"),
     required_objectives=("mlm", "tinybert"),
     default_objectives=("mlm", "tinybert"),

@@ -7,7 +7,7 @@ causal attention over the memory and the segment."""
 from __future__ import annotations
 
 from trainer.families.base import ModelField
-from trainer.families.gpt import ROLES, GPTFamily
+from trainer.families.gpt import CAUSAL_ABOUT, ROLES, GPTFamily
 from trainer.families.t5 import SEQ2SEQ_OBJECTIVES
 
 
@@ -26,6 +26,7 @@ FAMILY = TransfoXLFamily(
     preset_table="models_lib.families.transfo_xl:TRANSFO_XL_PRESETS",
     config_class="models_lib.families.transfo_xl:TransfoXLConfig",
     model_class="models_lib.families.transfo_xl:TransfoXLLMHeadModel",
+    flops_formula="trainer.training.flops:transfo_xl_flops",
     default_preset="transfo-xl-tiny",
     objectives=("xl_lm",),
     required_objectives=("xl_lm",),
@@ -57,6 +58,10 @@ FAMILY = TransfoXLFamily(
     not_masked_lm="Transformer-XL predicts the next token",
     attention_stacks=("decoder",),
     generates=True,
+    causal_lm=True,
+    explorer_about=CAUSAL_ABOUT,
+    explorer_about_tuned="",
+    sentence_vectors=False,
 )
 
 __all__ = ["FAMILY", "ROLES"]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from trainer.errors import InferenceError
 from trainer.families.base import Family, GenerationPrompt
-from trainer.families.encoders import BERT_ADAM, ENCODER_CONFIG, WORD_UNITS, preset_table
+from trainer.families.encoders import BERT_ADAM, ENCODER_CONFIG, ENCODER_FLOPS, WORD_UNITS, preset_table
 
 if TYPE_CHECKING:
     from trainer.inference.loading import Loaded
@@ -36,6 +36,7 @@ FAMILY = UniLMFamily(
     preset_table=preset_table("unilm"),
     config_class=ENCODER_CONFIG,
     model_class="models_lib.families.unilm:UniLMForPreTraining",
+    flops_formula=ENCODER_FLOPS,
     objectives=("mlm", "unilm"),
     required_objectives=("mlm", "unilm"),
     default_objectives=("mlm", "unilm"),
@@ -48,4 +49,7 @@ FAMILY = UniLMFamily(
           "masks, so it can also generate text.",
     explorer_kind="unilm",
     generates=True,
+    explorer_about="UniLM: fill in masks, generate a target for a source, look at its attention.",
+    explorer_about_tuned="UniLM fine-tuned for {task}: ask it what it was fine-tuned for below, generate a target "
+                         "for a source, look at its attention. It no longer fills in masks or scores sentence pairs.",
 )

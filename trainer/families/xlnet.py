@@ -41,12 +41,15 @@ class XLNetFamily(Family):
 FAMILY = XLNetFamily(
     name="xlnet",
     recomputes_blocks=False,  # its relative-attention stack has no activation checkpointing yet
+    activation_factor=2.0,  # a content and a query stream through every layer
+    permutation_fill=True,
     label="XLNet",
     about="Permutation LM: predicts about 1/K of the tokens in a random factorisation order through a query "
           "stream that knows the position but not the content; Transformer-XL memory and relative positions.",
     preset_table="models_lib.families.xlnet:XLNET_PRESETS",
     config_class="models_lib.families.xlnet:XLNetConfig",
     model_class="models_lib.families.xlnet:XLNetLMHeadModel",
+    flops_formula="trainer.training.flops:xlnet_flops",
     default_preset="xlnet-tiny",
     objectives=("plm",),
     required_objectives=("plm",),
@@ -82,4 +85,8 @@ FAMILY = XLNetFamily(
     cls_sep_inputs=False,
     not_masked_lm="XLNet predicts tokens by permutation: use fill-in by permutation",
     attention_stacks=STREAMS,
+    explorer_about="XLNet: fill in chosen positions by permutation, in the order you pick; look at the attention "
+                   "of both streams.",
+    explorer_about_tuned="",
+    sentence_vectors=False,
 )

@@ -170,7 +170,7 @@ def check_memory(config: Any, *, memory: int | None = None, memory_of: str = "th
 def refusal(family: str, name: str) -> str:
     """Why task `name` does not fine-tune a `family` checkpoint, as a sentence; "" when it does (an
     encoder with a task head, a family a generative task names, or a VARIANTS entry)."""
-    from models_lib.families.downstream import BACKBONE_NAMES
+    from models_lib.families.downstream import encoder_families
     from trainer import families
 
     task = get(name)
@@ -184,9 +184,9 @@ def refusal(family: str, name: str) -> str:
         fits = " or ".join(families.get(f).label if f in families.names() else f for f in task.families)
         return (f"A {label} checkpoint cannot be fine-tuned for {what}: that task trains a {fits} model. Choose a "
                 f"checkpoint of one of those.")
-    if family in BACKBONE_NAMES:
+    if family in encoder_families():
         return ""
-    encoders = ", ".join(families.get(f).label if f in families.names() else f for f in BACKBONE_NAMES)
+    encoders = ", ".join(families.get(f).label if f in families.names() else f for f in encoder_families())
     return (f"A {label} checkpoint cannot be fine-tuned for {what}: the task heads sit on an encoder ({encoders}). "
             f"Choose a checkpoint of one of those.")
 

@@ -129,10 +129,16 @@ def classify(checkpoint_dir: str | Path, text: str, text_b: str | None = None) -
 
 
 def written_task(loaded: Loaded) -> str:
-    """"classification" or "regression" for a T5 checkpoint fine-tuned to write its labels (or
-    scores) as text (trainer.finetune.text_classify), else ""."""
+    """The fine-tuning task (its name) of a checkpoint that answers the explorer's classify by
+    writing its label or score as text, else "": one without a task head whose run's task, as its
+    family trains it (trainer.finetune.for_family), is answered with classify (T5's text-to-text
+    classification and regression, trainer.finetune.text_classify)."""
+    from trainer import finetune
+
     task = (loaded.state.get("config") or {}).get("task")
-    return str(task) if loaded.family_name == "t5" and task in ("classification", "regression") else ""
+    if task_of(loaded) or not isinstance(task, str) or task not in finetune.names():
+        return ""
+    return task if finetune.for_family(task, loaded.family_name).explorer_action == "classify" else ""
 
 
 def _classify_by_writing(loaded: Loaded, text: str, pair: str) -> dict[str, Any]:

@@ -75,7 +75,7 @@ def build_prompt(demonstrations: Sequence[dict[str, Any]], query: dict[str, Any]
 
 
 def _causal(loaded: Loaded) -> None:
-    if loaded.family.explorer_kind != "gpt":
+    if not loaded.family.causal_lm:
         raise InferenceError(f"In-context evaluation scores labels with a causal language model; a {loaded.label} "
                              f"checkpoint is not one. Pick a GPT run's checkpoint or an imported GPT-2.")
 

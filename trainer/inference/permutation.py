@@ -86,5 +86,5 @@ def fill_by_permutation(checkpoint_dir: str | Path, text: str, order: list[int],
 
 
 def _require_xlnet(loaded: Any) -> None:
-    if loaded.family.explorer_kind != "xlnet":
+    if not loaded.family.permutation_fill:
         raise InferenceError(f"Fill-in by permutation is XLNet's; this is a {loaded.family.label} checkpoint.")

@@ -558,6 +558,8 @@ class Loop:
         if self.peak is not None and self.flops_per_token:
             self.sink.log(f"MFU counts {self.flops_per_token / 1e6:,.1f} MFLOP per token (forward and backward) "
                           f"against a peak of {self.peak.flops / 1e12:,.2f} TFLOP/s ({self.peak.source}).")
+        elif not self.flops_per_token and (why := flops.missing_formula(self.model.config)):
+            self.sink.log(f"MFU is not counted: {why}")
 
 
     def where(self) -> str:

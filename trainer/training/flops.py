@@ -2,7 +2,8 @@
 
     mfu = flops_per_token x tokens_per_s / peak FLOP/s          (0..1; PaLM, Chowdhery et al. 2022, app. B)
 
-FLOPs per token, by family (what `training_flops_per_token` computes). Only matrix products are
+FLOPs per token, by family (what `training_flops_per_token` computes, with the formula below that
+the family's plugin names: trainer.families, Family.flops_formula). Only matrix products are
 counted (norms, activations, softmax and the loss are a few percent at most). A weight matrix of
 n_in x n_out costs 2 n_in n_out FLOPs per token forward, and twice that backward (the gradient of
 the input and of the weight): 6 x the weights a token passes through, the "6N" of Kaplan et al.
@@ -69,7 +70,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -197,23 +198,25 @@ def xlnet_flops(c: Any, w: Workload) -> float:
     return (row + _positions(c, w, positions)) / T
 
 
-# models_lib family -> its formula (models_lib config, Workload) -> training FLOPs per counted token
-FORMULAS: dict[str, Callable[[Any, Workload], float]] = {
-    **{f: encoder_flops for f in ("bert", "roberta", "albert", "spanbert", "distilbert", "unilm")},
-    "electra": electra_flops,
-    "gpt": gpt_flops,
-    "t5": t5_flops,
-    "elmo": elmo_flops,
-    "transfo_xl": transfo_xl_flops,
-    "xlnet": xlnet_flops,
-}
-
-
 def training_flops_per_token(model_config: Any, workload: Workload) -> float | None:
-    """FLOPs of a training step (forward and backward) per token that tokens/s counts; None for
-    a family without a formula."""
-    formula = FORMULAS.get(getattr(model_config, "family", ""))
-    return formula(model_config, workload) if formula is not None else None
+    """FLOPs of a training step (forward and backward) per token that tokens/s counts, by the
+    formula the config's family names (Family.flops_formula); None for a family that names none
+    (Family.no_flops says why) and for a config of no registered family."""
+    from trainer import families
+
+    family = families.find(getattr(model_config, "family", None))
+    return family.flops_per_token(model_config, workload) if family is not None else None
+
+
+def missing_formula(model_config: Any) -> str:
+    """Why a run of this config's family has no MFU (its Family.no_flops), for the run's log; ""
+    when its family has a formula."""
+    from trainer import families
+
+    family = families.find(getattr(model_config, "family", None))
+    if family is None:
+        return f"the model's family {getattr(model_config, 'family', None)!r} is not registered in trainer.families."
+    return "" if family.flops_formula else family.no_flops
 
 
 def run_workload(config: Any, model: Any, step: Any = None, stream: Any = None) -> Workload:

@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_TEXTS = 2000
 MAX_K = 50  # trainer.inference.neighbours.MAX_K
-ENCODER_KINDS = ("encoder", "unilm")
 
 
 def max_texts() -> int:
@@ -72,8 +71,7 @@ def _check(checkpoint: Checkpoint, dataset: Dataset, pooling: str) -> None:
     problem = services.checkpoint_problem(checkpoint)
     if problem:
         raise InferenceError(problem)
-    kind = services.family_kind(services.checkpoint_family(checkpoint))
-    if kind not in ENCODER_KINDS:
+    if not services.embeds_sentences(services.checkpoint_family(checkpoint)):
         raise InferenceError("Nearest neighbours need sentence embeddings, which come from an encoder (BERT, RoBERTa, "
                              "ALBERT, ELECTRA, DistilBERT, SpanBERT, UniLM or an imported one); this checkpoint "
                              f"is a {services.checkpoint_family(checkpoint)} model.")

@@ -240,37 +240,21 @@ def embed(*, checkpoint: Checkpoint, sentences: list[str], pooling: str = "mean"
     return downstream.embed(_folder(checkpoint), texts, pooling=pooling)
 
 
-# What the explorer offers each kind of model (family_kind), in one sentence; a fine-tuned encoder's
-# (or UniLM's) sentence leaves out fill-mask and sentence pairs, which its task head replaced.
-KIND_ABOUT = {
-    "encoder": "An encoder: fill in masks, score sentence pairs, look at its attention.",
-    "unilm": "UniLM: fill in masks, generate a target for a source, look at its attention.",
-    "t5": "T5: text-to-text with task prefixes, span filling, attention of its three stacks.",
-    "gpt": "A causal LM (GPT, Transformer-XL): generate text token by token, look at its causal attention.",
-    "xlnet": "XLNet: fill in chosen positions by permutation, in the order you pick; look at the attention of both "
-             "streams.",
-    "elmo": "ELMo: compare a word's vectors in two sentences, layer by layer.",
-}
-FINE_TUNED_ABOUT = {
-    "encoder": "An encoder fine-tuned for {task}: ask it what it was fine-tuned for below, compare sentences by "
-               "their vectors, look at its attention. Its task head replaced the pre-training heads, so it no "
-               "longer fills in masks or scores sentence pairs.",
-    "unilm": "UniLM fine-tuned for {task}: ask it what it was fine-tuned for below, generate a target for a "
-             "source, look at its attention. It no longer fills in masks or scores sentence pairs.",
-}
+def checkpoint_about(family: str, task: str) -> str:
+    """What the explorer can do with a checkpoint of this family, fine-tuned for `task` ("" if not),
+    in the family's own words (trainer.families: Family.explorer_about, explorer_about_tuned): only
+    what it still supports (a fine-tuned encoder answers its task, not fill-mask). "" for a family
+    nobody registered."""
+    from trainer import families
 
-
-def checkpoint_about(kind: str, task: str) -> str:
-    """What the explorer can do with a checkpoint of this kind, fine-tuned for `task` ("" if not):
-    only what it still supports (a fine-tuned encoder answers its task, not fill-mask)."""
+    found = families.find(family)
+    if found is None:
+        return ""
     if not task:
-        return KIND_ABOUT.get(kind, "")
+        return found.checkpoint_about()
     from trainer.prep.labelled.tasks import TASKS
 
-    what = TASKS[task].title.lower() if task in TASKS else task.replace("_", " ")
-    if kind in FINE_TUNED_ABOUT:
-        return FINE_TUNED_ABOUT[kind].format(task=what)
-    return f"{KIND_ABOUT.get(kind, '')} Fine-tuned for {what}.".strip()
+    return found.checkpoint_about(TASKS[task].title.lower() if task in TASKS else task.replace("_", " "))
 
 
 def checkpoint_prefix(checkpoint: Checkpoint) -> str:
@@ -326,6 +310,15 @@ def family_kind(family: str) -> str:
 
     found = families.find(family)
     return found.explorer_kind if found is not None else "encoder"
+
+
+def embeds_sentences(family: str) -> bool:
+    """Whether a family's checkpoints give sentence embeddings (Family.sentence_vectors: the
+    encoders and UniLM); a family name nobody registered counts as an encoder, as in family_kind."""
+    from trainer import families
+
+    found = families.find(family)
+    return found.sentence_vectors if found is not None else True
 
 
 # ---------------------------------------------------------------------------- comparison

@@ -97,7 +97,7 @@ def index(request: HttpRequest) -> HttpResponse:
         # any family with a task to fine-tune on (trainer.finetune.tasks_for_family), not a list of kinds
         "finetunes": bool(family) and bool(finetune_tasks_for(family)),
         "task": task,
-        "about": services.checkpoint_about(kind, task),
+        "about": services.checkpoint_about(family, task),
         "selected_prefix": services.checkpoint_prefix(selected) if selected else "",
         "tool": services.checkpoint_tool(selected) if selected else "",
         "examples": DOWNSTREAM_EXAMPLES,
@@ -140,7 +140,7 @@ def _grouped(checkpoints) -> list[dict[str, Any]]:
         group["items"].append({
             "family": family,
             "kind": kind,
-            "about": services.checkpoint_about(kind, task),  # the sentence under the select, once chosen
+            "about": services.checkpoint_about(family, task),  # the sentence under the select, once chosen
             "checkpoint": ckpt,
             "pair": services.pair_head(objectives),
             "nsp": services.judges_next_sentence(objectives),
