@@ -1,8 +1,7 @@
 """The fine-tuning form's schema, as trainer.catalog.schema is the launch form's: every
 registered task (trainer.finetune) with what it says of itself, every technique, every setting
 (trainer.settings_schema through trainer.finetune.settings: label, help, bounds, default, where
-it applies), and, per family,
-the tasks it fine-tunes and the settings each task shows. The web app builds the fine-tuning
+it applies), and, per family, the tasks it fine-tunes and the settings each task shows. The web app builds the fine-tuning
 form and the API's validation from `as_json()`, and picks a form's fields with `fields_for`.
 """
 from __future__ import annotations
