@@ -99,7 +99,8 @@ class NumbersField(forms.CharField):
         except ValueError:
             numbers = []
         if len(numbers) != self.count:
-            raise forms.ValidationError(f"Give {self.count} numbers separated by a comma, like 0.9, 0.999.")
+            count = {2: "two", 3: "three"}.get(self.count, str(self.count))
+            raise forms.ValidationError(f"Give {count} numbers separated by a comma, like 0.9, 0.999.")
         return numbers
 
 
