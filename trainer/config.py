@@ -8,63 +8,27 @@ act on. Nothing here imports torch at import time: the web process validates con
 """
 from __future__ import annotations
 
-import ast
 import dataclasses
 import functools
-import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
-from trainer import trackers
+from trainer import settings_schema, trackers
 from trainer.errors import ConfigError
+from trainer.settings_schema import MIN_SEQ_LEN, PRETRAIN, Bounds
 
-MIN_SEQ_LEN = 16
+# The settings' bounds, choices, labels and help are declared once, in trainer.settings_schema
+# (with fine-tuning's): bounds() and choices() below are pre-training's.
 
-# Inclusive bounds of the numeric fields: used by validation and shown on the launch form.
-BOUNDS: dict[str, tuple[float, float]] = {
-    "mask_prob": (0.01, 0.5),
-    "max_steps": (1, 10_000_000),  # 0 while `epochs` has not been turned into steps (resolve_epochs)
-    "epochs": (0, 100_000),
-    "batch_size": (1, 8192),
-    "seq_len": (MIN_SEQ_LEN, 8192),  # the real upper bound is the model's max positions
-    "grad_accum": (1, 1024),
-    "lr": (1e-7, 1.0),
-    "eps": (1e-12, 1e-2),
-    "weight_decay": (0.0, 1.0),
-    "warmup_steps": (0, 10_000_000),
-    "clip_grad": (0.0, 1000.0),
-    "eval_every": (1, 10_000_000),
-    "eval_batches": (1, 10_000),
-    "checkpoint_every": (1, 10_000_000),
-    "log_every": (1, 100_000),
-    "seed": (0, 2**31 - 1),
-    "num_threads": (0, 1024),
-    "data_workers": (-1, 64),  # -1: AUTO_WORKERS
-    "devices": (1, 1024),  # or "all"
-}
-# (Objectives' own settings, e.g. rtd_weight, carry their bounds with them: see bounds().)
-
-CHOICES: dict[str, tuple[str, ...]] = {
-    "masking": ("dynamic", "static"),
-    "schedule": ("linear", "cosine", "constant", "inverse_sqrt"),
-    "optimizer": ("adamw", "adafactor"),
-    "device": ("auto", "cpu", "cuda"),
-    "precision": ("auto", "fp32", "bf16"),
-    "strategy": ("auto", "ddp", "fsdp"),
-    "compile": ("auto", "on", "off"),
-}
 # Choices owned by the data layer (trainer.objectives.masking.MASKING_UNITS, trainer.objectives.examples.PACKINGS);
 # read lazily so that importing this module does not import torch. See choices().
 _LAZY_CHOICES = {
     "masking_unit": ("trainer.objectives.masking", "MASKING_UNITS"),
     "packing": ("trainer.objectives.examples", "PACKINGS"),
 }
-
-# List fields whose items come from a fixed set (a form shows them as check boxes).
-MULTI_CHOICES: dict[str, tuple[str, ...]] = {"report_to": tuple(trackers.TRACKERS)}
 
 ALL_DEVICES = "all"  # devices: every GPU of the machine
 AUTO_WORKERS = -1  # data_workers: as many as the cores left by the training threads ("auto" in YAML reads as it)
@@ -229,7 +193,7 @@ def epoch_steps(epochs: float, examples: int, per_step: int, *, what: str = "tra
     have (not max_steps' bound, a field the user did not send). at_least: `examples` is a lower
     bound (a pre-training launch counts the train split's tokens, not yet its sequences)."""
     steps = steps_for_epochs(epochs, examples, per_step)
-    most = BOUNDS["max_steps"][1]
+    most = settings_schema.MAX_STEPS
     if steps > most:
         raise ConfigError(f"epochs {float(epochs):g} would take {'at least ' if at_least else ''}{steps:,} steps "
                           f"({examples:,} {what}, {per_step:,} a step), more than the {most:,} a run may have; "
@@ -292,115 +256,72 @@ class FlatRecord:
 
 @dataclass
 class RunConfig(FlatRecord):
-    """How to train one model. Field docstrings double as help text on the launch form."""
+    """How to train one model. Each field's label, help, bounds and choices are declared in
+    trainer.settings_schema (what the launch form and the API show)."""
 
     # --- what to train
     family: str = "bert"
-    """Model family: bert, roberta, albert, spanbert, electra, distilbert, unilm, t5, gpt or elmo."""
     preset: str = "bert-tiny"
-    """Named model size of that family (e.g. "bert-tiny", "bert-base")."""
     model_overrides: dict[str, Any] = field(default_factory=dict)
-    """Model config fields that replace the preset's values (e.g. {"num_layers": 4, "hidden_dropout": 0.0})."""
     objectives: list[str] = field(default_factory=lambda: ["mlm", "nsp"])
-    """Pre-training objectives: "mlm" (masked language modelling), "nsp" (next sentence prediction)."""
 
     # --- objective details
     masking: str = "dynamic"
-    """"dynamic": new masks every time a sequence is fed; "static": 10 masks per sequence, fixed up front."""
     mask_prob: float = 0.15
-    """Share of (non-special) tokens chosen for masked-token prediction; for T5, the noise density of span corruption (15%, spans of mean length 3), token dropping and its BERT-style objective."""
     masking_unit: str = ""
-    """What one mask covers: "token" (BERT), "word" (whole-word masking, BERT-wwm), "phrase" (ERNIE phrase masking), "ngram" (ALBERT, 1- to 3-grams of words) or "span" (SpanBERT, with its span boundary objective). Empty = the family's default (ALBERT "ngram", SpanBERT "span", otherwise "token")."""
     packing: str = "full-sentences"
-    """How single-segment inputs are filled (RoBERTa): "full-sentences" (whole sentences up to seq_len, across documents, with a separator between them) or "doc-sentences" (never across a document boundary). Sentence-pair objectives (NSP, SOP, UniLM) make their own pairs and take "full-sentences"."""
 
     # --- ELECTRA (the generator's width is the model field generator_size)
     rtd_weight: float = 50.0
-    """ELECTRA: weight of the discriminator's replaced-token-detection loss; loss = MLM(generator) + rtd_weight x RTD(discriminator). The paper uses 50."""
 
     # --- DistilBERT
     teacher_checkpoint: str = ""
-    """DistilBERT: folder of a trained BERT checkpoint (model_config.json + model.safetensors, trained with the same tokenizer). The student gets half its layers, initialised from every other teacher layer."""
     distill_temperature: float = 2.0
-    """DistilBERT: softmax temperature of the soft targets (teacher and student logits are divided by it)."""
     distill_soft_weight: float = 5.0
-    """DistilBERT: weight of the soft-target loss, KL(teacher || student) at the temperature, times temperature squared."""
     distill_mlm_weight: float = 2.0
-    """DistilBERT: weight of the student's own masked-LM loss on the true tokens."""
     distill_cos_weight: float = 1.0
-    """DistilBERT: weight of the cosine loss between the student's and the teacher's final hidden states (real tokens)."""
 
     # --- XLNet
     plm_k: int = 6
-    """XLNet: partial prediction, about 1/K of the tokens (the last 1/K of each factorisation order) are predicted, in spans of 1 to 5 tokens. The paper uses K = 6 (base) and 7 (large)."""
 
     # --- TinyBERT (the teacher is teacher_checkpoint; the student's shape is its preset)
     tinybert_temperature: float = 1.0
-    """TinyBERT: temperature of the prediction-layer distillation (soft cross-entropy of the student's MLM logits against the teacher's). The paper uses 1."""
     tinybert_prediction_share: float = 0.5
-    """TinyBERT: share of max_steps, at the end of the run, spent on prediction-layer distillation; the steps before it distil the embedding, attention and hidden-state layers (0 = layers only, 1 = predictions only)."""
 
     # --- length and batches
     max_steps: int = 1000
-    """Number of optimizer updates to make (or give epochs instead)."""
     epochs: float = 0.0
-    """Passes over the train split instead of max_steps (0: train for max_steps). An epoch is the train split's sequences for these settings (what the run's first log line counts), so a run trains ceil(epochs x sequences / (batch_size x grad_accum x devices)) steps."""
     batch_size: int = 32
-    """Sequences per forward pass (per micro-batch)."""
     seq_len: int = 128
-    """Maximum sequence length in tokens, special tokens included."""
     grad_accum: int = 1
-    """Micro-batches per update: each one's loss is divided by grad_accum, so the update is their mean (as one batch of batch_size x grad_accum)."""
 
     # --- optimizer and schedule
     optimizer: str = ""
-    """"adamw" or "adafactor" (T5's: PyTorch's Adafactor, steps relative to each weight's size; lr caps that step; betas and eps do not apply). Empty = the family's (T5 Adafactor, otherwise AdamW)."""
     lr: float = 1e-4
-    """Peak learning rate, reached at the end of warm-up."""
     betas: tuple[float, float] = (0.9, 0.999)
-    """AdamW beta1 and beta2 (Adafactor ignores them)."""
     eps: float = 1e-6
-    """AdamW epsilon (Adafactor ignores it)."""
     weight_decay: float = 0.01
-    """Decoupled weight decay (not applied to biases and normalization weights)."""
     warmup_steps: int = 100
-    """Steps of linear warm-up from 0 to lr; with "inverse_sqrt", the steps at constant lr before the decay."""
     schedule: str = "linear"
-    """Learning-rate shape after warm-up: "linear" decay to 0, "cosine" decay to 0, "constant", or "inverse_sqrt" (T5: lr x sqrt(warmup_steps / step) after warmup_steps steps at lr; T5 itself used lr 0.01 for 10^4 steps, i.e. 1/sqrt(max(step, 10^4)))."""
     clip_grad: float = 1.0
-    """Clip the global gradient norm to this value (0 = no clipping)."""
 
     # --- bookkeeping
     eval_every: int = 100
-    """Run validation every this many steps (and at the end)."""
     eval_batches: int = 20
-    """Validation batches per evaluation (the same batches every time)."""
     checkpoint_every: int = 500
-    """Save a checkpoint every this many steps (and at the end)."""
     log_every: int = 10
-    """Report training metrics every this many steps (and at step 1)."""
     report_to: list[str] = field(default_factory=list)
-    """Experiment trackers that also receive every metric, the config and (fine-tuning) the test report, written into the run's folder with no server or network: "tensorboard" (tensorboard/), "mlflow" (a local MLflow store, mlruns/), "wandb" (W&B in offline mode, wandb/). Each needs its package installed (pip install tensorboard, mlflow or wandb). Empty = none."""
     seed: int = 0
-    """Seed for weights, data order, masks and dropout: same seed, same run."""
 
     # --- hardware
     device: str = "auto"
-    """"auto" (a CUDA GPU when there is one, else the CPU), "cpu" or "cuda"."""
     precision: str = "auto"
-    """"auto" (bf16 autocast on CUDA, fp32 on CPU), "fp32" or "bf16" (CUDA only)."""
     num_threads: int = 0
-    """CPU threads for PyTorch (0 = PyTorch's default)."""
     data_workers: int = AUTO_WORKERS
-    """Processes that build the training batches (pairs, masks, padding) beside the training process, so that steps do not wait for them: -1 = auto (one per CPU core the training threads leave free, at most 4; none on a 1-core machine), 0 = none (batches built in the training process, as before). The batches, their order and a resumed run are the same whatever the number."""
     devices: int | str = 1
-    """Processes that train the run together, one per GPU (torchrun): a number, or "all" (every GPU of the machine; one process on a CPU-only machine). On the CPU, 2 or more run that many processes over gloo. The effective batch is batch_size x grad_accum x devices."""
     strategy: str = "auto"
-    """How several devices share the work: "ddp" (each holds the whole model and averages gradients), "fsdp" (FSDP2: weights, gradients and optimizer state sharded across them, for models that do not fit on one), or "auto" (FSDP2 when the weights and optimizer state would not fit in one device's free memory, else DDP)."""
     compile: str = "auto"
-    """Compile the model with torch.compile before training: faster steps, after a first step that spends a minute or more compiling. "auto" compiles on a CUDA GPU and not on the CPU; "on" or "off" (true and false mean the same). Needs a C++ compiler on the CPU (Triton on a GPU); a run that cannot compile stops with the reason."""
     activation_checkpointing: bool = False
-    """Recompute each transformer block's activations in the backward pass instead of keeping them: about a third more compute for far less memory, so a larger preset, batch or seq_len fits (the encoder families, T5 and GPT; not ELMo)."""
 
     def __post_init__(self) -> None:
         self._coerce_types()
@@ -438,7 +359,7 @@ class RunConfig(FlatRecord):
                 raise ConfigError(f"{f.name} must be {kind}, not {value!r}.") from None
 
     def _check_fields(self) -> None:
-        for name, (lo, hi) in bounds().items():
+        for name, bound in bounds().items():
             value = getattr(self, name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"{name} must be a finite number, not {value}.")
@@ -446,8 +367,8 @@ class RunConfig(FlatRecord):
                 continue  # seq_len: checked against the model's positions by the registry
             if name == "max_steps" and value == 0 and self.epochs:
                 continue  # set from the epochs when the run starts (resolve_epochs)
-            if not lo <= value <= hi:
-                raise ConfigError(f"{name} must be between {_num(lo)} and {_num(hi)}, not {_num(value)}.")
+            if not bound.admits(value):
+                raise ConfigError(bound.refusal(name, value))
         if self.seq_len < MIN_SEQ_LEN:
             raise ConfigError(f"seq_len must be at least {MIN_SEQ_LEN} tokens, not {self.seq_len}.")
         for name, options in choices().items():
@@ -551,42 +472,22 @@ class RunConfig(FlatRecord):
 
 
 # --------------------------------------------------------------------- helpers
-def field_help() -> dict[str, str]:
-    """{field name: its docstring}, read from this file's source (attribute docstrings)."""
-    return dict(_field_docs())
-
-
 @functools.lru_cache(maxsize=1)
-def bounds() -> dict[str, tuple[float, float]]:
-    """Inclusive bounds of every numeric field: the common ones (BOUNDS) and each objective's own
-    settings (trainer.objectives: Objective.settings), read lazily."""
+def bounds() -> dict[str, Bounds]:
+    """The bounds of every numeric field: the schema's (trainer.settings_schema, pre-training's)
+    and each objective's own settings (trainer.objectives: Objective.settings), read lazily."""
     from trainer import objectives
 
-    return {**BOUNDS, **{name: b for o in objectives.all() for name, b in o.settings.items()}}
-
-
-@functools.lru_cache(maxsize=1)
-def _field_docs() -> tuple[tuple[str, str], ...]:
-    try:
-        tree = ast.parse(inspect.getsource(RunConfig))
-    except (OSError, TypeError):  # no source (frozen app): no help text
-        return ()
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    docs = []
-    for node, nxt in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                and isinstance(nxt, ast.Expr) and isinstance(getattr(nxt, "value", None), ast.Constant)
-                and isinstance(nxt.value.value, str)):
-            docs.append((node.target.id, " ".join(nxt.value.value.split())))
-    return tuple(docs)
+    own = {name: Bounds(lo, hi) for o in objectives.all() for name, (lo, hi) in o.settings.items()}
+    return {**settings_schema.bounds(PRETRAIN), **own}
 
 
 def choices() -> dict[str, tuple[str, ...]]:
-    """{field: its allowed values} for every text field with a fixed set of values: CHOICES,
-    plus the masking units and packings of the data layer."""
+    """{field: its allowed values} for every text field with a fixed set of values: the schema's,
+    the masking units and packings read from the data layer."""
     import importlib
 
-    out = dict(CHOICES)
+    out = settings_schema.choices(PRETRAIN)
     for name, (module, table) in _LAZY_CHOICES.items():
         out[name] = tuple(getattr(importlib.import_module(module), table))
     return out
@@ -714,9 +615,3 @@ def _kind(default: Any) -> str:
     if isinstance(default, dict):
         return "a mapping"
     return "a text value"
-
-
-def _num(x: float) -> str:
-    if isinstance(x, int) or (float(x).is_integer() and abs(x) >= 1):
-        return f"{int(x):,}"
-    return f"{x:g}"

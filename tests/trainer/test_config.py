@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from trainer.config import RunConfig, field_help, resolve_device, resolve_precision
+from trainer import settings_schema
+from trainer.config import RunConfig, resolve_device, resolve_precision
+from trainer.finetune.config import FinetuneConfig
 from trainer.errors import ConfigError, UserError
 
 
@@ -16,10 +18,21 @@ def test_defaults_match_the_contract():
     assert (c.seed, c.device, c.precision, c.num_threads) == (0, "auto", "auto", 0)
 
 
-def test_every_field_has_a_docstring():
-    help_text = field_help()
-    assert set(help_text) == set(RunConfig().to_dict())
-    assert all(len(h) > 10 for h in help_text.values())
+def test_every_field_has_one_schema_entry_with_a_label_and_help():
+    declared = [s.name for s in settings_schema.SETTINGS]
+    assert len(declared) == len(set(declared))  # each setting once, whichever kinds take it
+    pretraining = settings_schema.settings(settings_schema.PRETRAIN)
+    assert {s.name for s in pretraining} == set(RunConfig().to_dict())
+    finetuning = settings_schema.settings(settings_schema.FINETUNE)
+    assert {s.name for s in finetuning} <= set(FinetuneConfig.__dataclass_fields__)
+    assert set(settings_schema.TASK_BOUNDS) <= set(FinetuneConfig.__dataclass_fields__)
+    assert all(s.label and len(s.help) > 10 for s in pretraining + finetuning)
+
+
+def test_a_shared_setting_is_declared_once_and_says_where_the_kinds_differ():
+    pre, fine = settings_schema.bounds(settings_schema.PRETRAIN), settings_schema.bounds(settings_schema.FINETUNE)
+    assert (pre["lr"].low, fine["lr"].low) == (1e-7, 1e-8)
+    assert pre["max_steps"] == fine["max_steps"] and "llrd" not in pre and fine["llrd"].min_exclusive
 
 
 def test_dict_and_yaml_round_trip():

@@ -146,7 +146,7 @@ def test_as_json_tells_the_form_everything_per_family():
     assert set(data["masking_units"]) == {"token", "word", "phrase", "ngram", "span"}
     assert set(data["packings"]) == {"full-sentences", "doc-sentences"}
     assert set(data["tokenizer_algorithms"]) == {"wordpiece", "bpe", "unigram"}
-    assert data["fields"]["masking_unit"]["choices"][0] == "token" and data["fields"]["masking_unit"]["help"]
+    assert data["fields"]["masking_unit"]["choices"][0] == ["token", "Tokens (BERT)"] and data["fields"]["masking_unit"]["help"]
     for name in ("sop", "sbo", "rtd", "distill", "unilm"):
         assert data["objectives"][name]["label"] and data["objectives"][name]["help"]
     assert data["objectives"]["rtd"]["metrics"] == ["rtd_loss", "rtd_acc", "rtd_precision", "rtd_recall"]

@@ -86,7 +86,7 @@ def test_adapter_settings_that_cannot_work_are_refused_with_sentences():
     with pytest.raises(ConfigError, match="gradual unfreezing would unfreeze whole layers: set adapter_size or "
                                           "gradual_unfreeze_every to 0"):
         FinetuneConfig(checkpoint="x", dataset="y", adapter_size=16, gradual_unfreeze_every=10)
-    with pytest.raises(ConfigError, match="adapter_size must be between 0 and 8192, not -1"):
+    with pytest.raises(ConfigError, match="adapter_size must be between 0 and 8,192, not -1"):
         FinetuneConfig(checkpoint="x", dataset="y", adapter_size=-1)
     with pytest.raises(ConfigError, match="adapter_size must be a whole number"):
         FinetuneConfig(checkpoint="x", dataset="y", adapter_size=1.5)

@@ -268,5 +268,5 @@ def test_lora_settings_that_cannot_work_are_refused_with_sentences():
         FinetuneConfig(checkpoint="x", dataset="y", lora_r=4, lora_targets="query,attention")
     with pytest.raises(ConfigError, match="set lora_r or gradual_unfreeze_every to 0"):
         FinetuneConfig(checkpoint="x", dataset="y", lora_r=4, gradual_unfreeze_every=10)
-    with pytest.raises(ConfigError, match="lora_r must be between 0 and 1024"):
+    with pytest.raises(ConfigError, match="lora_r must be between 0 and 1,024"):
         FinetuneConfig(checkpoint="x", dataset="y", lora_r=-1)

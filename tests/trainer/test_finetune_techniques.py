@@ -59,19 +59,17 @@ def _no_decay(name: str) -> bool:
 
 # ---------------------------------------------------------------------------- settings
 @pytest.mark.parametrize("changes, message", [
-    (dict(llrd=0), r"llrd \(layer-wise lr decay\) must be a number above 0 and at most 1 .* not 0\."),
+    (dict(llrd=0), r"llrd must be above 0 and at most 1, not 0\."),
     (dict(llrd=1.2), r"llrd .* not 1\.2\."),
     (dict(llrd=float("nan")), r"llrd .* not nan\."),
     (dict(llrd="0.9"), r"llrd .* not '0\.9'\."),
     (dict(freeze_embeddings="yes"), r"freeze_embeddings must be true or false, not 'yes'\."),
     (dict(group_by_length=1), r"group_by_length must be true or false, not 1\."),
-    (dict(freeze_layers=-1), r"freeze_layers must be a whole number from 0 \(off\) to 1,000, not -1\."),
-    (dict(freeze_layers=1.5), r"freeze_layers must be a whole number .* not 1\.5\."),
-    (dict(freeze_layers=True), r"freeze_layers must be a whole number .* not True\."),
-    (dict(gradual_unfreeze_every=-5), r"gradual_unfreeze_every must be a whole number from 0 \(off\) to "
-                                      r"10,000,000, not -5\."),
-    (dict(early_stopping_patience=1001), r"early_stopping_patience must be a whole number from 0 \(off\) to "
-                                         r"1,000, not 1001\."),
+    (dict(freeze_layers=-1), r"freeze_layers must be between 0 and 1,000, not -1\."),
+    (dict(freeze_layers=1.5), r"freeze_layers must be a whole number, not 1\.5\."),
+    (dict(freeze_layers=True), r"freeze_layers must be a number, not True\."),
+    (dict(gradual_unfreeze_every=-5), r"gradual_unfreeze_every must be between 0 and 10,000,000, not -5\."),
+    (dict(early_stopping_patience=1001), r"early_stopping_patience must be between 0 and 1,000, not 1,001\."),
     (dict(class_weights="inverse"), r"class_weights must be one of none, balanced, not 'inverse'\."),
 ])
 def test_bad_settings_are_refused_with_a_sentence(changes, message):

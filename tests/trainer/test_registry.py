@@ -61,5 +61,5 @@ def test_launch_form_json():
     assert data["objectives"]["nsp"]["help"]
     fields = data["fields"]
     assert fields["seq_len"]["default"] == 128 and fields["seq_len"]["min"] == 16
-    assert fields["masking"]["choices"] == ["dynamic", "static"]
+    assert fields["masking"]["choices"] == [["dynamic", "Dynamic"], ["static", "Static"]]
     assert fields["lr"]["help"] and fields["betas"]["default"] == [0.9, 0.999]

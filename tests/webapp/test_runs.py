@@ -442,7 +442,7 @@ def test_launching_from_the_form_creates_the_run_and_opens_its_dashboard(alice, 
     ({"preset": "bert-huge"}, "preset", "bert-huge is not one of the available choices"),
     ({"warmup_steps": 500}, "warmup_steps", "must not be larger than max_steps"),
     ({"seq_len": 4096}, "seq_len", "seq_len must be between 16 and the model's 512 positions"),
-    ({"batch_size": 0}, "batch_size", "greater than or equal to 1"),
+    ({"batch_size": 0}, "batch_size", "batch_size must be between 1 and 8,192, not 0."),  # the config's sentence
 ])
 def test_the_form_refuses_what_the_trainer_cannot_run_with_a_clear_message(
         alice, alice_client, enqueued, changes, field, message):
@@ -592,7 +592,7 @@ def test_api_launch_from_yaml_with_field_overrides(alice, alice_api, enqueued):
 @pytest.mark.parametrize("payload, message", [
     ({"objectives": ["nsp"]}, "BERT needs the Masked language modelling (MLM) objective."),
     ({"preset": "bert-huge"}, "Unknown BERT preset 'bert-huge'"),
-    ({"max_steps": 0}, "max_steps: Ensure this value is greater than or equal to 1."),
+    ({"max_steps": 0}, "max_steps: max_steps must be between 1 and 10,000,000, not 0."),  # the config's sentence
     ({"config_yaml": "max_steps: [1,"}, "The file is not valid YAML"),
     ({"family": "gpt9"}, "Unknown family 'gpt9'"),
     ({"model_overrides": {"hidden_size": 10**9, "num_heads": 1}}, "model_overrides.hidden_size = 1,000,000,000 gives"),

@@ -178,7 +178,7 @@ def test_a_refusal_lands_on_its_field(alice, alice_client, eager, enqueued, djan
     assert "with LoRA; choose full fine-tuning" in form.errors["lora_r"][0]
     response = alice_client.post(reverse("runs:finetune"), {"checkpoint": base.id, "dataset": dataset.id,
                                                             "llrd": "0"})
-    assert "llrd (layer-wise lr decay) must be a number above 0" in response.context["form"].errors["llrd"][0]
+    assert response.context["form"].errors["llrd"] == ["llrd must be above 0 and at most 1, not 0."]
     assert not enqueued
 
 
@@ -194,7 +194,7 @@ def test_the_page_refuses_with_sentences(alice, alice_client, eager, enqueued, d
     response = alice_client.post(reverse("runs:finetune"), {
         "checkpoint": base.id, "dataset": dataset.id, **FAST, "llrd": 1.5, "freeze_layers": 0,
         "gradual_unfreeze_every": 0, "early_stopping_patience": 0, "class_weights": "none"})
-    assert "Layer-wise learning-rate decay must be at most 1." in response.content.decode()  # beside its field
+    assert "llrd must be above 0 and at most 1, not 1.5." in response.content.decode()  # beside its field
     assert not Run.objects.filter(kind=RunKind.FINETUNE).exists() and not enqueued
 
 

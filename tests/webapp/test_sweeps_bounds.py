@@ -13,9 +13,9 @@ from webapp.sweeps.models import Sweep, SweepStatus
 
 pytestmark = pytest.mark.django_db
 
-# 12 settings x 64 values: inside the limits of 12 settings and 64 values each.
+# 12 settings x 64 values: inside the limits of 12 settings and 64 values each, and of each setting's bounds.
 INTS = ["batch_size", "checkpoint_every", "eval_batches", "eval_every", "grad_accum", "log_every", "max_steps",
-        "seed", "warmup_steps", "num_threads", "plm_k", "seq_len"]
+        "seed", "warmup_steps", "num_threads", "data_workers", "epochs"]
 HUGE_GRID = [{"name": name, "values": list(range(1, 65))} for name in INTS]
 
 

@@ -36,6 +36,7 @@ def test_a_space_is_validated_and_typed_as_the_settings_are():
     ([{"name": "lr", "values": [1e-3]}, {"name": "lr", "values": [1e-4]}], "tpe", "twice"),
     ([{"name": "batch_size", "values": ["eight"]}], "tpe", "not a valid value"),
     ([{"name": "lr"}], "tpe", "either a list of values or a low and a high"),
+    ([{"name": "lr", "values": [1e-3, 2.0]}], "tpe", r"lr must be between 1e-07 and 1, not 2\."),  # the schema's bounds
 ])
 def test_a_bad_space_is_refused_with_a_sentence(space, sampler, words):
     with pytest.raises(ConfigError, match=words):
@@ -46,6 +47,8 @@ def test_fine_tuning_sweeps_vary_the_fine_tuning_settings():
     assert spaces.validate([{"name": "llrd", "values": [0.8, 1.0]}], kind="finetune", sampler="grid")
     with pytest.raises(ConfigError, match="not a setting"):
         spaces.validate([{"name": "warmup_steps", "values": [1]}], kind="finetune", sampler="grid")
+    with pytest.raises(ConfigError, match=r"llrd must be above 0 and at most 1, not 0\."):  # fine-tuning's bounds
+        spaces.validate([{"name": "llrd", "low": 0.0, "high": 1.0}], kind="finetune", sampler="tpe")
 
 
 def test_the_forms_text_parses_ranges_and_lists():

@@ -1,7 +1,7 @@
 """The fine-tuning form's schema, as trainer.catalog.schema is the launch form's: every
 registered task (trainer.finetune) with what it says of itself, every technique, every setting
-(trainer.finetune.settings: label, help, bounds, default, where it applies), and, per family,
-the tasks it fine-tunes and the settings each task shows. The web app builds the fine-tuning
+(trainer.settings_schema through trainer.finetune.settings: label, help, bounds, default, where
+it applies), and, per family, the tasks it fine-tunes and the settings each task shows. The web app builds the fine-tuning
 form and the API's validation from `as_json()`, and picks a form's fields with `fields_for`.
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ def as_json() -> dict[str, Any]:
     return {
         "tasks": {name: task_json(name) for name in finetune.names()},
         "techniques": [t.as_json() for t in ft_settings.TECHNIQUES],
-        "settings": {s.name: s.as_json() for s in every},
+        "settings": {s.name: ft_settings.setting_json(s) for s in every},
         "families": {f.name: family_json(f.name) for f in families.all()},
     }
 

@@ -1,28 +1,27 @@
 """The launch form's schema: every family (trainer.families) with its presets and their sizes,
-objectives, masking units, packings, tokenizer algorithm and settings, plus the objectives, the
-RunConfig fields' defaults, bounds, choices and help text. The web app renders the form and the
-API's /api/registry/ from `as_json()`."""
+objectives, masking units, packings, tokenizer algorithm and settings, plus the objectives and
+every RunConfig field's entry of trainer.settings_schema (label, help, default, bounds, choices).
+The web app renders the form and the API's /api/registry/ from `as_json()`."""
 from __future__ import annotations
 
 from typing import Any
 
 from trainer import families
 from trainer import objectives
+from trainer import settings_schema
 from trainer.catalog.validation import algorithm_label, max_positions, with_objectives
 from trainer.families import Family
+from trainer.settings_schema import PRETRAIN
 
 
 def as_json() -> dict[str, Any]:
     """Everything the launch form needs: families (presets with sizes, objectives, masking
-    units, packings, tokenizer algorithm, family settings), objectives, field defaults, bounds,
-    choices and help text."""
+    units, packings, tokenizer algorithm, family settings), objectives and every field's entry."""
     from trainer.objectives.examples import PACKINGS
     from trainer.objectives.masking import MASKING_UNITS
     from trainer import config as config_mod
 
     registered = [with_objectives(family) for family in families.all()]
-    bounds = {k: [lo, hi] for k, (lo, hi) in config_mod.bounds().items()}
-    all_choices = config_mod.choices()
     return {
         "families": [family_json(family) for family in registered],
         "objectives": {o.name: {"label": o.label, "help": o.help, "metrics": list(o.metrics)}
@@ -31,19 +30,20 @@ def as_json() -> dict[str, Any]:
         "packings": dict(PACKINGS),
         "tokenizer_algorithms": {a: algorithm_label(a) for family in registered for a in family.tokenizer_algorithms},
         "pair_objectives": [o.name for o in objectives.all() if o.pair_examples],
-        "fields": {
-            name: {
-                "default": default,
-                "help": config_mod.field_help().get(name, ""),
-                **({"min": bounds[name][0], "max": bounds[name][1]} if name in bounds else {}),
-                **({"choices": list(all_choices[name])} if name in all_choices else {}),
-                **({"choices": list(config_mod.MULTI_CHOICES[name]), "multiple": True}
-                   if name in config_mod.MULTI_CHOICES else {}),
-            }
-            for name, default in config_mod.field_defaults().items()
-        },
+        "fields": fields_json(),
         "dupe_factor": config_mod.DUPE_FACTOR,
     }
+
+
+def fields_json() -> dict[str, dict[str, Any]]:
+    """Every RunConfig field's schema entry (trainer.settings_schema, `Setting.as_json`): label,
+    help, section, type, default and, as RunConfig checks them, bounds (the objectives' own
+    settings' too) and choices (the masking units and packings the data layer has)."""
+    from trainer import config as config_mod
+
+    defaults, bounds, choices = config_mod.field_defaults(), config_mod.bounds(), config_mod.choices()
+    return {s.name: s.as_json(defaults[s.name], bounds.get(s.name), choices.get(s.name))
+            for s in settings_schema.settings(PRETRAIN)}
 
 
 def default_extra_ids(algorithm: str) -> int:
@@ -97,9 +97,8 @@ def preset_size(model_cfg: Any) -> dict[str, Any]:
     """A preset's shape as its config describes it (models_lib's `shape()`: layers, hidden size,
     heads, ... and a label), the longest seq_len the form may offer, and its parameter count
     without embeddings (`count_params()`: those depend on the vocabulary)."""
-    from trainer.config import BOUNDS
-
     shape = dict(model_cfg.shape())
     label = shape.pop("label")
-    return {**shape, "max_positions": min(max_positions(model_cfg), int(BOUNDS["seq_len"][1])),
+    cap = int(settings_schema.get("seq_len", PRETRAIN).bounds.high)
+    return {**shape, "max_positions": min(max_positions(model_cfg), cap),
             "params_without_embeddings": model_cfg.count_params(), "label": label}

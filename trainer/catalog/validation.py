@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from trainer import families
 from trainer import objectives
+from trainer import settings_schema
 from trainer.catalog.size import batch_of, check_model_size, overrides_of
 from trainer.errors import ConfigError
 from trainer.families import Family
+from trainer.settings_schema import PRETRAIN
 
 if TYPE_CHECKING:
     from trainer.config import RunConfig
@@ -62,9 +64,7 @@ def validate(config: "RunConfig") -> None:
     # The setting alone here: a stored config must read back whatever the machine's memory is now.
     # Launching (webapp) and the worker (training.steps) check against the memory too.
     check_model_size(model_cfg, training=True, fields=overrides_of(config), where="This run's model", memory=False)
-    from trainer.config import BOUNDS
-
-    positions, cap = max_positions(model_cfg), int(BOUNDS["seq_len"][1])
+    positions, cap = max_positions(model_cfg), int(settings_schema.get("seq_len", PRETRAIN).bounds.high)
     if positions >= cap:  # no position table (T5's relative buckets, ELMo's LSTMs): RunConfig's own bound
         if not 16 <= config.seq_len <= cap:
             raise ConfigError(f"seq_len must be between 16 and {cap:,} tokens, not {config.seq_len}.")

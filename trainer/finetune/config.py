@@ -11,48 +11,15 @@ import math
 import re
 from dataclasses import dataclass, field
 
-
-from trainer.config import AUTO_WORKERS, CHOICES, FlatRecord, OptimArgs, is_auto
+from trainer import settings_schema, trackers
+from trainer.config import AUTO_WORKERS, FlatRecord, OptimArgs, is_auto
 from trainer.errors import ConfigError
 from trainer.finetune.chat import DEFAULT_CHAT_TEMPLATE, check_chat_template
 from trainer.prep.labelled.tasks import TASKS as DATASET_TASKS
-from trainer import trackers
+from trainer.settings_schema import FINETUNE
 
-BOUNDS: dict[str, tuple[float, float]] = {
-    "max_length": (8, 8192),
-    "max_steps": (1, 10_000_000),  # 0 while `epochs` has not been turned into steps (trainer.config.resolve_epochs)
-    "epochs": (0, 100_000),
-    "batch_size": (1, 8192),
-    "grad_accum": (1, 1024),
-    "lr": (1e-8, 1.0),
-    "eps": (1e-12, 1e-2),
-    "weight_decay": (0.0, 1.0),
-    "warmup_ratio": (0.0, 1.0),
-    "clip_grad": (0.0, 1000.0),
-    "label_smoothing": (0.0, 0.5),
-    "doc_stride": (0, 4096),
-    "max_answer_length": (1, 8192),
-    "n_best": (1, 100),
-    "null_score_threshold": (-100.0, 100.0),
-    "eval_every": (1, 10_000_000),
-    "checkpoint_every": (1, 10_000_000),
-    "log_every": (1, 100_000),
-    "seed": (0, 2**31 - 1),
-    "num_threads": (0, 1024),
-    "data_workers": (-1, 64),  # -1: AUTO_WORKERS
-    # Generative tasks (trainer.finetune.text2text, trainer.finetune.sft).
-    "max_target_length": (1, 8192),
-    "target_mask_prob": (0.01, 1.0),
-    "num_beams": (1, 16),
-    "samples_shown": (0, 50),
-    "aux_lm_weight": (0.0, 10.0),
-    "lora_r": (0, 1024),
-    "lora_alpha": (0.0, 100_000.0),
-    "lora_dropout": (0.0, 0.9),
-    "adapter_size": (0, 8192),
-    "mixing_limit": (0, 2**40),
-    "mixing_temperature": (0.01, 1000.0),
-}
+# Each setting's bounds, choices, label and help: trainer.settings_schema (with pre-training's).
+CHOICES = settings_schema.choices(FINETUNE)
 
 
 @dataclass
@@ -69,7 +36,6 @@ class FinetuneConfig(FlatRecord):
     max_length: int = 128
     max_steps: int = 300
     epochs: float = 0.0
-    """Passes over the train split instead of max_steps (0: train for max_steps): ceil(epochs x train examples / (batch_size x grad_accum)) steps."""
     batch_size: int = 16
     grad_accum: int = 1
     optimizer: str = "adamw"
@@ -94,13 +60,11 @@ class FinetuneConfig(FlatRecord):
     checkpoint_every: int = 100
     log_every: int = 10
     report_to: list = field(default_factory=list)
-    """Experiment trackers that also receive every metric, the config and the test report, written into the run's folder with no server or network: "tensorboard" (tensorboard/), "mlflow" (a local MLflow store, mlruns/), "wandb" (W&B in offline mode, wandb/). Each needs its package installed. Empty = none."""
     seed: int = 0
     device: str = "auto"
     precision: str = "auto"
     num_threads: int = 0
     data_workers: int = AUTO_WORKERS
-    """Processes that build the training batches beside the training process: -1 = auto (one per CPU core the training threads leave free, at most 4), 0 = none (built in the training process). The batches and their order are the same whatever the number."""
     # Filled in from the checkpoint by trainer.finetune.engine (what the loop's logs and checkpoints name).
     family: str = ""
     preset: str = field(default="", repr=False)
@@ -162,14 +126,7 @@ class FinetuneConfig(FlatRecord):
         self.betas = tuple(float(b) for b in self.betas)  # type: ignore[assignment]
         if is_auto(self.data_workers):
             self.data_workers = AUTO_WORKERS
-        for name, (lo, hi) in BOUNDS.items():
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ConfigError(f"{name} must be a number, not {value!r}.")
-            if name == "max_steps" and value == 0 and self.epochs:
-                continue  # set from the epochs when the run starts (trainer.config.resolve_epochs)
-            if not lo <= value <= hi:
-                raise ConfigError(f"{name} must be between {lo:g} and {hi:g}, not {value:g}.")
+        self._check_numbers()
         for name in ("schedule", "device", "precision"):
             if getattr(self, name) not in CHOICES[name]:
                 raise ConfigError(f"{name} must be one of {', '.join(CHOICES[name])}, not {getattr(self, name)!r}.")
@@ -187,6 +144,23 @@ class FinetuneConfig(FlatRecord):
         check_techniques(self)
         check_generation(self)
         self.report_to = trackers.check(self.report_to)
+
+    def _check_numbers(self) -> None:
+        """Every number against its bounds (trainer.settings_schema, fine-tuning's); a whole-number
+        field given as 3.0 (YAML, JSON) is kept as 3."""
+        for name, bound in settings_schema.bounds(FINETUNE).items():
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ConfigError(f"{name} must be a number, not {value!r}.")
+            if isinstance(self.__dataclass_fields__[name].default, int):
+                if value != int(value):
+                    raise ConfigError(f"{name} must be a whole number, not {value!r}.")
+                value = int(value)
+                setattr(self, name, value)
+            if name == "max_steps" and value == 0 and self.epochs:
+                continue  # set from the epochs when the run starts (trainer.config.resolve_epochs)
+            if not bound.admits(value):
+                raise ConfigError(bound.refusal(name, value))
 
     # -- what the training loop reads like a RunConfig's
     @property
@@ -218,24 +192,16 @@ class FinetuneConfig(FlatRecord):
 # -------------------------------------------------------------------------- techniques
 CLASS_WEIGHTS = ("none", "balanced")
 BATCH_ORDERS = ("", "length_grouped", "shuffled")  # trainer.finetune.engine.batch_order
-TECHNIQUE_LIMITS = {"freeze_layers": 1000, "gradual_unfreeze_every": 10_000_000, "early_stopping_patience": 1000}
 
 
 def check_techniques(config: FinetuneConfig) -> None:
-    """ConfigError with a sentence for a technique setting out of its bounds. What depends on the
-    model or the dataset (freeze_layers against the layer count, class weights against the task)
-    is checked by trainer.finetune.techniques once they are loaded."""
-    f = config.llrd
-    if isinstance(f, bool) or not isinstance(f, (int, float)) or not math.isfinite(f) or not 0 < f <= 1:
-        raise ConfigError(f"llrd (layer-wise lr decay) must be a number above 0 and at most 1 (1 turns it off; "
-                          f"0.8 to 0.95 is usual), not {f!r}.")
+    """ConfigError with a sentence for a technique setting that is not one (the numbers' bounds
+    are the schema's, checked before). What depends on the model or the dataset (freeze_layers
+    against the layer count, class weights against the task) is checked by
+    trainer.finetune.techniques once they are loaded."""
     for name in ("freeze_embeddings", "group_by_length"):
         if not isinstance(getattr(config, name), bool):
             raise ConfigError(f"{name} must be true or false, not {getattr(config, name)!r}.")
-    for name, hi in TECHNIQUE_LIMITS.items():
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= hi:
-            raise ConfigError(f"{name} must be a whole number from 0 (off) to {hi:,}, not {value!r}.")
     if config.batch_order not in BATCH_ORDERS:
         raise ConfigError(f"batch_order must be one of {', '.join(BATCH_ORDERS[1:])} (or empty), not "
                           f"{config.batch_order!r}.")
@@ -248,7 +214,7 @@ MAX_PREFIX = 500
 
 def check_generation(config: FinetuneConfig) -> None:
     """ConfigError with a sentence for a generative task's setting that cannot work (the numbers'
-    bounds are BOUNDS'; what depends on the model is checked once it is loaded)."""
+    bounds are the schema's; what depends on the model is checked once it is loaded)."""
     if not isinstance(config.source_prefix, str) or len(config.source_prefix) > MAX_PREFIX:
         raise ConfigError(f"source_prefix must be a text of at most {MAX_PREFIX} characters, such as "
                           f"\"summarize: \".")

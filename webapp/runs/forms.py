@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.core.validators import MinValueValidator
 from django.db import models
 
 from trainer import jsonio
@@ -25,6 +26,7 @@ from trainer.finetune import settings as ft_settings
 from webapp.corpora.models import Corpus, Tokenizer
 from webapp.datasets.models import Dataset
 from webapp.jobs.models import JobStatus
+from webapp.runs import fields as setting_fields
 from webapp.runs import launch, services
 from webapp.runs.models import Checkpoint, CheckpointSource
 
@@ -105,7 +107,22 @@ class TokenizerChoiceField(forms.ModelChoiceField):
         return f"{obj.name} ({obj.algorithm}, {vocab:,} tokens)"
 
 
-class RunForm(forms.Form):
+class SettingFields:
+    """What RunForm and FinetuneForm share: their settings are fields made from schema entries
+    (trainer.settings_schema, served by the catalog) by webapp.runs.fields, here, in one way;
+    FinetuneForm makes them again for the checkpoint, dataset and technique chosen."""
+
+    fields: dict[str, forms.Field]
+
+    def add_settings(self, entries, *, initial: dict[str, Any], required=(), blank_label: str = "") -> None:
+        """A field per entry, showing `initial`'s value (else the entry's default); the names in
+        `required` need a value, the others left empty keep the default."""
+        for spec in entries:
+            self.fields[spec["name"]] = setting_fields.form_field(
+                spec, required=spec["name"] in required, initial=initial.get(spec["name"]), blank_label=blank_label)
+
+
+class RunForm(SettingFields, forms.Form):
     name = forms.CharField(max_length=200, required=False, help_text="Leave empty for “<preset> on <corpus>”.")
     corpus = forms.ModelChoiceField(queryset=Corpus.objects.none(), empty_label="Choose a corpus…")
     tokenizer = TokenizerChoiceField(queryset=Tokenizer.objects.none(), empty_label="Choose a tokenizer…",
@@ -137,18 +154,15 @@ class RunForm(forms.Form):
         }
         self.fields["objectives"].choices = [(k, o["label"]) for k, o in spec["objectives"].items()]
         self.objective_help = {k: o["help"] for k, o in spec["objectives"].items()}
-        for name in launch.TRAINING_FIELDS:
-            self.fields[name] = _training_field(name, spec["fields"][name])
-            self.fields[name].required = name not in launch.OPTIONAL_FIELDS
-        for name in launch.OBJECTIVE_FIELDS + launch.FAMILY_FIELDS + ("optimizer", "eps"):
-            self.fields[name] = _training_field(name, spec["fields"][name], required=False)
-        self.fields["betas"] = BetasField(label=launch.LABELS["betas"], help_text=spec["fields"]["betas"]["help"])
+        defaults = launch.launch_defaults()
+        self.add_settings([spec["fields"][name] for name in launch.CONFIG_FIELDS], initial=defaults,
+                          required=set(launch.TRAINING_FIELDS) - set(launch.OPTIONAL_FIELDS),
+                          blank_label=launch.FAMILY_DEFAULT)
         for name in launch.model_field_names():
             self.fields[name] = _model_field(launch.model_field(name))
         self.fields["teacher_checkpoint"].queryset = teacher_checkpoints(user)
-        for name, value in launch.launch_defaults().items():
-            self.fields[name].initial = value
-        self.fields["masking_unit"].initial = ""
+        for name in ("family", "preset", "objectives"):
+            self.fields[name].initial = defaults[name]
         self.fields["epochs"].initial = None  # the default length is the steps
 
     # -- groups for the template
@@ -254,70 +268,6 @@ class RunForm(forms.Form):
         return settings
 
 
-def _training_field(name: str, spec: dict[str, Any], *, required: bool = True) -> forms.Field:
-    label = launch.LABELS.get(name, name.replace("_", " ").capitalize())
-    common = {"label": label, "help_text": spec.get("help", ""), "required": required}
-    default = spec.get("default")
-    if spec.get("multiple"):  # a list of some of the choices (report_to): check boxes
-        labels = launch.CHOICE_LABELS.get(name, {})
-        return _checkboxes(name, [(c, labels.get(c, c)) for c in spec["choices"]], initial=default, **common)
-    if "choices" in spec:
-        labels = launch.CHOICE_LABELS.get(name, {})
-        choices = [(c, labels.get(c, c)) for c in spec["choices"]]
-        if {"on", "off"} <= set(spec["choices"]):  # a switch with an "auto" (compile): true / false read as on / off
-            return SwitchField(choices=choices, initial=default, **common)
-        if not required:
-            choices = [("", "Default for the family")] + choices
-        return forms.ChoiceField(choices=choices, **common)
-    bounds = {}
-    if "min" in spec:
-        bounds["min_value"] = spec["min"]
-    if "max" in spec:
-        bounds["max_value"] = spec["max"]
-    if isinstance(default, bool):
-        return forms.BooleanField(label=label, help_text=common["help_text"], required=False)
-    if isinstance(default, int):
-        return forms.IntegerField(**common, **{k: int(v) for k, v in bounds.items()})
-    if isinstance(default, float):
-        return forms.FloatField(**common, **bounds, widget=forms.NumberInput(attrs={"step": "any"}))
-    return forms.CharField(**common)
-
-
-class SwitchField(forms.ChoiceField):
-    """"auto", "on" or "off"; JSON's true and false (and a ticked box's "on") read as "on" and "off"."""
-
-    def to_python(self, value):
-        if isinstance(value, bool) or str(value).lower() in ("true", "false"):
-            return "on" if value is True or str(value).lower() == "true" else "off"
-        return super().to_python(value)
-
-
-class BetasField(forms.CharField):
-    """AdamW's two betas as "0.9, 0.999"; empty = the family's."""
-
-    def __init__(self, **kwargs):
-        super().__init__(required=False, **kwargs)
-
-    def prepare_value(self, value):
-        if isinstance(value, (list, tuple)):
-            return ", ".join(f"{float(v):g}" for v in value)
-        return value
-
-    def to_python(self, value):
-        value = super().to_python(value)
-        if isinstance(value, (list, tuple)):
-            return list(value)
-        if not value:
-            return []
-        try:
-            betas = [float(v) for v in str(value).replace(";", ",").split(",") if v.strip()]
-        except ValueError:
-            betas = []
-        if len(betas) != 2:
-            raise forms.ValidationError("Give two numbers separated by a comma, like 0.9, 0.999.")
-        return betas
-
-
 def _model_field(spec: dict[str, Any]) -> forms.Field:
     """A models_lib field of one family (generator_size, share_layers, version, char_cnn); empty =
     the preset's value."""
@@ -376,40 +326,7 @@ class YamlImportForm(forms.Form):
 
 # -------------------------------------------------------------------------------- fine-tuning
 # The fine-tuning settings are generated from trainer.catalog.finetune (launch.finetune_json): their
-# labels, help, bounds and defaults are declared once, in trainer/finetune/settings.py and on each task.
-
-
-class _OptionAttrs:
-    """A choice widget whose options carry attributes of their own: `option_attrs` {value: {attr:
-    value}} (a True value is a bare attribute such as disabled)."""
-
-    option_attrs: dict[str, dict[str, Any]]
-
-    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
-        option = super().create_option(name, value, label, selected, index, subindex, attrs)  # type: ignore[misc]
-        extra = getattr(self, "option_attrs", {}).get(str(value), {})
-        option["attrs"] = {**option["attrs"], **{k: v for k, v in extra.items() if v is not False}}
-        return option
-
-
-class _OptionsSelect(_OptionAttrs, forms.Select):
-    pass
-
-
-class _OptionsCheckboxes(_OptionAttrs, forms.CheckboxSelectMultiple):
-    pass
-
-
-def _checkboxes(name: str, choices: list[tuple[str, str]], **common) -> forms.MultipleChoiceField:
-    """Check boxes for some of a setting's choices; one that cannot be chosen here (a tracker whose
-    package is missing: launch.UNAVAILABLE_CHOICES) is disabled and says why beside its box (the
-    field's check refuses it all the same if sent)."""
-    unavailable = launch.UNAVAILABLE_CHOICES.get(name, dict)()
-    widget = _OptionsCheckboxes()
-    widget.option_attrs = {c: {"disabled": True} for c in unavailable}
-    return forms.MultipleChoiceField(
-        choices=[(c, f"{label} ({unavailable[c]})" if c in unavailable else label) for c, label in choices],
-        widget=widget, **common)
+# labels, help, bounds and defaults are declared once, in trainer/settings_schema.py and on each task.
 
 
 class _CheckpointChoice(forms.ModelChoiceField):
@@ -445,7 +362,7 @@ def fit_count(n: int) -> str:
     return f"{n} of your ready datasets {'fits' if n == 1 else 'fit'} it."
 
 
-class FinetuneForm(forms.Form):
+class FinetuneForm(SettingFields, forms.Form):
     """Fine-tune one of the user's checkpoints on one of their datasets. Every checkpoint and
     dataset of theirs is listed, each option with what it fits (services.finetune_choices):
     a checkpoint's data-tasks (the dataset tasks its family fine-tunes on), a dataset's data-task.
@@ -460,14 +377,14 @@ class FinetuneForm(forms.Form):
     and a refusal lands on the field it is about."""
 
     name = forms.CharField(max_length=200, required=False, help_text="Empty: “<checkpoint> on <dataset>”.")
-    checkpoint = _CheckpointChoice(queryset=Checkpoint.objects.none(), widget=_OptionsSelect,
+    checkpoint = _CheckpointChoice(queryset=Checkpoint.objects.none(), widget=setting_fields.OptionsSelect,
                                    help_text="The pre-trained (or fine-tuned) model. Its family decides the tasks it "
                                              "fine-tunes on and the settings below.")
-    dataset = _DatasetChoice(queryset=Dataset.objects.none(), widget=_OptionsSelect, help_text="A ready labelled "
+    dataset = _DatasetChoice(queryset=Dataset.objects.none(), widget=setting_fields.OptionsSelect, help_text="A ready labelled "
                              "dataset; its task is what the model learns.")
     technique = forms.ChoiceField(required=False, label="Technique", widget=forms.RadioSelect)
     extra_datasets = _DatasetsChoice(queryset=Dataset.objects.none(), required=False, label="More datasets",
-                                     widget=_OptionsCheckboxes,
+                                     widget=setting_fields.OptionsCheckboxes,
                                      help_text="More of your datasets (text to text, classification, regression) "
                                                "trained in the same text-to-text run, labels written as words. "
                                                "None: a single-task run.")
@@ -519,8 +436,13 @@ class FinetuneForm(forms.Form):
         technique = ft_settings.technique(self.technique_name)
         self.settings = [spec["settings"][s.name] for s in catalog_finetune.fields_for(self.family, self.task,
                                                                                       self.technique_name)]
-        for setting in self.settings:
-            self.fields[setting["name"]] = _setting_field(setting, technique)
+        switch = spec["settings"].get(technique.switch)
+        starts = {technique.switch: technique.on} if switch and not switch["default"] else {}
+        self.add_settings(self.settings, initial=starts)  # every setting optional: empty keeps the default
+        if technique.switch in self.fields:  # the chosen technique's switch must stay on
+            self.fields[technique.switch].validators.append(MinValueValidator(1, message=(
+                f"{switch['label']} must be at least 1 with {technique.label}; choose full fine-tuning to train "
+                f"without it.")))
         self.mixes = bool(chosen.get("mixes"))
         if not self.mixes:  # multi-task applies to a checkpoint that trains text to text
             del self.fields["extra_datasets"], self.fields["extra_prefixes"]
@@ -615,31 +537,3 @@ class FinetuneForm(forms.Form):
         if out.get("epochs") and out.get("max_steps") == self.fields["max_steps"].initial:
             del out["max_steps"]  # epochs typed beside the steps the form filled in: the run is in epochs
         return out
-
-
-def _setting_field(spec: dict[str, Any], technique: Any) -> forms.Field:
-    """One fine-tuning setting's form field, from its schema entry (trainer.catalog.finetune): a
-    value left empty keeps the default; the chosen technique's switch (LoRA's rank) starts on."""
-    default = spec["default"]
-    if spec["name"] == technique.switch and not default:
-        default = technique.on
-    common = {"label": spec["label"], "help_text": spec["help"], "required": False, "initial": default}
-    if spec["type"] == "bool":
-        return forms.BooleanField(**common)
-    if spec.get("multiple"):  # check boxes, none ticked: a list
-        return _checkboxes(spec["name"], [tuple(c) for c in spec["choices"]], **common)
-    if "choices" in spec:
-        return forms.ChoiceField(choices=[tuple(c) for c in spec["choices"]], **common)
-    if spec["type"] == "text":
-        widget = forms.Textarea(attrs={"rows": 3, "spellcheck": "false"}) if spec.get("textarea") else None
-        return forms.CharField(strip=False, widget=widget, max_length=1000, **common)
-    low = spec.get("min")
-    if spec["name"] == technique.switch:
-        low = max(low or 0, 1)
-    bounds = {k: v for k, v in (("min_value", low), ("max_value", spec.get("max"))) if v is not None}
-    messages = {"min_value": f"{spec['label']} must be at least {low:g}" + (
-        f" with {technique.label}; choose full fine-tuning to train without it." if spec["name"] == technique.switch
-        else "."), "max_value": f"{spec['label']} must be at most {spec.get('max', 0):g}."}
-    if spec["type"] == "int":
-        return forms.IntegerField(**common, **{k: int(v) for k, v in bounds.items()}, error_messages=messages)
-    return forms.FloatField(**common, **bounds, error_messages=messages, widget=forms.NumberInput(attrs={"step": "any"}))

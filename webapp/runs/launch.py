@@ -1,5 +1,6 @@
-"""What the launch form and the create API offer: fields, labels, tiny CPU-friendly defaults,
-and reading a run config from YAML. Everything else comes from trainer.catalog.schema.as_json().
+"""What the launch form and the create API offer: which settings where, tiny CPU-friendly
+defaults, and reading a run config from YAML. The settings themselves (labels, help, bounds,
+choices, sections) are trainer.settings_schema's, served by trainer.catalog.schema.as_json().
 """
 from __future__ import annotations
 
@@ -8,70 +9,44 @@ from typing import Any
 
 import yaml
 
-from trainer import trackers
+from trainer import settings_schema, trackers
 from trainer.catalog import schema
 from trainer.config import RunConfig, length_from, load_yaml
 from trainer.errors import ConfigError
+from trainer.settings_schema import PRETRAIN
 
-# Shown on the form (in this order); the rest of RunConfig keeps its defaults unless a YAML sets it.
-MAIN_FIELDS = ("max_steps", "epochs", "batch_size", "seq_len", "lr", "warmup_steps", "grad_accum",
-               "eval_every", "checkpoint_every", "masking", "seed", "device", "devices")
-ADVANCED_FIELDS = ("mask_prob", "schedule", "weight_decay", "clip_grad", "eval_batches", "log_every",
-                   "precision", "num_threads", "data_workers", "strategy", "compile", "activation_checkpointing",
-                   "report_to")
+
+def _section(name: str, *, advanced: bool | None = None) -> tuple[str, ...]:
+    """The pre-training settings of one of the launch form's sections (trainer.settings_schema), in
+    its order; `advanced`: only the main ones (False) or those of the fold (True)."""
+    return tuple(s.name for s in settings_schema.offered(PRETRAIN)
+                 if s.section == name and (advanced is None or s.advanced == advanced))
+
+
+# Shown on the form: the training settings, main and in the "advanced" fold; the rest of RunConfig
+# keeps its defaults unless a YAML sets it.
+MAIN_FIELDS = _section("training", advanced=False)
+ADVANCED_FIELDS = _section("training", advanced=True)
 TRAINING_FIELDS = MAIN_FIELDS + ADVANCED_FIELDS
 # Training fields a form may leave out (empty = RunConfig's default: one device, strategy auto,
 # data workers auto; an unticked box is off). The run's length is max_steps or epochs: one of them.
 OPTIONAL_FIELDS = ("max_steps", "epochs", "devices", "strategy", "data_workers", "compile", "activation_checkpointing",
                    "report_to")
 # Shown with the objectives: what a mask covers, how single segments are packed (empty = default).
-OBJECTIVE_FIELDS = ("masking_unit", "packing")
+OBJECTIVE_FIELDS = _section("objective")
 # The optimizer (empty = the family's: Adafactor for T5, AdamW otherwise) and AdamW's own
 # settings, which the page shows only for AdamW (empty = the family's paper values).
-OPTIMIZER_FIELDS = ("optimizer", "betas", "eps")
-# RunConfig fields of one family (ELECTRA, DistilBERT), shown only for it; the teacher is chosen
-# as one of the user's checkpoints (a checkpoint id, resolved to its folder by services).
-FAMILY_FIELDS = ("rtd_weight", "distill_temperature", "distill_soft_weight", "distill_mlm_weight",
-                 "distill_cos_weight", "plm_k", "tinybert_temperature", "tinybert_prediction_share")
+OPTIMIZER_FIELDS = _section("optimizer")
+# RunConfig fields of one family (ELECTRA, DistilBERT), shown only for it (the families' config_fields
+# say which); the teacher is chosen as one of the user's checkpoints (a checkpoint id, resolved to
+# its folder by services).
 TEACHER_FIELD = "teacher_checkpoint"
+FAMILY_FIELDS = tuple(name for name in _section("family") if name != TEACHER_FIELD)
 # Every RunConfig field the form and the API take by name (besides family, preset,
 # objectives, model_overrides and the teacher).
 CONFIG_FIELDS = TRAINING_FIELDS + OPTIMIZER_FIELDS + OBJECTIVE_FIELDS + FAMILY_FIELDS
-
-LABELS = {
-    "max_steps": "Steps", "epochs": "Epochs (instead of steps)", "batch_size": "Batch size", "seq_len": "Sequence length (tokens)",
-    "lr": "Peak learning rate", "warmup_steps": "Warm-up steps", "grad_accum": "Gradient accumulation",
-    "eval_every": "Validate every (steps)", "checkpoint_every": "Checkpoint every (steps)",
-    "masking": "Masking", "seed": "Seed", "device": "Device", "mask_prob": "Mask probability",
-    "schedule": "Learning-rate schedule", "weight_decay": "Weight decay", "clip_grad": "Gradient clipping",
-    "eval_batches": "Validation batches", "log_every": "Log every (steps)", "precision": "Precision",
-    "num_threads": "CPU threads", "data_workers": "Data worker processes", "devices": "Devices",
-    "strategy": "Multi-device strategy",
-    "compile": "Compile the model (torch.compile)", "activation_checkpointing": "Activation checkpointing",
-    "masking_unit": "Masking unit", "packing": "Packing", "rtd_weight": "RTD loss weight",
-    "distill_temperature": "Temperature", "distill_soft_weight": "Soft-target loss weight",
-    "distill_mlm_weight": "MLM loss weight", "distill_cos_weight": "Cosine loss weight",
-    "teacher_checkpoint": "Teacher checkpoint", "plm_k": "Partial prediction K (1/K predicted)",
-    "tinybert_temperature": "Prediction-layer temperature",
-    "tinybert_prediction_share": "Share of steps on prediction-layer distillation",
-    "optimizer": "Optimizer", "betas": "AdamW betas", "eps": "AdamW epsilon",
-    "report_to": "Mirror the metrics to",
-}
-CHOICE_LABELS = {
-    "device": {"auto": "Auto", "cpu": "CPU", "cuda": "CUDA GPU"},
-    "masking": {"dynamic": "Dynamic", "static": "Static"},
-    "precision": {"auto": "Auto", "fp32": "fp32", "bf16": "bf16 (GPU only)"},
-    "strategy": {"auto": "Auto (FSDP2 when the model does not fit one device)", "ddp": "DDP (replicated)",
-                 "fsdp": "FSDP2 (sharded)"},
-    "schedule": {"linear": "Linear decay", "cosine": "Cosine decay", "constant": "Constant",
-                 "inverse_sqrt": "Inverse square root (T5)"},
-    "optimizer": {"adamw": "AdamW", "adafactor": "Adafactor (T5)"},
-    "masking_unit": {"token": "Tokens (BERT)", "word": "Whole words (BERT-wwm)", "phrase": "Phrases (ERNIE)",
-                     "ngram": "N-grams of words (ALBERT)", "span": "Spans (SpanBERT)"},
-    "packing": {"full-sentences": "Full sentences, across documents", "doc-sentences": "Sentences of one document"},
-    "compile": {"auto": "Auto (on a GPU)", "on": "On", "off": "Off"},
-    "report_to": trackers.LABELS,
-}
+# What an optional choice's empty option says (masking unit, packing, optimizer, strategy).
+FAMILY_DEFAULT = "Default for the family"
 
 # setting -> a function giving {choice: why it cannot be chosen here}: its box is shown disabled with that.
 UNAVAILABLE_CHOICES = {

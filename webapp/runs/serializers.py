@@ -5,9 +5,10 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from webapp.api.serializers import BuiltOnceFields, GreaterThan, QuerySerializer, RequestSerializer
+from webapp.api.serializers import BuiltOnceFields, QuerySerializer, RequestSerializer
 from webapp.jobs.serializers import JobStatusField
 from webapp.runs import capacity, launch
+from webapp.runs.fields import api_field
 from webapp.runs.models import Checkpoint, CheckpointExport, LogLine, MetricPoint, Run
 
 
@@ -137,42 +138,6 @@ class LogQuerySerializer(QuerySerializer):
                                      help_text="Return only lines with an id greater than this.")
 
 
-class ChoicesListField(serializers.ListField):
-    """Some of a setting's choices (report_to): its length is checked before any item, so a list of
-    10,000 entries gets one sentence about its length, not 10,000 about its items."""
-
-    def __init__(self, choices, **kwargs):
-        self.choices_offered = list(choices)
-        super().__init__(child=serializers.ChoiceField(choices=self.choices_offered),
-                         max_length=len(self.choices_offered), **kwargs)
-
-    def to_internal_value(self, data):
-        if isinstance(data, (list, tuple)) and len(data) > len(self.choices_offered):
-            raise serializers.ValidationError(
-                f"lists {len(data):,} entries, but there are only {len(self.choices_offered)} choices "
-                f"({', '.join(map(str, self.choices_offered))}); name each at most once.")
-        return super().to_internal_value(data)
-
-
-def _training_field(name: str) -> serializers.Field:
-    spec = launch.registry_json()["fields"][name]
-    kwargs = {"required": False, "help_text": spec.get("help", "")}
-    default = launch.field_default(name)
-    if spec.get("multiple"):  # report_to: some of the choices
-        return ChoicesListField(spec["choices"], **kwargs)
-    if isinstance(default, list):  # betas: two numbers
-        return serializers.ListField(child=serializers.FloatField(min_value=0.0, max_value=0.999999),
-                                     min_length=len(default), max_length=len(default), **kwargs)
-    if "choices" in spec:
-        return serializers.ChoiceField(choices=spec["choices"], allow_blank=default == "", **kwargs)
-    bounds = {k2: spec[k1] for k1, k2 in (("min", "min_value"), ("max", "max_value")) if k1 in spec}
-    if isinstance(default, bool):
-        return serializers.BooleanField(**kwargs)
-    if isinstance(default, int):
-        return serializers.IntegerField(**kwargs, **{k: int(v) for k, v in bounds.items()})
-    return serializers.FloatField(**kwargs, **bounds)
-
-
 class _RunCreateBase(RequestSerializer):
 
     name = serializers.CharField(required=False, allow_blank=True, max_length=200)
@@ -205,13 +170,13 @@ def _model_field(name: str) -> serializers.Field:
     return serializers.FloatField(required=False, help_text=help_text, **bounds)
 
 
-# The training fields are generated from the registry (defaults, bounds and help in one place).
+# The training fields are generated from the schema (webapp.runs.fields: bounds, choices and help as RunConfig's).
 RunCreateSerializer = type(
     "RunCreateSerializer", (_RunCreateBase,),
     {
         "__doc__": "Launch a run. Only the tokenizer is required; every other field has a default.",
         "__module__": __name__,
-        **{name: _training_field(name) for name in launch.CONFIG_FIELDS},
+        **{name: api_field(launch.registry_json()["fields"][name]) for name in launch.CONFIG_FIELDS},
         **{name: _model_field(name) for name in launch.model_field_names()},
     },
 )
@@ -221,21 +186,9 @@ class RunCloneSerializer(RequestSerializer):
     name = serializers.CharField(required=False, allow_blank=True, max_length=200)
 
 
-def _finetune_bounds(name: str) -> dict:
-    """FinetuneConfig's own bounds of a field (trainer.finetune.settings.bounds), as the schema states them."""
-    from trainer.finetune.settings import bounds
-
-    found = bounds(name)
-    return {"min_value": found["min"], "max_value": found["max"]}
-
-
-def _finetune_int(name: str, **kwargs) -> serializers.IntegerField:
-    return serializers.IntegerField(required=False, **{k: int(v) for k, v in _finetune_bounds(name).items()},
-                                    **kwargs)
-
-
-def _finetune_float(name: str, **kwargs) -> serializers.FloatField:
-    return serializers.FloatField(required=False, **_finetune_bounds(name), **kwargs)
+def _finetune_field(name: str, **kwargs) -> serializers.Field:
+    """One fine-tuning setting's API field (its schema entry, webapp.runs.fields)."""
+    return api_field(launch.finetune_json()["settings"][name], **kwargs)
 
 
 class ExtraDatasetSerializer(RequestSerializer):
@@ -261,26 +214,6 @@ class _FinetuneCreateBase(RequestSerializer):
                                                       "text-to-text run, each with its own task prefix.")
 
 
-def _setting_field(spec: dict) -> serializers.Field:
-    """One fine-tuning setting (trainer.catalog.finetune's schema entry) as an optional API field:
-    its bounds and choices checked here, its label and help as the field's help."""
-    common = {"required": False, "help_text": f"{spec['label']}: {spec['help']}"}
-    if spec["type"] == "bool":
-        return serializers.BooleanField(default=None, allow_null=True, **common)
-    if spec.get("multiple"):
-        return ChoicesListField([c[0] for c in spec["choices"]], **common)
-    if "choices" in spec:
-        return serializers.ChoiceField(choices=[c[0] for c in spec["choices"]], **common)
-    if spec["type"] == "text":
-        return serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=1000, **common)
-    low, high = spec.get("min"), spec.get("max")
-    if spec.get("min_exclusive"):
-        return serializers.FloatField(max_value=high, validators=[GreaterThan(low)], **common)
-    if spec["type"] == "int":
-        return serializers.IntegerField(min_value=int(low), max_value=int(high), **common)
-    return serializers.FloatField(min_value=low, max_value=high, **common)
-
-
 def finetune_create_serializer() -> type[RequestSerializer]:
     """POST /api/finetune/'s serializer: one of your checkpoints and one of your ready datasets by
     id, and every fine-tuning setting of the schema (launch.finetune_json), each optional (the
@@ -291,7 +224,7 @@ def finetune_create_serializer() -> type[RequestSerializer]:
         cached = type("FinetuneCreateSerializer", (_FinetuneCreateBase,), {
             "__doc__": _FinetuneCreateBase.__doc__ or "Fine-tune a checkpoint of yours on a dataset of yours.",
             "__module__": __name__,
-            **{name: _setting_field(spec) for name, spec in schema["settings"].items()}})
+            **{name: api_field(spec) for name, spec in schema["settings"].items()}})
         _SERIALIZERS.clear()
         _SERIALIZERS[id(schema)] = cached
     return cached
@@ -324,10 +257,10 @@ class FinetuneOnSerializer(RequestSerializer):
                                               "extra_datasets).")
     name = serializers.CharField(required=False, allow_blank=True, max_length=200,
                                  help_text="Empty: “<run>, then <dataset>”.")
-    max_steps = _finetune_int("max_steps")
-    epochs = _finetune_float("epochs", help_text="Passes over the train split instead of max_steps.")
-    batch_size = _finetune_int("batch_size")
-    lr = _finetune_float("lr")
-    warmup_ratio = _finetune_float("warmup_ratio")
-    eval_every = _finetune_int("eval_every")
-    early_stopping_patience = _finetune_int("early_stopping_patience")
+    max_steps = _finetune_field("max_steps")
+    epochs = _finetune_field("epochs", help_text="Passes over the train split instead of max_steps.")
+    batch_size = _finetune_field("batch_size")
+    lr = _finetune_field("lr")
+    warmup_ratio = _finetune_field("warmup_ratio")
+    eval_every = _finetune_field("eval_every")
+    early_stopping_patience = _finetune_field("early_stopping_patience")

@@ -3,12 +3,12 @@
 A space is a list of settings, each either
   {"name": "batch_size", "values": [8, 16]}                 a list of values (grid, or categorical), or
   {"name": "lr", "low": 1e-4, "high": 1e-2, "log": true}    a range (int or float, as the setting is).
-Settings are the run config's own fields (RunConfig for pre-training, the fine-tuning form's
-fields for fine-tuning); a list of one value fixes a setting for every trial.
+Settings are the run config's own fields as the schema serves them (trainer.settings_schema:
+RunConfig's for pre-training, the fine-tuning form's for fine-tuning), each value and range inside
+the setting's bounds; a list of one value fixes a setting for every trial.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import re
 from typing import Any
@@ -17,8 +17,8 @@ from optuna.distributions import (
     BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution,
 )
 
-from trainer.config import RunConfig
 from trainer.errors import ConfigError
+from trainer.settings_schema import Bounds
 
 # Settings a trial may not vary: what the data and model are (the base run chooses them), and
 # the device layout (a trial runs where the base run would).
@@ -27,24 +27,30 @@ MAX_SETTINGS = 12
 MAX_VALUES = 64
 
 
+def _entries(kind: str) -> dict[str, dict[str, Any]]:
+    """{setting: its schema entry} of the settings a sweep of `kind` may search over: the launch
+    form's RunConfig fields (but FIXED), or every fine-tuning setting; a number, a text or a switch."""
+    from webapp.runs import launch
+
+    if kind == "finetune":
+        entries = launch.finetune_json()["settings"]
+    else:
+        entries = {k: v for k, v in launch.registry_json()["fields"].items() if k not in FIXED}
+    return {name: e for name, e in entries.items() if isinstance(e["default"], (bool, int, float, str))}
+
+
 def _defaults(kind: str) -> dict[str, Any]:
     """{setting: default} of the settings a sweep of `kind` may search over."""
-    if kind == "finetune":
-        from trainer.finetune.config import FinetuneConfig
-        from webapp.runs.services import finetune_fields
+    return {name: e["default"] for name, e in _entries(kind).items()}
 
-        config_fields = {f.name: f for f in dataclasses.fields(FinetuneConfig)}
-        names = finetune_fields()
-    else:
-        config_fields = {f.name: f for f in dataclasses.fields(RunConfig)}
-        names = [n for n in config_fields if n not in FIXED]
-    out = {}
-    for name in names:
-        f = config_fields[name]
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        if isinstance(default, (bool, int, float, str)):
-            out[name] = default
-    return out
+
+def _check_bounds(entry: dict[str, Any], values: list[Any]) -> None:
+    """ConfigError, with the sentence the run's config would give, for a value or an end of a range
+    outside the setting's bounds: refused now rather than by the trial that draws it."""
+    bounds = Bounds.from_json(entry)
+    for value in values:
+        if bounds is not None and not bounds.admits(value):
+            raise ConfigError(bounds.refusal(entry["name"], value))
 
 
 def settings_for(kind: str) -> list[str]:
@@ -63,7 +69,8 @@ def validate(space: Any, *, kind: str, sampler: str) -> list[dict[str, Any]]:
         raise ConfigError("The search space is empty: give at least one setting with its values or range.")
     if len(space) > MAX_SETTINGS:
         raise ConfigError(f"A sweep searches at most {MAX_SETTINGS} settings; this one has {len(space)}.")
-    defaults = _defaults(kind)
+    entries = _entries(kind)
+    defaults = {name: e["default"] for name, e in entries.items()}
     out, seen = [], set()
     for entry in space:
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
@@ -85,6 +92,8 @@ def validate(space: Any, *, kind: str, sampler: str) -> list[dict[str, Any]]:
             values = [_coerce(v, default, name) for v in values]
             if len(set(map(repr, values))) != len(values):
                 raise ConfigError(f"The values of '{name}' repeat one another.")
+            if not isinstance(default, (bool, str)):
+                _check_bounds(entries[name], values)
             out.append({"name": name, "values": values})
             continue
         if "low" not in entry or "high" not in entry:
@@ -105,6 +114,7 @@ def validate(space: Any, *, kind: str, sampler: str) -> list[dict[str, Any]]:
             raise ConfigError(f"The low bound of '{name}' ({low}) must be below its high bound ({high}).")
         if log and low <= 0:
             raise ConfigError(f"A log-scale range needs a low bound above 0; '{name}' starts at {low}.")
+        _check_bounds(entries[name], [low, high])
         out.append({"name": name, "low": low, "high": high, "log": log})
     if sampler == "grid":
         check_grid(out)
