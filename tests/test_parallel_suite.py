@@ -33,10 +33,12 @@ def test_real(i):
 
 PLAIN = '''
 import os
+import time
 import pytest
 
 @pytest.mark.parametrize("i", range({n}))
 def test_plain(i):
+    time.sleep({pause})
     with open(os.environ["EVENTS"], "a") as f:
         f.write(f"{{os.environ.get('PYTEST_XDIST_WORKER', 'main')}} plain\\n")
 '''
@@ -63,8 +65,12 @@ def test_work_units_put_the_real_process_folders_together_and_the_rest_by_module
 
 
 def test_real_process_tests_run_together_first_on_one_worker_and_stop_their_stack_before_the_rest(tmp_path):
-    files = {"tests/e2e/test_real.py": REAL, "tests/webapp/test_big.py": PLAIN.format(n=20),
-             "tests/webapp/test_small.py": PLAIN.format(n=5)}
+    # The other worker's module of 20 takes 4 s, so the worker with the real-process unit, whose
+    # three tests take none, is the one xdist gives the small module (a worker gets its next unit
+    # once two of its tests are left): with instant tests the other one could run 18 of them
+    # first on a loaded machine and take both (CI, once), leaving no test after the stop.
+    files = {"tests/e2e/test_real.py": REAL, "tests/webapp/test_big.py": PLAIN.format(n=20, pause=0.2),
+             "tests/webapp/test_small.py": PLAIN.format(n=5, pause=0)}
     out, events = run_sample(tmp_path, files, "-n", "2")
     assert out.returncode == 0, out.stdout + out.stderr
     workers = {line.split()[0] for line in events if line.endswith(" real")}
@@ -77,7 +83,7 @@ def test_real_process_tests_run_together_first_on_one_worker_and_stop_their_stac
 
 
 def test_in_one_process_the_stack_stops_at_the_end_as_before(tmp_path):
-    files = {"tests/e2e/test_real.py": REAL, "tests/webapp/test_small.py": PLAIN.format(n=2)}
+    files = {"tests/e2e/test_real.py": REAL, "tests/webapp/test_small.py": PLAIN.format(n=2, pause=0)}
     out, events = run_sample(tmp_path, files)
     assert out.returncode == 0, out.stdout + out.stderr
     assert [line.split()[1] for line in events] == ["plain", "plain", "real", "real", "real"]
