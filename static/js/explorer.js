@@ -1,7 +1,7 @@
 // Explorer: ask the JSON API and draw the answers in place (the form also works without this).
 // With a checkpoint in "Compare with", every fill-mask and sentence-pair question goes to
 // /api/explore/compare/ and the answers stand in two columns. The panels shown follow the chosen
-// checkpoint's kind of model (data-kinds); explorer_generate.js and explorer_attention.js draw
+// checkpoint's kind of model (data-kinds) and whether it is fine-tuned (data-pretrained); explorer_generate.js and explorer_attention.js draw
 // the generation, span-filling, ELMo and attention tools.
 (function () {
   "use strict";
@@ -60,11 +60,16 @@
       next_sentence: "This model was trained without next sentence prediction.",
       sentence_order: "This model has no sentence-pair head (NSP or SOP).",
     };
-    // Panels for the chosen checkpoint's kind of model (encoder, unilm, t5, gpt, elmo) only.
+    // Panels for the chosen checkpoint's kind of model (encoder, unilm, t5, gpt, elmo) only; a
+    // fine-tuned one (data-task) hides the pre-training panels (data-pretrained), which its task head
+    // cannot answer. Both here, in one pass: shown by kind and hidden again by the task in another
+    // script, a pre-training panel stood visible in between, until that script had loaded.
     const kind = opt ? opt.dataset.kind || "encoder" : "";
+    const task = opt ? opt.dataset.task || "" : "";
     form.dataset.kind = kind;
     for (const node of form.querySelectorAll("[data-kinds]")) {
-      node.hidden = Boolean(kind) && !node.dataset.kinds.split(" ").includes(kind);
+      node.hidden = (Boolean(kind) && !node.dataset.kinds.split(" ").includes(kind))
+        || (Boolean(task) && node.hasAttribute("data-pretrained"));
     }
     for (const action of Object.keys(able)) {
       const button = form.querySelector(`button[value="${action}"]`);

@@ -3,8 +3,8 @@
 // and draw the answers in place. Each panel's button submits the page's form; without JavaScript
 // the server answers it and the template draws the same answers.
 // Which panels show follows the chosen checkpoint: a panel's data-tool is the tool it is (the
-// option's data-tool: what its fine-tuning task declares); a fine-tuned model hides the pre-training panels
-// (data-pretrained: fill-mask, sentence pairs), which its task head cannot answer.
+// option's data-tool: what its fine-tuning task declares); explorer.js hides the pre-training panels
+// (data-pretrained: fill-mask, sentence pairs) of a fine-tuned model, which its task head cannot answer.
 (function () {
   "use strict";
   const form = document.getElementById("explore-form");
@@ -23,7 +23,6 @@
     for (const node of form.querySelectorAll("[data-tool]")) {
       node.hidden = !tool || node.dataset.tool !== tool;
     }
-    if (task) for (const node of form.querySelectorAll("[data-pretrained]")) node.hidden = true;
   }
   select.addEventListener("change", onCheckpoint);
   onCheckpoint();
