@@ -277,7 +277,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
         loop = techniques.FinetuneLoop(config, tuning=tuning, metrics=task.scores(), model=model,
                                        forward=forward, stream=stream, valid=valid, state=state, sink=sink,
                                        data_dir=checkpoint, out_dir=out_dir, device=device, precision=precision,
-                                       resumed_from=resume_from)
+                                       resumed_from=resume_from, tokenizer_sha256=tokenizer.sha256)
         if resume_from is not None:
             _restore_best(loop, out_dir)
         result = loop.run(should_stop)

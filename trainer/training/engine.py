@@ -38,7 +38,7 @@ from trainer.training.data import (
     DataPosition, InThread, Prefetcher, TrainStream, build_train_stream, build_valid_batches,
 )
 from trainer.errors import ConfigError
-from trainer.prep.tokenization import tokenizer_sha256, tokenizers_differ
+from trainer.prep.tokenization import tokenizer_sha256 as _tokenizer_sha256, tokenizers_differ
 from trainer.training.optim import build_optimizer, clip_gradients
 from trainer.training.sinks import MetricsSink, NullSink, TeeSink, format_duration
 
@@ -111,7 +111,8 @@ def train(config: RunConfig, *, data_dir: Path, out_dir: Path, sink: MetricsSink
             reporter.log("The validation split gives no examples for these settings; training without validation.")
         loop = Loop(config, model=model, forward=forward, optimizer=optimizer, scheduler=scheduler, stream=stream,
                     valid=valid, state=state, sink=reporter, data_dir=data_dir, out_dir=out_dir,
-                    device=device, precision=precision, resumed_from=resume_from, dist=ctx)
+                    device=device, precision=precision, resumed_from=resume_from, dist=ctx,
+                    tokenizer_sha256=tokenizer.sha256)
         return loop.run(should_stop)
     finally:
         try:
@@ -263,7 +264,7 @@ class Loop:
                  optimizer: torch.optim.Optimizer, scheduler: Any,
                  stream: TrainStream, valid: list[Batch], state: TrainState, sink: MetricsSink, data_dir: Path,
                  out_dir: Path, device: str, precision: str, resumed_from: Path | None,
-                 dist: distributed.Dist = distributed.Dist()):
+                 dist: distributed.Dist = distributed.Dist(), tokenizer_sha256: str | None = None):
         self.config, self.model, self.optimizer, self.scheduler = config, model, optimizer, scheduler
         self.dist = dist  # the processes training together (one by default)
         self.tokens_agreed = state.tokens_seen  # tokens_seen as last summed over the processes
@@ -271,7 +272,9 @@ class Loop:
         self.stream, self.valid, self.state, self.sink = stream, valid, state, sink
         self.data_dir, self.out_dir, self.device, self.precision = data_dir, out_dir, device, precision
         self.resumed_from = resumed_from
-        self.tokenizer_sha256 = tokenizer_sha256(data_dir)  # recorded in every checkpoint's trainer_state.json
+        # recorded in every checkpoint's trainer_state.json: the loaded bundle's hash when the engine
+        # has it (TokenizerBundle.sha256, already read for the log line), else hashed here
+        self.tokenizer_sha256 = tokenizer_sha256 if tokenizer_sha256 is not None else _tokenizer_sha256(data_dir)
         self.first_step = state.step
         self.last_checkpoint: Path | None = resumed_from
         self.last_checkpoint_step = state.step if resumed_from is not None else -1
