@@ -422,6 +422,32 @@ def test_the_demo_corpus_is_deterministic_and_clean(demo, tmp_path):
     assert ">>>" not in text and "{" not in text and "\n\n\n" not in text
 
 
+def test_the_demo_corpus_does_not_depend_on_what_this_process_imported_or_patched(demo, tmp_path, monkeypatch):
+    """Packages patch the standard library (transformers adds logging.Logger.info_once, torch replaces
+    inspect.getfile): the demo corpus and datasets read the docstrings as a fresh interpreter sees
+    them, so a worker with torch loaded writes the same demo as a fresh web process."""
+    import inspect
+    import logging
+
+    from trainer.prep import demo as demo_module
+
+    def info_once(self, msg):
+        """Log a message at the info level once, and never again for the same message in this process."""
+
+    def getfile(obj):
+        """Return the name of the file an object was defined in, looking through wrappers first."""
+        return original(obj)
+
+    original = inspect.getfile
+    monkeypatch.setattr(logging.Logger, "info_once", info_once, raising=False)
+    monkeypatch.setattr(inspect, "getfile", getfile)
+    demo_module._stdlib_docstrings.cache_clear()
+    try:
+        assert write_demo_corpus(tmp_path).read_bytes() == demo.read_bytes()
+    finally:
+        demo_module._stdlib_docstrings.cache_clear()
+
+
 def test_the_demo_corpus_passes_ingest(demo, tmp_path):
     result = ingest(demo, tmp_path / "out", original_filename=demo.name, options=CleaningOptions())
     assert result.stats["documents"] > 1000 and result.stats["sentences"] > 4000

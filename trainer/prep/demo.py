@@ -9,10 +9,14 @@ same every time for a given Python version (about 1 MB on Python 3.11).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
+import json
 import os
 import re
+import subprocess
+import sys
 import tempfile
 import warnings
 from dataclasses import dataclass
@@ -107,8 +111,37 @@ def demo_docstrings() -> list[DemoDocstring]:
     return docs
 
 
-def _docstrings():
-    """(module name, documented object's dotted name, docstring) in a fixed order."""
+def _docstrings() -> list[tuple[str, str, str | None]]:
+    """(module name, documented object's dotted name, docstring) in a fixed order, as a fresh
+    interpreter with nothing but the standard library sees them.
+
+    Walked here, the answer depended on what this process had imported before: other packages
+    patch and extend standard-library objects (transformers adds logging.Logger.info_once, torch
+    replaces inspect.getfile, typing_extensions typing's helpers), so a worker that had loaded torch
+    wrote another demo corpus and other demo datasets than a fresh web process. The walk therefore
+    runs in a child started with -I -S (no site-packages, no environment, no user site), once per
+    process."""
+    return list(_stdlib_docstrings())
+
+
+@functools.lru_cache(maxsize=1)
+def _stdlib_docstrings() -> tuple[tuple[str, str, str | None], ...]:
+    code = ("import importlib.util, json, sys\n"
+            "spec = importlib.util.spec_from_file_location('_lmwb_demo', sys.argv[1])\n"
+            "demo = sys.modules[spec.name] = importlib.util.module_from_spec(spec)\n"
+            "spec.loader.exec_module(demo)\n"
+            "json.dump([(m, n, d if isinstance(d, str) else None) for m, n, d in demo._walk()], sys.stdout)\n")
+    out = subprocess.run([sys.executable, "-I", "-S", "-c", code, __file__], capture_output=True, text=True,
+                         encoding="utf-8", check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"Could not read the standard library's docstrings in a fresh Python: "
+                           f"{out.stderr.strip()[-500:] or f'exit status {out.returncode}'}")
+    return tuple((module, name, doc) for module, name, doc in json.loads(out.stdout))
+
+
+def _walk():
+    """(module name, documented object's dotted name, docstring) in a fixed order, as this process
+    sees them (run in a fresh interpreter by _docstrings)."""
     with warnings.catch_warnings():  # deprecated modules and attributes warn when touched
         warnings.simplefilter("ignore")
         for name in DEMO_MODULES:
