@@ -64,7 +64,9 @@ over the encode_batch calls alone; MB/s of the text it encoded.
 Figures: MB is the input's text (UTF-8, uncompressed: the `text` values). Each stage's MB/s is that
 input MB over the stage's seconds, end to end over the sum of the four calls' seconds; "kept" is the
 cleaned text (train.txt + valid.txt) over the input; ratio = end to end MB/s / ceiling MB/s (the
-issue's goal: >= 0.8). One markdown table (and one of seconds) on stdout, everything (the command
+issue's goal: >= 0.8); cores busy = a stage's CPU seconds (user + system, of the subprocess and of
+the worker processes that ended with the stage: getrusage) over its wall seconds, out of --threads:
+how much an overlap of the stages could still gain on this machine. One markdown table (and one of seconds) on stdout, everything (the command
 line, the machine, the corpus, each run's stats) in corpus_pipeline.json under --out (default $OUT,
 else --cache), the runs' logs in corpus_pipeline-logs/ beside it. The runs' folders (cleaned text,
 tokenizer, token shards) are removed after each run unless --keep.
@@ -734,12 +736,21 @@ def child_pipeline(job: dict) -> int:
                                               "encode_corpus": bool(_workers_kw(encode_corpus, workers))}}
     seconds: dict[str, float] = {}
 
+    cpu: dict[str, float] = {}
+
+    def cpu_seconds() -> float:
+        """User + system CPU seconds of this process and of its children that have ended (a stage's
+        worker processes end with it)."""
+        own, ended = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + ended.ru_utime + ended.ru_stime
+
     def timed(key: str, fn, *a, **kw):
         print(f"[{time.strftime('%H:%M:%S')}] {key} ...", flush=True)
-        t = time.perf_counter()
+        t, c = time.perf_counter(), cpu_seconds()
         value = fn(*a, **kw)
         seconds[key] = round(time.perf_counter() - t, 3)
-        print(f"[{time.strftime('%H:%M:%S')}] {key}: {seconds[key]:.1f} s", flush=True)
+        cpu[key] = round(cpu_seconds() - c, 3)
+        print(f"[{time.strftime('%H:%M:%S')}] {key}: {seconds[key]:.1f} s, {cpu[key]:.1f} CPU s", flush=True)
         return value
 
     sources = timed("discover", discover, [job["folder"]])
@@ -754,7 +765,7 @@ def child_pipeline(job: dict) -> int:
     if isinstance(stats.get("input"), dict):
         stats["input"] = {k: v for k, v in stats["input"].items() if k != "files"}
     out.update({
-        "seconds": seconds,
+        "seconds": seconds, "cpu_seconds": cpu,
         "ingest_stats": stats, "removed": result.removed,
         "kept_bytes": sum((corpus_dir / f"{s}.txt").stat().st_size for s in ("train", "valid")),
         "train_bytes": (corpus_dir / "train.txt").stat().st_size,
@@ -834,7 +845,13 @@ def figures(run: dict, input_bytes: int) -> dict[str, Any]:
     def rate(s):
         return mb / s if s else None
 
+    cpu = run.get("cpu_seconds") or {}
+    busy = {k: (cpu[k] / seconds[k] if cpu.get(k) is not None and seconds.get(k) else None)
+            for k in ("ingest", "tokenizer", "encode")}
+    cpu_total = sum(cpu.get(k, 0.0) for k in ("discover", "ingest", "tokenizer", "encode"))
+    busy["all"] = cpu_total / total if cpu and total else None
     return {"input_mb": mb, "stage_seconds": stage_seconds, "total_seconds": round(total, 3),
+            "cores_busy": busy,
             "mb_per_s": {k: rate(s) for k, s in stage_seconds.items()},
             "ingest_mb_per_s": rate(seconds.get("ingest")), "end_to_end_mb_per_s": rate(total),
             "kept_share": (run["kept_bytes"] / input_bytes
@@ -872,7 +889,12 @@ def tables(rows: Sequence[dict], ceiling: dict | None) -> str:
               + ["end to end MB/s", "ceiling MB/s", "ratio", "peak RSS MB"])
     seconds_header = ["format", "discover s", "read+clean s", "dedup s", "split s", "ingest s", "tokenizer s",
                       "encode s", "total s"]
-    return markdown_table(header, rates) + "\n\n" + markdown_table(seconds_header, secs)
+    busy = [[row["format"]] + [_f(row["figures"]["cores_busy"].get(k), 2)
+                               for k in ("ingest", "tokenizer", "encode", "all")]
+            for row in rows if row["status"] == "ok" and row["figures"].get("cores_busy", {}).get("all") is not None]
+    busy_table = ("\n\n" + markdown_table(["format", "ingest cores busy", "tokenizer cores busy",
+                                             "encode cores busy", "end to end cores busy"], busy)) if busy else ""
+    return markdown_table(header, rates) + "\n\n" + markdown_table(seconds_header, secs) + busy_table
 
 
 def _git() -> dict[str, Any]:
@@ -1037,7 +1059,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print()
     print("MB/s: the input's text MB over each stage's seconds; kept: cleaned text (train + valid) over the input; "
           "ceiling: tokenizers' encode_batch of the first run's train.txt, same threads; ratio: end to end / ceiling "
-          "(goal >= 0.8); peak RSS: the run's process tree, summed.")
+          "(goal >= 0.8); peak RSS: the run's process tree, summed; cores busy: CPU seconds over wall seconds "
+          f"(of {args.threads} threads).")
     _write_report(out_dir, report, clock)
     return 0 if all(r["status"] == "ok" for r in rows) and ceiling and not ceiling.get("error") else 1
 

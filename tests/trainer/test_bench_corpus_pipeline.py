@@ -62,6 +62,8 @@ def test_a_tiny_run_prints_its_table_and_writes_its_json(bench, tmp_path, monkey
     assert len(rows) == 2
     for line in rows.values():  # every figure there
         assert all(cell.strip() not in ("", "-") for cell in line.split("|")[2:-1]), line
+    busy_table = printed[printed.index("| format | ingest cores busy |"):].splitlines()
+    assert {line.split("|")[1].strip() for line in busy_table[2:4]} == {"parquet", "jsonl.zst"}
     every_rule = [f.name for f in fields(CleaningOptions)]
     assert f"cleaning rules: {', '.join(every_rule)}" in printed
 
@@ -80,6 +82,12 @@ def test_a_tiny_run_prints_its_table_and_writes_its_json(bench, tmp_path, monkey
         fig = row["figures"]
         assert fig["input_mb"] == pytest.approx(corpus["text_bytes"] / 1e6)
         assert fig["end_to_end_mb_per_s"] == pytest.approx(fig["input_mb"] / fig["total_seconds"])
+        # cores busy: the stage's CPU seconds (its ended workers' included) over its wall seconds; the
+        # encode's two workers did the work, so without their CPU time it would read near 0
+        busy = fig["cores_busy"]
+        assert set(busy) == {"ingest", "tokenizer", "encode", "all"}
+        assert all(0 < busy[k] <= 2.2 for k in busy), busy
+        assert row["cpu_seconds"]["encode"] > 0.3 * row["seconds"]["encode"], row
         assert row["ratio"] == pytest.approx(fig["end_to_end_mb_per_s"] / ceiling["mb_per_s"])
         assert all(fig["stage_seconds"][k] is not None for k in ("read_clean", "dedup", "split", "tokenizer",
                                                                    "encode"))
