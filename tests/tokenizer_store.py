@@ -10,7 +10,8 @@ tokenizer (the tests of training one call the product's function directly): the 
 looked up in tests/data/tokenizers/ by the settings and the content hash of the text it would
 learn from; found, its files are copied; not found (a new setting, or another Python whose
 standard-library docstrings make another demo corpus), it is trained by the product and stored
-there, so that every later process of every session loads the same vocabulary. Commit new
+there, so that every later process of every session loads the same vocabulary (in CI, where
+LMWB_TOKENIZER_STORE_STRICT is set, a miss fails instead: see STRICT_ENV). Commit new
 entries (`git add tests/data/tokenizers`); `python -m tests.tokenizer_store` lists them.
 """
 from __future__ import annotations
@@ -24,6 +25,11 @@ import tempfile
 from pathlib import Path
 
 STORE = Path(__file__).resolve().parent / "data" / "tokenizers"
+# Set by .ci/run: a miss fails instead of training. On CI's machine every entry the suite needs is
+# committed, so a miss means the text a test learns from changed (it once depended on what the
+# process had imported), and a tokenizer trained afresh would not be the one its thresholds were
+# set on.
+STRICT_ENV = "LMWB_TOKENIZER_STORE_STRICT"
 # What train_tokenizer writes (vocab.txt for WordPiece only).
 FILES = ("tokenizer.json", "tokenizer_meta.json", "tokenizer_config.json", "vocab.txt")
 
@@ -51,6 +57,12 @@ def stored_tokenizer(corpus_dir: Path, out_dir: Path, *, algorithm: str = "wordp
     settings = dict(algorithm=algorithm, vocab_size=vocab_size, lowercase=lowercase, extra_ids=extra_ids)
     entry = STORE / store_key(corpus_dir, **settings)
     if not (entry / "tokenizer_meta.json").is_file():
+        if os.environ.get(STRICT_ENV, "").strip() not in ("", "0"):
+            raise LookupError(
+                f"tests/tokenizer_store: no stored tokenizer {entry.name} for {corpus_dir} ({STRICT_ENV} is set, "
+                "as in CI). Either the text this test learns from is not the same in every process (make it "
+                "deterministic), or the entry is new: run the test once without the variable and commit "
+                "tests/data/tokenizers/.")
         _train_into_store(Path(corpus_dir), entry, settings)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

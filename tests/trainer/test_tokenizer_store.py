@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests import tokenizer_store
 from trainer.prep.tokenization import load_tokenizer, train_tokenizer
 
@@ -26,6 +28,7 @@ def test_the_store_keeps_every_file_train_tokenizer_writes(tmp_path):
 
 def test_a_miss_trains_and_stores_and_a_hit_gives_the_same_files(tmp_path, monkeypatch):
     monkeypatch.setattr(tokenizer_store, "STORE", tmp_path / "store")
+    monkeypatch.delenv(tokenizer_store.STRICT_ENV, raising=False)
     source = corpus(tmp_path / "c", TEXT)
     stats = tokenizer_store.stored_tokenizer(source, tmp_path / "a", vocab_size=150)
     [entry] = list((tmp_path / "store").iterdir())
@@ -39,3 +42,12 @@ def test_a_miss_trains_and_stores_and_a_hit_gives_the_same_files(tmp_path, monke
     assert tokenizer_store.store_key(source, vocab_size=151) != entry.name
     other = corpus(tmp_path / "d", TEXT + "\n\nOne more line.")
     assert tokenizer_store.store_key(other, vocab_size=150) != entry.name
+
+
+def test_in_ci_a_miss_fails_and_says_why_instead_of_training(tmp_path, monkeypatch):
+    monkeypatch.setattr(tokenizer_store, "STORE", tmp_path / "store")
+    monkeypatch.setenv(tokenizer_store.STRICT_ENV, "1")
+    source = corpus(tmp_path / "c", TEXT)
+    with pytest.raises(LookupError, match="no stored tokenizer wordpiece-150-0-lower-.*commit tests/data/tokenizers/"):
+        tokenizer_store.stored_tokenizer(source, tmp_path / "a", vocab_size=150)
+    assert not (tmp_path / "store").exists() and not (tmp_path / "a").exists()  # nothing trained
