@@ -47,6 +47,9 @@ def test_roberta_albert_and_electra_train_through_the_api_and_answer_fill_mask(l
         assert run["status"] == "succeeded", (arch, run, live_stack.logs())
         points = s.get(f"{api}/runs/{run_id}/metrics/").json()["points"]
         train = [p["values"] for p in points if p["split"] == "train"]
+        # first -> last logged training loss through the live stack (2026-12-02, stored tokenizers, two
+        # runs): RoBERTa 7.572 -> 6.732 (both), ALBERT 8.374 -> 6.973 (both), ELECTRA 42.38 -> 27.25 and
+        # 42.41 -> 27.32 (MLM + 50 x RTD); the smallest fall, RoBERTa's 0.84 (x0.89), is the margin.
         assert train[-1]["loss"] < train[0]["loss"], (arch, train[0], train[-1])
         family_keys = {"roberta": {"mlm_acc"}, "albert": {"sop_loss", "sop_acc"},
                        "electra": {"rtd_loss", "rtd_precision", "rtd_recall"}}[arch]

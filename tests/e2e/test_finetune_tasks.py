@@ -117,38 +117,49 @@ CHECKS = {
     # The best fixed output scores 0.205 (FIXED_OUTPUT; the most frequent words: at most 0.162; the most
     # common target: 0.021). ROUGE-L seeds 0/1/2: 0.341 / 0.330 / 0.329; seed 0 on three other tokenizer
     # builds: 0.338 / 0.328 / 0.409 (1,200 steps would give 0.357 / 0.342 / 0.367 and 0.408 / 0.359 / 0.371).
+    # This test's live stack (2026-12-02, two runs, identical): 0.342, bound 0.205 + 0.07 = 0.275: margin 0.067.
     "text_to_text": ("rouge_l", best_fixed_output, 0.07),
     # Five keyword topics; the best fixed label set, {returns, text}, has micro F1 0.521. Seeds 0/1/2:
     # 0.926 / 0.948 / 0.947; seed 0 on three other tokenizer builds: 0.925 / 0.955 / 0.890. At 1,000 steps
     # seeds 0/1/2 gave 0.792 / 0.918 / 0.903 and seed 0 on other builds 0.958 / 0.846 / 0.791, and 0.709 in
     # this file; at 300 steps, 0.862 / 0.691 / 0.625.
+    # This test's live stack (2026-12-02, two runs, identical): 0.937, bound 0.521 + 0.25 = 0.771: margin 0.166.
     "multilabel": ("f1_micro", best_fixed_label_set, 0.25),
     # 5 packages; majority share 0.257 (asyncio or xml, 26 of 101). Accuracy seeds 0/1/2: 0.673 / 0.753 / 0.634
     # (0.634 / 0.693 / 0.545); seed 0 on the other tokenizer builds: 0.614 / 0.594 / 0.604.
+    # This test's live stack (2026-12-02, two runs, identical): 0.733, bound 0.257 + 0.15 = 0.407: margin 0.325.
     "classification": ("accuracy", majority_share, 0.15),
     # A docstring's first two paragraphs in order or swapped; majority share about 0.52 (in_order). Accuracy
     # seeds 0/1/2: 0.850 / 0.842 / 0.857; the same three seeds on two other tokenizer builds: 0.850 / 0.850 /
     # 0.857 and 0.887 / 0.865 / 0.842 (max_length 128 instead: 0.827 to 0.857).
+    # This test's live stack (2026-12-02, two runs, identical): 0.865, bound 0.519 + 0.2 = 0.719: margin 0.146.
     "pair_classification": ("accuracy", majority_share, 0.2),
     # A constant predicts with Pearson 0. Seeds 0/1/2: 0.743 / 0.739 / 0.799 (0.793 / 0.775 / 0.794); other
     # tokenizer builds: 0.782 / 0.784 / 0.756.
+    # This test's live stack (2026-12-02, two runs, identical): 0.787, bound 0.5: margin 0.287.
     "regression": ("pearson", lambda gold: 0.0, 0.5),
     # Tagging every word "O" finds no entity: entity F1 0. Seeds 0/1/2: 0.292 / 0.267 / 0.286 (0.260 / 0.251 / 0.258);
     # other tokenizer builds: 0.290 / 0.302 / 0.266.
+    # This test's live stack (2026-12-02, two runs, identical): 0.284, bound 0.15: margin 0.134.
     "token_classification": ("entity_f1", lambda gold: 0.0, 0.15),
     # Always "no answer" scores the unanswerable share: 0.260 (19 of 73). F1 seeds 0/1/2: 0.684 / 0.664 / 0.735
     # (seeds 0/1: 0.673 / 0.641); other tokenizer builds: 0.702 / 0.674 / 0.641.
+    # This test's live stack (2026-12-02, two runs, identical): 0.699, bound 0.260 + 0.2 = 0.460: margin 0.239.
     "extractive_qa": ("f1", unanswerable_share, 0.2),
     # A model that knows nothing gives each of the tokenizer's 1,000 tokens 1/1000: perplexity 1000 (lower is
     # better; it must be under 400). Seeds 0/1/2: 182.8 / 191.3 / 198.5 (seed 0: 177.8); other tokenizer
     # builds: 176.6 / 167.5 / 166.4.
+    # This test's live stack (2026-12-02, two runs, identical): 168.8, bound 400: margin 231.
     "sft": ("perplexity", lambda gold: 1000.0, 600.0),
     # ELMo's features (the random tiny biLM frozen, a scalar mix, a BiLSTM): the same majority share, 0.257.
     # Seeds 0/1/2: 0.465 / 0.406 / 0.446 (0.436 / 0.505 / 0.475); other tokenizer builds: 0.446 / 0.416 / 0.416.
+    # This test's live stack (2026-12-02, two runs, identical): 0.416, bound 0.257 + 0.1 = 0.357: margin 0.058
+    # (the seeds' lowest, 0.406: 0.049).
     "elmo_classification": ("accuracy", majority_share, 0.1),
     # GPT-1's classifier (start, text, extract; the auxiliary LM loss, length-grouped batches as every task
     # here) on the tiny GPT: the same majority share, 0.257. Seeds 0/1/2: 0.733 / 0.762 / 0.772; seed 0 on
     # three other tokenizer builds: 0.782 / 0.782 / 0.753.
+    # This test's live stack (2026-12-02, two runs, identical): 0.752, bound 0.257 + 0.35 = 0.607: margin 0.145.
     "gpt1_classification": ("accuracy", majority_share, 0.35),
 }
 

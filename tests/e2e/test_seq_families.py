@@ -40,6 +40,9 @@ def test_t5_and_gpt_train_through_the_api_and_answer_the_generate_endpoint(live_
         finished_run(s, live_stack, run_id)
         points = s.get(f"{api}/runs/{run_id}/metrics/").json()["points"]
         train = [p["values"] for p in points if p["split"] == "train"]
+        # first -> last logged training loss through the live stack (2026-12-02, stored tokenizers, two
+        # runs): T5 8.288 -> 5.447 (both, to 3 decimals), GPT 7.642 -> 6.583 (both); the smaller fall,
+        # GPT's 1.06 (x0.86), is the margin.
         assert train[-1]["loss"] < train[0]["loss"], (arch, train[0], train[-1])
         assert RUNS[arch][2] <= set(train[-1]), (arch, train[-1])
         valid = [p["values"] for p in points if p["split"] == "valid"]

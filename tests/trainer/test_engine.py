@@ -26,12 +26,16 @@ def test_loss_falls_and_metrics_are_reported(trained_run):
     assert [s for s, _ in train_events] == [1, 5, 10, 15, 20, 25, 30, 35, 40]
     assert all(set(v) == TRAIN_KEYS for _, v in train_events)
     first, last = train_events[0][1], train_events[-1][1]
+    # 40 steps of bert-tiny from a uniform guess (ln 2000 = 7.6). Calibrated on the stored tokenizers
+    # (2026-12-02, two processes, identical): MLM loss 7.598 -> 6.392, a fall of 1.21; the bound 0.5
+    # leaves a margin of 0.71 and still fails a model that does not learn (a fall of about 0).
     assert last["mlm_loss"] < first["mlm_loss"] - 0.5, (first, last)
     assert last["progress"] == 1.0 and last["eta_s"] == 0 and last["tokens_per_s"] > 0 and last["memory_mb"] > 0
     assert last["mfu"] > 0  # against a peak measured on this (shared) CPU: not bounded by 1 here
     valid = sink.split("valid")
     assert [s for s, _ in valid] == [20, 40] and all(set(v) == VALID_KEYS for _, v in valid)
-    assert valid[-1][1]["mlm_loss"] < valid[0][1]["mlm_loss"]
+    # validation MLM loss 6.566 (step 20) -> 6.315 (step 40), the same in both processes: a margin of 0.25
+    assert valid[-1][1]["mlm_loss"] < valid[0][1]["mlm_loss"], valid
     assert abs(valid[-1][1]["perplexity"] - torch.tensor(valid[-1][1]["mlm_loss"]).exp().item()) < 1e-3
     assert [h[0] for h in sink.heartbeats] == list(range(1, 41))
     assert any(line.startswith("Training bert-tiny") for line in sink.lines)

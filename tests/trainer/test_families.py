@@ -71,7 +71,10 @@ def test_each_family_trains_from_scratch_and_its_loss_falls(family_run, arch):
     valid = sink.split("valid")
     assert [s for s, _ in valid] == [25, 50]
     assert all(set(v) == {"loss", "perplexity"} | FAMILY_METRICS[arch] for _, v in valid)
-    assert valid[-1][1]["loss"] < valid[0][1]["loss"]
+    # validation loss, step 25 -> 50 (2026-12-02, two processes, identical): RoBERTa 6.354 -> 6.231,
+    # ALBERT 6.773 -> 6.340, SpanBERT 12.279 -> 12.073, ELECTRA 26.687 -> 26.559 (MLM + 50 x RTD),
+    # UniLM 5.936 -> 5.856: the smallest fall, UniLM's 0.080, is the margin.
+    assert valid[-1][1]["loss"] < valid[0][1]["loss"], valid
     assert all(0.0 <= v[k] <= 1.0 for _, v in events + valid for k in v if k.endswith(("_acc", "_precision", "_recall")))
     state = json.loads((result.last_checkpoint / "trainer_state.json").read_text())
     assert state["family"] == arch and state["config"] == config.to_dict()

@@ -61,11 +61,14 @@ def test_distillation_trains_with_the_three_weighted_losses(student_run):
     # The student starts near the teacher's MLM level (it is made of the teacher's layers), so its
     # loss cannot fall like a model's from scratch; it learns to agree with the teacher: the
     # hidden-state direction (cosine loss) converges, and the validation loss falls. (The
-    # tokenizer, trained per session, varies a little between sessions; these margins are wide.)
+    # tokenizer is stored: tests/tokenizer_store.py.) Calibrated on it (2026-12-02, two processes,
+    # identical): cosine loss 0.0575 -> 0.0217, a ratio of 0.377, so the bound 0.5 leaves a margin of 0.12
+    # and still fails a student that does not learn (about 1); validation loss 12.426 (step 25) -> 12.317
+    # (step 50), a margin of 0.11.
     assert last["cos_loss"] < 0.5 * first["cos_loss"], (first, last)
     valid = sink.split("valid")
     assert all(set(v) == keys | {"loss", "perplexity"} for _, v in valid)
-    assert valid[-1][1]["loss"] < valid[0][1]["loss"]
+    assert valid[-1][1]["loss"] < valid[0][1]["loss"], valid
     assert valid[-1][1]["loss"] == pytest.approx(
         5 * valid[-1][1]["soft_loss"] + 2 * valid[-1][1]["mlm_loss"] + valid[-1][1]["cos_loss"], rel=1e-6)
 

@@ -82,17 +82,24 @@ def test_each_family_trains_50_steps_and_its_loss_clearly_falls(family_run, arch
     first = events[0][1]["loss"]
     # Steps 41-50 are the last two logged points (each the mean over its 5 steps). From a
     # uniform guess (ln 2000 = 7.6; T5 v1.0 starts a little above) 50 steps reach the corpus's
-    # token statistics and beyond: last/first is 0.65 (T5), 0.82 (GPT, ELMo) here.
+    # token statistics and beyond. Calibrated on the stored tokenizers (2026-12-02, two processes,
+    # identical): last/first 0.650 (T5), 0.819 (GPT), 0.797 (ELMo). The bound was 0.85, 0.031 above
+    # GPT's: too thin; 0.9 (as test_families.py's) leaves a margin of at least 0.081 and still fails a
+    # model that does not learn (a ratio of about 1).
     last10 = (events[-1][1]["loss"] + events[-2][1]["loss"]) / 2
-    assert last10 < 0.85 * first, (first, last10)
+    assert last10 < 0.9 * first, (first, last10)
     assert all(math.isfinite(v["loss"]) for _, v in events)
     valid = sink.split("valid")
     assert [s for s, _ in valid] == [25, 50]
     assert all(set(v) == VALID_METRICS[arch] for _, v in valid), valid[0][1]
-    assert valid[-1][1]["loss"] < valid[0][1]["loss"]
+    # validation loss, step 25 -> 50 (the same two processes): T5 5.362 -> 4.938, GPT 6.311 -> 6.237,
+    # ELMo 6.190 -> 6.087: the smallest fall, GPT's 0.074, is the margin.
+    assert valid[-1][1]["loss"] < valid[0][1]["loss"], valid
     assert valid[-1][1]["perplexity"] == pytest.approx(math.exp(valid[-1][1]["loss"]), rel=1e-6)
     assert all(0.0 <= v[k] <= 1.0 for _, v in events + valid for k in v if k.endswith("_acc"))
-    assert any(v[k] > 0.02 for _, v in valid for k in v if k.endswith("_acc"))  # it predicts something
+    # it predicts something: a uniform guess is right 1 time in 2000 (0.0005). Best validation accuracy
+    # observed: T5 0.224, GPT 0.057, ELMo 0.058; the bound 0.02 leaves a margin of at least 0.037.
+    assert any(v[k] > 0.02 for _, v in valid for k in v if k.endswith("_acc")), valid
     state = json.loads((result.last_checkpoint / "trainer_state.json").read_text())
     assert state["family"] == arch and state["config"] == config.to_dict()
     model = load_model(result.last_checkpoint)
@@ -139,10 +146,15 @@ def test_elmo_reports_and_lowers_the_perplexity_of_both_directions(family_run):
     valid = sink.split("valid")
     for direction in ("forward", "backward"):
         ppl = [v[f"{direction}_perplexity"] for _, v in valid]
-        assert ppl[1] < ppl[0] < 2000 * 1.05, (direction, ppl)  # below a uniform guess, and falling
+        # below a uniform guess (2000), and falling. Observed (2026-12-02, two processes, identical):
+        # forward 485.4 -> 435.7, backward 490.1 -> 444.8: margins of 1615 under the bound
+        # (2000 x 1.05) and 45 in the fall.
+        assert ppl[1] < ppl[0] < 2000 * 1.05, (direction, ppl)
         assert ppl[1] == pytest.approx(math.exp(valid[1][1][f"{direction}_loss"]), rel=1e-6)
         train_losses = [v[f"{direction}_loss"] for _, v in sink.split("train")]
-        assert train_losses[-1] < 0.85 * train_losses[0]
+        # last/first 0.792 (forward) and 0.793 (backward): the bound was 0.85, a margin of 0.057, thin;
+        # 0.9 leaves 0.107 and still fails a model that does not learn (about 1).
+        assert train_losses[-1] < 0.9 * train_losses[0], (direction, train_losses)
     last = valid[-1][1]
     # the total is the mean of the two directions (the same number of predicted tokens each)
     assert last["loss"] == pytest.approx((last["forward_loss"] + last["backward_loss"]) / 2, rel=1e-6)

@@ -57,11 +57,14 @@ def test_layer_distillation_then_prediction_distillation(student_run):
         assert v["loss"] == pytest.approx(sum(v[k] for k in LAYER), rel=1e-5)
     for _, v in second_half:
         assert v["loss"] == pytest.approx(v["pred_loss"], rel=1e-5)
-    # each phase's losses fall while it trains them
+    # each phase's losses fall while it trains them. Calibrated on the stored tokenizers (2026-12-02, two
+    # processes, identical): step 1 -> 20, emb 1.035 -> 0.601 (x0.58), att 0.00577 -> 0.00334 (x0.58), hid
+    # 2.154 -> 0.396 (x0.18); their sum x0.313, so the bound 0.7 leaves a margin of 0.39 and still fails a
+    # student that does not learn (about 1). The prediction loss, step 22 -> 40: 1.188 -> 0.540.
     start, end = first_half[0][1], first_half[-1][1]
     assert all(end[k] < start[k] for k in LAYER), (start, end)
     assert end["loss"] < 0.7 * start["loss"], (start, end)
-    assert second_half[-1][1]["pred_loss"] < second_half[0][1]["pred_loss"]
+    assert second_half[-1][1]["pred_loss"] < second_half[0][1]["pred_loss"], (second_half[0], second_half[-1])
     valid = dict(sink.split("valid"))
     assert set(valid) == {20, 40} and "perplexity" in valid[40]
     assert valid[20]["loss"] == pytest.approx(sum(valid[20][k] for k in LAYER), rel=1e-5)

@@ -147,11 +147,11 @@ def base(trained_run, tmp_path_factory):
 
 
 def _tune(base, dataset, out_dir, **changes):
-    # 100 steps: the session's tokenizer differs from one test process to the next (the tokenizers
-    # library's WordPiece trainer gives another vocabulary each time from the same corpus, whatever
-    # RAYON_NUM_THREADS and PYTHONHASHSEED say), so the words get other ids and
-    # other random embeddings; at 60 steps 2 processes of 14 had not yet halved the loss (0.35 and
-    # 0.56 left; the others 0.01-0.19), at 100 steps 6 of 6 were under 0.12 (the head alone: 0.41-0.54).
+    # 100 steps: when each session trained its own tokenizer (another vocabulary in each test process:
+    # the tokenizers library's WordPiece trainer, whatever RAYON_NUM_THREADS and PYTHONHASHSEED say), the
+    # words got other ids and other random embeddings; at 60 steps 2 processes of 14 had not yet halved
+    # the loss (0.35 and 0.56 left; the others 0.01-0.19), at 100 steps 6 of 6 were under 0.12 (the head
+    # alone: 0.41-0.54). The tokenizer is now stored (tests/tokenizer_store.py).
     values = dict(max_steps=100, batch_size=16, max_length=48, lr=1e-2, warmup_ratio=0.0, eval_every=100,
                   checkpoint_every=100, log_every=5, device="cpu", num_threads=1, adapter_size=16)
     sink = ListSink()
@@ -175,11 +175,15 @@ def test_an_adapter_run_learns_and_its_checkpoint_keeps_the_adapters(base, datas
     assert any(line.startswith("Bottleneck adapters of size 16 after 4 attention and feed-forward sublayers: ")
                for line in sink.lines)
     losses = [values["loss"] for _, values in sink.split("train")]
-    assert last_losses(sink) < 0.5 * sum(losses[:2]) / 2, losses  # it learns
+    # it learns. Calibrated on the stored tokenizer (2026-12-02, two processes, identical): the last two
+    # logged losses are 0.073 of the first two, so the bound 0.5 leaves a margin of 0.43.
+    assert last_losses(sink) < 0.5 * sum(losses[:2]) / 2, losses
     # and the adapters are what learns: the head alone (the encoder frozen) gets less far in as many steps
     _, head_only = _tune(base, dataset, tmp_path / "head", adapter_size=0, freeze_embeddings=True, freeze_layers=2,
                          checkpoint_every=1000)
-    assert last_losses(sink) < 0.6 * last_losses(head_only)
+    # observed (the same two processes): 0.052 with the adapters against 0.346 for the head alone, a ratio of
+    # 0.151; the bound 0.6 leaves a margin of 0.45
+    assert last_losses(sink) < 0.6 * last_losses(head_only), (last_losses(sink), last_losses(head_only))
     folder = result.last_checkpoint
     assert json.loads((folder / "model_config.json").read_text())["adapters"] == {"size": 16}
     before = safetensors.torch.load_file(str(base / "model.safetensors"))

@@ -70,8 +70,10 @@ def test_classification_baselines_are_sklearns(classification):
         assert rows["majority"][split] == pytest.approx(classification_metrics(["pos"] * len(gold), gold))
         predicted = list(model.predict(vectorizer.transform([ex["text"] for ex in examples])))
         assert rows["bow_logistic"][split] == pytest.approx(classification_metrics(predicted, gold))
-    # the fixture's words give the class away: the lexical baseline beats the majority class
-    assert rows["bow_logistic"]["test"]["accuracy"] > rows["majority"]["test"]["accuracy"]
+    # the fixture's words give the class away: the lexical baseline beats the majority class. scikit-learn
+    # on a fixed fixture, so the same every run (2026-12-02, two processes): test accuracy 0.75 against
+    # the majority's 0.65, a margin of 0.10.
+    assert rows["bow_logistic"]["test"]["accuracy"] > rows["majority"]["test"]["accuracy"], rows
     json.dumps(out)  # stored as JSON on the dataset
 
 
@@ -145,7 +147,8 @@ def test_the_qa_baseline_picks_the_sentence_sharing_most_words_with_the_question
     assert rows["overlap_sentence"]["test"] == pytest.approx(extractive_qa_metrics(chosen, gold))
     assert rows["first_sentence"]["test"] == pytest.approx(extractive_qa_metrics(["The sky is blue."] * len(gold),
                                                                                  gold))
-    assert rows["overlap_sentence"]["test"]["f1"] > rows["first_sentence"]["test"]["f1"]
+    # deterministic (2026-12-02, two processes): F1 0.611 against the first sentence's 0.0, a margin of 0.61
+    assert rows["overlap_sentence"]["test"]["f1"] > rows["first_sentence"]["test"]["f1"], rows
 
 
 def test_sft_has_no_baseline_and_says_so(tmp_path):

@@ -135,7 +135,9 @@ def test_elmo_features_classify_well_above_chance_and_the_bilm_is_untouched(elmo
     result, sink = _tune(elmo_base, topics, tmp_path / "run", max_steps=100, eval_every=100, checkpoint_every=100,
                          max_length=16)
     (_, test), = sink.split("test")
-    assert test["accuracy"] > 0.7, test  # three topics: chance is a third
+    # three topics: chance is a third. Calibrated on the stored tokenizers (2026-12-02, two processes,
+    # identical): test accuracy 1.0, so the bound 0.7 leaves a margin of 0.3 (and 0.37 above chance).
+    assert test["accuracy"] > 0.7, test
     before = safetensors.torch.load_file(str(elmo_base / "model.safetensors"))
     after = safetensors.torch.load_file(str(result.last_checkpoint / "model.safetensors"))
     assert all(torch.equal(after[f"elmo.{k}"], v) for k, v in before.items())  # the biLM stayed frozen

@@ -57,7 +57,9 @@ def test_classification_learns_well_above_chance_and_reports_what_it_predicts(ba
     assert len(valid) == 2 and {"accuracy", "f1_macro", "f1_micro", "mcc", "loss"} <= set(valid[-1])
     (step, _, test), = [e for e in sink.events if e[1] == "test"]
     labels = read_meta(datasets["classification"])["labels"]
-    assert step == 300 and test["accuracy"] > 2 / len(labels)  # five packages: chance is 0.2
+    # five packages: chance is 0.2, the bound twice that (0.4). Calibrated on the stored tokenizers
+    # (2026-12-02, two processes, identical): test accuracy 0.733, a margin of 0.33 above the bound.
+    assert step == 300 and test["accuracy"] > 2 / len(labels), test
     assert json.loads((tmp_path / "run" / "test_metrics.json").read_text()) == pytest.approx(test)
     # The checkpoint is a native classifier with the dataset's labels, and its own predictions
     # on the test split give the accuracy the run reported.

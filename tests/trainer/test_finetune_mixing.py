@@ -139,9 +139,16 @@ def test_a_multi_task_run_trains_on_both_datasets_and_scores_each_task(t5_base, 
         assert values["exact_match/mean"] == pytest.approx(
             (values["exact_match/summarize"] + values["exact_match/classify"]) / 2)
         assert values["rouge_l/mean"] == pytest.approx((values["rouge_l/summarize"] + values["rouge_l/classify"]) / 2)
-    assert test["exact_match/classify"] >= 0.5  # two label words, learnt in 60 steps
+    # Two label words, learnt in 60 steps. Exact match over the test split's 8 inputs (0.125 each); before
+    # training (1 step at lr 1e-8) T5 writes neither word: 0.0. Calibrated on the stored tokenizers
+    # (2026-12-02, two processes, identical): 0.5 at 60 steps (0.625 at 90 and at 120), exactly the bound
+    # 0.5 it had, no margin; and one label word written for every input scores 0.5 too, so what 60 steps
+    # show is that the label words are learnt, not the classification. The bound 0.25 (at least 3 of 8)
+    # leaves a margin of 0.25 and still fails a run that learns neither word (0.0).
+    assert test["exact_match/classify"] > 0.25, test
     losses = [v["loss"] for _, v in sink.split("train")]
-    assert sum(losses[-2:]) < sum(losses[:2])
+    # the sum of the first two logged losses 12.13 (7.245 + 4.887), of the last two 2.47: a margin of 9.7
+    assert sum(losses[-2:]) < sum(losses[:2]), losses
 
 
 def test_the_cli_reads_extra_datasets_beside_the_main_one(t5_base, datasets, tmp_path):

@@ -137,12 +137,16 @@ def test_after_sft_the_model_writes_the_replies_it_learnt(gpt_base, chats, tmp_p
                      batch_size=12, warmup_ratio=0.0, samples_shown=12, lr=5e-3)
     (_, start), = before.split("test")
     (_, end), = after.split("test")
+    # Calibrated on the stored tokenizers (2026-12-02, two processes, identical): test perplexity 854.7
+    # before (the bound 100: a margin of 755) and 1.017 after 400 steps (the bound 2.5: a margin of 1.48).
     assert end["perplexity"] < 2.5 and start["perplexity"] > 100, (start, end)
     replies = [line for line in after.lines if line.startswith("Sample ")][-12:]  # the test split's
     generated = [line.split("generated «")[1].split("»")[0].split() for line in replies]
     asked = [line.split("name the ")[1].split(" object")[0] for line in replies]
     copied = [g[:1] == [word] for g, word in zip(generated, asked)]
-    assert sum(copied) >= 9, "\n".join(replies)  # the tiny model learns to name the object asked about
+    # the tiny model learns to name the object asked about: 12 of 12 observed (the same two processes),
+    # the bound 9 of 12 leaves a margin of 3
+    assert sum(copied) >= 9, "\n".join(replies)
 
 
 def test_greedy_replies_start_where_training_predicts(gpt_base, chats, tmp_path):

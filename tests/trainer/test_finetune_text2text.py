@@ -141,7 +141,9 @@ def test_text_to_text_trains_generates_and_reports_rouge_bleu_and_exact_match(ba
     tuned = load_model(result.last_checkpoint)
     assert type(tuned) is type(load_model(base))  # a checkpoint of the same family: it generates in the explorer
     train_losses = [v["loss"] for _, v in sink.split("train")]
-    assert train_losses[-1] < train_losses[0]
+    # 40 steps (2026-12-02, stored tokenizers, two processes, identical): T5 7.023 -> 6.347, UniLM 6.654 ->
+    # 6.028: margins of 0.68 and 0.63 in the fall
+    assert train_losses[-1] < train_losses[0], train_losses
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +177,8 @@ def test_what_it_generates_after_training_matches_what_it_learnt(bases, memorabl
     (_, start), = before.split("test")
     (_, end), = after.split("test")
     assert start["exact_match"] == 0.0, start
+    # Calibrated on the stored tokenizers (2026-12-02, two processes, identical): exact match 1.0 and
+    # ROUGE-L 1.0 for both families, margins of 0.25 and 0.15 above the bounds; 0.0 before training.
     assert end["exact_match"] >= 0.75 and end["rouge_l"] >= 0.85, end
 
 

@@ -33,7 +33,10 @@ def test_the_form_launches_a_run_that_trains_with_a_falling_loss(alice, alice_cl
     run.refresh_from_db()
     assert run.status == RunStatus.SUCCEEDED, run.error
     losses = [p.values["loss"] for p in MetricPoint.objects.filter(run=run, split="train").order_by("step")]
-    assert len(losses) == steps and np.mean(losses[-10:]) < losses[0] - 0.5, losses  # 1000 tokens: ln 1000 = 6.9 at first
+    # 1000 tokens: ln 1000 = 6.9 at first. Calibrated on the stored tokenizers (2026-12-02, two processes):
+    # the mean of the last 10 steps fell by 0.926 (Transformer-XL) and 0.821 (XLNet); the bound 0.5 leaves a
+    # margin of at least 0.32 and still fails a model that does not learn.
+    assert len(losses) == steps and np.mean(losses[-10:]) < losses[0] - 0.5, losses
     valid = MetricPoint.objects.get(run=run, split="valid", step=steps).values
     assert {"perplexity", "perplexity_no_memory"} <= set(valid)
 
