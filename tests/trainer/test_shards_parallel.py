@@ -48,6 +48,29 @@ def test_pieces_and_workers_give_the_same_shards(corpus, tmp_path):
     assert train.n_documents == 400 and train.sentence_offsets[-1] == train.n_tokens
 
 
+def test_a_small_text_is_cut_so_that_every_worker_gets_pieces():
+    MB = 1 << 20
+    # 12 MB of text (a 100 MB corpus's kept split) on two workers: 8 pieces of 1.5 MB, not one of 32.
+    assert shards.encode_piece_bytes(12 * MB, 2) == 12 * MB // 8
+    assert shards.encode_piece_bytes(10_000 * MB, 2) == shards.PIECE_BYTES
+    assert shards.encode_piece_bytes(100_000, 2) == shards.MIN_PIECE_BYTES
+    assert shards.encode_piece_bytes(64 * MB, 16) == shards.MIN_PIECE_BYTES
+
+
+def test_the_default_pieces_follow_the_workers_and_give_the_same_shards(corpus, tmp_path, monkeypatch):
+    tok = tmp_path / "tok"
+    encode_corpus(corpus, tok, workers=1)
+    one = shard_files(tok)
+    monkeypatch.setattr(shards, "MIN_PIECE_BYTES", 100)  # the fixture's text is a few KB
+    seen = []
+    real = shards._encode_pieces
+    monkeypatch.setattr(shards, "_encode_pieces", lambda bundle, pieces, *rest: (seen.append(len(pieces)),
+                                                                                real(bundle, pieces, *rest))[1])
+    encode_corpus(corpus, tok, workers=2)
+    assert seen[0] >= 2 * shards.PIECES_PER_WORKER  # train's pieces, and valid's
+    assert shard_files(tok) == one
+
+
 def test_document_ranges_cut_after_blank_lines_and_cover_the_file(corpus):
     path = corpus / "train.txt"
     data = path.read_bytes()

@@ -49,14 +49,17 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 
 ENCODE_WORK = ".encode-work"
-PIECE_BYTES = 32 << 20
+PIECE_BYTES = 32 << 20  # the largest piece an encode worker takes
+MIN_PIECE_BYTES = 1 << 20  # and the smallest, when the text is cut finer to give every worker some
+PIECES_PER_WORKER = 4  # pieces a worker gets at least, text allowing, so none waits while one works
 
 
 def encode_corpus(corpus_dir: Path, tokenizer_dir: Path, progress: Callable[[float], None] | None = None,
                   workers: int | None = None, piece_bytes: int | None = None) -> dict:
     """Encode ``corpus_dir``'s train/valid text with the tokenizer in ``tokenizer_dir``.
 
-    Each split's text is cut at document boundaries into pieces of about ``piece_bytes``, encoded
+    Each split's text is cut at document boundaries into pieces of about ``piece_bytes`` (default:
+    encode_piece_bytes: at most 32 MB, and finer for a small text so each worker gets some), encoded
     by up to ``workers`` processes (default: every core; 1 encodes here), each piece written to
     ``tokenizer_dir/.encode-work/`` with a marker, then joined into ``shards/``. The shards are the
     same whatever the number of workers; a killed encode, called again with the same tokenizer and
@@ -80,7 +83,7 @@ def encode_corpus(corpus_dir: Path, tokenizer_dir: Path, progress: Callable[[flo
     report = Stages(progress, {"encode": ("Encoding into token shards", 100.0)})
     report.percent(0)
 
-    piece_bytes = piece_bytes or PIECE_BYTES
+    piece_bytes = piece_bytes or encode_piece_bytes(total_bytes, workers)
     pieces = [(split, paths[split], start, stop) for split in SPLITS
               for start, stop in _document_ranges(paths[split], piece_bytes)]
     work = _encode_work(tokenizer_dir, paths, pieces)
@@ -105,6 +108,15 @@ def encode_corpus(corpus_dir: Path, tokenizer_dir: Path, progress: Callable[[flo
     stats["seconds"] = round(time.monotonic() - started, 3)
     stats["workers"] = workers
     return stats
+
+
+def encode_piece_bytes(total_bytes: int, workers: int) -> int:
+    """The encode's piece size: PIECE_BYTES, or less when the text would give a worker fewer than
+    PIECES_PER_WORKER pieces (never under MIN_PIECE_BYTES). A 12 MB train split was one 32 MB
+    piece, so one of two workers encoded it all. Pieces depend on the text and the workers only, so
+    a resumed encode with the same workers finds its pieces again; the shards do not depend on them."""
+    share = -(-max(1, total_bytes) // max(1, workers * PIECES_PER_WORKER))
+    return max(MIN_PIECE_BYTES, min(PIECE_BYTES, share))
 
 
 def _document_ranges(path: Path, piece_bytes: int) -> list[tuple[int, int]]:
