@@ -102,7 +102,7 @@ def the_corpus(owner) -> Corpus:
 
 
 def listed(corpus: Corpus) -> list[tuple[str, str, str]]:
-    return [(s["name"], s["format"], s["compression"]) for s in corpus.sources]
+    return [(f.name, f.format, f.compression) for f in corpus.files.order_by("position")]
 
 
 # ------------------------------------------------------------------ the upload page
@@ -177,7 +177,7 @@ def test_several_files_in_one_upload_are_one_corpus_in_their_order(alice_client,
     assert corpus.size_bytes == sum(len(content) for _, content in files)
     html = alice_client.get(reverse("corpora:detail", args=[corpus.id])).content.decode()
     assert "3 files" in html and "1 Parquet" in html and "2 JSON lines" in html
-    assert "compressed: 1 zstd, 1 gzip" in html
+    assert "compressed: 1 gzip, 1 zstd" in html  # the totals name compressions in one order (sources.COMPRESSIONS)
 
 
 def test_the_api_takes_the_file_field_repeated(alice_api, alice, eager, django_capture_on_commit_callbacks):
@@ -202,7 +202,7 @@ def test_an_archive_of_shards_is_unpacked_by_the_ingest(alice_api, alice, eager,
     assert response.status_code == 201, response.content
     corpus = Corpus.objects.get(owner=alice)
     # Before the ingest: the archive as it was uploaded, nothing unpacked in the request.
-    assert [s["format"] for s in corpus.sources] == ["archive"]
+    assert [f.format for f in corpus.files.all()] == ["archive"]
     raw = corpus.folder / services.RAW_FOLDER
     stored = "0000" + archive[archive.index("."):]
     assert sorted(p.name for p in raw.iterdir()) == [stored, services.UPLOADS_MANIFEST]
@@ -383,7 +383,7 @@ def test_a_folder_is_listed_then_imported_in_place(alice_api, alice, roots, eage
     corpus = the_corpus(alice)
     assert corpus.name == "Web" and corpus.source_kind == SourceKind.IMPORT and corpus.options["minhash"] is True
     assert corpus.stats["documents"] == 18
-    assert [s["path"] for s in corpus.sources] == [str((roots["shards"] / n).resolve()) for n in
+    assert [f.path for f in corpus.files.order_by("position")] == [str((roots["shards"] / n).resolve()) for n in
                                                    ("part-0.parquet", "part-1.jsonl.zst", "part-2.json.gz")]
     stored = {p.name for p in corpus.folder.iterdir()}
     assert not any(name.startswith("part-") for name in stored) and "raw" not in stored  # nothing copied
@@ -565,7 +565,7 @@ def test_a_corpus_made_before_issue_28_is_still_ingested(alice, eager):
                                    options=services._cleaning_options({}).to_dict())
     corpus.folder.mkdir(parents=True)
     (corpus.folder / "raw.jsonl.gz").write_bytes(gzip.compress(jsonl(documents(seed=19))))
-    assert corpus.sources == [] and corpus.source_kind == SourceKind.UPLOAD
+    assert not corpus.files.exists() and corpus.source_kind == SourceKind.UPLOAD
     services.corpus_process(corpus_id=corpus.id)
     corpus.refresh_from_db()
     assert corpus.status == JobStatus.READY, corpus.error
@@ -575,16 +575,48 @@ def test_a_corpus_made_before_issue_28_is_still_ingested(alice, eager):
 # ------------------------------------------------------------------ the corpus page
 
 
-def test_the_files_table_folds_past_twenty_rows(alice_client, alice):
+def many_files(owner, n: int) -> Corpus:
     sources = [{"path": f"/x/{i}", "name": f"shard-{i:05d}.parquet", "format": "parquet", "compression": "none",
-                "bytes": 1_000_000} for i in range(25)]
-    corpus = Corpus.objects.create(owner=alice, name="Many", status=JobStatus.PENDING, sources=sources)
+                "bytes": 1_000_000} for i in range(n)]
+    corpus = Corpus.objects.create(owner=owner, name="Many", status=JobStatus.PENDING)
+    services.store_files(corpus, sources)
+    return corpus
+
+
+def test_the_files_table_folds_past_twenty_rows(alice_client, alice):
+    corpus = many_files(alice, 25)
     html = alice_client.get(reverse("corpora:detail", args=[corpus.id])).content.decode()
     visible, folded = html.split('class="split-files files-more"', 1)
     assert "shard-00019.parquet" in visible and "shard-00020.parquet" not in visible
     assert "Show the other 5 files" in folded and "shard-00024.parquet" in folded
     assert "25 files, 25.0 MB: 25 Parquet" in html
     assert "/x/1" not in html  # an upload's storage paths are not shown
+
+
+def test_a_corpus_of_many_files_keeps_them_as_rows_and_lists_the_first_thousand(alice_client, alice, alice_api):
+    from webapp.corpora import display
+
+    corpus = many_files(alice, display.FILES_LISTED + 500)
+    corpus.refresh_from_db()
+    assert corpus.files.count() == 1500 and corpus.sources_summary["files"] == 1500
+    assert list(corpus.files.values_list("position", flat=True)[:3]) == [0, 1, 2]
+    html = alice_client.get(reverse("corpora:detail", args=[corpus.id])).content.decode()
+    assert "1,500 files, 1.5 GB: 1,500 Parquet (the first 1,000 are listed)" in html
+    assert "shard-00999.parquet" in html and "shard-01000.parquet" not in html
+    listing = alice_api.get("/api/corpora/").json()
+    entry = next(c for c in listing if c["id"] == str(corpus.id))
+    assert entry["sources_summary"]["files"] == 1500 and len(entry["sources"]) == services.LISTED_FILES
+    assert all("path" not in f for f in entry["sources"])  # an upload's storage paths stay private
+    assert Corpus.objects.get(pk=corpus.pk).delete()[1]["corpora.CorpusFile"] == 1500
+
+
+def test_the_admin_shows_a_corpus_with_its_first_files(alice, django_user_model, client):
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "root-password-123")
+    client.force_login(admin)
+    corpus = many_files(alice, 150)
+    html = client.get(f"/admin/corpora/corpus/{corpus.id}/change/").content.decode()
+    assert "shard-00099.parquet" in html and "shard-00100.parquet" not in html
+    assert client.get("/admin/corpora/corpus/").status_code == 200
 
 
 def test_removed_text_examples_and_the_tokenizer_sample_are_shown(alice_client, alice):

@@ -1,4 +1,5 @@
-"""Migration runs.0004: Run.architecture becomes Run.family, in the column and in the stored config."""
+"""Migrations that move data: runs.0004 (Run.architecture becomes Run.family, in the column and in the
+stored config) and corpora.0004 (a corpus's list of files becomes rows)."""
 from __future__ import annotations
 
 import pytest
@@ -38,4 +39,35 @@ def test_old_runs_keep_their_family():
     migrated = Run.objects.get(pk=run.pk)
     assert migrated.family == "roberta"
     assert migrated.config == {"family": "roberta", "preset": "roberta-tiny", "objectives": ["mlm"]}
+    MigrationExecutor(connection).migrate(executor.loader.graph.leaf_nodes())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_corpus_list_of_files_becomes_its_file_rows_in_order():
+    """corpora.0004: Corpus.sources (a JSON list) becomes CorpusFile rows and sources_summary."""
+    executor = MigrationExecutor(connection)
+    new = ("corpora", "0004_corpus_files")
+    others = [_newest_before(executor.loader.graph, leaf, new)
+              for leaf in executor.loader.graph.leaf_nodes() if leaf[0] != "corpora"]
+    before, after = [("corpora", "0003_sources_and_stage_progress"), *others], [new, *others]
+    executor.migrate(before)
+    apps = executor.loader.project_state([n for n in before if n[1] is not None]).apps
+    owner = apps.get_model("auth", "User").objects.create(username="old")
+    Corpus = apps.get_model("corpora", "Corpus")
+    listed = [{"path": f"/data/{i}.jsonl.zst", "name": f"{i}.jsonl.zst", "format": "jsonl", "compression": "zstd",
+               "bytes": 10 + i} for i in range(3)] + [{"path": "/data/p.parquet", "name": "p.parquet",
+                                                       "format": "parquet", "compression": "none", "bytes": 5}]
+    many = Corpus.objects.create(owner=owner, name="many", sources=listed, source_kind="import")
+    none = Corpus.objects.create(owner=owner, name="old upload", original_filename="c.txt")
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    apps = executor.loader.project_state([n for n in after if n[1] is not None]).apps
+    Corpus, CorpusFile = apps.get_model("corpora", "Corpus"), apps.get_model("corpora", "CorpusFile")
+    rows = CorpusFile.objects.filter(corpus_id=many.pk).order_by("position")
+    assert [(r.position, r.path, r.name, r.format, r.compression, r.bytes) for r in rows] == [
+        (i, e["path"], e["name"], e["format"], e["compression"], e["bytes"]) for i, e in enumerate(listed)]
+    assert Corpus.objects.get(pk=many.pk).sources_summary == {
+        "files": 4, "bytes": 38, "formats": {"jsonl": 3, "parquet": 1}, "compressions": {"none": 1, "zstd": 3}}
+    assert not CorpusFile.objects.filter(corpus_id=none.pk).exists()
+    assert Corpus.objects.get(pk=none.pk).sources_summary == {}
     MigrationExecutor(connection).migrate(executor.loader.graph.leaf_nodes())

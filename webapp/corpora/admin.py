@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from webapp.corpora.models import Corpus, Tokenizer
+from webapp.corpora.models import Corpus, CorpusFile, Tokenizer
 
 
 class TokenizerInline(admin.TabularInline):
@@ -12,6 +12,20 @@ class TokenizerInline(admin.TabularInline):
     can_delete = False
 
 
+class CorpusFileInline(admin.TabularInline):
+    """The first files (an import may list tens of thousands; the page lists the first 1,000)."""
+
+    model = CorpusFile
+    fields = ("position", "name", "path", "format", "compression", "bytes")
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    can_delete = False
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).filter(position__lt=100)
+
+
 @admin.register(Corpus)
 class CorpusAdmin(admin.ModelAdmin):
     list_display = ("name", "owner", "status", "progress", "source_kind", "size_bytes", "original_filename",
@@ -19,9 +33,9 @@ class CorpusAdmin(admin.ModelAdmin):
     list_filter = ("status", "source_kind", "created_at")
     search_fields = ("name", "original_filename", "owner__username", "id")
     readonly_fields = ("id", "size_bytes", "progress", "progress_detail", "stats", "removed", "examples", "preview",
-                       "options", "created_at", "original_filename", "source_kind", "text_field", "sources")
+                       "options", "created_at", "original_filename", "source_kind", "text_field", "sources_summary")
     raw_id_fields = ("owner",)
-    inlines = [TokenizerInline]
+    inlines = [CorpusFileInline, TokenizerInline]
 
 
 @admin.register(Tokenizer)

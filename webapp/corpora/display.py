@@ -19,6 +19,7 @@ ALWAYS_REMOVED = {
     "pages_left_empty": "Documents left empty after cleaning",
 }
 FILES_SHOWN = 20  # rows of the files table shown before the rest is folded away
+FILES_LISTED = 1000  # rows a corpus page lists at most (folded after FILES_SHOWN); its totals count them all
 EXAMPLES_SHOWN = 3
 FORMAT_LABELS = {"txt": "text", "jsonl": "JSON lines", "parquet": "Parquet", "arrow": "Arrow",
                  "archive": "archive (unpacked when processed)"}
@@ -109,7 +110,22 @@ def files(sources: list[dict[str, Any]] | None, *, show_paths: bool = False) -> 
         return None
     rows = [_file_row(entry, show_paths) for entry in sources if isinstance(entry, dict)]
     return {"rows": rows[:FILES_SHOWN], "more": rows[FILES_SHOWN:], "summary": files_summary(sources),
-            "show_paths": show_paths}
+            "show_paths": show_paths, "unlisted": 0}
+
+
+def corpus_files(corpus: Any) -> dict[str, Any] | None:
+    """The files table of a corpus page: its first FILES_LISTED files (CorpusFile rows, read in
+    order), the totals of all of them (corpus.sources_summary) and how many are not listed."""
+    listed = [row.to_dict() for row in corpus.files.order_by("position")[:FILES_LISTED]]
+    table = files(listed, show_paths=corpus.source_kind == "import")
+    if table is None:
+        return None
+    summary = corpus.sources_summary or {}
+    if summary:
+        table["summary"] = _summary_text(summary)
+    table["listed"] = f"{len(listed):,}"
+    table["unlisted"] = max(0, int(summary.get("files") or 0) - len(listed))
+    return table
 
 
 def _file_row(entry: dict[str, Any], show_path: bool) -> dict[str, Any]:

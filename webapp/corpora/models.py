@@ -27,10 +27,9 @@ class Corpus(JobRow):
     stats = models.JSONField(default=dict, blank=True)  # documents, sentences, words, characters, bytes
     removed = models.JSONField(default=dict, blank=True)  # what each cleaning rule removed
     preview = models.JSONField(default=list, blank=True)  # first documents, as lists of sentences
-    # The corpus's files: trainer.prep.sources.SourceFile.to_dict() each (before ingest, for an
-    # upload: what was uploaded, its format guessed from the name). An import's paths are outside
-    # the storage folder and are read in place, never copied.
-    sources = models.JSONField(default=list, blank=True)
+    # Its files are rows of CorpusFile (an import may name tens of thousands); their totals are
+    # kept here (trainer.prep.sources.describe: files, bytes, formats, compressions) for the pages.
+    sources_summary = models.JSONField(default=dict, blank=True)
     source_kind = models.CharField(max_length=10, choices=SourceKind.choices, default=SourceKind.UPLOAD)
     text_field = models.CharField(max_length=200, default="text")  # the JSON field / column holding the text
     progress_detail = models.JSONField(default=dict, blank=True)  # the running stage (trainer.progress.Stages)
@@ -39,6 +38,29 @@ class Corpus(JobRow):
     @property
     def folder(self) -> Path:
         return Path(settings.STORAGE_ROOT) / "corpora" / str(self.id)
+
+
+class CorpusFile(models.Model):
+    """One file of a corpus, in reading order: trainer.prep.sources.SourceFile (before ingest, for an
+    upload: what was uploaded, its format guessed from the name). An import's paths are outside the
+    storage folder and are read in place, never copied; an upload's path is its stored copy."""
+
+    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="files")
+    position = models.PositiveIntegerField()
+    name = models.TextField()  # as shown: the uploaded file's name, or the path under the imported folder
+    path = models.TextField(blank=True)
+    format = models.CharField(max_length=20)
+    compression = models.CharField(max_length=10, default="none")
+    bytes = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["corpus", "position"]
+        constraints = [models.UniqueConstraint(fields=["corpus", "position"], name="corpus_file_position")]
+
+    def to_dict(self) -> dict:
+        """As trainer.prep.sources.SourceFile.to_dict() writes it."""
+        return {"path": self.path, "name": self.name, "format": self.format, "compression": self.compression,
+                "bytes": self.bytes}
 
 
 class Tokenizer(JobRow):

@@ -34,16 +34,6 @@ class SourcesSummarySerializer(serializers.Serializer):
     compressions = serializers.DictField(child=serializers.IntegerField(), help_text="Files per compression.")
 
 
-def sources_summary(sources: list[dict]) -> dict:
-    formats: dict[str, int] = {}
-    compressions: dict[str, int] = {}
-    for entry in sources:
-        formats[entry.get("format", "")] = formats.get(entry.get("format", ""), 0) + 1
-        compressions[entry.get("compression", "none")] = compressions.get(entry.get("compression", "none"), 0) + 1
-    return {"files": len(sources), "bytes": sum(int(e.get("bytes") or 0) for e in sources), "formats": formats,
-            "compressions": compressions}
-
-
 SOURCES_SHOWN = LISTED_FILES
 
 
@@ -79,12 +69,12 @@ class CorpusSerializer(serializers.ModelSerializer):
     @extend_schema_field(SourceFileSerializer(many=True))
     def get_sources(self, corpus: Corpus) -> list[dict]:
         keep_path = corpus.source_kind == SourceKind.IMPORT  # an upload's path is the storage folder's business
-        return [{k: v for k, v in entry.items() if keep_path or k != "path"}
-                for entry in (corpus.sources or [])[:SOURCES_SHOWN]]
+        return [{k: v for k, v in row.to_dict().items() if keep_path or k != "path"}
+                for row in corpus.files.order_by("position")[:SOURCES_SHOWN]]
 
     @extend_schema_field(SourcesSummarySerializer)
     def get_sources_summary(self, corpus: Corpus) -> dict:
-        return sources_summary(corpus.sources or [])
+        return corpus.sources_summary or {"files": 0, "bytes": 0, "formats": {}, "compressions": {}}
 
 
 def _rule_fields() -> dict:

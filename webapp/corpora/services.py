@@ -20,7 +20,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.core.files.uploadedfile import UploadedFile
 from django.db import transaction
 
-from webapp.corpora.models import Corpus, SourceKind, Tokenizer
+from webapp.corpora.models import Corpus, CorpusFile, SourceKind, Tokenizer
 from webapp.corpora.uploads import check_uploads, corpus_suffix, guess_source, is_archive
 from webapp.jobs.lifecycle import ActionRefused
 from webapp.jobs.lifecycle import StageProgress as _Progress
@@ -40,6 +40,7 @@ DEMO_NAME = "Demo corpus (Python standard library docstrings)"
 RAW_FOLDER = "raw"  # several uploaded files (or archives of them): raw/0000<suffix>, raw/0001<suffix>, ...
 UPLOADS_MANIFEST = "uploads.json"  # in raw/: [{"stored": "0000.parquet", "name": <the client's name>}, ...]
 LISTED_FILES = 1000  # files an import's listing (dry run) shows; its totals count them all
+FILES_BATCH = 1000  # CorpusFile rows written at a time
 NO_IMPORT_ROOTS = ("Importing from the server is off: an administrator must set CORPUS_IMPORT_ROOTS (the folders "
                    "corpora may be imported from) in the server's environment.")
 
@@ -52,6 +53,26 @@ def _cleaning_options(options: dict[str, Any] | None):
     from trainer.prep.corpus import CleaningOptions
 
     return CleaningOptions.from_dict(options)
+
+
+def store_files(corpus: Corpus, sources: Sequence[dict[str, Any]]) -> None:
+    """Record `corpus`'s files (SourceFile.to_dict() each, in reading order) as its CorpusFile rows,
+    written in batches, and their totals in corpus.sources_summary (stored)."""
+    from trainer.prep.sources import SourceFile, describe
+
+    CorpusFile.objects.bulk_create(
+        (CorpusFile(corpus=corpus, position=i, name=str(d["name"]), path=str(d.get("path") or ""),
+                    format=str(d["format"]), compression=str(d.get("compression") or "none"),
+                    bytes=int(d.get("bytes") or 0)) for i, d in enumerate(sources)),
+        batch_size=FILES_BATCH)
+    corpus.sources_summary = describe([SourceFile.from_dict(d) for d in sources])
+    Corpus.objects.filter(pk=corpus.pk).update(sources_summary=corpus.sources_summary)
+
+
+@transaction.atomic
+def _replace_files(corpus: Corpus, sources: Sequence[dict[str, Any]]) -> None:
+    corpus.files.all().delete()
+    store_files(corpus, sources)
 
 
 def raw_path(corpus: Corpus) -> Path:
@@ -118,8 +139,7 @@ def corpus_create_from_upload(
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
-    corpus.sources = sources
-    corpus.save(update_fields=["sources"])
+    store_files(corpus, sources)
     _enqueue(ingest_corpus, corpus)
     return corpus
 
@@ -193,10 +213,10 @@ def _create_imported(*, owner, spec: str, name: str, options: dict, found: list,
         original_filename=spec if len(spec) <= 255 else "…" + spec[-254:],
         size_bytes=sum(f.bytes for f in found),
         options=_cleaning_options(options).to_dict(),
-        sources=[f.to_dict() for f in found],
         source_kind=SourceKind.IMPORT,
         text_field=(text_field or "").strip() or "text",
     )
+    store_files(corpus, [f.to_dict() for f in found])
     _enqueue(ingest_corpus, corpus)
     return corpus
 
@@ -224,8 +244,8 @@ def corpus_create_demo(*, owner: AbstractBaseUser) -> Corpus:
         shutil.rmtree(corpus.folder, ignore_errors=True)
         raise
     corpus.size_bytes = path.stat().st_size
-    corpus.sources = [guess_source("demo.txt", path, corpus.size_bytes)]
-    corpus.save(update_fields=["size_bytes", "sources"])
+    corpus.save(update_fields=["size_bytes"])
+    store_files(corpus, [guess_source("demo.txt", path, corpus.size_bytes)])
     _enqueue(ingest_corpus, corpus)
     return corpus
 
@@ -257,25 +277,23 @@ def corpus_process(*, corpus_id) -> None:
             sources = _uploaded_sources(corpus)
         else:
             sources = None
-        if sources is not None:
-            update = {"sources": [s.to_dict() for s in sources]}
+        if sources is not None:  # the files as found now (an archive's members, an import's sizes)
+            _replace_files(corpus, [s.to_dict() for s in sources])
             if corpus.source_kind == SourceKind.IMPORT:
-                update["size_bytes"] = sum(s.bytes for s in sources)
-            Corpus.objects.filter(pk=corpus.pk).update(**update)
+                Corpus.objects.filter(pk=corpus.pk).update(size_bytes=sum(s.bytes for s in sources))
             result = prep.ingest(sources, corpus.folder, options=options, text_field=corpus.text_field,
                                  progress=progress)
         else:
             result = prep.ingest(raw_path(corpus), corpus.folder, original_filename=corpus.original_filename,
                                  options=options, text_field=corpus.text_field, progress=progress)
-        done: dict[str, Any] = {}
         listed = _listed_files(result.stats)
-        if sources is None and listed:  # one stored file: its format as the ingest found it
-            done["sources"] = listed
         with transaction.atomic():
+            if sources is None and listed:  # one stored file: its format as the ingest found it
+                _replace_files(corpus, listed)
             Corpus.objects.filter(pk=corpus.pk).update(
                 status=JobStatus.READY, progress=100.0, error="",
                 stats=result.stats, removed=result.removed, preview=result.preview,
-                examples=getattr(result, "examples", None) or {}, **done,
+                examples=getattr(result, "examples", None) or {},
             )
     except Exception as error:
         _fail(Corpus, corpus.pk, error)
@@ -297,14 +315,15 @@ def _imported_sources(corpus: Corpus) -> list[SourceFile]:
     from trainer.errors import CorpusError
     from trainer.prep.sources import SourceFile, resolve_import
 
-    if not corpus.sources:
+    listed_files = corpus.files.order_by("position")
+    if not listed_files.exists():
         raise CorpusError("This corpus lists no files to read. Import the folder again.")
     roots, forbidden = _import_roots()
     if not roots:
         raise CorpusError(NO_IMPORT_ROOTS)
     found = []
-    for entry in corpus.sources:
-        listed = SourceFile.from_dict(entry)
+    for row in listed_files.iterator(chunk_size=FILES_BATCH):
+        listed = SourceFile.from_dict(row.to_dict())
         for source in resolve_import(listed.path, roots, forbidden=forbidden):
             found.append(dataclasses.replace(source, name=listed.name))
     return found

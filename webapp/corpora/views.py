@@ -101,7 +101,7 @@ def corpus_import(request: HttpRequest) -> HttpResponse:
     except CorpusError as refused:
         form.add_error("path", str(refused))
         return _upload_page(request, import_form=form)
-    n = len(corpus.sources)
+    n = int(corpus.sources_summary.get("files") or 0)
     messages.success(request, f"“{corpus.name}” was imported ({n:,} file{'s' if n != 1 else ''}) and is being "
                               "processed.")
     return redirect("corpora:detail", pk=corpus.id)
@@ -125,7 +125,7 @@ def _corpus_page(request: HttpRequest, corpus: Corpus, form: TokenizerForm | Non
         "corpus": corpus,
         "in_flight": corpus.in_flight,
         "stats": display.corpus_stats(corpus.stats),
-        "files": display.files(corpus.sources, show_paths=corpus.source_kind == "import"),
+        "files": display.corpus_files(corpus),
         "sample": display.sample_line(corpus.stats),
         "removed": display.removed_rows(corpus.removed, corpus.options, corpus.examples),
         "options": display.chosen_rules(corpus.options),
