@@ -6,7 +6,7 @@ collator and step are SOP's; everything else is its own: its SentencePairs (the 
 rate, the head, the meanings), its chart and its family. Registered with one patched line of
 trainer.objectives.REGISTRY, it appears in the launch form's schema, RunConfig accepts it for
 ALBERT only, the data pipeline builds its pairs at its own swap rate, a few steps of a tiny model
-train with it and report its metric on its chart, and the masking inspector and the explorer's
+train with it and report its metric on its chart, the run's FLOP count adds its head, and the masking inspector and the explorer's
 sentence-order tool use its head and its meanings.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from trainer import objectives
 from trainer.charts import ChartSpec, MetricSpec
 from trainer.errors import ConfigError, InferenceError
 from trainer.objectives.base import Objective
-from trainer.objectives.encoder import ALL_UNITS, PreTrainingStep, SOPCollator
+from trainer.objectives.encoder import ALL_UNITS, PreTrainingStep, SOPCollator, pair_head_flops
 from trainer.objectives.examples import RANDOM_NEXT, SentencePairs
 
 TOY = Objective(
@@ -29,7 +29,7 @@ TOY = Objective(
     metrics=("sop_loss", "sop_acc"),
     charts=(MetricSpec("sop_acc", "toy order accuracy", chart="toy_order"),),
     chart_specs=(ChartSpec("toy_order", "Toy order accuracy", order=88, scale="percent"),),
-    families=("albert",),
+    families=("albert",), head_flops=pair_head_flops,
 )
 OBJECTIVES = ["mlm", "toy_order"]
 SWAP_FLAG = RANDOM_NEXT  # the table's flag column: "swapped" for consecutive pairs
@@ -85,6 +85,20 @@ def test_the_data_pipeline_swaps_at_its_own_rate(registered, make_family_config,
     assert [ex.swapped for ex in examples] == list(swapped[:16]) and not any(ex.is_random_next for ex in examples)
     batch = collator(examples)
     assert batch.sop_labels.tolist() == [int(s) for s in swapped[:16]]
+
+
+def test_the_flop_count_adds_its_head(registered):
+    from models_lib.families import presets
+    from trainer.training.flops import Workload, training_flops_per_token
+
+    config = presets.get("albert-tiny", vocab_size=101, hidden_size=32, num_heads=2, intermediate_size=64,
+                         num_layers=2, embedding_size=16)
+
+    def per_token(*names):
+        return training_flops_per_token(config, Workload(seq_len=16, predicted=0.25, objectives=names))
+
+    assert per_token("mlm", "toy_order") == pytest.approx(per_token("mlm", "sop"), rel=1e-12)
+    assert per_token("mlm", "toy_order") - per_token("mlm") == pytest.approx(3 * 2 * (32 * 32 + 32 * 2) / 16)
 
 
 @pytest.fixture

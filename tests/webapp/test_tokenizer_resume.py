@@ -15,7 +15,9 @@ pytestmark = pytest.mark.django_db
 
 def test_a_stopped_tokenizer_job_keeps_its_training_and_resumes_the_encode(alice, ready_corpus, monkeypatch):  # noqa: F811
     tokenizer = Tokenizer.objects.create(owner=alice, corpus=ready_corpus, name="t", vocab_size=300)
+    # pieces of 2,000 bytes: both bounds, or the 1 MB floor makes the fixture's text one piece a split
     monkeypatch.setattr(shards, "PIECE_BYTES", 2000)
+    monkeypatch.setattr(shards, "MIN_PIECE_BYTES", 2000)
     real = shards._encode_part
     calls = []
 

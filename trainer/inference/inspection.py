@@ -138,20 +138,11 @@ def _examples(batch: Any, bundle: Any, special: Any, pair_heads: list[Any]) -> l
     return out
 
 
-_LM_NOTES = {
-    "clm": "Causal language modelling: every token is predicted from the tokens before it; nothing is hidden.",
-    "bilm": "ELMo: the forward LM predicts every token from the tokens before it, the backward LM from the "
-            "tokens after it; nothing is hidden.",
-    "xl_lm": "Transformer-XL: every token is predicted from the tokens before it and the memory of the row's "
-             "previous segment (this row continues the same row of the previous batch).",
-    "plm": "XLNet: the targets (numbered in their factorisation order) are predicted last, each from the other "
-           "tokens and the targets numbered before it; no token is replaced.",
-}
-
-
 def _sequence_examples(batch: Any, bundle: Any, special: Any, config: Any) -> list[dict[str, Any]]:
     """Examples of batches that carry `labels` instead of MLM labels: encoder-decoder denoising
     (input and target shown side by side) and the causal / bidirectional LMs (input only)."""
+    from trainer import objectives
+
     to_token = bundle.tok.id_to_token
     sentinels = set(getattr(special, "sentinels", ()) or ())
     seq2seq = getattr(batch, "decoder_input_ids", None) is not None
@@ -189,7 +180,7 @@ def _sequence_examples(batch: Any, bundle: Any, special: Any, config: Any) -> li
             target = {"tokens": [{"token": to_token(t), "id": t, "role": role(t, True)} for t in wanted]}
             counts["target"] = len(wanted)
         out.append({"index": i, "tokens": tokens, "pair": None, "counts": counts, "electra": None,
-                    "target": target, "note": None if seq2seq else _LM_NOTES.get(objective)})
+                    "target": target, "note": None if seq2seq else objectives.get(objective).inspector_note or None})
     return out
 
 

@@ -178,6 +178,11 @@ class Objective:
                                                # what the run's model makes of it (the masking inspector)
     fills_masks: bool = False            # the model it trains predicts masked tokens: the explorer's
                                          # fill-mask tool asks checkpoints of runs with it (MLM)
+    inspector_note: str = ""             # what the masking inspector says of its batches when they hide
+                                         # nothing to show (the LMs: how each token is predicted)
+    head_flops: Callable[..., float] | None = None  # (model config, Workload) -> forward FLOPs per input token
+                                         # of the head it adds to an encoder family's model (NSP's pair
+                                         # classifier, SBO's span head); trainer.training.flops counts it
 
     @property
     def pair_examples(self) -> bool:

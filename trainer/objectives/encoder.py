@@ -29,6 +29,7 @@ from trainer.charts import MetricSpec, StatSpec
 from trainer.objectives.base import Batch, Objective, Step, StepOutput
 from trainer.objectives.examples import Example, SentencePairs, SpecialIds, example_rng, truncate_pair_slices
 from trainer.objectives.packing import PackableBatch
+from trainer.training.flops import matmul_flops, output_vocab
 from trainer.objectives.masking import (
     IGNORE_INDEX, MASKING_UNITS, SEQ2SEQ, UNILM_MODE_PROBS, Masker, unilm_attention_masks,
 )
@@ -450,6 +451,19 @@ MLM = Objective(
     ),
 )
 
+def pair_head_flops(c: Any, w: Any) -> float:
+    """The pooler and the two-way pair classifier, once a row (none without a pooler)."""
+    return (matmul_flops(c.hidden_size, c.hidden_size) + matmul_flops(c.hidden_size, 2)) / w.seq_len \
+        if c.use_pooler else 0.0
+
+
+def span_head_flops(c: Any, w: Any) -> float:
+    """SBO's head at the predicted positions: boundary pair and position in, then the output layer."""
+    H = c.hidden_size
+    E = c.embedding_size or H
+    return w.predicted * (matmul_flops(3 * H, H) + matmul_flops(H, E) + matmul_flops(E, output_vocab(c)))
+
+
 NSP = Objective(
     name="nsp",
     label="Next sentence prediction (NSP)",
@@ -459,7 +473,7 @@ NSP = Objective(
     pairs=SentencePairs(random_next=True, head="nsp", meanings=("IsNext", "NotNext")), combines=("mlm",),
     packs=True,
     metrics=("nsp_loss", "nsp_acc"),
-    collator_label="MLM + NSP (BERT)",
+    collator_label="MLM + NSP (BERT)", head_flops=pair_head_flops,
     charts=(
         MetricSpec("nsp_acc", "NSP accuracy", chart="nsp_acc"),
     ),
@@ -474,7 +488,7 @@ SOP = Objective(
     pairs=SentencePairs(swap_prob=0.5, head="sop", meanings=("in order", "swapped")), combines=("mlm",),
     packs=True,
     metrics=("sop_loss", "sop_acc"),
-    collator_label="MLM + SOP (ALBERT)",
+    collator_label="MLM + SOP (ALBERT)", head_flops=pair_head_flops,
     charts=(
         MetricSpec("sop_acc", "SOP accuracy", chart="sop_acc"),
     ),
@@ -488,7 +502,7 @@ SBO = Objective(
     collator=SpanBERTCollator, step=PreTrainingStep, units=("span",), requires=("mlm",), combines=("mlm",),
     packs=True,
     metrics=("sbo_loss", "sbo_acc"),
-    collator_label="MLM + SBO (SpanBERT)",
+    collator_label="MLM + SBO (SpanBERT)", head_flops=span_head_flops,
     charts=(
         MetricSpec("sbo_loss", "SBO loss", chart="sbo_loss"),
         MetricSpec("sbo_acc", "SBO accuracy", chart="sbo_acc"),

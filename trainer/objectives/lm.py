@@ -134,6 +134,8 @@ CLM = Objective(
     collator=CausalLMCollator, step=CausalLMStep, metrics=LM_METRICS, collator_label="Causal LM (GPT)",
     charts=LM_CHARTS,
     stats=LM_STATS,
+    inspector_note="Causal language modelling: every token is predicted from the tokens before it; nothing is "
+                   "hidden.",
 )
 
 BILM = Objective(
@@ -145,6 +147,8 @@ BILM = Objective(
     metrics=("forward_loss", "backward_loss", "forward_acc", "backward_acc", "forward_perplexity",
              "backward_perplexity", "perplexity"),
     collator_label="Bidirectional LM (ELMo)",
+    inspector_note="ELMo: the forward LM predicts every token from the tokens before it, the backward LM from "
+                   "the tokens after it; nothing is hidden.",
     charts=(
         MetricSpec("forward_loss", "forward", chart="elmo_perplexity", splits=TRAIN, color=BLUE, transform="exp"),
         MetricSpec("backward_loss", "backward", chart="elmo_perplexity", splits=TRAIN, color=GREEN, transform="exp"),

@@ -304,6 +304,8 @@ XL_LM = Objective(
     collator=SegmentCollator, step=SegmentLMStep, metrics=MEMORY_METRICS,
     charts=MEMORY_CHARTS, chart_specs=MEMORY_CHART_SPECS, stats=MEMORY_STATS,
     collator_label="Segments with memory (Transformer-XL)",
+    inspector_note="Transformer-XL: every token is predicted from the tokens before it and the memory of the "
+                   "row's previous segment (this row continues the same row of the previous batch).",
 )
 
 PLM = Objective(
@@ -316,4 +318,6 @@ PLM = Objective(
     settings={"plm_k": PLM_K_BOUNDS},
     collator_settings=("plm_k",),
     collator_label="Permutation LM (XLNet)",
+    inspector_note="XLNet: the targets (numbered in their factorisation order) are predicted last, each from the "
+                   "other tokens and the targets numbered before it; no token is replaced.",
 )

@@ -74,9 +74,6 @@ from typing import Any
 
 import torch
 
-PAIR_OBJECTIVES = ("nsp", "sop")
-
-
 @dataclass(frozen=True)
 class Workload:
     """What a training row computes besides the model's shape."""
@@ -84,19 +81,19 @@ class Workload:
     seq_len: int                       # input tokens a row (T5: the encoder's)
     target_len: int = 0                # T5: decoder tokens a row
     predicted: float = 1.0             # share of the positions an MLM head predicts (mask_prob)
-    objectives: tuple[str, ...] = ()   # which pre-training heads run ("nsp", "sop", "sbo", ...)
+    objectives: tuple[str, ...] = ()   # the pre-training objectives (each adds its Objective.head_flops)
     pretraining: bool = True           # False: fine-tuning, the backbone alone
     teacher: Any = None                # DistilBERT: the teacher's models_lib config (forward only)
     targets: int = 0                   # XLNet: query-stream targets a row (0: seq_len // 6, plm_k's default)
     batch_size: int = 0                # rows a micro-batch (XLNet, Transformer-XL: once-a-batch products; 0: left out)
 
 
-def _vocab(c: Any) -> int:
+def output_vocab(c: Any) -> int:
     """The output layer's width as computed: the padded vocabulary (models_lib.core.vocab)."""
     return getattr(c, "padded_vocab_size", c.vocab_size)
 
 
-def _mm(n_in: int, n_out: int) -> float:
+def matmul_flops(n_in: int, n_out: int) -> float:
     """Forward FLOPs of one token through an n_in x n_out weight matrix."""
     return 2.0 * n_in * n_out
 
@@ -107,22 +104,23 @@ def _stack_forward(c: Any, T: int) -> float:
     per token: the E -> H projection, L blocks (fused QKV, output, FFN) and attention."""
     H, F, L = c.hidden_size, c.intermediate_size, c.num_layers
     E = getattr(c, "embedding_size", None)
-    block = _mm(H, 3 * H) + _mm(H, H) + _mm(H, F) + _mm(F, H) + 4.0 * T * H
-    return (_mm(E, H) if E else 0.0) + L * block
+    block = matmul_flops(H, 3 * H) + matmul_flops(H, H) + matmul_flops(H, F) + matmul_flops(F, H) + 4.0 * T * H
+    return (matmul_flops(E, H) if E else 0.0) + L * block
 
 
 def _encoder_forward(c: Any, w: Workload) -> float:
     """An encoder family's model with its pre-training heads, forward, per input token."""
+    from trainer import objectives
+
     flops = _stack_forward(c, w.seq_len)
     if not w.pretraining:
         return flops
-    H, V = c.hidden_size, _vocab(c)
+    H, V = c.hidden_size, output_vocab(c)
     E = c.embedding_size or H
-    flops += w.predicted * (_mm(H, E) + _mm(E, V))  # MLM head at the predicted positions
-    if "sbo" in w.objectives:
-        flops += w.predicted * (_mm(3 * H, H) + _mm(H, E) + _mm(E, V))
-    if c.use_pooler and any(o in w.objectives for o in PAIR_OBJECTIVES):
-        flops += (_mm(H, H) + _mm(H, 2)) / w.seq_len  # once a row
+    flops += w.predicted * (matmul_flops(H, E) + matmul_flops(E, V))  # MLM head at the predicted positions
+    for name in w.objectives:  # the heads the objectives add (Objective.head_flops: NSP, SOP, SBO)
+        head = objectives.get(name).head_flops
+        flops += head(c, w) if head is not None else 0.0
     return flops
 
 
@@ -136,33 +134,33 @@ def encoder_flops(c: Any, w: Workload) -> float:
 def electra_flops(c: Any, w: Workload) -> float:
     H = c.hidden_size
     generator = _encoder_forward(c.generator_config(), w)
-    discriminator = _stack_forward(c, w.seq_len) + _mm(H, H) + _mm(H, 1)
+    discriminator = _stack_forward(c, w.seq_len) + matmul_flops(H, H) + matmul_flops(H, 1)
     return 3.0 * (generator + discriminator)
 
 
 def gpt_flops(c: Any, w: Workload) -> float:
-    return 3.0 * (_stack_forward(c, w.seq_len) + _mm(c.hidden_size, _vocab(c)))
+    return 3.0 * (_stack_forward(c, w.seq_len) + matmul_flops(c.hidden_size, output_vocab(c)))
 
 
 def t5_flops(c: Any, w: Workload) -> float:
     d, inner, F = c.d_model, c.num_heads * c.d_kv, c.d_ff
     S, Lt = w.seq_len, max(1, w.target_len)
-    ffn = (3 if c.is_gated else 2) * _mm(d, F)
-    encoder_token = c.num_layers * (_mm(d, 3 * inner) + _mm(inner, d) + ffn + 4.0 * S * inner)
+    ffn = (3 if c.is_gated else 2) * matmul_flops(d, F)
+    encoder_token = c.num_layers * (matmul_flops(d, 3 * inner) + matmul_flops(inner, d) + ffn + 4.0 * S * inner)
     decoder_token = c.num_decoder_layers * (
-        _mm(d, 3 * inner) + _mm(inner, d)            # self-attention projections
-        + _mm(d, inner) + _mm(inner, d)              # cross-attention query and output
-        + ffn + 4.0 * Lt * inner + 4.0 * S * inner) + _mm(d, _vocab(c))
-    cross_keys_values = c.num_decoder_layers * _mm(d, 2 * inner)  # per encoder token
+        matmul_flops(d, 3 * inner) + matmul_flops(inner, d)            # self-attention projections
+        + matmul_flops(d, inner) + matmul_flops(inner, d)              # cross-attention query and output
+        + ffn + 4.0 * Lt * inner + 4.0 * S * inner) + matmul_flops(d, output_vocab(c))
+    cross_keys_values = c.num_decoder_layers * matmul_flops(d, 2 * inner)  # per encoder token
     row = S * (encoder_token + cross_keys_values) + Lt * decoder_token
     return 3.0 * row / (S + Lt)
 
 
 def elmo_flops(c: Any, w: Workload) -> float:
-    P, H, V, T = c.embedding_dim, c.hidden_size, _vocab(c), w.seq_len
+    P, H, V, T = c.embedding_dim, c.hidden_size, output_vocab(c), w.seq_len
     projected = P < H
-    lstm = _mm(P, 4 * H) + _mm(P if projected else H, 4 * H) + (_mm(H, P) if projected else 0.0)
-    softmax = 2 * (T - 1) / T * _mm(P, V)
+    lstm = matmul_flops(P, 4 * H) + matmul_flops(P if projected else H, 4 * H) + (matmul_flops(H, P) if projected else 0.0)
+    softmax = 2 * (T - 1) / T * matmul_flops(P, V)
     return 3.0 * (2 * c.num_layers * lstm + softmax)
 
 
@@ -172,9 +170,9 @@ def _relative_parts(c: Any, w: Workload, segments: bool) -> tuple[float, float, 
     H, inner, F, T = c.hidden_size, c.num_heads * c.head_size, c.intermediate_size, w.seq_len
     K = c.mem_len + T
     P = K + T  # relative_positions(T, K): distances K down to -T + 1
-    query = (_mm(H, inner) + _mm(inner, H) + _mm(H, F) + _mm(F, H)
+    query = (matmul_flops(H, inner) + matmul_flops(inner, H) + matmul_flops(H, F) + matmul_flops(F, H)
              + 2.0 * inner * (2 * K + P) + (2.0 * inner * 2 if segments else 0.0))
-    return query, _mm(H, 2 * inner), P * _mm(H, inner)
+    return query, matmul_flops(H, 2 * inner), P * matmul_flops(H, inner)
 
 
 def _positions(c: Any, w: Workload, per_layer: float) -> float:
@@ -185,7 +183,7 @@ def _positions(c: Any, w: Workload, per_layer: float) -> float:
 def transfo_xl_flops(c: Any, w: Workload) -> float:
     T, L = w.seq_len, c.num_layers
     query, key, positions = _relative_parts(c, w, segments=False)
-    row = 3.0 * (L * (T * query + (c.mem_len + T) * key) + T * _mm(c.hidden_size, _vocab(c)))
+    row = 3.0 * (L * (T * query + (c.mem_len + T) * key) + T * matmul_flops(c.hidden_size, output_vocab(c)))
     return (row + _positions(c, w, positions)) / T
 
 
@@ -193,7 +191,7 @@ def xlnet_flops(c: Any, w: Workload) -> float:
     T, L = w.seq_len, c.num_layers
     G = w.targets or max(1, T // 6)
     query, key, positions = _relative_parts(c, w, segments=True)
-    trained = L * (G * query + (c.mem_len + T) * key) + (L - 1) * T * query + G * _mm(c.hidden_size, _vocab(c))
+    trained = L * (G * query + (c.mem_len + T) * key) + (L - 1) * T * query + G * matmul_flops(c.hidden_size, output_vocab(c))
     row = 3.0 * trained + T * query  # the last layer's content stream: forward only (no loss reads it)
     return (row + _positions(c, w, positions)) / T
 
