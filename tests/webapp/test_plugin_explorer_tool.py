@@ -4,8 +4,8 @@ This file is the module and the test: it defines a toy tool (its request seriali
 its page answer, a field of its own and its panel template), registers it with one line of
 webapp.explorer.tools.REGISTRY, and sees it everywhere a tool appears: its endpoint under
 /api/explore/ (checked for ownership, in the OpenAPI schema), its panel and script on the explorer
-page with the endpoint the script reads, its action on the page's form (its own field, what must be
-typed in) and its answer on the page without JavaScript. Unregistered, none of it is there.
+page with the endpoint the script reads, its action on the page's form (its own field, its example,
+what must be typed in) and its answer on the page without JavaScript. Unregistered, none of it is there.
 """
 from __future__ import annotations
 
@@ -52,6 +52,7 @@ def toy_page(data: dict, selected, compare_to, user) -> dict:
 TOY = tools.ExplorerTool(
     "toy_reverse", "toy/_panel.html", "js/toy_reverse.js", tools.ToolApi("toy-reverse", "toy-reverse/", ToyView),
     toy_page, fields=("toy_text",), required=(("toy_text", "Type a text to reverse."),),
+    initial=(("toy_text", "stressed"),),
     form_fields=lambda: {"toy_text": forms.CharField(required=False, max_length=200, label="Toy text")})
 
 
@@ -96,7 +97,8 @@ def test_its_endpoint_answers_checks_ownership_and_is_documented(registered, che
 def test_the_page_shows_its_panel_and_script_with_its_endpoint(registered, checkpoint, alice_client):
     html = alice_client.get(reverse("explorer:index") + f"?checkpoint={checkpoint.id}").content.decode()
     assert '<section class="card" id="toy-reverse">' in html
-    assert 'name="toy_text"' in html  # the field it brought
+    assert 'name="toy_text"' in html  # the field it brought, with the example it starts with
+    assert 'value="stressed"' in html.split('id="toy-reverse"')[1].split("</section>")[0]
     assert '<script src="/static/js/toy_reverse.js" defer></script>' in html
     assert 'data-toy-reverse="/api/explore/toy-reverse/"' in html
     # beside the explorer's own tools, which are unchanged
@@ -133,6 +135,6 @@ def test_every_registered_tool_is_complete():
         assert tool.panel and tool.script, tool.name
         assert tool.page is not None or tool.api is not None, tool.name
         assert set(name for name, _ in tool.required) <= set(tool.fields), tool.name
-        assert set(name for name, _ in tool.defaults) <= set(tool.fields), tool.name
+        assert set(name for name, _ in (*tool.defaults, *tool.initial)) <= set(tool.fields), tool.name
     slugs = [t.api.slug for t in tools.with_api()]
     assert len(slugs) == len(set(slugs))

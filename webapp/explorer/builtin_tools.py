@@ -10,6 +10,10 @@ DECODING = ExploreForm.DECODING_FIELDS
 PAIR = (("text_a", "Type sentence A."), ("text_b", "Type sentence B."))
 ICL = ("icl_dataset", "icl_template", "icl_seed", "icl_normalise")
 ICL_DEFAULTS = (("icl_seed", 0), ("icl_template", incontext.DEFAULT_TEMPLATE))
+ICL_INITIAL = (("icl_normalise", True),)
+# What the fine-tuned panels start with: like the demo datasets' examples (stdlib docstrings).
+QA_CONTEXT = ("getcwd() returns a string representing the current working directory. It raises OSError when the "
+              "directory has been removed.")
 
 
 def _with_prefix(data: dict, form) -> None:
@@ -26,7 +30,8 @@ def _with_prefix(data: dict, form) -> None:
 FILL_MASK = ExplorerTool(
     "fill_mask", "explorer/_fill_mask.html", "js/explorer.js", ToolApi("fill-mask", "fill-mask/", api.FillMaskView),
     pages.fill_mask, fields=("text", "top_k"),
-    required=(("text", "Type a sentence with [MASK] where a word should be predicted."),), defaults=(("top_k", 5),))
+    required=(("text", "Type a sentence with [MASK] where a word should be predicted."),), defaults=(("top_k", 5),),
+    initial=(("text", "The capital of France is [MASK]."),))
 NEXT_SENTENCE = ExplorerTool(
     "next_sentence", "explorer/_sentence_pairs.html", "js/explorer.js",
     ToolApi("next-sentence", "next-sentence/", api.NextSentenceView), pages.next_sentence,
@@ -45,24 +50,31 @@ GENERATE_SEQ2SEQ = ExplorerTool(
 CLASSIFY = ExplorerTool(
     "classify", "explorer/_downstream.html", "js/explorer_downstream.js",
     ToolApi("classify", "classify/", api.ClassifyView), pages.classify, fields=("classify_text", "classify_text_b"),
-    required=(("classify_text", "Type a text to classify."),))
+    required=(("classify_text", "Type a text to classify."),),
+    initial=(("classify_text", "Return a new dictionary initialized from an optional positional argument."),))
 CHOOSE = ExplorerTool(
     "choose", "explorer/_downstream.html", "js/explorer_downstream.js", ToolApi("choose", "choose/", api.ChooseView),
     pages.choose, fields=("choose_context", "choose_choices"),
     required=(("choose_context", "Type a context (or question) to choose an answer for."),
-              ("choose_choices", "Type two to eight choices, one per line.")))
+              ("choose_choices", "Type two to eight choices, one per line.")),
+    initial=(("choose_context", "Return the current working directory as a string."),
+             ("choose_choices", "getcwd\nchdir\nlistdir\nmkdir")))
 TAG = ExplorerTool(
     "tag", "explorer/_downstream.html", "js/explorer_downstream.js", ToolApi("tag", "tag/", api.TagView), pages.tag,
-    fields=("tag_text",), required=(("tag_text", "Type a sentence to tag."),))
+    fields=("tag_text",), required=(("tag_text", "Type a sentence to tag."),),
+    initial=(("tag_text", "Use os.path.join to build the path, and catch FileNotFoundError when it is missing."),))
 ANSWER = ExplorerTool(
     "answer", "explorer/_downstream.html", "js/explorer_downstream.js", ToolApi("answer", "answer/", api.AnswerView),
     pages.answer, fields=("qa_question", "qa_context", "qa_n_best"),
     required=(("qa_question", "Type a question."), ("qa_context", "Paste a context that may hold the answer.")),
-    defaults=(("qa_n_best", 5),))
+    defaults=(("qa_n_best", 5),),
+    initial=(("qa_question", "What does getcwd return?"), ("qa_context", QA_CONTEXT)))
 EMBED = ExplorerTool(
     "embed", "explorer/_downstream.html", "js/explorer_downstream.js", ToolApi("embed", "embed/", api.EmbedView),
     pages.embed, fields=("embed_sentences", "embed_pooling"),
-    required=(("embed_sentences", "Type two to eight sentences, one per line."),), defaults=(("embed_pooling", "mean"),))
+    required=(("embed_sentences", "Type two to eight sentences, one per line."),), defaults=(("embed_pooling", "mean"),),
+    initial=(("embed_sentences", "Return the absolute path of a file.\nGive back the full path of the file.\n"
+                                 "Open a network socket to the server."),))
 NEIGHBOURS_INDEX = ExplorerTool(
     "neighbours_index", "explorer/_downstream.html", "js/explorer_downstream.js",
     ToolApi("neighbour-index", "neighbours/index/", api.NeighbourIndexView), pages.neighbours_index,
@@ -74,7 +86,8 @@ NEIGHBOURS = ExplorerTool(
     fields=("nn_dataset", "nn_pooling", "nn_text", "nn_k"),
     required=(("nn_dataset", "Choose one of your datasets."),
               ("nn_text", "Type a sentence to find its nearest neighbours.")),
-    defaults=(("nn_pooling", "mean"), ("nn_k", 5)))
+    defaults=(("nn_pooling", "mean"), ("nn_k", 5)),
+    initial=(("nn_text", "Return the absolute path of a file."),))
 
 # ---------------------------------------------------------------------------- XLNet (with JavaScript only)
 PERMUTATION = ExplorerTool(
@@ -88,7 +101,8 @@ TEXT_TO_TEXT = ExplorerTool(  # asks the generate endpoint with JavaScript
 FILL_SPANS = ExplorerTool(
     "fill_spans", "explorer/_generation.html", "js/explorer_generate.js",
     ToolApi("fill-spans", "fill-spans/", api.FillSpansView), pages.fill_spans, fields=("span_text", *DECODING),
-    required=(("span_text", "Type a text with <extra_id_0> where a span is missing."),))
+    required=(("span_text", "Type a text with <extra_id_0> where a span is missing."),),
+    initial=(("span_text", "The cat <extra_id_0> on the mat, and the dog <extra_id_1> to the park."),))
 GENERATE = ExplorerTool(
     "generate", "explorer/_generation.html", "js/explorer_generate.js",
     ToolApi("generate", "generate/", api.GenerateView), pages.generate, fields=("gen_prompt", "gen_chat", *DECODING),
@@ -98,18 +112,19 @@ WORD_SIMILARITY = ExplorerTool(
     ToolApi("word-similarity", "word-similarity/", api.WordSimilarityView), pages.word_similarity,
     fields=("sentence_a", "sentence_b", "word"),
     required=(("sentence_a", "Type sentence A."), ("sentence_b", "Type sentence B."),
-              ("word", "Type the word to compare.")))
+              ("word", "Type the word to compare.")),
+    initial=(("sentence_a", "我今天吃了一个苹果"), ("sentence_b", "我买了一部苹果手机"), ("word", "苹果")))
 PROMPT_BUILDER = ExplorerTool(
     "prompt_builder", "explorer/_prompt_builder.html", "js/explorer_incontext.js",
     ToolApi("prompt-builder", "prompt-builder/", incontext.PromptBuilderView), pages.prompt_builder,
     fields=(*ICL, "icl_k", "icl_index"), required=(("icl_dataset", "Choose one of your classification datasets."),),
-    defaults=(*ICL_DEFAULTS, ("icl_k", 2), ("icl_index", 0)))
+    defaults=(*ICL_DEFAULTS, ("icl_k", 2), ("icl_index", 0)), initial=ICL_INITIAL)
 INCONTEXT_ACCURACY = ExplorerTool(
     "incontext_accuracy", "explorer/_prompt_builder.html", "js/explorer_incontext.js",
     ToolApi("incontext-accuracy", "incontext-accuracy/", incontext.IncontextAccuracyView), pages.incontext_accuracy,
     fields=(*ICL, "icl_kmax", "icl_queries"),
     required=(("icl_dataset", "Choose one of your classification datasets."),),
-    defaults=(*ICL_DEFAULTS, ("icl_kmax", 4), ("icl_queries", 20)))
+    defaults=(*ICL_DEFAULTS, ("icl_kmax", 4), ("icl_queries", 20)), initial=ICL_INITIAL)
 
 # ---------------------------------------------------------------------------- every family but ELMo (JavaScript)
 ATTENTION = ExplorerTool(

@@ -7,10 +7,6 @@ from webapp.explorer.services import (
     MAX_BEAMS, MAX_GENERATE_TOKENS, MAX_N_BEST, MAX_TEXT_CHARS, MAX_TOP_K, STRATEGIES, TASK_PREFIXES,
 )
 
-EXAMPLE_SPANS = "The cat <extra_id_0> on the mat, and the dog <extra_id_1> to the park."
-EXAMPLE_SENTENCE_A = "我今天吃了一个苹果"
-EXAMPLE_SENTENCE_B = "我买了一部苹果手机"
-EXAMPLE_WORD = "苹果"
 POOLING_CHOICES = [("mean", "mean of the tokens"), ("cls", "first token ([CLS])")]
 
 

@@ -8,7 +8,8 @@ panel template and script, its test, and one line in REGISTRY below. From the re
 - the explorer page's panels (index.html includes each tool's `panel`, once, in registry order),
   its scripts (each `script` once) and the form's data-<slug> endpoint attributes the scripts read;
 - the page form (forms.ExploreForm): the actions it accepts, the fields each reads (the others'
-  mistakes never block it), what must be typed in, the defaults, the fields a tool brings;
+  mistakes never block it), what must be typed in, the defaults, the fields a tool brings, and what
+  the fields start with (views.index: tools.initial());
 - the answer without JavaScript (views.index calls the tool's `page`).
 
 Which checkpoints a panel shows for is the panel's own (data-kinds, data-tool), as the family's
@@ -67,7 +68,8 @@ class ExplorerTool:
 
     `page` answers the form's action `name` without JavaScript (None: the panel works only with its
     script, as the attention viewer); `fields` are the form fields it reads, `required` the ones that
-    must be typed in with the sentence saying so, `defaults` what an empty field means;
+    must be typed in with the sentence saying so, `defaults` what an empty field means, `initial`
+    what its fields start with on the page besides the defaults (an example to try);
     `form_fields()` gives fields of the tool's own to add to the form; `clean(data, form)` checks or
     completes what the rest cannot (T5's task prefix)."""
     name: str
@@ -78,6 +80,7 @@ class ExplorerTool:
     fields: tuple[str, ...] = ()
     required: tuple[tuple[str, str], ...] = ()
     defaults: tuple[tuple[str, Any], ...] = ()
+    initial: tuple[tuple[str, Any], ...] = ()
     form_fields: Callable[[], dict[str, Any]] | None = None
     clean: Callable[[dict, Any], None] | None = None
 
@@ -106,6 +109,16 @@ def actions() -> list[str]:
 
 def with_api() -> list[ExplorerTool]:
     return [t for t in all_tools() if t.api is not None]
+
+
+def initial() -> dict[str, Any]:
+    """What the page's form starts with: every tool's defaults and examples (the first tool to name a
+    field gives its value)."""
+    values: dict[str, Any] = {}
+    for tool in all_tools():
+        for name, value in (*tool.defaults, *tool.initial):
+            values.setdefault(name, value)
+    return values
 
 
 def _once(values) -> list[str]:

@@ -23,28 +23,14 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from trainer.errors import UserError
 from trainer.finetune import tasks_for_family as finetune_tasks_for
-from webapp.explorer import imports, incontext, neighbours, services, tools
-from webapp.explorer.forms import EXAMPLE_SENTENCE_A, EXAMPLE_SENTENCE_B, EXAMPLE_SPANS, EXAMPLE_WORD, ExploreForm, ImportForm
+from webapp.explorer import imports, neighbours, services, tools
+from webapp.explorer.forms import ExploreForm, ImportForm
 from webapp.jobs.models import JobStatus
 from webapp.jobs.uploads import human_bytes
 from webapp.runs.models import Checkpoint
 from webapp.runs.selectors import checkpoint_get, checkpoints_for, latest_checkpoint, objective_labels, run_get, runs_for
 
-EXAMPLE_TEXT = "The capital of France is [MASK]."
 INSPECT_EXAMPLES = 4
-# What the fine-tuned panels start with: like the demo datasets' examples (stdlib docstrings).
-DOWNSTREAM_EXAMPLES = {
-    "classify": "Return a new dictionary initialized from an optional positional argument.",
-    "choose_context": "Return the current working directory as a string.",
-    "choices": "getcwd\nchdir\nlistdir\nmkdir",
-    "tag": "Use os.path.join to build the path, and catch FileNotFoundError when it is missing.",
-    "question": "What does getcwd return?",
-    "context": "getcwd() returns a string representing the current working directory. It raises OSError "
-               "when the directory has been removed.",
-    "sentences": "Return the absolute path of a file.\nGive back the full path of the file.\nOpen a network "
-                 "socket to the server.",
-    "query": "Return the absolute path of a file.",
-}
 
 
 @login_required
@@ -73,22 +59,10 @@ def index(request: HttpRequest) -> HttpResponse:
             selected = latest_checkpoint(request.user)
         if request.GET.get("compare"):
             compare_to = checkpoint_get(request.user, request.GET["compare"])
-        form = ExploreForm(initial={"text": EXAMPLE_TEXT, "top_k": 5,
+        form = ExploreForm(initial={**tools.initial(),  # each tool's defaults and examples
                                     "checkpoint": selected.id if selected else None,
                                     "compare_with": compare_to.id if compare_to else None,
-                                    "prompt": services.checkpoint_prefix(selected) if selected else "",
-                                    "span_text": EXAMPLE_SPANS, "sentence_a": EXAMPLE_SENTENCE_A,
-                                    "sentence_b": EXAMPLE_SENTENCE_B, "word": EXAMPLE_WORD,
-                                    "classify_text": DOWNSTREAM_EXAMPLES["classify"],
-                                    "tag_text": DOWNSTREAM_EXAMPLES["tag"],
-                                    "choose_context": DOWNSTREAM_EXAMPLES["choose_context"],
-                                    "choose_choices": DOWNSTREAM_EXAMPLES["choices"],
-                                    "qa_question": DOWNSTREAM_EXAMPLES["question"],
-                                    "qa_context": DOWNSTREAM_EXAMPLES["context"], "qa_n_best": 5,
-                                    "embed_sentences": DOWNSTREAM_EXAMPLES["sentences"], "embed_pooling": "mean",
-                                    "nn_pooling": "mean", "nn_k": 5, "nn_text": DOWNSTREAM_EXAMPLES["query"],
-                                    "icl_template": incontext.DEFAULT_TEMPLATE, "icl_k": 2, "icl_index": 0,
-                                    "icl_seed": 0, "icl_normalise": True, "icl_kmax": 4, "icl_queries": 20})
+                                    "prompt": services.checkpoint_prefix(selected) if selected else ""})
     family = services.checkpoint_family(selected) if selected else ""
     kind = services.family_kind(family) if selected else ""
     task = services.checkpoint_task(selected) if selected else ""
@@ -100,7 +74,6 @@ def index(request: HttpRequest) -> HttpResponse:
         "about": services.checkpoint_about(family, task),
         "selected_prefix": services.checkpoint_prefix(selected) if selected else "",
         "tool": services.checkpoint_tool(selected) if selected else "",
-        "examples": DOWNSTREAM_EXAMPLES,
         "tool_panels": tools.panels(),  # each tool's panel and script (webapp.explorer.tools)
         "tool_scripts": tools.scripts(),
         "api_tools": [t.api for t in tools.with_api()],  # the form's data-<slug> endpoints
