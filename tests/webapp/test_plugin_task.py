@@ -5,7 +5,7 @@ scoring, chart, dataset spec, explorer tool and one setting are its own), regist
 patched line of trainer.finetune.REGISTRY, and sees it in the fine-tuning schema and form (its
 setting shown beside a BERT checkpoint and a dataset of its kind, with its label and help),
 accepted by the API's validation (its setting's bound checked, out of bounds refused), charted on
-the run's dashboard, and offered its tool in the explorer.
+the run's dashboard, offered its tool in the explorer, and its datasets scored against its baseline.
 """
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from tests.webapp.runs_helpers import make_checkpoint
 from tests.webapp.test_runs_finetune import family_stub
 from trainer import finetune
 from trainer.charts import ChartSpec, MetricSpec
+from trainer.finetune.baselines import TRIVIAL, Baseline, class_references
 from trainer.finetune.metrics import TaskMetrics, classification_metrics
 from trainer.finetune.settings import Setting
 from trainer.finetune.tasks import SequenceCollator, SequenceStep, Task
@@ -38,6 +39,8 @@ TOY = Task(
                         (MetricSpec("accuracy", "toy accuracy", chart="toy_chart", splits=("valid",)),)),
     charts=(ChartSpec("toy_chart", "Toy accuracy", order=40, scale="percent"),),
     dataset=TaskSpec("toy", "Toy sentences", (("text", "label"),), "classes", "A text and its toy class."),
+    baselines=(Baseline("always_x", "Always x", TRIVIAL, lambda train: lambda examples: ["x"] * len(examples)),),
+    references=class_references,
 )
 
 
@@ -131,3 +134,21 @@ def test_its_dataset_spec_is_all_the_labelled_data_side_needs(monkeypatch, tmp_p
     assert model_input(first) == first["text"]
     items, total = dataset_texts(out)
     assert total == 12 and {item["label"] for item in items} == {"io", "os"}
+
+
+def test_its_datasets_are_scored_against_its_own_baseline(registered, monkeypatch, tmp_path):
+    from trainer.finetune import baselines
+    from trainer.prep.labelled import store
+
+    splits = {"train": [{"text": "a", "label": "x"}, {"text": "b", "label": "y"}],
+              "validation": [{"text": "c", "label": "x"}, {"text": "d", "label": "y"}, {"text": "e", "label": "x"},
+                             {"text": "f", "label": "y"}],
+              "test": []}
+    monkeypatch.setattr(store, "read_meta", lambda data_dir: {"task": "toy"})
+    monkeypatch.setattr(store, "iter_examples", lambda data_dir, split: iter(splits[split]))
+    out = baselines.compute(tmp_path)
+    assert (out["task"], out["metric"], out["note"]) == ("toy", "accuracy", "")
+    [row] = out["baselines"]
+    assert (row["name"], row["kind"], row["test"]) == ("always_x", "trivial", None)
+    assert row["validation"]["accuracy"] == 0.5
+

@@ -11,7 +11,8 @@ context sentence sharing most words with the question). A fine-tuned model that 
 lexical baseline has learned nothing its words alone do not give away, which usually means its
 checkpoint gave it nothing to build on.
 
-Per task (trainer.prep.labelled.TASKS):
+Each fine-tuning task declares its own (Task.baselines, Task.references, Task.no_baseline in
+trainer.finetune.REGISTRY); the built-in ones:
 - classification: majority class (trivial); TF-IDF of words and word pairs + logistic regression (lexical)
 - regression: the train mean (trivial); TF-IDF + ridge (lexical)
 - multilabel: the labels on more than half of train's examples (trivial); TF-IDF + one logistic
@@ -34,6 +35,7 @@ import re
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +46,6 @@ MAX_TRAIN = 50_000  # train examples the scikit-learn models are fit on, at most
 EVAL_SPLITS = ("validation", "test")
 TRIVIAL, LEXICAL = "trivial", "lexical"
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-
-NO_BASELINE = {
-    "sft": "Supervised fine-tuning is scored by perplexity, which only a language model gives: it has no "
-           "baseline.",
-}
-
 
 # ---------------------------------------------------------------------------- inputs
 def sequence_text(example: dict) -> str:
@@ -186,35 +182,59 @@ def _copy_input(train: Sequence[dict]):
     return lambda examples: [str(ex["input"]) for ex in examples]
 
 
-def _label_refs(examples):
+@dataclass(frozen=True)
+class Baseline:
+    """One baseline a task declares (Task.baselines): `fit(train)` gives predict(examples), or None
+    when the training split gives it nothing to learn from."""
+    name: str
+    label: str
+    kind: str  # TRIVIAL or LEXICAL
+    fit: Callable[[Sequence[dict]], Callable | None]
+
+
+# What each task declares (Task.baselines), and the gold answers its metric scores them against
+# (Task.references).
+CLASSIFICATION = (Baseline("majority", "Majority class", TRIVIAL, _majority_class),
+                  Baseline("bow_logistic", "Bag of words + logistic regression", LEXICAL, _bow_logistic))
+REGRESSION = (Baseline("train_mean", "Train mean", TRIVIAL, _train_mean),
+              Baseline("bow_ridge", "Bag of words + ridge regression", LEXICAL, _bow_ridge))
+MULTILABEL = (Baseline("frequent_labels", "Labels on most train examples", TRIVIAL, _frequent_labels),
+              Baseline("bow_logistic", "Bag of words + logistic regression per label", LEXICAL, _bow_one_vs_rest))
+TOKEN_CLASSIFICATION = (Baseline("tag_per_word", "Most frequent tag of each word", LEXICAL, _tag_per_word),)
+EXTRACTIVE_QA = (Baseline("first_sentence", "First sentence of the context", TRIVIAL, _first_sentence),
+                 Baseline("overlap_sentence", "Context sentence sharing most words with the question", LEXICAL,
+                          _overlap_sentence))
+MULTIPLE_CHOICE = (Baseline("frequent_position", "Position most often right", TRIVIAL, _frequent_position),
+                   Baseline("overlap_choice", "Choice sharing most words with the question", LEXICAL, _overlap_choice))
+TEXT_TO_TEXT = (Baseline("copy_input", "The input copied", TRIVIAL, _copy_input),)
+
+
+def class_references(examples: Sequence[dict]) -> list:
     return [str(ex["label"]) for ex in examples]
 
 
-BASELINES: dict[str, tuple[tuple[str, str, str, Callable], ...]] = {
-    "classification": (("majority", "Majority class", TRIVIAL, _majority_class),
-                       ("bow_logistic", "Bag of words + logistic regression", LEXICAL, _bow_logistic)),
-    "regression": (("train_mean", "Train mean", TRIVIAL, _train_mean),
-                   ("bow_ridge", "Bag of words + ridge regression", LEXICAL, _bow_ridge)),
-    "multilabel": (("frequent_labels", "Labels on most train examples", TRIVIAL, _frequent_labels),
-                   ("bow_logistic", "Bag of words + logistic regression per label", LEXICAL, _bow_one_vs_rest)),
-    "token_classification": (("tag_per_word", "Most frequent tag of each word", LEXICAL, _tag_per_word),),
-    "extractive_qa": (("first_sentence", "First sentence of the context", TRIVIAL, _first_sentence),
-                      ("overlap_sentence", "Context sentence sharing most words with the question", LEXICAL,
-                       _overlap_sentence)),
-    "multiple_choice": (("frequent_position", "Position most often right", TRIVIAL, _frequent_position),
-                        ("overlap_choice", "Choice sharing most words with the question", LEXICAL, _overlap_choice)),
-    "text_to_text": (("copy_input", "The input copied", TRIVIAL, _copy_input),),
-}
+def score_references(examples: Sequence[dict]) -> list:
+    return [float(ex["label"]) for ex in examples]
 
-REFERENCES: dict[str, Callable[[Sequence[dict]], list]] = {
-    "classification": _label_refs,
-    "regression": lambda examples: [float(ex["label"]) for ex in examples],
-    "multilabel": lambda examples: [set(ex["label"]) for ex in examples],
-    "token_classification": lambda examples: [list(ex["tags"]) for ex in examples],
-    "extractive_qa": lambda examples: [[a["text"] for a in ex.get("answers") or ()] for ex in examples],
-    "multiple_choice": lambda examples: [int(ex["label"]) for ex in examples],
-    "text_to_text": lambda examples: [str(ex["target"]) for ex in examples],
-}
+
+def label_set_references(examples: Sequence[dict]) -> list:
+    return [set(ex["label"]) for ex in examples]
+
+
+def tag_references(examples: Sequence[dict]) -> list:
+    return [list(ex["tags"]) for ex in examples]
+
+
+def answer_references(examples: Sequence[dict]) -> list:
+    return [[a["text"] for a in ex.get("answers") or ()] for ex in examples]
+
+
+def choice_references(examples: Sequence[dict]) -> list:
+    return [int(ex["label"]) for ex in examples]
+
+
+def target_references(examples: Sequence[dict]) -> list:
+    return [str(ex["target"]) for ex in examples]
 
 
 # ---------------------------------------------------------------------------- computing
@@ -229,6 +249,14 @@ def _metric_key(task: str, data_dir: Path) -> tuple[Callable[..., dict], str, bo
 
 def _clean(values: dict[str, float]) -> dict[str, float]:
     return {k: float(v) for k, v in values.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
+def _declared(task: str):
+    """The registry's Task of that name (trainer.finetune.REGISTRY), which declares the baselines; None
+    for a name nobody registered."""
+    from trainer import finetune
+
+    return finetune.get(task) if task in finetune.REGISTRY else None
 
 
 def compute(data_dir: str | Path) -> dict[str, Any]:
@@ -246,8 +274,9 @@ def compute(data_dir: str | Path) -> dict[str, Any]:
     task = str(read_meta(data_dir).get("task", ""))
     out: dict[str, Any] = {"version": VERSION, "task": task, "metric": "", "higher_is_better": True,
                            "baselines": [], "note": ""}
-    if task not in BASELINES:
-        out["note"] = NO_BASELINE.get(task, f"The task {task!r} has no baseline.")
+    declared = _declared(task)
+    if declared is None or not declared.baselines:
+        out["note"] = (declared.no_baseline if declared is not None else "") or f"The task {task!r} has no baseline."
         return out
     score, primary, higher = _metric_key(task, data_dir)
     out.update(metric=primary, higher_is_better=higher)
@@ -264,9 +293,10 @@ def compute(data_dir: str | Path) -> dict[str, Any]:
     # machine's cores (a worker beside a training run) than on one core.
     with threadpool_limits(limits=1), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for name, label, kind, fit in BASELINES[task]:
+        for baseline in declared.baselines:
+            name, label, kind = baseline.name, baseline.label, baseline.kind
             try:
-                predict = fit(train) if train else None
+                predict = baseline.fit(train) if train else None
             except ValueError:  # scikit-learn's: no word in any text (an empty vocabulary)
                 predict = None
             if predict is None:
@@ -274,7 +304,7 @@ def compute(data_dir: str | Path) -> dict[str, Any]:
                 continue
             row: dict[str, Any] = {"name": name, "label": label, "kind": kind}
             for split, examples in splits.items():
-                row[split] = _clean(score(predict(examples), REFERENCES[task](examples))) if examples else None
+                row[split] = _clean(score(predict(examples), declared.references(examples))) if examples else None
             out["baselines"].append(row)
     if skipped:
         out["note"] = (f"Not computed: {', '.join(skipped)} (the training split gives it nothing to learn from, "

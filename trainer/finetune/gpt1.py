@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from trainer.errors import ConfigError
+from trainer.finetune import baselines as baseline_fns
 from trainer.finetune.settings import Setting
 from trainer.finetune.tasks import SequenceCollator, SequenceStep, Task
 from trainer.objectives.base import Batch, StepOutput
@@ -270,4 +271,5 @@ class GPT1ChoiceTask(GPT1Task):
 GPT_MULTIPLE_CHOICE = GPT1ChoiceTask("multiple_choice", "Multiple choice (GPT-1: one pass per choice, a softmax over "
                                      "the choices' scores, the auxiliary LM loss)", "multiple_choice", None,
                                      GPT1ChoiceCollator, GPT1ChoiceStep, "multiple_choice", smoothing=True,
-                                     families=FAMILIES, settings=AUX_LM, explorer_action="choose")
+                                     families=FAMILIES, settings=AUX_LM, explorer_action="choose",
+                                     baselines=baseline_fns.MULTIPLE_CHOICE, references=baseline_fns.choice_references)

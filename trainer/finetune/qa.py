@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from trainer.errors import ConfigError
+from trainer.finetune import baselines as baseline_fns
 from trainer.finetune import metrics as metric_fns
 from trainer.finetune.settings import Setting
 from trainer.finetune.tasks import EncodesAhead, Task, TaskBatch, TaskStep, model_inputs
@@ -368,7 +369,8 @@ class QATask(Task):
 # the loss's padding terms (and parity with transformers' loss) for computing real tokens only.
 EXTRACTIVE_QA = QATask("extractive_qa", "Extractive question answering (SQuAD v1.1/v2.0: an answer span of the "
                        "context, or none)", "question_answering", None, QACollator, QAStep, "extractive_qa",
-                       explorer_action="answer", settings=(
+                       explorer_action="answer", baselines=baseline_fns.EXTRACTIVE_QA,
+                       references=baseline_fns.answer_references, settings=(
                            Setting("doc_stride", "Window overlap (tokens)", "Context tokens that consecutive windows "
                                    "of a long context share (0: a third of the maximum length).", advanced=True,
                                    section="task"),

@@ -183,7 +183,9 @@ class SFTTask(Task):
 
 
 SFT = SFTTask("sft", "Supervised fine-tuning (GPT: prompt/response or chats, the loss on the replies only)", "",
-              None, SFTCollator, SFTStep, "sft", families=FAMILIES, generates=True, explorer_action="chat", chats=True, settings=(
+              None, SFTCollator, SFTStep, "sft", families=FAMILIES, generates=True, explorer_action="chat", chats=True,
+              no_baseline="Supervised fine-tuning is scored by perplexity, which only a language model gives: it "
+                          "has no baseline.", settings=(
                   Setting("chat_template", "Chat template", "How each chat turn is written: {role} is system, user "
                           "or assistant, {content} the message; the model learns the assistant's content.",
                           section="task", textarea=True, keep_if_empty=True),

@@ -9,13 +9,14 @@ from trainer.finetune.metrics, through Step.finish_validation).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 import torch
 
 from models_lib.core.packing import Packed
 from trainer.errors import ConfigError
+from trainer.finetune import baselines as baseline_fns
 from trainer.finetune import metrics as metric_fns
 from trainer.objectives.base import Step, StepOutput
 from trainer.objectives.packing import PackableBatch, PackingCollator, pack_rows
@@ -356,6 +357,10 @@ class Task:
     packs: bool = False           # its collator's batches are TaskBatches and its step passes them packed
                                   # (trainer.finetune.engine.packing): an encoder's head computes real tokens only
     chats: bool = False           # it learns the run's chat_template: its checkpoints write chat prompts in it
+    baselines: tuple = ()         # trainer.finetune.baselines.Baseline rows its datasets are scored with
+    references: Callable[[Sequence[dict]], list] | None = None  # examples -> the gold answers its metric
+                                  # scores the baselines against (None: it has no baselines)
+    no_baseline: str = ""         # why it has none, when it has none (the dataset page says so)
                                   # (trainer.inference.generate.chat_template)
 
     def scores(self, dataset: Any = "") -> Any:
@@ -396,13 +401,17 @@ class Task:
 
 CLASSIFICATION = Task("classification", "Sequence classification (one sentence or a pair)", "sequence_classification",
                       "single_label_classification", SequenceCollator, SequenceStep, "classification", smoothing=True,
-                      explorer_action="classify", balances_classes=True, packs=True)
+                      explorer_action="classify", balances_classes=True, packs=True,
+                      baselines=baseline_fns.CLASSIFICATION, references=baseline_fns.class_references)
 REGRESSION = Task("regression", "Regression (one score per sentence or pair, MSE)", "sequence_classification",
-                  "regression", SequenceCollator, SequenceStep, "regression", explorer_action="classify", packs=True)
+                  "regression", SequenceCollator, SequenceStep, "regression", explorer_action="classify", packs=True,
+                  baselines=baseline_fns.REGRESSION, references=baseline_fns.score_references)
 MULTILABEL = Task("multilabel", "Multi-label classification (a sigmoid per label)", "sequence_classification",
                   "multi_label_classification", SequenceCollator, SequenceStep, "multilabel_classification",
-                  explorer_action="classify", packs=True)
+                  explorer_action="classify", packs=True, baselines=baseline_fns.MULTILABEL,
+                  references=baseline_fns.label_set_references)
 TOKEN_CLASSIFICATION = Task("token_classification", "Token classification (BIO tags; the first sub-token of "
                             "each word carries its tag)", "token_classification", None, TokenCollator, TokenStep,
                             "token_classification", smoothing=True, explorer_action="tag", balances_classes=True,
-                            packs=True)
+                            packs=True, baselines=baseline_fns.TOKEN_CLASSIFICATION,
+                            references=baseline_fns.tag_references)

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer.errors import ConfigError
+from trainer.finetune import baselines as baseline_fns
 from trainer.finetune import metrics as metric_fns
 from trainer.finetune.settings import Setting
 from trainer.finetune.tasks import IGNORE_INDEX, EncodesAhead, Task, TaskStep
@@ -402,4 +403,5 @@ class TextToTextTask(Task):
 TEXT_TO_TEXT = TextToTextTask("text_to_text", "Text to text (T5: teacher forcing with a task prefix; UniLM: the "
                               "seq2seq attention mask)", "", None, T5Collator, text_to_text_step, "text_to_text",
                               families=FAMILIES, generates=True, settings=TEXT_SETTINGS,
+                              baselines=baseline_fns.TEXT_TO_TEXT, references=baseline_fns.target_references,
                               per_family=(("t5", T5Collator, T5Step), ("unilm", UniLMSeq2SeqCollator, UniLMStep)))

@@ -56,54 +56,9 @@ class DemoDataset:
     filename: str
     rows: int  # examples on Python 3.11 (other versions' docstrings differ slightly)
     how: str
+    build: Callable[[list[DemoDocstring]], str]  # the docstrings -> the file's text
 
 
-DEMOS: dict[str, DemoDataset] = {
-    d.name: d
-    for d in (
-        DemoDataset("classification", "classification", "stdlib_package.csv", 1012,
-                    "CSV text,label: each distinct docstring paragraph of the modules of five packages "
-                    f"({', '.join(CLASS_PACKAGES)}), labelled with its package."),
-        DemoDataset("pair_classification", "classification", "stdlib_paragraph_order.tsv", 1397,
-                    "TSV sentence1,sentence2,label: sentence-order prediction (ALBERT's SOP) on docstrings: each "
-                    "docstring's first paragraph (its summary) and its second paragraph, in that order "
-                    '("in_order") or swapped ("swapped"), one distinct pair per line. Which pairs are swapped (about '
-                    "one in two) and the split column (about 80 / 10 / 10 of the summaries into train / validation / "
-                    "test, every pair of one summary in one split) come from a CRC-32 of the text, the same on "
-                    "every machine."),
-        DemoDataset("regression", "regression", "stdlib_long_words.jsonl", 1905,
-                    'JSONL text,score: every other paragraph (of at least 8 words); score = the share of its words '
-                    f"of {LONG_WORD} letters or more, rounded to 4 decimals (words: runs of letters)."),
-        DemoDataset("multilabel", "multilabel", "stdlib_topics.csv", 1211,
-                    "CSV text,labels: every other paragraph that matches one of five keyword patterns "
-                    f"({', '.join(TOPICS)}: e.g. errors = raise, error or exception), labelled with all the "
-                    "topics it matches, joined by |."),
-        DemoDataset("token_classification", "token_classification", "stdlib_identifiers.conll", 1550,
-                    "CoNLL token/tag: the paragraphs of at most 80 tokens that name code, split into words and "
-                    "punctuation and tagged BIO: MOD for a module (a dotted module name, a one-word module name "
-                    'that is not also an English word, or any module name before "module" or "package"), EXC for '
-                    "an exception class (CamelCase ending in Error, Exception, Warning, ...), CODE for other "
-                    "identifiers (dotted, with an underscore, camelCase, or called with ()), O otherwise."),
-        DemoDataset("extractive_qa", "extractive_qa", "stdlib_qa.json", 733,
-                    "SQuAD 2.0 JSON: one article per module, one paragraph per public function or class "
-                    'docstring; "What does NAME return?" answered by the rest of its first "Return(s) ..." '
-                    'sentence, "What does NAME raise?" answered by the first exception class after "raise(s)", '
-                    'and for one in two docstrings that return but raise nothing, "What does NAME raise?" marked '
-                    "is_impossible."),
-        DemoDataset("text_to_text", "text_to_text", "stdlib_first_sentence.tsv", 734,
-                    "TSV source,target: every other paragraph of two sentences or more, and its first sentence "
-                    "(a summary-like target taken from the text itself)."),
-        DemoDataset("sft", "sft", "stdlib_explain.jsonl", 1871,
-                    'JSONL prompt,response: for each public module, class and function, "What does the function '
-                    'NAME do?" (or "What is the class NAME for?", "What is the module NAME for?") answered by the '
-                    "first three paragraphs of its docstring."),
-        DemoDataset("multiple_choice", "multiple_choice", "stdlib_which_object.csv", 970,
-                    "CSV context,choice0..choice3,label: each distinct docstring paragraph of a function, class or "
-                    f"method of the five packages ({', '.join(CLASS_PACKAGES)}), and four dotted names to choose "
-                    "from: the object it documents and an object of each of three other of those packages (drawn "
-                    "with a fixed seed), shuffled; label = the index of the documented one (0 to 3)."),
-    )
-}
 
 
 def write_demo_dataset(name: str, out_path: Path) -> Path:
@@ -113,7 +68,7 @@ def write_demo_dataset(name: str, out_path: Path) -> Path:
         demo = DEMOS[name]
     except KeyError:
         raise DatasetError(f'"{name}" is not a demo dataset; choose one of {", ".join(DEMOS)}.') from None
-    text = _BUILDERS[name](demo_docstrings())
+    text = demo.build(demo_docstrings())
     path = Path(out_path)
     if path.is_dir():
         path = path / demo.filename
@@ -318,14 +273,50 @@ def _multiple_choice(docs: list[DemoDocstring]) -> str:
     return _csv(["context", *(f"choice{i}" for i in range(NAME_CHOICES)), "label"], rows)
 
 
-_BUILDERS: dict[str, Callable[[list[DemoDocstring]], str]] = {
-    "classification": _classification,
-    "pair_classification": _pair_classification,
-    "regression": _regression,
-    "multilabel": _multilabel,
-    "token_classification": _token_classification,
-    "extractive_qa": _extractive_qa,
-    "text_to_text": _text_to_text,
-    "sft": _sft,
-    "multiple_choice": _multiple_choice,
+# name -> the demo dataset; each is built by its own function above from the docstrings.
+DEMOS: dict[str, DemoDataset] = {
+    d.name: d
+    for d in (
+        DemoDataset("classification", "classification", "stdlib_package.csv", 1012,
+                    "CSV text,label: each distinct docstring paragraph of the modules of five packages "
+                    f"({', '.join(CLASS_PACKAGES)}), labelled with its package.", _classification),
+        DemoDataset("pair_classification", "classification", "stdlib_paragraph_order.tsv", 1397,
+                    "TSV sentence1,sentence2,label: sentence-order prediction (ALBERT's SOP) on docstrings: each "
+                    "docstring's first paragraph (its summary) and its second paragraph, in that order "
+                    '("in_order") or swapped ("swapped"), one distinct pair per line. Which pairs are swapped (about '
+                    "one in two) and the split column (about 80 / 10 / 10 of the summaries into train / validation / "
+                    "test, every pair of one summary in one split) come from a CRC-32 of the text, the same on "
+                    "every machine.", _pair_classification),
+        DemoDataset("regression", "regression", "stdlib_long_words.jsonl", 1905,
+                    'JSONL text,score: every other paragraph (of at least 8 words); score = the share of its words '
+                    f"of {LONG_WORD} letters or more, rounded to 4 decimals (words: runs of letters).", _regression),
+        DemoDataset("multilabel", "multilabel", "stdlib_topics.csv", 1211,
+                    "CSV text,labels: every other paragraph that matches one of five keyword patterns "
+                    f"({', '.join(TOPICS)}: e.g. errors = raise, error or exception), labelled with all the "
+                    "topics it matches, joined by |.", _multilabel),
+        DemoDataset("token_classification", "token_classification", "stdlib_identifiers.conll", 1550,
+                    "CoNLL token/tag: the paragraphs of at most 80 tokens that name code, split into words and "
+                    "punctuation and tagged BIO: MOD for a module (a dotted module name, a one-word module name "
+                    'that is not also an English word, or any module name before "module" or "package"), EXC for '
+                    "an exception class (CamelCase ending in Error, Exception, Warning, ...), CODE for other "
+                    "identifiers (dotted, with an underscore, camelCase, or called with ()), O otherwise.", _token_classification),
+        DemoDataset("extractive_qa", "extractive_qa", "stdlib_qa.json", 733,
+                    "SQuAD 2.0 JSON: one article per module, one paragraph per public function or class "
+                    'docstring; "What does NAME return?" answered by the rest of its first "Return(s) ..." '
+                    'sentence, "What does NAME raise?" answered by the first exception class after "raise(s)", '
+                    'and for one in two docstrings that return but raise nothing, "What does NAME raise?" marked '
+                    "is_impossible.", _extractive_qa),
+        DemoDataset("text_to_text", "text_to_text", "stdlib_first_sentence.tsv", 734,
+                    "TSV source,target: every other paragraph of two sentences or more, and its first sentence "
+                    "(a summary-like target taken from the text itself).", _text_to_text),
+        DemoDataset("sft", "sft", "stdlib_explain.jsonl", 1871,
+                    'JSONL prompt,response: for each public module, class and function, "What does the function '
+                    'NAME do?" (or "What is the class NAME for?", "What is the module NAME for?") answered by the '
+                    "first three paragraphs of its docstring.", _sft),
+        DemoDataset("multiple_choice", "multiple_choice", "stdlib_which_object.csv", 970,
+                    "CSV context,choice0..choice3,label: each distinct docstring paragraph of a function, class or "
+                    f"method of the five packages ({', '.join(CLASS_PACKAGES)}), and four dotted names to choose "
+                    "from: the object it documents and an object of each of three other of those packages (drawn "
+                    "with a fixed seed), shuffled; label = the index of the documented one (0 to 3).", _multiple_choice),
+    )
 }
