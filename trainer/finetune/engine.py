@@ -229,7 +229,7 @@ def finetune(config: FinetuneConfig, *, out_dir: Path, sink: MetricsSink,
         except (TypeError, ValueError) as e:
             raise ConfigError(f"The checkpoint {checkpoint.name} cannot be fine-tuned for {task.label}: {e}") from None
         config = config.replace(task=task.name, family=model.config.family, preset=checkpoint.name,
-                                label_words=labels if getattr(task, "writes_labels", False) else [])
+                                label_words=labels if task.writes_labels else [])
         train_examples = [] if mix is not None else list(iter_examples(dataset, "train"))
         examples = sum(len(t.splits["train"]) for t in mix) if mix is not None else len(train_examples)
         config = with_epochs(config, examples, config.batch_size * config.grad_accum, sink,

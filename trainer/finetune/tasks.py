@@ -394,6 +394,12 @@ class Task:
         return 1 if self.problem == "regression" else len(labels)
 
     @property
+    def writes_labels(self) -> bool:
+        """Its checkpoints answer a classification by writing the label (or the score) as text (T5's
+        text-to-text classification and regression, trainer.finetune.text_classify)."""
+        return False
+
+    @property
     def has_classes(self) -> bool:
         """Whether the dataset's labels are the model's classes (regression's scores and QA's spans are not)."""
         return self.problem != "regression"

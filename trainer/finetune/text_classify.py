@@ -40,6 +40,7 @@ import torch
 from trainer.errors import ConfigError
 from trainer.finetune import metrics as metric_fns
 from trainer.finetune.tasks import IGNORE_INDEX, Task
+from trainer.prep.labelled.tasks import TASKS as DATASET_TASKS
 from trainer.finetune.text2text import TEXT_SETTINGS, EncodedText, T5Batch, T5Collator, T5Step, _pad
 
 INVALID = "(invalid)"   # the prediction when the generated text is none of the labels
@@ -98,6 +99,7 @@ class LabelWordCollator(T5Collator):
     def __init__(self, tokenizer: Any, max_length: int, config: Any, task: str):
         super().__init__(tokenizer, max_length, config)
         self.task = task
+        self.scores = DATASET_TASKS[task].labels == "number"  # its gold is a score, else a label
 
     def texts(self, examples: Sequence[dict]) -> list[dict]:
         from trainer.finetune.mixing import as_text
@@ -109,7 +111,7 @@ class LabelWordCollator(T5Collator):
 
     def collate(self, examples: Sequence[dict], encoded: Sequence[EncodedText]) -> LabelWordBatch:
         batch = super().collate(self.texts(examples), encoded)
-        gold = [float(ex["label"]) if self.task == "regression" else str(ex["label"]) for ex in examples]
+        gold = [float(ex["label"]) if self.scores else str(ex["label"]) for ex in examples]
         return LabelWordBatch(**{f.name: getattr(batch, f.name) for f in dataclasses.fields(T5Batch)}, gold=gold)
 
 

@@ -131,14 +131,14 @@ def classify(checkpoint_dir: str | Path, text: str, text_b: str | None = None) -
 def written_task(loaded: Loaded) -> str:
     """The fine-tuning task (its name) of a checkpoint that answers the explorer's classify by
     writing its label or score as text, else "": one without a task head whose run's task, as its
-    family trains it (trainer.finetune.for_family), is answered with classify (T5's text-to-text
+    family trains it (trainer.finetune.for_family), writes its labels (Task.writes_labels: T5's text-to-text
     classification and regression, trainer.finetune.text_classify)."""
     from trainer import finetune
 
     task = (loaded.state.get("config") or {}).get("task")
     if task_of(loaded) or not isinstance(task, str) or task not in finetune.names():
         return ""
-    return task if finetune.for_family(task, loaded.family_name).explorer_action == "classify" else ""
+    return task if finetune.for_family(task, loaded.family_name).writes_labels else ""
 
 
 def _classify_by_writing(loaded: Loaded, text: str, pair: str) -> dict[str, Any]:
@@ -147,10 +147,11 @@ def _classify_by_writing(loaded: Loaded, text: str, pair: str) -> dict[str, Any]
     is no label predicts nothing, one that is no number has no value). For classification each
     label's probability is that of the whole "label </s>" as the output, renormalised over the
     labels (text_classify.label_probabilities)."""
+    from trainer import finetune
     from trainer.finetune import mixing, text_classify
 
     config = loaded.state.get("config") or {}
-    regression = written_task(loaded) == "regression"
+    regression = finetune.for_family(written_task(loaded), loaded.family_name).problem == "regression"
     labels = [str(x) for x in config.get("label_words") or []]
     if not regression and len(labels) < 2:
         raise InferenceError("This T5 checkpoint does not record the labels it was fine-tuned to write (its run "
