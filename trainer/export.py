@@ -65,6 +65,14 @@ def export_refusal(family: str) -> str:
     return families.get(family).hf_export_refusal if family in families.names() else ""
 
 
+def _token_types(family: str) -> bool:
+    """Whether the exported tokenizer gives token_type_ids (Family.hf_token_types)."""
+    from trainer import families
+
+    found = families.find(family)
+    return found.hf_token_types if found is not None else True
+
+
 class ExportError(UserError):
     """The checkpoint cannot be exported; the message says why."""
 
@@ -145,8 +153,7 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, *, name: 
         progress(90)
         hf_config = json.loads((staging / "config.json").read_text(encoding="utf-8"))
         architecture = (hf_config.get("architectures") or [type(model).__name__])[0]
-        with_types = bool(getattr(model.config, "type_vocab_size", 0)) and hf_config.get("model_type") not in (
-            "distilbert", "roberta", "gpt2", "t5")
+        with_types = bool(getattr(model.config, "type_vocab_size", 0)) and _token_types(family)
         write_tokenizer_files(checkpoint, staging, max_positions=int(getattr(model.config, "max_positions", 512)),
                          with_token_types=with_types)
         auto = _auto_class(architecture)

@@ -84,3 +84,28 @@ def test_what_cannot_be_exported_is_a_sentence(tmp_path):
     with pytest.raises(ExportError, match="cannot be loaded, so it cannot be exported"):
         export_checkpoint(tmp_path / "broken", tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("family, types", [("bert", True), ("roberta", False)])
+def test_the_exported_tokenizer_gives_token_types_as_the_family_declares(tokenizer_dir, tmp_path, family, types):
+    """Family.hf_token_types: BERT's exported tokenizer gives token_type_ids, RoBERTa's none (as
+    transformers' own RoBERTa tokenizer does), though both models have a token-type table."""
+    import shutil
+
+    import transformers
+
+    from models_lib.families import presets
+    from models_lib.families.bert import BertForPreTraining
+    from models_lib.families.roberta import RobertaForPreTraining
+    from models_lib.checkpoint import save_model
+    from trainer.prep.tokenization import load_tokenizer
+
+    config = presets.get(f"{family}-tiny", vocab_size=load_tokenizer(tokenizer_dir).vocab_size, hidden_size=32,
+                         num_heads=2, intermediate_size=64, num_layers=1)
+    assert config.type_vocab_size > 0
+    folder = tmp_path / "ckpt"
+    save_model((BertForPreTraining if family == "bert" else RobertaForPreTraining)(config), folder)
+    for name in ("tokenizer.json", "tokenizer_meta.json"):
+        shutil.copyfile(tokenizer_dir / name, folder / name)
+    result = export_checkpoint(folder, tmp_path / "hf")
+    assert ("token_type_ids" in transformers.AutoTokenizer.from_pretrained(result.folder)(TEXTS[0])) is types

@@ -128,6 +128,9 @@ class Family:
     # our tokenizer role -> the spellings to look for, when the model's tokenizer has no [CLS]/[MASK]
     hf_tokenizer_roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
     hf_export_refusal: str = ""               # why its checkpoints have no Hugging Face export ("" = they do)
+    hf_token_types: bool = True               # its exported tokenizer gives token_type_ids (if the model has
+                                              # token types); False where transformers' tokenizer for its
+                                              # model_type gives none (RoBERTa, DistilBERT, GPT-2, T5)
 
     # ---- the explorer
     explorer_kind: str = "encoder"            # which panels apply: encoder | unilm | t5 | gpt | elmo

@@ -108,4 +108,5 @@ FAMILY = DistilBertFamily(
     about="A student with half a trained BERT teacher's layers, distilled from its soft predictions "
           "and hidden states.",
     hf_model_types=("distilbert",),
+    hf_token_types=False,
 )

@@ -91,6 +91,7 @@ FAMILY = GPTFamily(
     about="Decoder-only transformer with a causal mask and learned positions (GPT-2: pre-LN); predicts the "
           "next token on packed sequences.",
     hf_model_types=("gpt2",),
+    hf_token_types=False,
     hf_objective="clm",
     hf_tokenizer_roles={role: ("<|endoftext|>",) for role in ROLES},
     explorer_kind="gpt",

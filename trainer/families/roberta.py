@@ -25,4 +25,5 @@ FAMILY = Family(
     about="BERT's encoder with a byte-level BPE vocabulary, dynamic masking, packed full-length "
           "inputs and no NSP.",
     hf_model_types=("roberta",),
+    hf_token_types=False,
 )

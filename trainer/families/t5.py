@@ -104,6 +104,7 @@ FAMILY = T5Family(
     about="Encoder-decoder transformer (pre-norm RMSNorm, relative position buckets, no biases) that maps "
           "text to text; pre-trained by span corruption or another denoising objective.",
     hf_model_types=("t5",),
+    hf_token_types=False,
     hf_objective="span_corruption",
     # T5's tokenizer has no begin-of-text token (its inputs end with </s>) and no mask token (its
     # sentinels mark gaps instead).
