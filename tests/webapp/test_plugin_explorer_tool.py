@@ -5,7 +5,7 @@ its page answer, a field of its own and its panel template), registers it with o
 webapp.explorer.tools.REGISTRY, and sees it everywhere a tool appears: its endpoint under
 /api/explore/ (checked for ownership, in the OpenAPI schema), its panel and script on the explorer
 page with the endpoint the script reads, its action on the page's form (its own field, its example,
-what must be typed in) and its answer on the page without JavaScript. Unregistered, none of it is there.
+what must be typed in), its answer on the page without JavaScript and its comparison of two checkpoints. Unregistered, none of it is there.
 """
 from __future__ import annotations
 
@@ -53,6 +53,8 @@ TOY = tools.ExplorerTool(
     "toy_reverse", "toy/_panel.html", "js/toy_reverse.js", tools.ToolApi("toy-reverse", "toy-reverse/", ToyView),
     toy_page, fields=("toy_text",), required=(("toy_text", "Type a text to reverse."),),
     initial=(("toy_text", "stressed"),),
+    compare=tools.Comparison("toy-reverse", ("text",), lambda checkpoint, inputs: {
+        "reversed": (inputs.get("text") or "")[::-1] + f" by {checkpoint.label}"}),
     form_fields=lambda: {"toy_text": forms.CharField(required=False, max_length=200, label="Toy text")})
 
 
@@ -117,6 +119,17 @@ def test_the_form_takes_its_action_and_the_page_answers_it_without_javascript(re
     assert '<p class="error" data-error="toy_reverse">Type a text to reverse.</p>' in html
 
 
+def test_it_compares_two_checkpoints_through_the_api(registered, checkpoint, alice, alice_api):
+    other = family_stub(alice, "bert")
+    body = {"checkpoints": [str(checkpoint.id), str(other.id)], "task": "toy-reverse", "inputs": {"text": "abc"}}
+    response = alice_api.post("/api/explore/compare/", body, format="json")
+    assert response.status_code == 200, response.content
+    assert [c["result"]["reversed"] for c in response.json()["results"]] == [f"cba by {checkpoint.label}",
+                                                                             f"cba by {other.label}"]
+    refused = alice_api.post("/api/explore/compare/", {**body, "inputs": {}}, format="json")
+    assert refused.status_code == 400 and "inputs.text" in refused.content.decode()
+
+
 def test_unregistered_it_is_nowhere(checkpoint, alice_client, alice_api):
     assert "toy_reverse" not in tools.REGISTRY
     html = alice_client.get(reverse("explorer:index") + f"?checkpoint={checkpoint.id}").content.decode()
@@ -124,6 +137,9 @@ def test_unregistered_it_is_nowhere(checkpoint, alice_client, alice_api):
     response = alice_api.post("/api/explore/toy-reverse/", {"checkpoint": str(checkpoint.id), "text": "abc"},
                               format="json")
     assert response.status_code == 404
+    assert alice_api.post("/api/explore/compare/", {"checkpoints": [str(checkpoint.id), str(checkpoint.id)],
+                                                    "task": "toy-reverse", "inputs": {"text": "abc"}},
+                          format="json").status_code == 400
     page = alice_client.post(reverse("explorer:index"), {"action": "toy_reverse", "checkpoint": str(checkpoint.id),
                                                          "toy_text": "abc"}).content.decode()
     assert "desserts" not in page and "toy-answer" not in page

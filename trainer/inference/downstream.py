@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 import torch
 
+from models_lib.heads import tasks as heads
 from trainer.errors import InferenceError
 from trainer.inference.loading import Loaded, load, nonempty
 
@@ -37,9 +38,10 @@ MAX_N_BEST = 20
 MAX_CHOICES = 8
 _WORD = re.compile(r"\w+(?:[-'’]\w+)*|[^\w\s]", re.UNICODE)  # words and single punctuation marks, as CoNLL splits
 
-TASK_NAMES = {"sequence_classification": "a sequence classifier", "token_classification": "a token classifier",
-              "question_answering": "an extractive question-answering model",
-              "multiple_choice": "a multiple-choice model (GPT-1)"}
+# the models_lib head a fine-tuned checkpoint has -> how an error names such a model
+HEAD_NAMES = {heads.SEQUENCE_CLASSIFICATION: "a sequence classifier", heads.TOKEN_CLASSIFICATION: "a token classifier",
+              heads.QUESTION_ANSWERING: "an extractive question-answering model",
+              heads.MULTIPLE_CHOICE: "a multiple-choice model (GPT-1)"}
 
 
 # ---------------------------------------------------------------------------- shared
@@ -52,8 +54,8 @@ def task_of(loaded: Loaded) -> str:
 def _require(loaded: Loaded, task: str, tool: str) -> Any:
     have = task_of(loaded)
     if have != task:
-        what = TASK_NAMES.get(have, "a pre-trained model without a task head")
-        raise InferenceError(f"{tool} needs a checkpoint fine-tuned as {TASK_NAMES[task]}; this one is {what}. "
+        what = HEAD_NAMES.get(have, "a pre-trained model without a task head")
+        raise InferenceError(f"{tool} needs a checkpoint fine-tuned as {HEAD_NAMES[task]}; this one is {what}. "
                              "Choose a checkpoint of a fine-tuning run for that task.")
     return loaded.model.task_config
 
@@ -101,7 +103,7 @@ def classify(checkpoint_dir: str | Path, text: str, text_b: str | None = None) -
     pair = (text_b or "").strip()
     if written_task(loaded):
         return _classify_by_writing(loaded, text, pair)
-    spec = _require(loaded, "sequence_classification", "Classification")
+    spec = _require(loaded, heads.SEQUENCE_CLASSIFICATION, "Classification")
     max_length = _max_length(loaded)
     tok = _tokenizer(loaded, max_length)
     enc = tok.encode(text, pair) if pair else tok.encode(text)
@@ -196,7 +198,7 @@ def choose(checkpoint_dir: str | Path, context: str, choices: Sequence[str]) -> 
     from trainer.finetune.gpt1 import GPT1ChoiceCollator
 
     loaded = load(checkpoint_dir)
-    _require(loaded, "multiple_choice", "Choosing")
+    _require(loaded, heads.MULTIPLE_CHOICE, "Choosing")
     context = nonempty(context, "Type a context (or question) to choose an answer for.")
     texts = [c.strip() for c in choices if isinstance(c, str) and c.strip()]
     if not 2 <= len(texts) <= MAX_CHOICES:
@@ -253,7 +255,7 @@ def tag(checkpoint_dir: str | Path, text: str) -> dict[str, Any]:
     "truncated": words past the model's length get no tag}. The text is split into words and
     punctuation; the first sub-token of each word carries its tag, as in training."""
     loaded = load(checkpoint_dir)
-    spec = _require(loaded, "token_classification", "Tagging")
+    spec = _require(loaded, heads.TOKEN_CLASSIFICATION, "Tagging")
     text = nonempty(text, "Type a sentence to tag.")
     words = words_of(text)
     tok = _tokenizer(loaded, _max_length(loaded))
@@ -284,7 +286,7 @@ def answer(checkpoint_dir: str | Path, question: str, context: str, *, n_best: i
     from trainer.finetune.qa import CLS_POSITION, QACollator, WindowLogits, predict_answer
 
     loaded = load(checkpoint_dir)
-    _require(loaded, "question_answering", "Question answering")
+    _require(loaded, heads.QUESTION_ANSWERING, "Question answering")
     question = nonempty(question, "Type a question.")
     context = nonempty(context, "Paste a context that may hold the answer.")
     if not 1 <= int(n_best) <= MAX_N_BEST:

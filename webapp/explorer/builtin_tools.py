@@ -31,15 +31,16 @@ FILL_MASK = ExplorerTool(
     "fill_mask", "explorer/_fill_mask.html", "js/explorer.js", ToolApi("fill-mask", "fill-mask/", api.FillMaskView),
     pages.fill_mask, fields=("text", "top_k"),
     required=(("text", "Type a sentence with [MASK] where a word should be predicted."),), defaults=(("top_k", 5),),
+    compare=pages.FILL_MASK,
     initial=(("text", "The capital of France is [MASK]."),))
 NEXT_SENTENCE = ExplorerTool(
     "next_sentence", "explorer/_sentence_pairs.html", "js/explorer.js",
     ToolApi("next-sentence", "next-sentence/", api.NextSentenceView), pages.next_sentence,
-    fields=("text_a", "text_b"), required=PAIR)
+    fields=("text_a", "text_b"), required=PAIR, compare=pages.NEXT_SENTENCE)
 SENTENCE_ORDER = ExplorerTool(
     "sentence_order", "explorer/_sentence_pairs.html", "js/explorer.js",
     ToolApi("sentence-order", "sentence-order/", api.SentenceOrderView), pages.sentence_order,
-    fields=("text_a", "text_b"), required=PAIR)
+    fields=("text_a", "text_b"), required=PAIR, compare=pages.SENTENCE_ORDER)
 GENERATE_SEQ2SEQ = ExplorerTool(
     "generate_seq2seq", "explorer/_seq2seq.html", "js/explorer_generate.js",
     ToolApi("generate-seq2seq", "generate-seq2seq/", api.GenerateSeq2SeqView), pages.generate_seq2seq,
@@ -50,7 +51,7 @@ GENERATE_SEQ2SEQ = ExplorerTool(
 CLASSIFY = ExplorerTool(
     "classify", "explorer/_downstream.html", "js/explorer_downstream.js",
     ToolApi("classify", "classify/", api.ClassifyView), pages.classify, fields=("classify_text", "classify_text_b"),
-    required=(("classify_text", "Type a text to classify."),),
+    required=(("classify_text", "Type a text to classify."),), compare=pages.CLASSIFY,
     initial=(("classify_text", "Return a new dictionary initialized from an optional positional argument."),))
 CHOOSE = ExplorerTool(
     "choose", "explorer/_downstream.html", "js/explorer_downstream.js", ToolApi("choose", "choose/", api.ChooseView),

@@ -10,6 +10,7 @@ from typing import Any
 from webapp.datasets.selectors import dataset_get
 from webapp.explorer import incontext, neighbours, services
 from webapp.explorer.forms import form_decoding
+from webapp.explorer.tools import Comparison
 from webapp.runs.models import Checkpoint
 
 
@@ -18,13 +19,15 @@ def alone(selected: Checkpoint, answer: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"checkpoint": str(selected.id), "label": selected.label, "result": answer, "error": None}]
 
 
-def compared(task: str, ask, inputs):
-    """A page answer for a question the compare columns cover (services.TASKS' `task`): `ask(selected)`
-    alone, or both checkpoints side by side. `inputs(data)` are compare's inputs."""
+def compared(comparison: Comparison, inputs):
+    """A page answer for a tool that compares (its Comparison): `comparison.ask(selected, inputs(data))`
+    alone, or both checkpoints side by side; `inputs(data)` are the compare API's inputs."""
     def page(data: dict, selected: Checkpoint, compare_to: Checkpoint | None, user) -> dict[str, Any]:
+        asked = inputs(data)
         if compare_to is not None:
-            return {"columns": services.compare(checkpoints=[selected, compare_to], task=task, inputs=inputs(data))}
-        answer = ask(data, selected)
+            return {"columns": services.compare(checkpoints=[selected, compare_to], task=comparison.task,
+                                                inputs=asked)}
+        answer = comparison.ask(selected, asked)
         return {**answer, "columns": alone(selected, answer)}
     return page
 
@@ -33,19 +36,20 @@ def _text_inputs(data: dict) -> dict[str, Any]:
     return {k: data.get(k) for k in ("text", "top_k", "text_a", "text_b")}
 
 
-fill_mask = compared(
-    "fill-mask", lambda data, c: {"masks": services.fill_mask(checkpoint=c, text=data["text"], top_k=data["top_k"])},
-    _text_inputs)
-next_sentence = compared(
-    "next-sentence", lambda data, c: services.next_sentence(checkpoint=c, text_a=data["text_a"], text_b=data["text_b"]),
-    _text_inputs)
-sentence_order = compared(
-    "sentence-order",
-    lambda data, c: services.sentence_order(checkpoint=c, text_a=data["text_a"], text_b=data["text_b"]), _text_inputs)
-classify = compared(  # two fine-tuned classifiers (or steps of one run) side by side
-    "classify",
-    lambda data, c: services.classify(checkpoint=c, text=data["classify_text"], text_b=data.get("classify_text_b") or ""),
-    lambda data: {"text": data["classify_text"], "text_b": data.get("classify_text_b") or ""})
+# How the tools that compare ask each checkpoint, in the compare API's inputs (tools.Comparison).
+FILL_MASK = Comparison("fill-mask", ("text",), lambda c, i: {
+    "masks": services.fill_mask(checkpoint=c, text=i.get("text") or "", top_k=i.get("top_k") or 5)})
+NEXT_SENTENCE = Comparison("next-sentence", ("text_a", "text_b"), lambda c, i: services.next_sentence(
+    checkpoint=c, text_a=i.get("text_a") or "", text_b=i.get("text_b") or ""))
+SENTENCE_ORDER = Comparison("sentence-order", ("text_a", "text_b"), lambda c, i: services.sentence_order(
+    checkpoint=c, text_a=i.get("text_a") or "", text_b=i.get("text_b") or ""))
+CLASSIFY = Comparison("classify", ("text",), lambda c, i: services.classify(  # two fine-tuned classifiers
+    checkpoint=c, text=i.get("text") or "", text_b=i.get("text_b") or ""))   # (or steps of one run)
+
+fill_mask = compared(FILL_MASK, _text_inputs)
+next_sentence = compared(NEXT_SENTENCE, _text_inputs)
+sentence_order = compared(SENTENCE_ORDER, _text_inputs)
+classify = compared(CLASSIFY, lambda data: {"text": data["classify_text"], "text_b": data.get("classify_text_b") or ""})
 
 
 # ---------------------------------------------------------------------------- the first checkpoint only

@@ -10,7 +10,7 @@ from webapp.explorer.models import ModelImport, NeighbourIndex
 from webapp.explorer.neighbours import MAX_K as MAX_NEIGHBOURS
 from webapp.explorer.services import (
     ATTENTION_MAX_TOKENS, MAX_BEAMS, MAX_CHOICES, MAX_GENERATE_TOKENS, MAX_N_BEST, MAX_NEW_TOKENS, MAX_SENTENCES, MAX_TEXT_CHARS,
-    MAX_TOP_K, POOLINGS, STACKS, STRATEGIES, TASKS,
+    MAX_TOP_K, POOLINGS, STACKS, STRATEGIES,
 )
 from webapp.jobs.serializers import JobStatusField
 
@@ -477,15 +477,47 @@ class CompareInputsSerializer(RequestSerializer):
                                    help_text="next-sentence / sentence-order: sentence B; classify: an optional sentence B.")
 
 
+def _comparisons() -> dict:
+    from webapp.explorer import tools  # the tools' modules import these serializers
+
+    return tools.comparisons()
+
+
+class CompareTaskField(serializers.ChoiceField):
+    """A task of /api/explore/compare/: a tool's Comparison.task. The choices are read on first use,
+    not when this module is imported (the tools' modules import it)."""
+
+    def __init__(self, **kwargs):
+        self._read = True  # not while the field is made
+        super().__init__(choices=(), **kwargs)
+        self._read = False
+
+    def _get_choices(self):
+        if not self._read:
+            self._read = True
+            self._set_choices(list(_comparisons()))
+        return self._choices
+
+    choices = property(_get_choices, serializers.ChoiceField._set_choices)
+
+    def to_internal_value(self, data):
+        self._get_choices()
+        return super().to_internal_value(data)
+
+    def to_representation(self, value):
+        self._get_choices()
+        return super().to_representation(value)
+
+
 class CompareRequestSerializer(RequestSerializer):
     checkpoints = serializers.ListField(child=serializers.UUIDField(), min_length=2, max_length=4,
                                         help_text="Two (up to four) checkpoints of yours, in column order.")
-    task = serializers.ChoiceField(choices=list(TASKS))
+    task = CompareTaskField()
     inputs = CompareInputsSerializer()
 
     def validate(self, data):
         inputs, task = data["inputs"], data["task"]
-        needed = ["text"] if task in ("fill-mask", "classify") else ["text_a", "text_b"]
+        needed = _comparisons()[task].needs
         missing = [n for n in needed if not (inputs.get(n) or "").strip()]
         if missing:
             raise serializers.ValidationError(
@@ -511,7 +543,7 @@ class CompareColumnSerializer(serializers.Serializer):
 
 
 class CompareResponseSerializer(serializers.Serializer):
-    task = serializers.ChoiceField(choices=list(TASKS))
+    task = CompareTaskField()
     results = CompareColumnSerializer(many=True)
 
 

@@ -322,32 +322,22 @@ def embeds_sentences(family: str) -> bool:
 
 
 # ---------------------------------------------------------------------------- comparison
-TASKS = ("fill-mask", "next-sentence", "sentence-order", "classify")
-
-
 def compare(*, checkpoints: list[Checkpoint], task: str, inputs: dict[str, Any]) -> list[dict[str, Any]]:
     """The same question to several checkpoints, one column each, in the order given:
     [{"checkpoint", "label", "result" (what the single-checkpoint endpoint answers, without
-    "checkpoint") or None, "error" (a sentence) or None}]. A question every checkpoint refuses
-    for the same reason (e.g. no [MASK] in the text) raises that reason instead."""
-    if task not in TASKS:
-        raise InferenceError(f"Unknown task {task!r}; choose one of {', '.join(TASKS)}.")
-    if task == "fill-mask":
-        text, top_k = _text(inputs.get("text", "")), inputs.get("top_k") or 5
+    "checkpoint") or None, "error" (a sentence) or None}]. `task` is a tool's Comparison.task
+    (webapp.explorer.tools.comparisons). A question every checkpoint refuses for the same reason
+    (e.g. no [MASK] in the text) raises that reason instead."""
+    from webapp.explorer import tools
 
-        def ask(c: Checkpoint) -> dict[str, Any]:
-            return {"masks": fill_mask(checkpoint=c, text=text, top_k=top_k)}
-    elif task == "classify":  # two fine-tuned classifiers (or steps of one run) side by side
-        text, text_b = _text(inputs.get("text", "")), inputs.get("text_b") or ""
+    found = tools.comparisons()
+    if task not in found:
+        raise InferenceError(f"Unknown task {task!r}; choose one of {', '.join(found)}.")
+    comparison = found[task]
 
-        def ask(c: Checkpoint) -> dict[str, Any]:
-            return classify(checkpoint=c, text=text, text_b=text_b)
-    else:
-        a, b = _text(inputs.get("text_a", ""), "Sentence A"), _text(inputs.get("text_b", ""), "Sentence B")
-        score = next_sentence if task == "next-sentence" else sentence_order
+    def ask(c: Checkpoint) -> dict[str, Any]:
+        return comparison.ask(c, inputs)
 
-        def ask(c: Checkpoint) -> dict[str, Any]:
-            return score(checkpoint=c, text_a=a, text_b=b)
     columns = []
     for ckpt in checkpoints:
         try:

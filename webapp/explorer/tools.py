@@ -10,7 +10,8 @@ panel template and script, its test, and one line in REGISTRY below. From the re
 - the page form (forms.ExploreForm): the actions it accepts, the fields each reads (the others'
   mistakes never block it), what must be typed in, the defaults, the fields a tool brings, and what
   the fields start with (views.index: tools.initial());
-- the answer without JavaScript (views.index calls the tool's `page`).
+- the answer without JavaScript (views.index calls the tool's `page`);
+- the comparisons (services.compare, /api/explore/compare/'s tasks): each tool's `compare`.
 
 Which checkpoints a panel shows for is the panel's own (data-kinds, data-tool), as the family's
 explorer_kind and the fine-tuning task's explorer_action say.
@@ -63,6 +64,17 @@ class ToolApi:
 
 
 @dataclass(frozen=True)
+class Comparison:
+    """How a tool asks each checkpoint of a comparison (POST /api/explore/compare/, and the page's
+    columns when "Compare with" is set): `task` is the compare API's name for it, `needs` the
+    inputs that must be typed in, `ask(checkpoint, inputs)` what the tool's own endpoint answers
+    (without "checkpoint"), or a UserError saying why that checkpoint cannot."""
+    task: str
+    needs: tuple[str, ...]
+    ask: Callable[[Any, dict], dict]
+
+
+@dataclass(frozen=True)
 class ExplorerTool:
     """One question the explorer asks a checkpoint.
 
@@ -71,7 +83,8 @@ class ExplorerTool:
     must be typed in with the sentence saying so, `defaults` what an empty field means, `initial`
     what its fields start with on the page besides the defaults (an example to try);
     `form_fields()` gives fields of the tool's own to add to the form; `clean(data, form)` checks or
-    completes what the rest cannot (T5's task prefix)."""
+    completes what the rest cannot (T5's task prefix); `compare` says how it asks several checkpoints
+    side by side (None: the first checkpoint alone)."""
     name: str
     panel: str
     script: str = ""
@@ -83,6 +96,7 @@ class ExplorerTool:
     initial: tuple[tuple[str, Any], ...] = ()
     form_fields: Callable[[], dict[str, Any]] | None = None
     clean: Callable[[dict, Any], None] | None = None
+    compare: Comparison | None = None
 
 
 def get(name: str) -> ExplorerTool:
@@ -109,6 +123,11 @@ def actions() -> list[str]:
 
 def with_api() -> list[ExplorerTool]:
     return [t for t in all_tools() if t.api is not None]
+
+
+def comparisons() -> dict[str, Comparison]:
+    """The compare API's tasks (Comparison.task) -> how each asks, in registry order."""
+    return {t.compare.task: t.compare for t in all_tools() if t.compare is not None}
 
 
 def initial() -> dict[str, Any]:

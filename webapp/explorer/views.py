@@ -116,8 +116,8 @@ def _grouped(checkpoints) -> list[dict[str, Any]]:
             "about": services.checkpoint_about(family, task),  # the sentence under the select, once chosen
             "checkpoint": ckpt,
             "pair": services.pair_head(objectives),
-            "nsp": services.judges_next_sentence(objectives),
-            "mlm": services.fills_masks(objectives),
+            "judges_next": services.judges_next_sentence(objectives),
+            "fills_masks": services.fills_masks(objectives),
             "task": task,
             "tool": services.checkpoint_tool(ckpt),
             "prefix": services.checkpoint_prefix(ckpt),
