@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from models_lib.heads import tasks as heads
 from trainer.errors import ConfigError
 from trainer.finetune import baselines as baseline_fns
 from trainer.finetune.settings import Setting
@@ -108,7 +109,7 @@ class GPT1Collator(SequenceCollator):
                 [ex["text"] for ex in examples])]
         else:
             first, second = self.ids([ex["sentence1"] for ex in examples]), self.ids([ex["sentence2"] for ex in examples])
-            if self.problem == "regression":  # similarity: no order between the two
+            if self.problem == heads.REGRESSION:  # similarity: no order between the two
                 rows = [[self.pair(a, b), self.pair(b, a)] for a, b in zip(first, second)]
             else:
                 rows = [[self.pair(a, b)] for a, b in zip(first, second)]
@@ -121,7 +122,7 @@ class GPT1Collator(SequenceCollator):
         return GPT1Batch(ids, mask, self.labels_of(examples))
 
     def labels_of(self, examples: Sequence[dict]) -> torch.Tensor:
-        if self.problem == "regression":
+        if self.problem == heads.REGRESSION:
             return torch.tensor([float(ex["label"]) for ex in examples], dtype=torch.float)
         return torch.tensor([self.label_id(ex["label"]) for ex in examples], dtype=torch.long)
 

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from models_lib.core.packing import Packed
+from models_lib.heads import tasks as heads
 from trainer.errors import ConfigError
 from trainer.finetune import baselines as baseline_fns
 from trainer.finetune import metrics as metric_fns
@@ -213,7 +214,7 @@ class SequenceCollator(_Collator):
 
     def collate(self, examples: Sequence[dict], encoded: Sequence[Encoded]) -> SequenceBatch:
         ids, mask, types = self._pad(encoded)
-        if self.problem == "regression":
+        if self.problem == heads.REGRESSION:
             labels = torch.tensor([float(ex["label"]) for ex in examples], dtype=torch.float)
         elif self.problem == "multi_label_classification":
             labels = torch.zeros((len(examples), len(self.labels)), dtype=torch.float)
@@ -305,11 +306,11 @@ class SequenceStep(TaskStep):
         if self.task.problem == "multi_label_classification":  # the mean confidence of the label decisions
             p = torch.sigmoid(logits.float()).cpu()
             self.scores += torch.maximum(p, 1 - p).mean(-1).tolist()
-        elif self.task.problem != "regression":  # the predicted class's probability
+        elif self.task.problem != heads.REGRESSION:  # the predicted class's probability
             self.scores += torch.softmax(logits.float(), -1).max(-1).values.cpu().tolist()
         else:
             self.scores += [None] * labels.shape[0]
-        if self.task.problem == "regression":
+        if self.task.problem == heads.REGRESSION:
             self.predictions += predicted.float().view(-1).tolist()
             self.references += labels.float().view(-1).tolist()
         elif self.task.problem == "multi_label_classification":
@@ -391,7 +392,7 @@ class Task:
         return self.collator(tokenizer, labels, max_length)
 
     def num_labels(self, labels: Sequence[str]) -> int:
-        return 1 if self.problem == "regression" else len(labels)
+        return 1 if self.problem == heads.REGRESSION else len(labels)
 
     @property
     def writes_labels(self) -> bool:
@@ -402,7 +403,7 @@ class Task:
     @property
     def has_classes(self) -> bool:
         """Whether the dataset's labels are the model's classes (regression's scores and QA's spans are not)."""
-        return self.problem != "regression"
+        return self.problem != heads.REGRESSION
 
 
 CLASSIFICATION = Task("classification", "Sequence classification (one sentence or a pair)", "sequence_classification",

@@ -37,6 +37,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from models_lib.heads import tasks as heads
 from trainer.errors import ConfigError
 from trainer.finetune import metrics as metric_fns
 from trainer.finetune.tasks import IGNORE_INDEX, Task
@@ -123,7 +124,7 @@ class LabelWordStep(T5Step):
         if config.class_weights != "none":
             raise ConfigError("class_weights: balanced weighs a classifier head's classes; a T5 model writes its "
                               "labels as words and has none (set class_weights: none).")
-        self.regression = task.problem == "regression"
+        self.regression = task.problem == heads.REGRESSION
         self.forms = {} if self.regression else label_forms(labels, self.written)
         self.invalid = 0
         self.targets: list[list[int]] | None = None  # each label's "label </s>" ids, once

@@ -115,7 +115,7 @@ def classify(checkpoint_dir: str | Path, text: str, text_b: str | None = None) -
     names = [spec.id2label[i] for i in range(spec.num_labels)]
     out: dict[str, Any] = {"problem_type": spec.problem_type, "truncated": full > len(enc.ids),
                            "max_length": max_length, "value": None, "threshold": None, "generated": None}
-    if spec.problem_type == "regression":
+    if spec.problem_type == heads.REGRESSION:
         out.update(labels=[], predicted=[], value=float(logits.view(-1)[0]))
         return out
     if spec.problem_type == "multi_label_classification":
@@ -153,7 +153,7 @@ def _classify_by_writing(loaded: Loaded, text: str, pair: str) -> dict[str, Any]
     from trainer.finetune import mixing, text_classify
 
     config = loaded.state.get("config") or {}
-    regression = finetune.for_family(written_task(loaded), loaded.family_name).problem == "regression"
+    regression = finetune.for_family(written_task(loaded), loaded.family_name).problem == heads.REGRESSION
     labels = [str(x) for x in config.get("label_words") or []]
     if not regression and len(labels) < 2:
         raise InferenceError("This T5 checkpoint does not record the labels it was fine-tuned to write (its run "
