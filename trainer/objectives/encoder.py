@@ -25,11 +25,11 @@ import numpy as np
 import torch
 
 from trainer.errors import ConfigError
+from trainer.flop_units import matmul_flops, output_vocab
 from trainer.charts import MetricSpec, StatSpec
 from trainer.objectives.base import Batch, Objective, Step, StepOutput
 from trainer.objectives.examples import Example, SentencePairs, SpecialIds, example_rng, truncate_pair_slices
 from trainer.objectives.packing import PackableBatch
-from trainer.training.flops import matmul_flops, output_vocab
 from trainer.objectives.masking import (
     IGNORE_INDEX, MASKING_UNITS, SEQ2SEQ, UNILM_MODE_PROBS, Masker, unilm_attention_masks,
 )

@@ -74,6 +74,8 @@ from typing import Any
 
 import torch
 
+from trainer.flop_units import matmul_flops, output_vocab
+
 @dataclass(frozen=True)
 class Workload:
     """What a training row computes besides the model's shape."""
@@ -86,16 +88,6 @@ class Workload:
     teacher: Any = None                # DistilBERT: the teacher's models_lib config (forward only)
     targets: int = 0                   # XLNet: query-stream targets a row (0: seq_len // 6, plm_k's default)
     batch_size: int = 0                # rows a micro-batch (XLNet, Transformer-XL: once-a-batch products; 0: left out)
-
-
-def output_vocab(c: Any) -> int:
-    """The output layer's width as computed: the padded vocabulary (models_lib.core.vocab)."""
-    return getattr(c, "padded_vocab_size", c.vocab_size)
-
-
-def matmul_flops(n_in: int, n_out: int) -> float:
-    """Forward FLOPs of one token through an n_in x n_out weight matrix."""
-    return 2.0 * n_in * n_out
 
 
 # ------------------------------------------------------------------------------ the families
