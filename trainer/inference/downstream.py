@@ -101,8 +101,9 @@ def classify(checkpoint_dir: str | Path, text: str, text_b: str | None = None) -
     loaded = load(checkpoint_dir)
     text = nonempty(text, "Type a text to classify.")
     pair = (text_b or "").strip()
-    if written_task(loaded):
-        return _classify_by_writing(loaded, text, pair)
+    written = written_task(loaded)
+    if written is not None:
+        return _classify_by_writing(loaded, written, text, pair)
     spec = _require(loaded, heads.SEQUENCE_CLASSIFICATION, "Classification")
     max_length = _max_length(loaded)
     tok = _tokenizer(loaded, max_length)
@@ -130,30 +131,30 @@ def classify(checkpoint_dir: str | Path, text: str, text_b: str | None = None) -
     return out
 
 
-def written_task(loaded: Loaded) -> str:
-    """The fine-tuning task (its name) of a checkpoint that answers the explorer's classify by
-    writing its label or score as text, else "": one without a task head whose run's task, as its
-    family trains it (trainer.finetune.for_family), writes its labels (Task.writes_labels: T5's text-to-text
-    classification and regression, trainer.finetune.text_classify)."""
+def written_task(loaded: Loaded) -> Any:
+    """The fine-tuning Task of a checkpoint that answers the explorer's classify by writing its
+    label or score as text, else None: one without a task head whose run's task, as its family
+    trains it (trainer.finetune.for_family), writes its labels (Task.writes_labels: T5's
+    text-to-text classification and regression, trainer.finetune.text_classify)."""
     from trainer import finetune
 
-    task = (loaded.state.get("config") or {}).get("task")
-    if task_of(loaded) or not isinstance(task, str) or task not in finetune.names():
-        return ""
-    return task if finetune.for_family(task, loaded.family_name).writes_labels else ""
+    name = (loaded.state.get("config") or {}).get("task")
+    if task_of(loaded) or not isinstance(name, str) or name not in finetune.names():
+        return None
+    task = finetune.for_family(name, loaded.family_name)
+    return task if task.writes_labels else None
 
 
-def _classify_by_writing(loaded: Loaded, text: str, pair: str) -> dict[str, Any]:
+def _classify_by_writing(loaded: Loaded, task: Any, text: str, pair: str) -> dict[str, Any]:
     """The checkpoint generates its answer for "prefix text" (a pair as "sentence1: A sentence2: B"),
     greedily, as the run's validation did; the answer is read as the run read it (an output that
     is no label predicts nothing, one that is no number has no value). For classification each
     label's probability is that of the whole "label </s>" as the output, renormalised over the
     labels (text_classify.label_probabilities)."""
-    from trainer import finetune
     from trainer.finetune import mixing, text_classify
 
     config = loaded.state.get("config") or {}
-    regression = finetune.for_family(written_task(loaded), loaded.family_name).problem == heads.REGRESSION
+    regression = task.problem == heads.REGRESSION
     labels = [str(x) for x in config.get("label_words") or []]
     if not regression and len(labels) < 2:
         raise InferenceError("This T5 checkpoint does not record the labels it was fine-tuned to write (its run "

@@ -333,15 +333,11 @@ def compare(*, checkpoints: list[Checkpoint], task: str, inputs: dict[str, Any])
     found = tools.comparisons()
     if task not in found:
         raise InferenceError(f"Unknown task {task!r}; choose one of {', '.join(found)}.")
-    comparison = found[task]
-
-    def ask(c: Checkpoint) -> dict[str, Any]:
-        return comparison.ask(c, inputs)
-
     columns = []
     for ckpt in checkpoints:
         try:
-            columns.append({"checkpoint": str(ckpt.id), "label": ckpt.label, "result": ask(ckpt), "error": None})
+            columns.append({"checkpoint": str(ckpt.id), "label": ckpt.label, "result": found[task].ask(ckpt, inputs),
+                            "error": None})
         except UserError as e:
             columns.append({"checkpoint": str(ckpt.id), "label": ckpt.label, "result": None, "error": str(e)})
     errors = {c["error"] for c in columns}
