@@ -186,7 +186,7 @@ class QACollator(EncodesAhead):
         ends = torch.tensor([w.end_position for w in rows], dtype=torch.long)
         return QABatch(torch.from_numpy(ids), torch.from_numpy(mask), torch.from_numpy(types), starts, ends,
                        row_example, [w.offsets for w in rows], [ex["context"] for ex in examples],
-                       [[a["text"] for a in ex.get("answers") or ()] for ex in examples])
+                       baseline_fns.answer_references(examples))
 
 
 @dataclass(frozen=True)
