@@ -10,8 +10,8 @@
   const text = document.getElementById("id_text");
   const select = document.getElementById("id_checkpoint");
   const compare = document.getElementById("id_compare_with");
-  const TASKS = { fill_mask: "fill-mask", next_sentence: "next-sentence", sentence_order: "sentence-order" };
-  const ENDPOINTS = { fill_mask: "fillMask", next_sentence: "nextSentence", sentence_order: "sentenceOrder" };
+  // each tool's endpoint and its name in the compare API (webapp.explorer.tools, drawn by the view)
+  const TOOLS = JSON.parse(document.getElementById("explorer-tools").textContent);
   const pct = (v) => (100 * v).toFixed(1) + "%";
 
   const { el, postJSON } = Workbench;
@@ -188,12 +188,12 @@
 
   form.addEventListener("submit", async (event) => {
     const action = event.submitter && event.submitter.value;
-    if (!action || !TASKS[action]) return;
+    if (!action || !DRAW[action]) return;  // the other tools' scripts answer theirs
     event.preventDefault();
     const comparing = compare && compare.value;
-    const url = comparing ? form.dataset.compare : form.dataset[ENDPOINTS[action]];
+    const url = comparing ? form.dataset.compare : TOOLS[action].url;
     const body = comparing
-      ? { checkpoints: [select.value, compare.value], task: TASKS[action], inputs: inputs(action) }
+      ? { checkpoints: [select.value, compare.value], task: TOOLS[action].compare, inputs: inputs(action) }
       : { checkpoint: select.value, ...inputs(action) };
     const button = event.submitter;
     button.disabled = true;

@@ -9,6 +9,7 @@
   "use strict";
   const form = document.getElementById("explore-form");
   const select = document.getElementById("id_checkpoint");
+  const TOOLS = JSON.parse(document.getElementById("explorer-tools").textContent); // endpoints, compare tasks
   if (!form || !select) return;
   const { el, postJSON } = Workbench;
   const pct = (v) => (100 * v).toFixed(1) + "%";
@@ -88,7 +89,7 @@
     error.textContent = "";
     try {
       const data = await postJSON(form.dataset.compare, {
-        checkpoints: [select.value, compare.value], task: "classify", inputs });
+        checkpoints: [select.value, compare.value], task: TOOLS.classify.compare, inputs });
       box.hidden = false;
       box.replaceChildren();
       const row = el("div", "explorer-columns two");

@@ -10,6 +10,7 @@ what must be typed in), its answer on the page without JavaScript and its compar
 from __future__ import annotations
 
 import importlib
+import json
 
 import pytest
 from django import forms
@@ -103,6 +104,10 @@ def test_the_page_shows_its_panel_and_script_with_its_endpoint(registered, check
     assert 'value="stressed"' in html.split('id="toy-reverse"')[1].split("</section>")[0]
     assert '<script src="/static/js/toy_reverse.js" defer></script>' in html
     assert 'data-toy-reverse="/api/explore/toy-reverse/"' in html
+    # the scripts' table of endpoints and compare names (explorer.js reads its tools' from it)
+    table = json.loads(html.split('<script id="explorer-tools" type="application/json">')[1].split("</script>")[0])
+    assert table["toy_reverse"] == {"url": "/api/explore/toy-reverse/", "compare": "toy-reverse"}
+    assert table["fill_mask"] == {"url": "/api/explore/fill-mask/", "compare": "fill-mask"}
     # beside the explorer's own tools, which are unchanged
     assert '<section class="card" id="fill-mask"' in html and 'data-fill-mask="/api/explore/fill-mask/"' in html
 
