@@ -9,7 +9,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -195,10 +194,13 @@ from trainer.prep import pipeline
 from trainer.prep.corpus import CleaningOptions, ingest
 from trainer.prep.sources import discover
 slow = pipeline.clean_piece
+done = []
 def clean_piece(*args, **kw):
-    out = slow(*args, **kw)
+    out = slow(*args, **kw)  # its marker is written before it returns
+    done.append(out)
     print("piece", flush=True)
-    time.sleep(float(sys.argv[3]))
+    if len(done) == 3:  # the test kills it in this wait, before the fourth piece starts
+        time.sleep(float(sys.argv[3]))
     return out
 pipeline.clean_piece = clean_piece
 ingest(discover([sys.argv[1]]), Path(sys.argv[2]), options=CleaningOptions(dedup_spans=True, min_sentences=True),
@@ -231,9 +233,7 @@ def test_a_killed_ingest_resumes_and_ends_as_an_uninterrupted_one(tmp_path):
 
     pipeline.clean_piece = counting
     try:
-        start = time.monotonic()
         ingest(discover([src]), tmp_path / "out", options=SPANS, workers=1, piece_bytes=800, sample_bytes=3000)
-        assert time.monotonic() - start < 60
     finally:
         pipeline.clean_piece = original
     assert cleaned and min(cleaned) == 3  # the three finished pieces were not read again
