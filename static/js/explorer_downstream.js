@@ -9,8 +9,8 @@
   "use strict";
   const form = document.getElementById("explore-form");
   const select = document.getElementById("id_checkpoint");
-  const TOOLS = JSON.parse(document.getElementById("explorer-tools").textContent); // endpoints, compare tasks
   if (!form || !select) return;
+  const TOOLS = JSON.parse(document.getElementById("explorer-tools").textContent); // endpoints, compare tasks
   const { el, postJSON } = Workbench;
   const pct = (v) => (100 * v).toFixed(1) + "%";
   const count = (n) => Number(n).toLocaleString("en-US"); // as the server writes them: "14,269"

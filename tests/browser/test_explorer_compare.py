@@ -31,7 +31,7 @@ def pair(alice, eager):
     return first, second, tuned.checkpoints.order_by("step").last()
 
 
-def _asked(page) -> list[dict]:
+def _asked(page) -> None:
     """Record the JSON requests the page's scripts post (window.asked)."""
     page.evaluate("""() => { window.asked = []; const post = window.fetch;
         window.fetch = (url, init) => { window.asked.push({ url: String(url), body: init && init.body });
