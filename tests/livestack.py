@@ -33,21 +33,31 @@ def runs_real_processes(item: pytest.Item) -> bool:
 # scheduler below groups by folder, and collection refuses such a test anywhere else.
 REAL_PROCESS_FOLDERS = ("tests/e2e/", "tests/browser/")
 LIVE_STACK_GROUP = "real-processes"
+# The e2e tests that never use the live stack: each starts a redis-server of its own and its own
+# worker or serve.py (and stops them before it ends), on its process's own test database, so they
+# need not wait behind the live stack's unit; they form a unit of their own, which another worker
+# takes at once.
+OWN_BROKER_FOLDER = "tests/e2e/own_broker/"
+OWN_BROKER_GROUP = "own-broker"
 
 
 def work_unit(nodeid: str) -> str:
-    """The xdist work unit of a test: every test with real processes in one, so that one xdist
+    """The xdist work unit of a test: every test beside the live stack in one, so that one xdist
     worker runs them all, one after another, beside a single live stack (two stacks training at
-    once on a small machine slow each other past their timeouts); any other test with the rest of
-    its module, so that a module's fixtures are built once."""
+    once on a small machine slow each other past their timeouts); the tests with a broker of their
+    own (OWN_BROKER_FOLDER) in another; any other test with the rest of its module, so that a
+    module's fixtures are built once."""
+    if nodeid.startswith(OWN_BROKER_FOLDER):
+        return OWN_BROKER_GROUP
     return LIVE_STACK_GROUP if nodeid.startswith(REAL_PROCESS_FOLDERS) else nodeid.split("::")[0]
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     """Under xdist (./test.sh's -n), whatever --dist says: xdist's scope scheduler with the suite's
-    work units (work_unit). The real-process unit goes first: it takes longest and only one worker
-    can run it; the others follow with the most tests first, as xdist orders them.
+    work units (work_unit). The live stack's unit goes first: it takes longest and only one worker
+    can run it; the own-broker unit second, so that another worker starts it at once; the others
+    follow with the most tests first, as xdist orders them.
     (xdist's own --dist loadgroup does not group under pytest 9.2: pytest-dev/pytest-xdist#1386.)"""
     from xdist.scheduler import LoadScopeScheduling
 
@@ -56,8 +66,9 @@ def pytest_xdist_make_scheduler(config, log):
             return work_unit(nodeid)
 
         def _assign_work_unit(self, node) -> None:
-            if LIVE_STACK_GROUP in self.workqueue:
-                self.workqueue.move_to_end(LIVE_STACK_GROUP, last=False)
+            for group in (OWN_BROKER_GROUP, LIVE_STACK_GROUP):  # the last one moved is the first taken
+                if group in self.workqueue:
+                    self.workqueue.move_to_end(group, last=False)
             super()._assign_work_unit(node)
 
     return SuiteScheduling(config, log)

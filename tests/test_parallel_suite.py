@@ -10,7 +10,7 @@ from pathlib import Path
 
 
 from tests.env_setup import SUITE_REDIS_DBS, claim_redis_db
-from tests.livestack import LIVE_STACK_GROUP, work_unit
+from tests.livestack import LIVE_STACK_GROUP, OWN_BROKER_GROUP, work_unit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -60,6 +60,7 @@ def run_sample(tmp_path: Path, files: dict[str, str], *args: str) -> tuple[subpr
 def test_work_units_put_the_real_process_folders_together_and_the_rest_by_module():
     assert work_unit("tests/e2e/test_families.py::test_bert[x]") == LIVE_STACK_GROUP
     assert work_unit("tests/browser/test_walkthrough.py::test_walk") == LIVE_STACK_GROUP
+    assert work_unit("tests/e2e/own_broker/test_capacity.py::test_a") == OWN_BROKER_GROUP
     assert work_unit("tests/webapp/test_runs.py::test_a[1]") == "tests/webapp/test_runs.py"
     assert work_unit("tests/webapp/test_runs.py::TestX::test_b") == "tests/webapp/test_runs.py"
 
@@ -80,6 +81,32 @@ def test_real_process_tests_run_together_first_on_one_worker_and_stop_their_stac
     assert mine[:4] == ["real", "real", "real", "stop"], mine
     assert mine.count("stop") == 1 and "plain" in mine[4:], mine
     assert sum(line.endswith(" plain") for line in events) == 25
+
+
+OWN = '''
+import os
+import pytest
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("i", range(3))
+def test_own(i):
+    with open(os.environ["EVENTS"], "a") as f:
+        f.write(f"{os.environ.get('PYTEST_XDIST_WORKER', 'main')} own\\n")
+'''
+
+
+def test_the_own_broker_tests_go_first_on_the_other_worker(tmp_path):
+    """Not behind the live stack's unit: the worker without it takes them first, all three, though
+    the module of 20 has more tests."""
+    files = {"tests/e2e/test_real.py": REAL, "tests/e2e/own_broker/test_own.py": OWN,
+             "tests/webapp/test_big.py": PLAIN.format(n=20, pause=0.1)}
+    out, events = run_sample(tmp_path, files, "-n", "2")
+    assert out.returncode == 0, out.stdout + out.stderr
+    real = {line.split()[0] for line in events if line.endswith(" real")}
+    own = {line.split()[0] for line in events if line.endswith(" own")}
+    assert len(real) == 1 and len(own) == 1 and real != own, events
+    theirs = [line.split()[1] for line in events if line.split()[0] in own]
+    assert theirs[:3] == ["own", "own", "own"], theirs
 
 
 def test_in_one_process_the_stack_stops_at_the_end_as_before(tmp_path):

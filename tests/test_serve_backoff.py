@@ -1,6 +1,6 @@
 """scripts/serve.py's supervisor: the delay before a dead process is started again doubles with each
 quick death in a row (1, 2, 4 s ... at most a minute) and is back to 1 s for one that had run a
-minute. (tests/e2e/test_supervisor.py kills a real worker under a real serve.py.)"""
+minute. (tests/e2e/own_broker/test_supervisor.py kills a real worker under a real serve.py.)"""
 from __future__ import annotations
 
 import importlib.util

@@ -27,6 +27,13 @@ labels tried), the best single fixed output (text to text, by ROUGE-L: the most 
 strings of the targets' most frequent words, and FIXED_OUTPUT, a word string searched for on these
 targets), and so on per task in CHECKS.
 
+tests/e2e/calibrate_finetune_tasks.py trains any of these runs in-process at chosen seeds and settings
+and prints each one's metric beside its bound. Fewer steps were tried with it (2026-12-03, seeds 0/1/2,
+all failing their bounds): text to text at 600 steps 0.284 / 0.300 / 0.258 (bound 0.263); multi-label
+at 800 steps and lr 5e-3 0.449 / 0.502 / 0.444 (bound 0.744); extractive QA at 150 steps 0.280 /
+0.266 / 0.273 (bound 0.460; at 300 steps 0.699). Its batches hold 60-135 windows of 64 tokens (each
+question's context in several windows), so its steps cost about 4x the others'.
+
 Sentence pairs came in last: the old pair demo (a module's consecutive paragraphs against a random
 paragraph of another module) left this file's 20-step BERT at 0.56-0.57 against 0.5. Its
 replacement, sentence-order prediction on a docstring's first two paragraphs, is learnt (see CHECKS).
@@ -165,16 +172,14 @@ CHECKS = {
 
 
 # ---------------------------------------------------------------- base checkpoints
-def base_checkpoint(owner, family: str):
-    """A Checkpoint row of `owner`'s: a copy of the suite's tiny `family` checkpoint (see the module's doc)."""
-    from django.conf import settings
-
+def base_folder(family: str) -> Path:
+    """The folder of the suite's tiny `family` checkpoint (see the module's doc), built into the
+    test cache on first use."""
     from tests.trainer.inference_generate_helpers import make_checkpoint as write_checkpoint
-    from tests.webapp.runs_helpers import cache_dir, make_checkpoint, make_run, prepared_data
-    from webapp.runs.models import Checkpoint, RunStatus
+    from tests.webapp.runs_helpers import cache_dir, prepared_data, trained_checkpoints
 
     if family == "bert":
-        return make_checkpoint(make_run(owner, status=RunStatus.SUCCEEDED, name="tiny bert"), step=20, real=True)
+        return trained_checkpoints()[-1][1]
     source = cache_dir() / f"fte2e-{family}"
     if not (source / "model_config.json").is_file():
         tmp = source.with_name(source.name + ".tmp")
@@ -184,9 +189,21 @@ def base_checkpoint(owner, family: str):
         else:
             write_checkpoint(family, tmp, prepared_data()[1])
         tmp.rename(source)
+    return source
+
+
+def base_checkpoint(owner, family: str):
+    """A Checkpoint row of `owner`'s: a copy of base_folder(family)."""
+    from django.conf import settings
+
+    from tests.webapp.runs_helpers import make_checkpoint, make_run
+    from webapp.runs.models import Checkpoint, RunStatus
+
+    if family == "bert":
+        return make_checkpoint(make_run(owner, status=RunStatus.SUCCEEDED, name="tiny bert"), step=20, real=True)
     run = make_run(owner, status=RunStatus.SUCCEEDED, name=f"tiny {family}", family=family)
     rel = Path("runs") / str(run.id) / "checkpoints" / "step-00000010"
-    shutil.copytree(source, Path(settings.STORAGE_ROOT) / rel)
+    shutil.copytree(base_folder(family), Path(settings.STORAGE_ROOT) / rel)
     return Checkpoint.objects.create(run=run, step=10, path=str(rel), metrics={})
 
 

@@ -1,6 +1,6 @@
 """A worker's warm shutdown as a run sees it (issue 11, point 1): the stop check turns true at once,
 and the stopped run is queued again with its task sent again, unless a cancel was asked for
-meanwhile. (tests/e2e/test_worker_shutdown.py does it with real workers and SIGTERM.)"""
+meanwhile. (tests/e2e/own_broker/test_worker_shutdown.py does it with real workers and SIGTERM.)"""
 from __future__ import annotations
 
 import os
