@@ -82,5 +82,17 @@
     };
   }
 
-  window.Workbench = Object.freeze({ el, postJSON, csrfToken, chartHead, UNREACHABLE });
+  // The explorer's table of its tools, which its view draws from their registry (webapp.explorer.tools):
+  // {tool name: {url: its JSON endpoint, compare: its task in /api/explore/compare/ or null}}; {} on a
+  // page without it. The explorer's scripts take every endpoint from here.
+  let toolTable = null;
+  function explorerTools() {
+    if (toolTable === null) {
+      const node = document.getElementById("explorer-tools");
+      toolTable = node ? JSON.parse(node.textContent) : {};
+    }
+    return toolTable;
+  }
+
+  window.Workbench = Object.freeze({ el, postJSON, csrfToken, chartHead, explorerTools, UNREACHABLE });
 })();

@@ -11,7 +11,7 @@
   const select = document.getElementById("id_checkpoint");
   const compare = document.getElementById("id_compare_with");
   // each tool's endpoint and its name in the compare API (webapp.explorer.tools, drawn by the view)
-  const TOOLS = JSON.parse(document.getElementById("explorer-tools").textContent);
+  const TOOLS = Workbench.explorerTools();
   const pct = (v) => (100 * v).toFixed(1) + "%";
 
   const { el, postJSON } = Workbench;

@@ -34,7 +34,7 @@
 
   async function fetchLayer(layer) {
     if (layers.has(layer)) return layers.get(layer);
-    const data = await Workbench.postJSON(form.dataset.attention, { ...question, layer });
+    const data = await Workbench.postJSON(Workbench.explorerTools().attention.url, { ...question, layer });
     // Later layers of a T5 decoder read the same target, even when the model chose it.
     if (data.target && !question.target) question.target = data.target;
     layers.set(layer, data);

@@ -10,7 +10,7 @@
   const form = document.getElementById("explore-form");
   const select = document.getElementById("id_checkpoint");
   if (!form || !select) return;
-  const TOOLS = JSON.parse(document.getElementById("explorer-tools").textContent); // endpoints, compare tasks
+  const TOOLS = Workbench.explorerTools(); // endpoints, compare tasks
   const { el, postJSON } = Workbench;
   const pct = (v) => (100 * v).toFixed(1) + "%";
   const count = (n) => Number(n).toLocaleString("en-US"); // as the server writes them: "14,269"
@@ -112,7 +112,7 @@
     const inputs = { text: document.getElementById("id_classify_text").value,
                      text_b: document.getElementById("id_classify_text_b").value };
     if (compare && compare.value) return classifyBoth(inputs);
-    return ask("classify", form.dataset.classify, inputs, drawClassify);
+    return ask("classify", TOOLS.classify.url, inputs, drawClassify);
   }
 
   // ---- choose (GPT-1 multiple choice): the classify bars, one per choice ----------------------------
@@ -121,7 +121,7 @@
                         predicted: data.predicted, truncated: data.truncated, max_length: data.max_length });
   }
   function chooseAction() {
-    return ask("choose", form.dataset.choose, {
+    return ask("choose", TOOLS.choose.url, {
       context: document.getElementById("id_choose_context").value,
       choices: document.getElementById("id_choose_choices").value.split("\n").map((c) => c.trim()).filter(Boolean),
     }, drawChoose);
@@ -161,7 +161,7 @@
     box.appendChild(tags);
     if (data.truncated) box.appendChild(el("p", "helptext", "The words past the model's length got no tag."));
   }
-  const tagAction = () => ask("tag", form.dataset.tag, { text: document.getElementById("id_tag_text").value }, drawTag);
+  const tagAction = () => ask("tag", TOOLS.tag.url, { text: document.getElementById("id_tag_text").value }, drawTag);
 
   // ---- answer ------------------------------------------------------------------------------------
   function drawAnswer(box, data) {
@@ -183,7 +183,7 @@
       box.appendChild(list);
     }
   }
-  const answerAction = () => ask("answer", form.dataset.answer, {
+  const answerAction = () => ask("answer", TOOLS.answer.url, {
     question: document.getElementById("id_qa_question").value,
     context: document.getElementById("id_qa_context").value,
     n_best: Number(document.getElementById("id_qa_n_best").value || 5),
@@ -202,7 +202,7 @@
       xaxis: { type: "category", tickangle: -30 }, yaxis: { type: "category", autorange: "reversed" },
     }, { responsive: true, displaylogo: false });
   }
-  const embedAction = () => ask("embed", form.dataset.embed, {
+  const embedAction = () => ask("embed", TOOLS.embed.url, {
     sentences: document.getElementById("id_embed_sentences").value.split("\n").filter((s) => s.trim()),
     pooling: document.getElementById("id_embed_pooling").value,
   }, (box, data) => {
@@ -246,7 +246,7 @@
   async function follow(index, draw = true) {
     if (draw) indexLine(index);
     if (index.status !== "pending" && index.status !== "processing") return;
-    const url = form.dataset.neighbourIndex + index.id + "/";
+    const url = TOOLS.neighbours_index.url + index.id + "/";
     clearTimeout(polling);
     polling = setTimeout(async () => {
       try {
@@ -261,7 +261,7 @@
   }
   const nnInputs = () => ({ dataset: document.getElementById("id_nn_dataset").value,
                             pooling: document.getElementById("id_nn_pooling").value });
-  const indexAction = () => ask("neighbours_index", form.dataset.neighbourIndex, nnInputs(), (box, data) => {
+  const indexAction = () => ask("neighbours_index", TOOLS.neighbours_index.url, nnInputs(), (box, data) => {
     box.hidden = true;
     follow(data);
   }, "neighbours");
@@ -281,7 +281,7 @@
     box.append(table, el("p", "helptext", `Searched ${count(data.count)} of the ${count(data.total)} texts `
       + `(${data.pooling} pooling).${data.truncated ? " The query was cut to the model's length." : ""}`));
   }
-  const neighboursAction = () => ask("neighbours", form.dataset.neighbours, {
+  const neighboursAction = () => ask("neighbours", TOOLS.neighbours.url, {
     ...nnInputs(), text: document.getElementById("id_nn_text").value,
     k: Number(document.getElementById("id_nn_k").value || 5),
   }, drawNeighbours);

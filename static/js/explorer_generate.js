@@ -10,6 +10,7 @@
   const SENTINEL = /<extra_id_(\d+)>/g;
 
   const { el, postJSON } = Workbench;
+  const TOOLS = Workbench.explorerTools(); // each tool's endpoint
 
   function showError(action, message) {
     const box = form.querySelector(`[data-error="${action}"]`);
@@ -57,7 +58,7 @@
   // ---- UniLM: source -> target, with the same decoding controls ----------------------------------
   // (its button submits the form: without this file the page answers, webapp/explorer/views.py)
   async function generateTarget() {
-    const data = await postJSON(form.dataset.generate, { checkpoint: select.value, prompt: $("id_source").value, ...decoding() });
+    const data = await postJSON(TOOLS.generate.url, { checkpoint: select.value, prompt: $("id_source").value, ...decoding() });
     $("generate-text").textContent = shownText(data);
     $("generate-stopped").textContent = stoppedText(data, "target");
     $("generate-result").hidden = false;
@@ -129,7 +130,7 @@
   // ---- answers ----------------------------------------------------------------------------------
   async function textToText() {
     const box = $("text-to-text-result");
-    const data = await postJSON(form.dataset.generate, { checkpoint: select.value, prompt: withPrefix(), ...decoding() });
+    const data = await postJSON(TOOLS.generate.url, { checkpoint: select.value, prompt: withPrefix(), ...decoding() });
     box.querySelector("[data-output]").textContent = shownText(data);
     box.querySelector("[data-stopped]").textContent = stoppedText(data, "output");
     box.hidden = false;
@@ -138,7 +139,7 @@
   async function fillSpans() {
     const box = $("fill-spans-result");
     const text = spanText.value;
-    const data = await postJSON(form.dataset.fillSpans, { checkpoint: select.value, text, ...decoding() });
+    const data = await postJSON(TOOLS.fill_spans.url, { checkpoint: select.value, text, ...decoding() });
     const byIndex = new Map(data.spans.map((s) => [s.index, s]));
     // The text with each sentinel replaced by its span, highlighted.
     const filled = box.querySelector("[data-filled]");
@@ -174,7 +175,7 @@
 
   async function wordSimilarity() {
     const box = $("word-similarity-result");
-    const data = await postJSON(form.dataset.wordSimilarity, {
+    const data = await postJSON(TOOLS.word_similarity.url, {
       checkpoint: select.value, sentence_a: $("id_sentence_a").value, sentence_b: $("id_sentence_b").value,
       word: $("id_word").value,
     });
@@ -237,7 +238,7 @@
         fellBack = true;
         if (socket) { socket.onclose = socket.onerror = null; socket.close(); socket = null; }
         try {
-          finish(await postJSON(form.dataset.generate, body));
+          finish(await postJSON(TOOLS.generate.url, body));
         } catch (e) {
           finish(null, e.message || Workbench.UNREACHABLE);
         }

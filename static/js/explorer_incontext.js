@@ -32,7 +32,7 @@
 
   // The buttons submit the page's form (answered by the server without JavaScript); here the API answers.
   const asked = (handler) => (event) => { event.preventDefault(); handler(); };
-  build.addEventListener("click", asked(() => run(build, panel.dataset.builderUrl,
+  build.addEventListener("click", asked(() => run(build, Workbench.explorerTools().prompt_builder.url,
     { ...settings(), k: Number($("icl-k").value) || 0, index: Number($("icl-index").value) || 0 }, (data) => {
       panel.querySelector("[data-icl-prompt]").textContent = data.prompt;
       const rows = panel.querySelector("[data-icl-scores]");
@@ -48,7 +48,7 @@
     })));
 
   const accuracy = $("icl-accuracy");
-  accuracy.addEventListener("click", asked(() => run(accuracy, panel.dataset.accuracyUrl,
+  accuracy.addEventListener("click", asked(() => run(accuracy, Workbench.explorerTools().incontext_accuracy.url,
     { ...settings(), k_max: Number($("icl-kmax").value) || 0, n_queries: Number($("icl-queries").value) || 1 }, (data) => {
       const rows = panel.querySelector("[data-icl-accuracy]");
       rows.replaceChildren(...data.k.map((k, i) => {

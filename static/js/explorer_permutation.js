@@ -40,7 +40,7 @@
   async function ask(body) {
     error.textContent = "";
     try {
-      return await postJSON(form.dataset.permutation, { checkpoint: select.value, text: text.value, ...body });
+      return await postJSON(Workbench.explorerTools().permutation.url, { checkpoint: select.value, text: text.value, ...body });
     } catch (e) {
       error.textContent = e.message || Workbench.UNREACHABLE;
       return null;

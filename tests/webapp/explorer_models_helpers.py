@@ -48,3 +48,10 @@ def family_checkpoint(owner, family: str, *, run: bool = False, extra_ids: int =
         return Checkpoint.objects.create(run=parent, step=10, path=str(rel), metrics={})
     return Checkpoint.objects.create(owner=owner, source=CheckpointSource.IMPORT, name=f"tiny {family}",
                                      path=str(rel))
+
+
+def explorer_tools(html: str) -> dict:
+    """The explorer page's table of its tools, {name: {"url", "compare"}}, which its scripts read."""
+    import json
+
+    return json.loads(html.split('<script id="explorer-tools" type="application/json">')[1].split("</script>")[0])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from tests.webapp.explorer_models_helpers import family_checkpoint
+from tests.webapp.explorer_models_helpers import explorer_tools, family_checkpoint
 from tests.webapp.runs_helpers import make_checkpoint, make_run
 from webapp.runs.models import RunStatus
 
@@ -82,6 +82,6 @@ def test_another_users_checkpoint_is_404_and_anonymous_is_refused(bob_api, anon_
 
 def test_the_panel_asks_the_attention_api(alice_client, bert):
     html = alice_client.get(reverse("explorer:index") + f"?checkpoint={bert.id}").content.decode()
-    assert f'data-attention="{URL}"' in html and 'id="attention-button"' in html
+    assert explorer_tools(html)["attention"]["url"] == URL and 'id="attention-button"' in html
     assert 'id="id_attention_layer"' in html and 'id="id_attention_head"' in html
     assert "js/explorer_attention.js" in html and "/runs/static/plotly.min.js" in html

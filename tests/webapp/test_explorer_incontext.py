@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.webapp.explorer_models_helpers import family_checkpoint
+from tests.webapp.explorer_models_helpers import explorer_tools, family_checkpoint
 from webapp.datasets.models import Dataset
 from webapp.jobs.models import JobStatus
 
@@ -92,7 +92,9 @@ def test_the_explorer_page_offers_the_prompt_builder_for_a_gpt_with_your_dataset
     panel = html[start:html.index("</section>", start)]
     assert 'data-kinds="gpt"' in panel and " hidden" not in panel[:panel.index(">")]
     assert "modules (2 labels)" in panel and "bobs secret" not in panel and "numbers" not in panel
-    assert "/api/explore/prompt-builder/" in panel and "explorer_incontext.js" in html
+    tools = explorer_tools(html)
+    assert (tools["prompt_builder"]["url"], tools["incontext_accuracy"]["url"]) == (BUILDER, ACCURACY)
+    assert "explorer_incontext.js" in html
 
 
 def test_without_javascript_the_page_builds_the_prompt_and_charts_accuracy_as_a_table(alice, alice_client, bob,

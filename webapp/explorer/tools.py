@@ -6,7 +6,8 @@ panel template and script, its test, and one line in REGISTRY below. From the re
 - the JSON API's URLs (api_urls.py: /api/explore/<api.path>, named api-explore-<api.slug>) and
   their OpenAPI entries (the views' @extend_schema);
 - the explorer page's panels (index.html includes each tool's `panel`, once, in registry order),
-  its scripts (each `script` once) and the form's data-<slug> endpoint attributes the scripts read;
+  its scripts (each `script` once) and the page's explorer-tools table (each tool's endpoint and
+  compare task, views.index), which the scripts read (Workbench.explorerTools, static/js/common.js);
 - the page form (forms.ExploreForm): the actions it accepts, the fields each reads (the others'
   mistakes never block it), what must be typed in, the defaults, the fields a tool brings, and what
   the fields start with (views.index: tools.initial());
@@ -52,8 +53,8 @@ PageAnswer = Callable[[dict, Any, Any, Any], dict]
 
 @dataclass(frozen=True)
 class ToolApi:
-    """A tool's JSON endpoint: POST /api/explore/<path>, named api-explore-<slug>; the page's form
-    carries it as data-<slug> for the tool's script."""
+    """A tool's JSON endpoint: POST /api/explore/<path>, named api-explore-<slug>; the page's
+    explorer-tools table carries its URL under the tool's name for the tool's script."""
     slug: str
     path: str
     view: type  # a rest_framework APIView (webapp.explorer.api.CheckpointQuestionView for most)

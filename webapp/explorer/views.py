@@ -76,7 +76,6 @@ def index(request: HttpRequest) -> HttpResponse:
         "tool": services.checkpoint_tool(selected) if selected else "",
         "tool_panels": tools.panels(),  # each tool's panel and script (webapp.explorer.tools)
         "tool_scripts": tools.scripts(),
-        "api_tools": [t.api for t in tools.with_api()],  # the form's data-<slug> endpoints
         # the scripts' table of each tool's endpoint and compare API task (tools.Comparison.task)
         "tool_data": {t.name: {"url": reverse(t.api.url_name), "compare": t.compare.task if t.compare else None}
                       for t in tools.with_api()},
