@@ -12,6 +12,7 @@ import pytest
 from django.conf import settings
 from django.urls import reverse
 
+from tests.webapp.explorer_models_helpers import explorer_tools
 from tests.webapp.runs_helpers import cache_dir, make_checkpoint, make_run, prepared_data
 from tests.webapp.test_runs_finetune_generative import ready_demo
 from webapp.runs.models import Checkpoint, Run, RunStatus
@@ -114,7 +115,7 @@ def the_explorer_chooses_with_each_choices_probability(alice_api, bob_api, alice
     html = alice_client.get(reverse("explorer:index") + f"?checkpoint={checkpoint.id}").content.decode()
     assert '<section class="card" id="choose" data-tool="choose">' in html
     assert 'id="classify" data-tool="classify" hidden>' in html
-    assert f'data-choose="{reverse("api-explore-choose")}"' in html
+    assert explorer_tools(html)["choose"]["url"] == reverse("api-explore-choose")
 
     # without JavaScript the form posts the question and the page answers it in a table
     page = alice_client.post(reverse("explorer:index"), {
