@@ -14,11 +14,15 @@ def test_a_two_device_run_from_the_form_is_charted(page, live_stack, shots, sign
     train_tokenizer(2000)
     page.click("text=Launch a run with this tokenizer")
     page.wait_for_selector("#run-form")
+    # the form's deferred script (run_form.js) has run before DOMContentLoaded: its listeners are on
+    page.wait_for_load_state("domcontentloaded")
     for field, value in {"max_steps": "30", "batch_size": "4", "seq_len": "64", "warmup_steps": "3",
                          "eval_every": "15", "checkpoint_every": "15", "grad_accum": "2", "devices": "2"}.items():
         page.fill(f"#id_{field}", value)
     page.select_option("#id_device", "cpu")
-    assert "16 sequences (4 × 2 × 2 devices)" in page.inner_text("#run-summary")
+    # the summary follows the fields as they are typed (a fresh clone's CI once read it empty here)
+    page.wait_for_function("t => document.getElementById('run-summary').innerText.includes(t)",
+                           arg="16 sequences (4 × 2 × 2 devices)", timeout=10_000)
     page.click("summary:has-text('Advanced settings')")
     page.fill("#id_log_every", "5")
     page.click("#launch")
