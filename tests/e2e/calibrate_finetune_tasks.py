@@ -32,16 +32,13 @@ def _setup() -> None:
 
 
 def _dataset(demo: str, root: Path) -> Path:
-    """The demo dataset as the web app ingests it (dataset_create_demo: its header's mapping, its
-    own task, the seeded random 0.8 / 0.1 / 0.1 split); built once per root."""
-    from trainer.prep.labelled import DEMOS, ingest, sniff, write_demo_dataset
+    """The demo dataset ingested into root/<demo> (tests/trainer/finetune_helpers.ingested_demo:
+    its header's mapping and task, the seeded random 0.8 / 0.1 / 0.1 split, as the web app's
+    dataset_create_demo); built once per root."""
+    from tests.trainer.finetune_helpers import ingested_demo
 
-    out = root / f"dataset-{demo}"
-    if not (out / "dataset.json").is_file():
-        source = write_demo_dataset(demo, root / f"raw-{demo}" / DEMOS[demo].filename)
-        preview = sniff(source, source.name)
-        ingest(source, out, original_filename=source.name, task=DEMOS[demo].task, mapping=preview.mapping, seed=0)
-    return out
+    out = root / demo
+    return out if (out / "dataset.json").is_file() else ingested_demo(demo, root)
 
 
 def train_one(task: str, seed: int, settings: dict, root: str) -> dict:
@@ -100,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
     _setup()
-    from tests.e2e.test_finetune_tasks import TASKS
+    from tests.e2e.test_finetune_tasks import TASKS, base_folder
 
     tasks = args.tasks or list(TASKS)
     unknown = [t for t in tasks if t not in TASKS]
@@ -116,8 +113,6 @@ def main(argv: list[str] | None = None) -> int:
     root = os.environ.get("CALIBRATE_ROOT") or tempfile.mkdtemp(prefix="calibrate-")
     for task in tasks:  # the datasets and bases once, before the runs share them
         _dataset(TASKS[task][0], Path(root))
-    from tests.e2e.test_finetune_tasks import base_folder
-
     for family in {TASKS[t][1] for t in tasks}:
         base_folder(family)
     jobs = [(task, seed) for task in tasks for seed in args.seeds]
