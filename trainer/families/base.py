@@ -140,6 +140,9 @@ class Family:
     no_attention: str = ""                    # why there is no attention to show (when it has no stacks)
     attention_reads_target: bool = False      # its decoder-side stacks read a target text (T5)
     generates: bool = False                   # writes text (generate, stream_generate)
+    # its prompts of different lengths decode together, left-padded with an attention mask (the model
+    # server batches concurrent requests: trainer.serve.engine); False: one prompt at a time
+    batched_generation: bool = False
     fills_spans: bool = False                 # fills T5's sentinel spans
     word_vectors: bool = False                # compares a word's contextual vectors (ELMo)
     causal_lm: bool = False                   # scores a label's tokens after a prompt (in-context evaluation)

@@ -99,6 +99,7 @@ FAMILY = GPTFamily(
     not_masked_lm="GPT predicts the next token",
     attention_stacks=("decoder",),
     generates=True,
+    batched_generation=True,
     causal_lm=True,
     explorer_about=CAUSAL_ABOUT,
     explorer_about_tuned="",

@@ -150,19 +150,28 @@ def chat_template(loaded: Loaded) -> str | None:
     return str(config.get("chat_template") or DEFAULT_CHAT_TEMPLATE)
 
 
+CHAT_REFUSAL = ("Chat needs a GPT checkpoint of a supervised fine-tuning (SFT) run: it writes the prompt in the chat "
+                "template that run learnt. This checkpoint has none; generate without chat to continue the text as it "
+                "is.")
+
+
 def _chat_prompt(loaded: Loaded, text: str, max_new_tokens: int) -> GenerationPrompt:
+    return chat_prompt(loaded, [{"role": "user", "content": text}], max_new_tokens)
+
+
+def chat_prompt(loaded: Loaded, messages: list[dict[str, str]], max_new_tokens: int) -> GenerationPrompt:
+    """A conversation (system / user / assistant messages, the assistant's reply to come last)
+    laid out in the checkpoint's SFT chat template, as SFT's collator lays out a prompt."""
     from types import SimpleNamespace
 
     from trainer.finetune.sft import SFTCollator
 
     template = chat_template(loaded)
     if template is None:
-        raise InferenceError("Chat needs a GPT checkpoint of a supervised fine-tuning (SFT) run: it writes the prompt "
-                             "in the chat template that run learnt. This checkpoint has none; generate without chat to "
-                             "continue the text as it is.")
+        raise InferenceError(CHAT_REFUSAL)
     tok = loaded.tokenizer
     collator = SFTCollator(tok, loaded.max_positions, SimpleNamespace(chat_template=template), tok.sep_id)
-    ids = collator.prompt_ids([{"role": "user", "content": text}, {"role": "assistant", "content": ""}])
+    ids = collator.prompt_ids([*messages, {"role": "assistant", "content": ""}])
     return loaded.family.prompt_of_ids(loaded, ids, max_new_tokens, what="The prompt in its chat template",
                                        output="for a reply")
 
