@@ -31,6 +31,10 @@ class InferenceError(UserError):
     """An explorer request cannot be answered (no [MASK], text too long, checkpoint missing)."""
 
 
+class ExportError(UserError):
+    """A checkpoint cannot be exported as asked (its format, its license, its model); the message says why."""
+
+
 class DatasetError(UserError):
     """A labelled (fine-tuning) dataset cannot be used: unreadable, a bad row, a mapping that
     does not fit the task, too few classes. The message names the row or line at fault."""

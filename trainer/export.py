@@ -9,7 +9,7 @@ Token}Classification / ForQuestionAnswering with id2label / label2id and problem
 pre-training checkpoint as its pre-training class (BertForPreTraining, ...), T5 and GPT-2 as their
 LM-head models. Beside them: the checkpoint's own tokenizer.json and the tokenizer_config.json /
 special_tokens_map.json that let transformers' AutoTokenizer read it as a PreTrainedTokenizerFast
-with the same special tokens, and a README.md saying how to load it. No transformers import here.
+with the same special tokens, and the model card README.md (trainer.model_card). No transformers import here.
 """
 from __future__ import annotations
 
@@ -22,39 +22,39 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from trainer.errors import UserError
-
-README = """# {name}
-
-Exported by LM Workbench from the checkpoint `{checkpoint}` as transformers' `{architecture}`.
-
-```python
-from transformers import AutoModel{auto}, AutoTokenizer
-
-tokenizer = AutoTokenizer.from_pretrained("PATH/TO/THIS/FOLDER")
-model = {auto_class}.from_pretrained("PATH/TO/THIS/FOLDER")
-inputs = tokenizer("a sentence", return_tensors="pt")
-outputs = model(**inputs)
-```
-{labels}"""
-
-AUTO_CLASSES = {"ForSequenceClassification": "AutoModelForSequenceClassification",
-                "ForTokenClassification": "AutoModelForTokenClassification",
-                "ForQuestionAnswering": "AutoModelForQuestionAnswering",
-                "ForConditionalGeneration": "AutoModelForSeq2SeqLM", "LMHeadModel": "AutoModelForCausalLM",
-                "ForMaskedLM": "AutoModelForMaskedLM", "ForPreTraining": "AutoModelForPreTraining",
-                "DoubleHeadsModel": "GPT2DoubleHeadsModel"}  # no Auto class has GPT-1's multiple choice
-MULTIPLE_CHOICE_README = """
-GPT-1's multiple choice: read each choice as `[start] context [delimiter] choice [extract]`, where
-start, delimiter and extract are the ids {start}, {delimiter} and {extract} (not in the tokenizer; add
-them to the ids it gives with `add_special_tokens=False`). Pass input_ids of shape (batch, choices,
-length) and mc_token_ids = the position of each choice's extract token; the softmax of `mc_logits`
-over the choices gives their probabilities.
-"""
-
+from trainer.errors import ExportError
 
 FORMATS = {"hf": "a folder transformers' from_pretrained loads",
-           "zip": "that folder as a zip (what the web page's \u201cExport HF\u201d downloads)"}
+           "zip": "that folder as a zip (what the web page's \u201cExport HF\u201d downloads)",
+           "onnx": "ONNX files onnxruntime runs (checked against the model before they are given)",
+           "gguf": "one GGUF file llama.cpp and Ollama load (GPT-2 checkpoints)"}
+# format -> (module, function) of the writer of its folder: each is called as
+# fn(checkpoint_dir, out_dir, *, name="", license="other", progress=lambda p: None) -> ExportResult,
+# replaces out_dir whole (a failure leaves none) and raises ExportError with a sentence. "zip" is
+# the "hf" folder zipped (zip_export).
+EXPORTERS = {"hf": ("trainer.export", "export_checkpoint"),
+             "onnx": ("trainer.export_onnx", "export_onnx"),
+             "gguf": ("trainer.export_gguf", "export_gguf")}
+
+
+def exporter(fmt: str) -> Callable[..., "ExportResult"]:
+    """The function that writes a `fmt` export (EXPORTERS)."""
+    if fmt not in EXPORTERS:
+        raise ExportError(f"There is no {fmt!r} export; the formats are {', '.join(EXPORTERS)}.")
+    module, name = EXPORTERS[fmt]
+    return getattr(_module(module, fmt), name)
+
+
+def _module(module: str, fmt: str):
+    """A format's module, imported when first asked for (trainer.export_onnx, ...): one that is not
+    installed here is an ExportError with a sentence, and the other formats go on working."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ExportError(f"The {fmt.upper()} export is not available on this installation ({module} cannot be "
+                          f"imported: {e}).") from None
 
 
 def export_refusal(family: str) -> str:
@@ -73,9 +73,6 @@ def _token_types(family: str) -> bool:
     return found.hf_token_types if found is not None else True
 
 
-class ExportError(UserError):
-    """The checkpoint cannot be exported; the message says why."""
-
 
 @dataclass(frozen=True)
 class ExportResult:
@@ -84,22 +81,29 @@ class ExportResult:
     files: list[str]
 
 
-def _auto_class(architecture: str) -> str:
-    for suffix, auto in AUTO_CLASSES.items():
-        if architecture.endswith(suffix):
-            return auto
-    return "AutoModel"
+def write_tokenizer_files(checkpoint: Path, out: Path, *, max_positions: int, with_token_types: bool,
+                          eos_token_id: int | None = None) -> None:
+    """tokenizer.json as it is, and the configs that name its special tokens for transformers: its
+    roles, the end-of-text token the model's config names (eos_token_id, else config.json's in `out`
+    when it is there), and T5's sentinels <extra_id_N> as additional special tokens."""
+    from trainer.prep.tokenization import sentinel_token
 
-
-def write_tokenizer_files(checkpoint: Path, out: Path, *, max_positions: int, with_token_types: bool) -> None:
-    """tokenizer.json as it is, and the configs that name its special tokens for transformers."""
     meta = json.loads((checkpoint / "tokenizer_meta.json").read_text(encoding="utf-8"))
     shutil.copyfile(checkpoint / "tokenizer.json", out / "tokenizer.json")
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
-    special = {f"{role}_token": tok.id_to_token(int(i)) for role, i in (meta.get("special_tokens") or {}).items()
-               if role in ("pad", "unk", "cls", "sep", "mask") and tok.id_to_token(int(i)) is not None}
+    special: dict[str, object] = {
+        f"{role}_token": tok.id_to_token(int(i)) for role, i in (meta.get("special_tokens") or {}).items()
+        if role in ("pad", "unk", "cls", "sep", "mask") and tok.id_to_token(int(i)) is not None}
+    if eos_token_id is None and (out / "config.json").is_file():
+        found = json.loads((out / "config.json").read_text(encoding="utf-8")).get("eos_token_id")
+        eos_token_id = found if isinstance(found, int) else None
+    if eos_token_id is not None and tok.id_to_token(int(eos_token_id)) is not None:
+        special["eos_token"] = tok.id_to_token(int(eos_token_id))
+    sentinels = [sentinel_token(i) for i in range(int(meta.get("extra_ids") or 0))]
+    if sentinels and all(tok.token_to_id(s) is not None for s in sentinels):
+        special["additional_special_tokens"] = sentinels
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": int(max_positions),
               "model_input_names": ["input_ids", *(["token_type_ids"] if with_token_types else []), "attention_mask"],
               "clean_up_tokenization_spaces": False, **special}
@@ -107,10 +111,16 @@ def write_tokenizer_files(checkpoint: Path, out: Path, *, max_positions: int, wi
     (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n", encoding="utf-8")
 
 
-def check_exportable(checkpoint_dir: str | Path) -> None:
-    """ExportError, before anything is loaded, for what export_checkpoint would refuse that the
-    checkpoint's model_config.json already says: an ELMo model, a model with bottleneck adapters.
-    Reads JSON only (no torch), so a web request can ask before queuing the export."""
+def check_exportable(checkpoint_dir: str | Path, fmt: str = "hf") -> None:
+    """ExportError, before anything is loaded, for what the `fmt` export would refuse that the
+    checkpoint's model_config.json already says (hf and zip: an ELMo model, a model with bottleneck
+    adapters; onnx and gguf: their module's own check_exportable). Reads JSON only (no torch), so a
+    web request can ask before queuing the export."""
+    if fmt not in ("hf", "zip"):
+        if fmt not in EXPORTERS:
+            raise ExportError(f"There is no {fmt!r} export; the formats are {', '.join(FORMATS)}.")
+        _module(EXPORTERS[fmt][0], fmt).check_exportable(checkpoint_dir)
+        return
     try:
         meta = json.loads((Path(checkpoint_dir) / "model_config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -127,13 +137,16 @@ def check_exportable(checkpoint_dir: str | Path) -> None:
                           f"be fine-tuned again.")
 
 
-def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, *, name: str = "",
+def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, *, name: str = "", license: str = "other",
                       progress: Callable[[float], None] = lambda p: None) -> ExportResult:
     """Write the checkpoint in `checkpoint_dir` as a transformers folder at `out_dir` (replaced
-    whole, so a failed export leaves no half-written folder). progress: percentages, 0 to 100."""
+    whole, so a failed export leaves no half-written folder), with its model card (README.md,
+    trainer.model_card; `license` one of its LICENSES). progress: percentages, 0 to 100."""
     from models_lib import hf
     from models_lib.checkpoint import load_model
+    from trainer.model_card import check_license, write_model_card
 
+    license = check_license(license)  # a sentence before anything is loaded
     checkpoint, out = Path(checkpoint_dir), Path(out_dir)
     try:
         model = load_model(checkpoint, map_location="cpu").eval()
@@ -156,16 +169,8 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, *, name: 
         with_types = bool(getattr(model.config, "type_vocab_size", 0)) and _token_types(family)
         write_tokenizer_files(checkpoint, staging, max_positions=int(getattr(model.config, "max_positions", 512)),
                          with_token_types=with_types)
-        auto = _auto_class(architecture)
-        labels = hf_config.get("id2label") if architecture != "GPT2DoubleHeadsModel" else None
-        (staging / "README.md").write_text(README.format(
-            name=name or checkpoint.name, checkpoint=checkpoint.name, architecture=architecture,
-            auto=f", {auto}" if auto != "AutoModel" else "", auto_class=auto,
-            labels=f"\nLabels (id2label): {json.dumps(labels, ensure_ascii=False)}\n" if labels else "")
-            + (MULTIPLE_CHOICE_README.format(start=hf_config["start_token_id"], delimiter=hf_config["delimiter_token_id"],
-                                             extract=hf_config["extract_token_id"])
-               if architecture == "GPT2DoubleHeadsModel" else ""),
-            encoding="utf-8")
+        write_model_card(checkpoint, staging, fmt="hf", architecture=architecture, name=name or checkpoint.name,
+                         license=license, files=sorted(p.name for p in staging.iterdir()))
         if out.exists():
             shutil.rmtree(out)
         os.replace(staging, out)

@@ -109,3 +109,24 @@ def test_the_exported_tokenizer_gives_token_types_as_the_family_declares(tokeniz
         shutil.copyfile(tokenizer_dir / name, folder / name)
     result = export_checkpoint(folder, tmp_path / "hf")
     assert ("token_type_ids" in transformers.AutoTokenizer.from_pretrained(result.folder)(TEXTS[0])) is types
+
+
+def test_the_exported_tokenizer_names_the_end_token_and_t5s_sentinels(tmp_path):
+    """config.json's eos_token_id is the tokenizer's eos in transformers, and a T5 export keeps its
+    sentinels <extra_id_N> as special tokens (issue 45, point 10)."""
+    import transformers
+
+    from tests.trainer.inference_generate_helpers import EXTRA_IDS, make_checkpoint, make_tokenizer
+
+    tok = make_tokenizer(tmp_path / "tok")
+    for family in ("t5", "gpt"):
+        result = export_checkpoint(make_checkpoint(family, tmp_path / family, tok), tmp_path / f"{family}-hf")
+        config = json.loads((result.folder / "config.json").read_text())
+        theirs = transformers.AutoTokenizer.from_pretrained(result.folder)
+        assert theirs.eos_token_id == config["eos_token_id"] is not None
+        sentinels = [f"<extra_id_{i}>" for i in range(EXTRA_IDS)]
+        assert set(sentinels) <= set(theirs.all_special_tokens)
+        ids = theirs("a <extra_id_1> b", add_special_tokens=False)["input_ids"]
+        assert theirs.convert_tokens_to_ids("<extra_id_1>") in ids
+        decoded = theirs.decode(ids, skip_special_tokens=True)
+        assert "<extra_id_1>" not in decoded
