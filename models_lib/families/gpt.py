@@ -370,3 +370,37 @@ class GPTLMHeadModel(nn.Module):
         if state.mask is not None:
             state.mask = state.mask.index_select(0, index)
         return state
+
+    def merge_generation_state(self, state: GPTGenerationState, other: GPTGenerationState) -> GPTGenerationState:
+        """The rows of `other` (prompts started apart) after the rows of `state`, in one state: the
+        shorter side's keys and values are left-padded to the longer's positions, the padding hidden
+        by the mask, so every row goes on as it would alone (a server adds requests to a running batch)."""
+        S = max(state.length, other.length)
+
+        def padded_mask(st: GPTGenerationState, rows: int) -> torch.Tensor:
+            mask = st.mask if st.mask is not None else torch.ones(rows, st.length, dtype=torch.long,
+                                                                  device=st.caches[0].k.device)
+            return F.pad(mask, (S - st.length, 0))
+
+        rows_a, rows_b = state.caches[0].k.shape[0], other.caches[0].k.shape[0]
+        mask = torch.cat([padded_mask(state, rows_a), padded_mask(other, rows_b)])
+        for a, b in zip(state.caches, other.caches):
+            a.k = torch.cat([F.pad(a.k, (0, 0, S - a.length, 0)), F.pad(b.k, (0, 0, S - b.length, 0))])
+            a.v = torch.cat([F.pad(a.v, (0, 0, S - a.v.shape[2], 0)), F.pad(b.v, (0, 0, S - b.v.shape[2], 0))])
+        state.mask, state.length = mask, S
+        return self.compact_generation_state(state)
+
+    def compact_generation_state(self, state: GPTGenerationState) -> GPTGenerationState:
+        """Drop the leading positions that are padding in every row (left by rows that have left the
+        batch), so a batch that rows keep joining and leaving does not grow without bound."""
+        if state.mask is None:
+            return state
+        real = state.mask.any(0).nonzero()
+        first = int(real[0]) if len(real) else state.length
+        if first:
+            for cache in state.caches:
+                cache.k, cache.v = cache.k[:, :, first:], cache.v[:, :, first:]
+            state.mask, state.length = state.mask[:, first:], state.length - first
+        if bool(state.mask.all()):
+            state.mask = None
+        return state

@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 
 from tests.trainer.finetune_helpers import fine_tuned, ingested_demo
 from tests.trainer.inference_generate_helpers import make_checkpoint, make_tokenizer
+from tests.trainer.serve_helpers import long_gpt
 from trainer.inference import downstream, generate, masked
 from trainer.inference.generate import Decoding
 from trainer.inference.loading import load
@@ -188,3 +189,35 @@ def test_a_batch_of_prompts_of_different_lengths_gives_each_its_text_alone(tok, 
     finally:
         engine.stop()
     assert [got[i] for i in range(len(prompts))] == alone
+
+
+def test_requests_that_arrive_during_a_batch_join_it_and_each_gets_its_text_alone(tok, tmp_path):
+    folder = make_checkpoint("gpt", tmp_path / "slow", tok, model=long_gpt(tok))
+    loaded = load(folder)
+    long_prompt, prompts = "The cat", ["Paris is the capital of France and", "It was", "The dog ran to"]
+    decodings = [Decoding(max_new_tokens=8), Decoding("sample", 8, 1, 0.9, 0, 0.95, 11), Decoding(max_new_tokens=8)]
+    alone = [generate.generate(folder, t, **{k: v for k, v in o.as_dict().items() if v is not None})["text"]
+             for t, o in zip(prompts, decodings)]
+    long_alone = generate.generate(folder, long_prompt, strategy="greedy", max_new_tokens=200)["text"]
+    engine = Engine(lambda: loaded, max_batch=8).start()
+    got: dict[int, str] = {}
+    started, done = threading.Event(), threading.Event()
+
+    def emit(event):
+        if event.kind == "delta" and event.index == 0:
+            started.set()
+        if event.kind == "done":
+            got[event.index] = event.text
+            if len(got) == len(prompts) + 1:
+                done.set()
+    try:
+        engine.submit([Choice(generate.prepare(loaded, long_prompt, 200), Decoding(max_new_tokens=200), emit)])
+        assert started.wait(60)  # the long reply is being written: the others arrive during its batch
+        engine.submit([Choice(generate.prepare(loaded, t, 8), o, emit, index=i + 1)
+                       for i, (t, o) in enumerate(zip(prompts, decodings))])
+        assert done.wait(120)
+    finally:
+        engine.stop()
+    assert engine.joined == len(prompts) and engine.finished == len(prompts) + 1
+    assert [got[i + 1] for i in range(len(prompts))] == alone
+    assert got[0] == long_alone

@@ -6,7 +6,10 @@ different lengths together (Family.batched_generation: GPT, left-padded with an 
 else one at a time, and feeds the batch token by token through the model's incremental decoding
 (start_generation / generation_step, the key/value cache). A choice leaves the batch when it
 ends (end-of-text, a stop string, its max_tokens) or its client went away (Choice.cancel), and its
-rows leave the cache with it (reorder_generation_state).
+rows leave the cache with it (reorder_generation_state). Batches are continuous: between two
+steps, choices that arrived meanwhile (while there is room) read their prompts apart, write their
+first token at once, and join the running batch (the model's merge_generation_state), so a new
+request never waits for the batch before it to finish.
 
 Each step decodes each row as the explorer's stream does (trainer.inference.generate): greedy is
 the argmax; sampling filters the row's logits with its temperature and top_p and draws with the
@@ -125,6 +128,7 @@ class Engine:
         self.active = 0        # choices in the batch being decoded
         self.finished = 0      # choices that ended (end-of-text, a stop string, max_tokens)
         self.cancelled = 0     # choices dropped because their client went away
+        self.joined = 0        # choices that joined a batch already running
         self._thread = threading.Thread(target=self._loop, name="generation", daemon=True)
 
     def start(self) -> "Engine":
@@ -157,6 +161,18 @@ class Engine:
             self._cv.notify()
 
     # ------------------------------------------------------------------------ the thread
+    def _take_now(self, room: int) -> list[Choice]:
+        """Up to `room` waiting choices, without waiting."""
+        with self._cv:
+            out = []
+            while self._waiting and len(out) < room:
+                choice = self._waiting.popleft()
+                if choice.cancelled.is_set():
+                    self.cancelled += 1
+                else:
+                    out.append(choice)
+            return out
+
     def _take(self, batched: bool) -> list[Choice]:
         with self._cv:
             while not self._waiting and not self._stopping:
@@ -190,40 +206,72 @@ class Engine:
                 self.active = 0
 
     def _decode(self, loaded: Any, rows: list[Choice]) -> None:
-        from models_lib.core.generation import filter_logits, next_logits
+        model = loaded.model
+        joins = bool(loaded.family.batched_generation) and hasattr(model, "merge_generation_state")
+        state, rows, chosen = self._start(loaded, rows)
+        while rows and not self._stopping:
+            if joins and len(rows) < self.max_batch and self._waiting:
+                joining = self._take_now(self.max_batch - len(rows))
+                if joining:
+                    other, joined, first = self._start(loaded, joining)
+                    if joined:
+                        with loaded.lock, torch.inference_mode():
+                            state = model.merge_generation_state(state, other)
+                        rows, chosen = rows + joined, chosen + first
+                        self.joined += len(joined)
+                        self.active = len(rows)
+            feed = torch.tensor(chosen)[:, None]  # (B, 1)
+            with loaded.lock, torch.inference_mode():
+                logits, state = self._next(model, state, feed)
+                chosen = [self._pick(row, logits[i:i + 1]) for i, row in enumerate(rows)]
+            state, rows, chosen = self._advance(loaded, state, rows, chosen)
+            self.active = len(rows)
 
+    @staticmethod
+    def _next(model: Any, state: Any, feed: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        from models_lib.core.generation import next_logits
+
+        return next_logits(model, state, feed)  # (B, V)
+
+    @staticmethod
+    def _pick(row: Choice, row_logits: torch.Tensor) -> int:
+        """The row's next token from its (1, V) logits, as the explorer's stream picks it."""
+        from models_lib.core.generation import filter_logits
+
+        if row.opts.sampling:  # the same seed draws the same tokens
+            probs = filter_logits(row_logits.float(), temperature=row.opts.temperature, top_k=row.opts.top_k,
+                                  top_p=row.opts.top_p).softmax(-1)
+            return int(torch.multinomial(probs, 1, generator=row.generator)[0, 0])
+        return int(row_logits.argmax(-1)[0])
+
+    def _start(self, loaded: Any, rows: list[Choice]) -> tuple[Any, list[Choice], list[int]]:
+        """Read the rows' prompts and pick each one's first token: (state, the rows still going, their tokens)."""
         tok, model = loaded.tokenizer, loaded.model
         ids, mask = _left_padded([r.prompt.input_ids for r in rows], int(tok.pad_id))
         with loaded.lock, torch.inference_mode():
             state, feed = model.start_generation(ids, mask, **loaded.family.generate_kwargs(tok))
-        while rows:
+            logits, state = self._next(model, state, feed)
+            chosen = [self._pick(row, logits[i:i + 1]) for i, row in enumerate(rows)]
+        return self._advance(loaded, state, rows, chosen)
+
+    def _advance(self, loaded: Any, state: Any, rows: list[Choice],
+                 chosen: list[int]) -> tuple[Any, list[Choice], list[int]]:
+        """Give each row its token; the rows that ended or whose client left leave the batch."""
+        keep = []
+        for i, (row, token) in enumerate(zip(rows, chosen)):
+            if row.cancelled.is_set():
+                self.cancelled += 1
+            elif row.advance(token, loaded.tokenizer):
+                self.finished += 1
+            else:
+                keep.append(i)
+        if keep and len(keep) < len(rows):
+            model = loaded.model
             with loaded.lock, torch.inference_mode():
-                logits, state = next_logits(model, state, feed)  # (B, V)
-                chosen = []
-                for i, row in enumerate(rows):
-                    row_logits = logits[i:i + 1]
-                    if row.opts.sampling:  # as the explorer's stream samples: the same seed draws the same tokens
-                        probs = filter_logits(row_logits.float(), temperature=row.opts.temperature,
-                                              top_k=row.opts.top_k, top_p=row.opts.top_p).softmax(-1)
-                        nxt = torch.multinomial(probs, 1, generator=row.generator).squeeze(1)
-                    else:
-                        nxt = row_logits.argmax(-1)
-                    chosen.append(int(nxt[0]))
-            keep = []
-            for i, (row, token) in enumerate(zip(rows, chosen)):
-                if row.cancelled.is_set():
-                    self.cancelled += 1
-                elif row.advance(token, tok):
-                    self.finished += 1
-                else:
-                    keep.append(i)
-            if not keep or self._stopping:
-                return
-            if len(keep) < len(rows):
-                with loaded.lock, torch.inference_mode():
-                    state = model.reorder_generation_state(state, torch.tensor(keep))
-                rows, chosen = [rows[i] for i in keep], [chosen[i] for i in keep]
-            feed = torch.tensor(chosen)[:, None]  # (B, 1)
+                state = model.reorder_generation_state(state, torch.tensor(keep))
+                if hasattr(model, "compact_generation_state"):
+                    state = model.compact_generation_state(state)
+        return state, [rows[i] for i in keep], [chosen[i] for i in keep]
 
 
 def _left_padded(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -26,6 +26,7 @@ from trainer.inference.loading import Loaded, load
 
 POOLINGS = downstream.POOLINGS  # mean (the default, as sentence-transformers' mean pooling) or cls
 MAX_EMBEDDING_INPUTS = 2048     # OpenAI's bound on one request's list of inputs
+EMBED_GROUP = 16               # texts encoded together (of like lengths: see ServedModel.embed)
 MAX_T5_OUTPUT = 1024            # T5's decoder has no positions of its own: the tokens one reply may have
 TASK_ENDPOINTS = {heads.SEQUENCE_CLASSIFICATION: "/v1/text-classification",
                   heads.TOKEN_CLASSIFICATION: "/v1/token-classification",
@@ -111,7 +112,16 @@ class ServedModel:
 
     def embed(self, texts: Sequence[str]) -> torch.Tensor:
         """Unit-length vectors (N, D) of the texts, `pooling` over the last layer's token vectors
-        (ELMo: every layer's, averaged, as an equal scalar mix; T5: its encoder's)."""
+        (ELMo: every layer's, averaged, as an equal scalar mix; T5: its encoder's). The texts are
+        encoded longest first in groups of EMBED_GROUP of like lengths, so little of a batch is padding."""
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
+        parts = [self._embed([texts[i] for i in order[k:k + EMBED_GROUP]]) for k in range(0, len(order), EMBED_GROUP)]
+        vectors = torch.cat(parts)
+        out = torch.empty_like(vectors)
+        out[torch.tensor(order)] = vectors
+        return out
+
+    def _embed(self, texts: Sequence[str]) -> torch.Tensor:
         loaded = self.loaded
         if loaded.family.word_vectors:
             return self._elmo_vectors(loaded, texts)
