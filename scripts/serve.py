@@ -1,6 +1,6 @@
 """Start LM Workbench on one machine: Redis (if needed), migrations, web server, the Celery workers
-(CPU runs; GPU runs too where there is an NVIDIA driver; short jobs) and the scheduler (Celery
-beat with a small worker for the periodic jobs, e.g. the crash reaper).
+(CPU runs; GPU runs too where there is an NVIDIA driver; short jobs; model servers) and the
+scheduler (Celery beat with a small worker for the periodic jobs, e.g. the crash reaper).
 
 Run through ./run.sh, which creates the virtual environment first. Ctrl-C (or SIGTERM) stops
 everything. A process that dies is started again, after 1 s, then twice as long after each quick
@@ -170,6 +170,17 @@ def training_workers(env: dict[str, str], *, gpus: bool) -> list[Child]:
     return [worker("worker", "cpu", 2), *([worker("gpu worker", "gpu", 1)] if gpus else [])]
 
 
+def serve_worker(env: dict[str, str]) -> Child:
+    """The worker of the serve queue only: each of its SERVE_WORKER_CONCURRENCY (default 4) pool
+    processes supervises one model server (`python -m trainer serve`, webapp/serving) for as long as
+    it runs, so that many servers run at once; it takes no training run and no short job. Told to
+    stop (SIGTERM), it stops its servers first; killed, its servers get SIGTERM too (PR_SET_PDEATHSIG)."""
+    concurrency = env.get("SERVE_WORKER_CONCURRENCY", "4")
+    return Child("serve worker", [
+        PY, "-m", "celery", "-A", "webapp", "worker", "-Q", "serve", "--concurrency", concurrency,
+        "--prefetch-multiplier", "1", "-O", "fair", "--loglevel", "INFO", "-n", f"serve-{os.getpid()}@%h"], env)
+
+
 def ensure_secret_key(storage: Path) -> Path | None:
     """The install's own SECRET_KEY, made once into <storage>/secret_key (readable by its owner
     only) unless SECRET_KEY is set: the app runs with DEBUG off and needs a key nobody else has
@@ -219,6 +230,7 @@ def main() -> None:
                 PY, "-m", "celery", "-A", "webapp", "worker", "-Q", "jobs", "--concurrency", "1",
                 "--prefetch-multiplier", "1", "--loglevel", "INFO", "-n", f"jobs-{os.getpid()}@%h"],
                 env))
+            children.append(serve_worker(env))  # model servers (the Serve action), each a task of its own
             # Beat, embedded (-B) in a one-slot worker of its own: the periodic jobs (the reaper that
             # marks runs of a dead worker as crashed) never wait behind two training runs.
             children.append(Child("scheduler", [

@@ -38,4 +38,27 @@ def test_compose_runs_one_gpu_worker_per_machine_with_all_its_gpus():
     assert option(services["worker-cpu"]["command"].split(), "-Q") == "cpu"
     assert option(services["worker-jobs"]["command"].split(), "-Q") == "jobs"
     names = [option(s["command"].split(), "-n") for s in services.values() if "celery" in str(s.get("command"))]
-    assert len(names) == len(set(names)) == 4  # every worker its own node name (its capacity's key)
+    assert len(names) == len(set(names)) == 5  # every worker its own node name (its capacity's key)
+
+
+def test_model_servers_have_a_worker_of_their_own_that_takes_nothing_else():
+    """The serve queue's worker (scripts/serve.py and docker-compose.yml) consumes that queue only, with
+    slots for a few servers at once; no other worker consumes it."""
+    serve = load_serve()
+    worker = serve.serve_worker({"A": "b"})
+    assert option(worker.argv, "-Q") == "serve" and int(option(worker.argv, "--concurrency")) >= 2
+    assert worker.env == {"A": "b"} and worker.name == "serve worker"
+    assert option(serve.serve_worker({"SERVE_WORKER_CONCURRENCY": "6"}).argv, "--concurrency") == "6"
+    assert all(option(w.argv, "-Q") != "serve" for w in serve.training_workers({}, gpus=True))
+
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    queues = {name: option(s["command"].split(), "-Q") for name, s in services.items() if "celery" in str(s.get("command"))}
+    assert [name for name, q in queues.items() if "serve" in q.split(",")] == ["worker-serve"]
+    assert queues["worker-serve"] == "serve"
+    argv = services["worker-serve"]["command"].split()
+    assert int(option(argv, "--concurrency")) >= 2
+    env = services["worker-serve"]["environment"]
+    assert env["SERVE_HOST"] == "0.0.0.0" and env["DATABASE_URL"] == services["worker-cpu"]["environment"]["DATABASE_URL"]
+    low, high = (int(p) for p in env["SERVE_PORTS"].split("-"))
+    assert services["worker-serve"]["ports"] == [f"{low}-{high}:{low}-{high}"]
+    assert high - low + 1 >= int(option(argv, "--concurrency"))  # a port for every server it may run
