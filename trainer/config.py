@@ -113,6 +113,7 @@ class EvalArgs:
     eval_every: int
     eval_batches: int
     checkpoint_every: int
+    keep_last: int
     log_every: int
     report_to: tuple[str, ...]
 
@@ -309,6 +310,7 @@ class RunConfig(FlatRecord):
     eval_every: int = 100
     eval_batches: int = 20
     checkpoint_every: int = 500
+    keep_last: int = 3  # checkpoints kept besides the best and the pinned (trainer.training.retention); 0 = all
     log_every: int = 10
     report_to: list[str] = field(default_factory=list)
     seed: int = 0

@@ -194,6 +194,10 @@ SETTINGS: tuple[Setting, ...] = (
             per_kind={FINETUNE: {"advanced": True}}),
     Setting("checkpoint_every", "Checkpoint every (steps)", "Save a checkpoint every this many steps (and at the "
             "end).", kinds=BOTH, bounds=Bounds(1, MAX_STEPS), per_kind={FINETUNE: {"offered": False}}),
+    Setting("keep_last", "Checkpoints kept", "How many of the newest checkpoints stay on disk; older ones are "
+            "removed after each save, except the best by validation loss and those pinned on the run page. Only "
+            "the newest keeps the optimizer state (what a resume needs); the others keep the weights. 0 keeps "
+            "every checkpoint whole (retention off).", advanced=True, kinds=BOTH, bounds=Bounds(0, 100_000)),
     Setting("masking", "Masking", "\"dynamic\": new masks every time a sequence is fed; \"static\": 10 masks per "
             "sequence, fixed up front.", kinds=(PRETRAIN,), choices=(("dynamic", "Dynamic"), ("static", "Static"))),
     Setting("seed", "Random seed", "Seeds the initial weights, the data order, masks and dropout: the same seed and "

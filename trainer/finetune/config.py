@@ -58,6 +58,7 @@ class FinetuneConfig(FlatRecord):
     """SQuAD 2.0: predict "no answer" when the [CLS] score (its start + end logit) beats the best answer's score by more than this."""
     eval_every: int = 50
     checkpoint_every: int = 100
+    keep_last: int = 3  # checkpoints kept besides the best and the pinned (trainer.training.retention); 0 = all
     log_every: int = 10
     report_to: list = field(default_factory=list)
     seed: int = 0

@@ -289,6 +289,11 @@ class FinetuneLoop(Loop):
         with adapters.merged(self.model):
             return super().save_checkpoint()
 
+    def kept_besides(self) -> set[int]:
+        """Early stopping's best checkpoint stays whatever keep_last says (best.json names it)."""
+        early = self.early
+        return {early.best_step} if early is not None and early.best_step is not None else set()
+
     def keep_best(self) -> None:
         """Save the weights of a new best evaluation as a checkpoint (unless this step has one) and
         name it in out_dir/best.json."""

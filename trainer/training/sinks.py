@@ -5,7 +5,8 @@ in webapp/runs (saving MetricPoint rows, pushing to the websocket group).
 
 A sink may also have `samples(step, rows)`: a fine-tuning run's generated samples at a
 validation ([{"input", "generated", "reference"}], trainer.finetune.techniques.FinetuneLoop);
-the loop calls it only where a sink has it.
+the loop calls it only where a sink has it. So is `checkpoints_removed(steps)`: the checkpoints
+retention removed after a save (trainer.training.retention), which the web app drops from its list.
 """
 from __future__ import annotations
 
@@ -61,6 +62,7 @@ class ListSink:
         self.checkpoints: list[tuple[int, Path, dict]] = []
         self.heartbeats: list[tuple[int, int]] = []
         self.sample_events: list[tuple[int, list[dict]]] = []
+        self.removed: list[int] = []
         self.closed = False
 
     def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
@@ -77,6 +79,9 @@ class ListSink:
 
     def samples(self, step: int, rows: list[dict]) -> None:
         self.sample_events.append((step, [dict(r) for r in rows]))
+
+    def checkpoints_removed(self, steps: list[int]) -> None:
+        self.removed.extend(int(s) for s in steps)
 
     def close(self) -> None:
         self.closed = True
@@ -120,6 +125,12 @@ class TeeSink:
             if callable(tell):
                 tell(max_steps, epochs)
 
+    def checkpoints_removed(self, steps: list[int]) -> None:
+        for s in self.sinks:
+            tell = getattr(s, "checkpoints_removed", None)
+            if callable(tell):
+                tell(steps)
+
     def close(self) -> None:
         for s in self.sinks:
             s.close()
@@ -132,6 +143,7 @@ class JsonLinesSink:
       {"event": "metrics", "step", "split", "values"}     {"event": "log", "text"}
       {"event": "checkpoint", "step", "path", "metrics"}  {"event": "heartbeat", "step", "tokens_seen"}
       {"event": "run_length", "max_steps", "epochs"}     (a run given in epochs, once its steps are known)
+      {"event": "checkpoints_removed", "steps"}          (retention removed them after a save)
     Heartbeats are written at most every `heartbeat_every_s` seconds, and the last one held back
     when the sink closes (so the reader learns the run's final step and tokens)."""
 
@@ -152,6 +164,9 @@ class JsonLinesSink:
 
     def run_length(self, max_steps: int, epochs: float) -> None:
         self._write({"event": "run_length", "max_steps": max_steps, "epochs": epochs})
+
+    def checkpoints_removed(self, steps: list[int]) -> None:
+        self._write({"event": "checkpoints_removed", "steps": [int(s) for s in steps]})
 
     def heartbeat(self, step: int, tokens_seen: int) -> None:
         beat = {"event": "heartbeat", "step": step, "tokens_seen": tokens_seen}

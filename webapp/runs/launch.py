@@ -29,9 +29,10 @@ MAIN_FIELDS = _section("training", advanced=False)
 ADVANCED_FIELDS = _section("training", advanced=True)
 TRAINING_FIELDS = MAIN_FIELDS + ADVANCED_FIELDS
 # Training fields a form may leave out (empty = RunConfig's default: one device, strategy auto,
-# data workers auto; an unticked box is off). The run's length is max_steps or epochs: one of them.
+# data workers auto, the last 3 checkpoints kept; an unticked box is off). The run's length is max_steps or epochs:
+# one of them.
 OPTIONAL_FIELDS = ("max_steps", "epochs", "devices", "strategy", "data_workers", "compile", "activation_checkpointing",
-                   "report_to")
+                   "report_to", "keep_last")
 # Shown with the objectives: what a mask covers, how single segments are packed (empty = default).
 OBJECTIVE_FIELDS = _section("objective")
 # The optimizer (empty = the family's: Adafactor for T5, AdamW otherwise) and AdamW's own

@@ -146,6 +146,8 @@ class _Relay:
             self.step, self.tokens_seen = int(event["step"]), int(event["tokens_seen"])
         elif kind == "run_length" and callable(getattr(self.sink, "run_length", None)):
             self.sink.run_length(int(event["max_steps"]), float(event["epochs"]))
+        elif kind == "checkpoints_removed" and callable(getattr(self.sink, "checkpoints_removed", None)):
+            self.sink.checkpoints_removed([int(s) for s in event["steps"]])
         elif kind == "result":
             self.result = event
 
