@@ -64,7 +64,7 @@ def test_a_metric_added_to_the_table_is_charted_from_history_and_live(toy_table,
 
     page = live_server_page
     page.context.add_cookies([alice_cookie])
-    page.route_web_socket(f"**/ws/runs/{toy_run.id}/?since=*", socket)  # the page asks for a replay
+    page.route_web_socket(f"**/ws/runs/{toy_run.id}/?after=*", socket)  # the page asks for a replay
     page.goto(f"/runs/{toy_run.id}/")
 
     page.wait_for_function("""() => { const el = document.getElementById('chart-toy');

@@ -1,7 +1,9 @@
 """The run page follows a run through dropped sockets with the socket's own replay (issue 29,
-point 5): it reconnects with `?since=` the step before the last one it drew, and its chart then
-holds every step exactly once, in order; also when a point was stored but not yet published as
-the socket dropped (the moment between the worker's store and its publish).
+point 5): it reconnects with `?after=` the cursor of the newest point it read (issue 44, point 3;
+it used to ask `?since=` the step before the last one it drew), and its chart then holds every
+step exactly once, in order; also when a point was stored but not yet published as the socket
+dropped (the moment between the worker's store and its publish), and when it dropped between a
+step's training point and its validation point.
 
 The live stack serves the page and the socket (uvicorn, Redis); this test plays the worker: each
 point is stored and then published exactly as webapp.runs.sink.DjangoSink.metrics does, so it can
@@ -45,12 +47,15 @@ def test_the_dashboard_holds_every_step_once_and_in_order_across_dropped_sockets
         if step % 10 == 0:
             points.append({"step": step, "split": "valid", "values": {"loss": loss(step) + 0.5}})
         for p in points:
-            MetricPoint.objects.create(run_id=run.id, **p)
+            p["cursor"] = MetricPoint.objects.create(run_id=run.id, **p).seq
         return points
 
     def publish(points: list[dict]) -> None:
         for p in points:
             send_run_event(run.id, {"type": "run.metrics", **p})
+
+    def asked(n: int) -> dict:
+        return parse_qs(urlsplit(sockets[n][1]).query)
 
     def live(n_sockets: int) -> None:
         page.wait_for_function("() => document.getElementById('ws-state').textContent === 'Live.'")
@@ -78,7 +83,7 @@ def test_the_dashboard_holds_every_step_once_and_in_order_across_dropped_sockets
 
     page.goto(f"/runs/{run.id}/")
     live(1)
-    assert parse_qs(urlsplit(sockets[0][1]).query)["since"] == ["0"]  # nothing drawn yet: from the start
+    assert asked(0) == {"after": ["0"]}  # nothing read yet: from the start
 
     for step in range(1, 21):  # live, as a run logs
         publish(store(step))
@@ -88,7 +93,7 @@ def test_the_dashboard_holds_every_step_once_and_in_order_across_dropped_sockets
     for step in range(21, 31):
         publish(store(step))
     live(2)
-    assert parse_qs(urlsplit(sockets[1][1]).query)["since"] == ["19"]  # the step before the last one drawn
+    assert asked(1) == {"after": ["22"]}  # the newest cursor read: 20 training points and 2 validation ones
     until_drawn(30)
 
     held = store(31)  # 2. stored, not yet published, as the socket drops
@@ -98,8 +103,20 @@ def test_the_dashboard_holds_every_step_once_and_in_order_across_dropped_sockets
     for step in range(32, 41):
         publish(store(step))
     until_drawn(40)
+
+    for step in range(41, 50):
+        publish(store(step))
+    train, valid = store(50)  # 3. the page read a step's training point; the socket drops before its validation
+    publish([train])
+    until_drawn(50)
+    drop()
+    publish([valid])  # published while the page is away
+    live(4)
+    assert asked(3) == {"after": [str(train["cursor"])]}  # (since=50 would not have replayed it)
+    publish(store(51))
+    until_drawn(51)
     page.wait_for_timeout(1000)  # anything sent twice would have arrived by now
 
-    assert drawn("train") == list(range(1, 41))
-    assert drawn("valid") == [10, 20, 30, 40]
-    assert len(sockets) == 3
+    assert drawn("train") == list(range(1, 52))
+    assert drawn("valid") == [10, 20, 30, 40, 50]
+    assert len(sockets) == 4

@@ -35,7 +35,7 @@ def test_live_samples_replace_the_rendered_ones_as_text(t2t_run, alice_cookie, l
 
     page = live_server_page
     page.context.add_cookies([alice_cookie])
-    page.route_web_socket(f"**/ws/runs/{t2t_run.id}/?since=*", socket)  # the page asks for a replay
+    page.route_web_socket(f"**/ws/runs/{t2t_run.id}/?after=*", socket)  # the page asks for a replay
     page.goto(f"/runs/{t2t_run.id}/")
     page.wait_for_function("() => document.getElementById('samples-step').textContent.includes('20')")
     rows = page.eval_on_selector_all("#samples-body tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))")

@@ -70,6 +70,7 @@ SEMANTIC_400 = [
     ("POST", "/api/explore/embed/"),
     ("POST", "/api/explore/neighbours/index/"),
     ("POST", "/api/explore/neighbours/"),
+    ("POST", "/api/checkpoints/{checkpoint_id}/export/"),  # the format must hold the checkpoint (GGUF: GPT-2 only)
 ]
 
 
@@ -125,6 +126,9 @@ def _config(world: dict[str, str], *, username: str, password: str) -> str:
         ("/api/runs/{run_id}/finetune-on/", None, {"body.dataset": world["dataset"]}),
         ("/api/checkpoints/{checkpoint_id}/export/", None, {"path.checkpoint_id": world["checkpoint"]}),
         ("/api/checkpoints/{checkpoint_id}/export-hf.zip", None, {"path.checkpoint_id": world["checkpoint"]}),
+        # Serving queues a server on the serve queue, which no worker consumes here (nothing is started)
+        ("/api/checkpoints/{checkpoint_id}/serve/", None, {"path.checkpoint_id": world["checkpoint"]}),
+        ("/api/checkpoints/{checkpoint_id}/serve/stop/", None, {"path.checkpoint_id": world["checkpoint"]}),
         ("/api/explore/inspect/", None, {"body.run": world["run"]}),
         ("/api/explore/compare/", None, {"body.checkpoints": [world["checkpoint"], world["checkpoint"]]}),
         ("/api/explore/neighbours/index/", "POST", {"body.dataset": world["dataset"]}),

@@ -93,7 +93,7 @@ def test_group_events_are_forwarded_by_type(alice, alice_client):
         await comm.receive_json_from(timeout=5)  # hello
         send = sync_to_async(send_run_event)
         await send(other.id, {"type": "run.log", "id": 1, "text": "not for this socket", "time": None})
-        await send(run.id, {"type": "run.metrics", "step": 5, "split": "train", "values": {"loss": 2.5}})
+        await send(run.id, {"type": "run.metrics", "step": 5, "split": "train", "values": {"loss": 2.5}, "cursor": 3})
         await send(run.id, {"type": "run.log", "id": 9, "text": "Validation at step 5.", "time": "2025-01-01T00:00:00"})
         await send(run.id, {"type": "run.checkpoint", "id": "c1", "step": 5, "metrics": {}, "created_at": None,
                             "explore_url": "/explore/?checkpoint=c1"})
@@ -110,7 +110,7 @@ def test_group_events_are_forwarded_by_type(alice, alice_client):
     received, pong = async_to_sync(go)()
     stamps = [m.pop("sent_at") for m in received]  # every event says when the server emitted it
     assert all(abs(t - time.time()) < 60 for t in stamps) and stamps == sorted(stamps)
-    assert received[0] == {"type": "metrics", "step": 5, "split": "train", "values": {"loss": 2.5}}
+    assert received[0] == {"type": "metrics", "step": 5, "split": "train", "values": {"loss": 2.5}, "cursor": 3}
     assert received[1] == {"type": "log", "id": 9, "text": "Validation at step 5.", "time": "2025-01-01T00:00:00"}
     assert received[2]["type"] == "checkpoint" and received[2]["explore_url"] == "/explore/?checkpoint=c1"
     assert received[3] == {"type": "heartbeat", "step": 6, "tokens_seen": 600}
@@ -166,6 +166,92 @@ def test_since_replays_the_missed_points_then_live_ones_without_duplicates(alice
     assert live["step"] == 6 and "replayed" not in live and "sent_at" in live
 
 
+def test_after_replays_a_steps_validation_point_read_after_its_training_point(alice, alice_client):
+    """Issue 44, point 3: a client reads the training point of step 300 live, loses its socket, and
+    the sink stores and publishes step 300's validation point meanwhile. Reconnecting with
+    ?after=<the cursor it read> replays that point, then the next ones arrive live, each once and
+    with its cursor. (?since=300, as the README used to say, skips it: since keeps working so.)"""
+    from webapp.runs import sink as sink_module
+
+    run = make_run(alice, status=RunStatus.RUNNING, claimed_by="me:1", max_steps=400)
+    sink = sink_module.DatabaseChannelsSink(run.id, claimed_by="me:1")
+    for step in (100, 200):
+        sink.metrics(step, "train", {"loss": 5.0})
+        sink.metrics(step, "valid", {"loss": 5.5})
+
+    async def receive_metrics(comm) -> dict:
+        while (message := await comm.receive_json_from(timeout=5))["type"] != "metrics":
+            pass
+        return message
+
+    async def go():
+        metrics = sync_to_async(sink.metrics)
+        comm = WebsocketCommunicator(application, f"/ws/runs/{run.id}/", headers=session_headers(alice_client))
+        assert (await comm.connect(timeout=5))[0]
+        assert (await comm.receive_json_from(timeout=5))["type"] == "hello"
+        await metrics(300, "train", {"loss": 4.0})
+        read = await receive_metrics(comm)  # the training point of step 300, live
+        await comm.disconnect()
+        await metrics(300, "valid", {"loss": 4.5})  # while the client is away
+        replays = {}
+        for query in (f"after={read['cursor']}", "since=300"):
+            comm = WebsocketCommunicator(application, f"/ws/runs/{run.id}/?{query}",
+                                         headers=session_headers(alice_client))
+            assert (await comm.connect(timeout=5))[0]
+            assert (await comm.receive_json_from(timeout=5))["type"] == "hello"
+            if query.startswith("after"):
+                replays[query] = [await receive_metrics(comm)]
+                await metrics(301, "train", {"loss": 3.9})
+                replays[query].append(await receive_metrics(comm))
+            else:
+                replays[query] = [await receive_metrics(comm)]  # nothing of step 300: step 301 first
+            assert await comm.receive_nothing(timeout=0.3)
+            await comm.disconnect()
+        return read, replays
+
+    read, replays = async_to_sync(go)()
+    assert (read["step"], read["split"], read["cursor"]) == (300, "train", 5)
+    replayed, live = replays[f"after={read['cursor']}"]
+    assert (replayed["step"], replayed["split"], replayed["values"], replayed["cursor"], replayed["replayed"]) == (
+        300, "valid", {"loss": 4.5}, 6, True)
+    assert (live["step"], live["split"], live["cursor"]) == (301, "train", 7) and "replayed" not in live
+    assert [(m["step"], m["split"]) for m in replays["since=300"]] == [(301, "train")]
+
+
+def test_after_zero_replays_every_point_in_the_order_they_were_stored(alice, alice_client):
+    from webapp.runs.models import MetricPoint
+
+    run = make_run(alice, status=RunStatus.RUNNING)
+    for step, split in ((1, "train"), (2, "train"), (2, "valid"), (3, "train")):
+        MetricPoint.objects.create(run=run, step=step, split=split, values={"loss": 1.0})
+
+    async def go():
+        comm = WebsocketCommunicator(application, f"/ws/runs/{run.id}/?after=0", headers=session_headers(alice_client))
+        assert (await comm.connect(timeout=5))[0]
+        got = [await comm.receive_json_from(timeout=5) for _ in range(5)]
+        assert await comm.receive_nothing(timeout=0.2)
+        await comm.disconnect()
+        return got
+
+    got = async_to_sync(go)()
+    assert got[0]["type"] == "hello"
+    assert [(m["step"], m["split"], m["cursor"]) for m in got[1:]] == [
+        (1, "train", 1), (2, "train", 2), (2, "valid", 3), (3, "train", 4)]
+
+
+@pytest.mark.parametrize("after", ["soon", "-1", "1.5", "", "1" * 19])
+def test_a_bad_after_closes_with_4400(alice, alice_client, after):
+    run = make_run(alice)
+
+    async def go():
+        comm = WebsocketCommunicator(application, f"/ws/runs/{run.id}/?after={after}&since=1",
+                                     headers=session_headers(alice_client))
+        connected, code = await comm.connect(timeout=5)
+        return connected, code
+
+    assert async_to_sync(go)() == (False, 4400)
+
+
 @pytest.mark.parametrize("since", ["soon", "-1", "1.5", ""])
 def test_a_bad_since_closes_with_4400(alice, alice_client, since):
     run = make_run(alice)
@@ -183,12 +269,15 @@ def test_a_bad_since_closes_with_4400(alice, alice_client, since):
     assert async_to_sync(go)() == ("hello" if since == "" else 4400)
 
 
+@pytest.mark.parametrize("query", ["since=3", "after=3"])
 @pytest.mark.parametrize("held", ["before publishing", "after publishing"])
-def test_a_reconnect_gets_every_point_once_in_order_while_the_sink_is_held(alice, alice_client, monkeypatch, held):
+def test_a_reconnect_gets_every_point_once_in_order_while_the_sink_is_held(alice, alice_client, monkeypatch, held,
+                                                                          query):
     """Issue 22, point 1: the worker's sink emits steps 1..12; at step 7 it is held (just before it
     publishes the point, or just after), and a dashboard that had steps up to 3 reconnects with
-    ?since=3 meanwhile. Released, the sink goes on to 12. The socket must deliver 4..12, each once,
-    in order: points published before it joined are replayed from the database, later ones are live."""
+    ?since=3 (or ?after=3, the cursor of step 3 here) meanwhile. Released, the sink goes on to 12.
+    The socket must deliver 4..12, each once, in order: points published before it joined are
+    replayed from the database, later ones are live."""
     import threading
 
     from django.db import connections
@@ -231,7 +320,7 @@ def test_a_reconnect_gets_every_point_once_in_order_while_the_sink_is_held(alice
     async def go():
         worker.start()
         assert await sync_to_async(stopped_at.wait)(10), "the sink never reached step 7"
-        comm = WebsocketCommunicator(application, f"/ws/runs/{run.id}/?since=3", headers=session_headers(alice_client))
+        comm = WebsocketCommunicator(application, f"/ws/runs/{run.id}/?{query}", headers=session_headers(alice_client))
         assert (await comm.connect(timeout=5))[0]
         got = await messages_until_quiet(comm, 1.0)  # the hello, and the replay while the sink is held
         go_on.set()
@@ -249,6 +338,7 @@ def test_a_reconnect_gets_every_point_once_in_order_while_the_sink_is_held(alice
     steps = [m["step"] for m in got if m["type"] == "metrics"]
     assert steps == list(range(4, 13))
     assert [m["values"]["loss"] for m in got if m["type"] == "metrics"] == [20.0 - s for s in range(4, 13)]
+    assert [m["cursor"] for m in got if m["type"] == "metrics"] == list(range(4, 13))  # replayed and live alike
 
 
 def test_the_replay_waits_until_the_group_is_known_to_reach_the_socket(alice, alice_client, monkeypatch):

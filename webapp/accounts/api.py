@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from webapp.accounts.services import api_token_ensure
+from webapp.api.schema import error
 from webapp.api.serializers import RequestSerializer
 
 
@@ -35,7 +36,11 @@ class ObtainTokenApi(APIView):
     authentication_classes: list = []  # credentials are in the body; no session, so no CSRF check
     permission_classes = [AllowAny]
 
-    @extend_schema(request=TokenRequestSerializer, responses={200: TokenResponseSerializer}, tags=["auth"])
+    @extend_schema(request=TokenRequestSerializer, responses={
+        200: TokenResponseSerializer,
+        429: error('{"error": "Too many failed sign-ins for this account or from this address. Try again in 5 '
+                   'minutes; ..."}: sign-ins are throttled (webapp.accounts.throttle); Retry-After says when.')},
+        tags=["auth"])
     def post(self, request: Request) -> Response:
         serializer = TokenRequestSerializer(data=request.data, context={"request": request._request})
         serializer.is_valid(raise_exception=True)

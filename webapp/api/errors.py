@@ -16,6 +16,9 @@ from webapp.server.storage import DISK_FULL, is_disk_full
 log = logging.getLogger(__name__)
 
 NOT_FOUND = "Not found. It does not exist, or it is not yours."
+# The Retry-After of a limit's 429 (the run limit, the server limit): when to look again, since a
+# place frees when one of the user's runs or servers ends, which no one can say in advance.
+LIMIT_RETRY_AFTER_S = 60
 
 
 # An error body stays small whatever was sent: a 10,000-item list refused item by item gives the
@@ -51,8 +54,11 @@ def exception_handler(exc, context):
     from trainer.errors import UserError  # user-caused failures raised by the trainer layer
 
     if isinstance(exc, UserError):  # a sentence; 400 unless the error says otherwise (429: a limit)
-        return Response({"error": bounded(str(exc), 2 * MESSAGE_LIMIT)},
-                        status=getattr(exc, "status_code", status.HTTP_400_BAD_REQUEST))
+        code = getattr(exc, "status_code", status.HTTP_400_BAD_REQUEST)
+        response = Response({"error": bounded(str(exc), 2 * MESSAGE_LIMIT)}, status=code)
+        if code == status.HTTP_429_TOO_MANY_REQUESTS:  # every 429 says when to look again (the schema states it)
+            response["Retry-After"] = str(getattr(exc, "retry_after_s", LIMIT_RETRY_AFTER_S))
+        return response
     if is_disk_full(exc):  # a write (an upload's file, a row) found no space: 507 with a sentence, not a 500
         log.warning("The disk is full: %s %s refused (%s)", context["request"].method, context["request"].path, exc)
         return Response({"error": DISK_FULL}, status=507)

@@ -4,7 +4,10 @@
   messages per field, webapp.api.errors) and every operation lists the errors any request can
   get: 400 where it takes a body or a query, 401 without valid credentials, 403 for a session
   request without its CSRF token, 404 for an id that is not the user's, 415 for a body in a
-  media type it does not read.
+  media type it does not read; every POST, PUT and PATCH 413 for a body over UPLOAD_MAX_BYTES and
+  507 when the storage is nearly full (both answered before the view, webapp.server.limits), and
+  every write (DELETE too) 507 when the disk is full (webapp.api.errors). Every 429 (failed
+  sign-ins throttled, the run limit, the server limit) states its Retry-After header.
 - A request body takes only its fields (`additionalProperties: false`, as RequestSerializer
   refuses others), a text that may not be blank says so (`minLength` 1 and a non-space
   character, since surrounding spaces are trimmed), and a bound that excludes its limit says so.
@@ -12,7 +15,8 @@
   multipart/form-data themselves.
 
 tests/webapp/test_api_fuzz.py runs schemathesis with all its checks against a live server to
-keep the schema and the API in step.
+keep the schema and the API in step; tests/webapp/test_api_schema.py runs its checks on the
+answers a fuzzer seldom reaches (the sign-in throttle).
 """
 from __future__ import annotations
 
@@ -50,6 +54,19 @@ _STANDARD = {
     "403": '{"error": "<a sentence>"}: a request with the session cookie but without its CSRF token.',
     "404": '{"error": "Not found. It does not exist, or it is not yours."}',
     "415": '{"error": "Unsupported media type ..."}: a body in a media type this operation does not read.',
+    "413": '{"error": "The upload is ... MB; the largest accepted is ... MB ..."}: a body over UPLOAD_MAX_BYTES, '
+           "refused before it is read.",
+    "507": '{"error": "<a sentence>"}: the server\'s storage is nearly full (a large body is refused before it is '
+           "read), or the disk is full.",
+}
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+BODIES = ("POST", "PUT", "PATCH")  # the methods whose body webapp.server.limits measures
+
+RETRY_AFTER = {
+    "schema": {"type": "integer", "minimum": 1},
+    "required": True,
+    "description": "Seconds to wait before trying again (for the run and server limits, when to look again: "
+                   "a place frees when one of yours ends).",
 }
 
 
@@ -89,6 +106,12 @@ class AutoSchema(SpectacularAutoSchema):
             responses.setdefault(code, {"description": _STANDARD[code], "content": dict(content)})
         return dict(sorted(responses.items()))
 
+    def _get_response_headers_for_code(self, status_code, direction="response"):
+        headers = super()._get_response_headers_for_code(status_code, direction)
+        if str(status_code) == "429":  # webapp.api.errors and webapp.accounts.throttle send it with every 429
+            headers = {**headers, "Retry-After": dict(RETRY_AFTER)}
+        return headers
+
     def _standard_error_codes(self) -> list[str]:
         codes = []
         has_body = self.method in ("POST", "PUT", "PATCH") and self.get_request_serializer() is not None
@@ -102,4 +125,8 @@ class AutoSchema(SpectacularAutoSchema):
             codes.append("404")
         if has_body:
             codes.append("415")
+        if self.method in BODIES:
+            codes.append("413")
+        if self.method in WRITES:
+            codes.append("507")
         return codes

@@ -64,9 +64,12 @@ def run_get(user, run_id) -> Run:
     return run
 
 
-def metrics_since(run: Run, since_step: int | None = None) -> QuerySet[MetricPoint]:
-    """Metric points with step > since_step (all when None), ordered by step, both splits."""
+def metrics_since(run: Run, since_step: int | None = None, *, after: int | None = None) -> QuerySet[MetricPoint]:
+    """Metric points with step > since_step (all when None), ordered by step, both splits; with
+    `after`, those with a cursor (MetricPoint.seq) greater than it, in cursor order, instead."""
     qs = MetricPoint.objects.filter(run=run)
+    if after is not None:
+        return qs.filter(seq__gt=after).order_by("seq")
     if since_step is not None:
         qs = qs.filter(step__gt=since_step)
     return qs.order_by("step", "split")
