@@ -12,7 +12,10 @@
     var label = el.querySelector(".job-label");
     var hint = el.querySelector(".job-hint");
     var stage = el.querySelector(".job-stage");
-    var badge = el.dataset.jobBadge ? document.querySelector(el.dataset.jobBadge) : null;
+    // the status badge of the same job: the page's (data-job-badge), else the one beside it in a table's cell
+    var cell = el.closest(".status-cell");
+    var badge = el.dataset.jobBadge ? document.querySelector(el.dataset.jobBadge)
+      : (cell ? cell.querySelector(".badge") : null);
     var failures = 0;
 
     function tick() {

@@ -129,12 +129,69 @@ def test_evaluate_refuses_a_pre_training_checkpoint_and_another_task(tuned, trai
     assert "fine-tuned for classification" in capsys.readouterr().err
 
 
-def test_every_verb_has_help_with_examples(capsys):
-    for verb in ("import", "export", "evaluate", "finetune"):
-        with pytest.raises(SystemExit):
-            main([verb, "--help"])
-        text = capsys.readouterr().out
-        assert "examples:" in text and f"python -m trainer {verb} " in text
+def test_every_verb_has_a_description_and_examples_and_no_internals():
+    """Issue 45, point 7: every command of the parser, walked (a new one is checked too)."""
+    import argparse
+
+    from trainer.cli import build_parser
+
+    [commands] = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    assert {"run", "train", "finetune", "incontext", "demo-corpus", "import", "export", "evaluate",
+            "serve"} <= set(commands.choices)
+    for verb, parser in commands.choices.items():
+        text = parser.format_help()
+        assert parser.description and parser.description.endswith("."), verb
+        assert "examples:" in text and f"python -m trainer {verb} " in text, verb
+        for internal in ("RunConfig", "to_yaml", "trainer.training", "Sink"):
+            assert internal not in text, (verb, internal)
+    run = commands.choices["run"].format_help()  # where the settings are, and their names
+    assert all(f" {name}," in run for name in ("max_steps", "lr", "batch_size", "seq_len", "warmup_steps"))
+    assert "corpus" in run and "output_dir" in run and "examples/*.yaml" in run
+
+
+def test_evaluate_never_overwrites_a_report_folder(tuned, tmp_path, capsys):
+    checkpoint, dataset, _ = tuned
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "test_metrics.json").write_text("{}")
+    assert main(["evaluate", str(checkpoint), str(dataset), "--out", str(report)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {report} already exists; name a new folder (nothing is overwritten).\n"
+    assert [p.name for p in report.iterdir()] == ["test_metrics.json"] and (report / "test_metrics.json").read_text() == "{}"
+
+
+def test_an_export_error_names_the_folder_the_user_gave(tmp_path, capsys, monkeypatch):
+    """Issue 45, point 7: an export is staged in a hidden folder beside OUT (.NAME-xxxx/); a disk
+    full there, or a writer's refusal naming it, is said of OUT."""
+    import errno
+    import os
+
+    import trainer.export as export
+
+    source = write_tiny_hf_bert(tmp_path / "hf", kind="masked-lm")
+    assert main(["import", str(source), str(tmp_path / "checkpoint")]) == 0
+    capsys.readouterr()
+
+    def full(checkpoint, folder, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder / "tokenizer.json"))
+
+    monkeypatch.setattr(export, "write_tokenizer_files", full)
+    out = tmp_path / "exported"
+    assert main(["export", str(tmp_path / "checkpoint"), str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: No space is left on the disk that holds {out / 'tokenizer.json'};"), err
+    assert f"{os.sep}." not in err and not out.exists()
+    assert main(["export", str(tmp_path / "checkpoint"), str(tmp_path / "exported.zip")]) == 2
+    err = capsys.readouterr().err
+    assert f"holds {tmp_path / 'exported.zip'};" in err and f"{os.sep}." not in err
+
+    def refused(checkpoint, folder, **kwargs):
+        raise export.ExportError(f"The tokenizer cannot be written to {folder}/tokenizer.json.")
+
+    monkeypatch.setattr(export, "write_tokenizer_files", refused)
+    assert main(["export", str(tmp_path / "checkpoint"), str(out)]) == 2
+    assert capsys.readouterr().err == f"error: The tokenizer cannot be written to {out}/tokenizer.json.\n"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no staging folder is left
 
 
 # ---------------------------------------------------------------------------- progress bars

@@ -133,6 +133,24 @@ def test_an_imported_base_still_learning_is_told_to_train_longer_not_blamed(alic
     assert "learned little" not in box and "2e-5 to 5e-5" not in box and 'id="below-baseline-import"' not in box
 
 
+def test_a_classifier_flat_at_chance_is_told_it_learnt_nothing(alice, alice_client, stored):
+    """Issue 45, point 1: a 2-class run whose training loss stayed at ln 2 (0.693), its last point
+    a little above its first, is told it learnt nothing (raise the rate, train longer), not that its
+    rate is too high."""
+    dataset = make_dataset(alice, stored)
+    floor = stored[1]["baselines"][1]["test"]["accuracy"]
+    run = finetune_run(alice, dataset, test_accuracy=floor - 0.1)
+    Run.objects.filter(pk=run.pk).update(current_step=40)
+    for step, train in ((1, 0.6921), (10, 0.6958), (20, 0.6903), (30, 0.6949), (40, 0.6940)):
+        MetricPoint.objects.create(run=run, step=step, split="train", values={"loss": train})
+    for step, valid in ((20, 0.6932), (40, 0.6931)):
+        MetricPoint.objects.create(run=run, step=step, split="valid", values={"loss": valid})
+    html = alice_client.get(reverse("runs:detail", args=[run.id])).content.decode()
+    advice = html.split('id="below-baseline-causes"')[1].split("</ul>")[0]
+    assert 'data-cause="chance"' in advice and "ln 2 = 0.693" in advice and "learnt nothing" in advice
+    assert 'data-cause="lr_high"' not in advice and 'data-cause="lr_low"' not in advice
+
+
 def test_a_finished_run_without_a_test_split_is_judged_on_its_best_validation(alice, alice_client, stored):
     dataset = make_dataset(alice, stored)
     floor = stored[1]["baselines"][1]["validation"]["accuracy"]

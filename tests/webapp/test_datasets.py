@@ -121,6 +121,8 @@ def test_the_ready_page_measures_token_lengths_with_a_chosen_tokenizer(alice_cli
     html = alice_client.get(url).content.decode()
     assert 'id="lengths-form"' in html and f'<option value="{tokenizer.id}" selected>' in html
     assert 'name="max_length" value="128"' in html and "length-data" not in html
+    summary = html.split('id="lengths-summary"')[1].split("</p>")[0]  # the tokenizer is chosen: no "Choose" (issue 45)
+    assert "Choose a tokenizer" not in summary and "Press Measure" in summary
     html = alice_client.get(url, {"tokenizer": tokenizer.id, "max_length": 4}).content.decode()
     lengths = script_data(html, "length-data")
     assert lengths["truncated"] == 30 and lengths["max_length"] == 4

@@ -26,12 +26,15 @@ FORMAT_LABELS = {"txt": "text", "jsonl": "JSON lines", "parquet": "Parquet", "ar
 COMPRESSION_LABELS = {"none": "", "gzip": "gzip", "zstd": "zstd", "bz2": "bzip2"}
 
 
-def _unit(key: str) -> str:
-    if key.startswith("lines"):
-        return "lines"
-    if key.startswith("sentences"):
-        return "sentences"
-    return "documents"
+def _unit(key: str, count: int = 2) -> str:
+    """What a removed count counts, in the singular for 1: "1 document", "3 lines"."""
+    unit = "lines" if key.startswith("lines") else "sentences" if key.startswith("sentences") else "documents"
+    return unit[:-1] if count == 1 else unit
+
+
+def _count(count: int, unit: str) -> str:
+    """"1 document", "10,412 documents": `unit` is the plural."""
+    return f"{count:,} {unit[:-1] if count == 1 else unit}"
 
 
 def corpus_stats(stats: dict[str, Any]) -> dict[str, Any] | None:
@@ -42,7 +45,7 @@ def corpus_stats(stats: dict[str, Any]) -> dict[str, Any] | None:
         for name, label in SPLIT_LABELS.items() if isinstance(stats.get(name), dict)
     ]
     return {
-        "totals": [(label, stats.get(key, 0)) for key, label in STAT_LABELS],
+        "totals": [(label[:-1] if stats.get(key, 0) == 1 else label, stats.get(key, 0)) for key, label in STAT_LABELS],
         "columns": [label for _, label in STAT_LABELS],
         "splits": splits,
         "input": input_line(stats.get("input") or {}),
@@ -75,9 +78,9 @@ def input_line(found: dict[str, Any]) -> str:
         parts.append(FORMAT_LABELS.get(found["format"], str(found["format"]))
                      + (" (compressed)" if found.get("compressed") else ""))
     if isinstance(found.get("lines"), int):
-        parts.append(f"{found['lines']:,} lines")
+        parts.append(_count(found["lines"], "lines"))
     if isinstance(found.get("documents"), int):
-        parts.append(f"{found['documents']:,} documents before cleaning")
+        parts.append(_count(found["documents"], "documents") + " before cleaning")
     return "; ".join(parts) + "." if parts else ""
 
 
@@ -216,11 +219,11 @@ def removed_rows(removed: dict[str, int], options: dict[str, bool],
     for rule in cleaning_rules():
         key = REMOVED_KEYS.get(rule.field)
         if options.get(rule.field) or (key and key in removed):
-            rows.append(row(rule.label, key or "", removed.get(key, 0), _unit(key or "")))
+            rows.append(row(rule.label, key or "", removed.get(key, 0), _unit(key or "", removed.get(key, 0))))
             shown.add(key)
     for key, label in ALWAYS_REMOVED.items():
         if key in removed:
-            rows.append(row(label, key, removed[key], _unit(key)))
+            rows.append(row(label, key, removed[key], _unit(key, removed[key])))
             shown.add(key)
     for key, count in removed.items():  # anything newer than this page
         if key not in shown:

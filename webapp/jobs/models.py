@@ -73,3 +73,17 @@ class JobRow(models.Model):
     def in_flight(self) -> bool:
         """Waiting for a worker or being processed: its page follows the progress."""
         return self.status in IN_FLIGHT
+
+    @property
+    def shown_status(self) -> str:
+        """The status its badge shows: a pending row whose worker has already reported progress is
+        processing, as its bar says (never "Waiting for a worker" above a bar at 87%)."""
+        if self.status == JobStatus.PENDING and (getattr(self, "progress", None) or 0) > 0:
+            return JobStatus.PROCESSING
+        return self.status
+
+    @property
+    def shown_status_label(self) -> str:
+        """shown_status in this row's words (its status field's labels)."""
+        labels = dict(self._meta.get_field("status").choices)
+        return str(labels.get(self.shown_status, self.get_status_display()))

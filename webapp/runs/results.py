@@ -148,8 +148,9 @@ def baseline_verdict(run: Run) -> dict[str, Any] | None:
 
 def below_baseline_advice(run: Run, base_record: dict[str, Any] | None) -> list[Any]:
     """The likely causes of a run below its baseline, each with what in its record points to it
-    (trainer.finetune.advice): its curves, its settings and its base checkpoint's record."""
-    from trainer.finetune.advice import Record, below_baseline_causes
+    (trainer.finetune.advice): its curves, its settings, its classes (a classifier's chance level) and its
+    base checkpoint's record."""
+    from trainer.finetune.advice import Record, below_baseline_causes, chance_classes
 
     points = list(MetricPoint.objects.filter(run=run, split__in=("train", "valid")).order_by("step"))
     curve = {split: [(p.step, p.values.get("loss")) for p in points if p.split == split and isinstance(p.values, dict)]
@@ -164,7 +165,9 @@ def below_baseline_advice(run: Run, base_record: dict[str, Any] | None) -> list[
     record = Record(lr=float(config.get("lr") or 0.0), steps=int(run.current_step or 0),
                     valid_losses=curve["valid"], train_losses=curve["train"], epochs=epochs,
                     base_imported=bool((base_record or {}).get("imported")),
-                    base_notes=tuple((base_record or {}).get("notes") or ()))
+                    base_notes=tuple((base_record or {}).get("notes") or ()),
+                    classes=chance_classes(run.dataset.task, run.family, run.dataset.labels) if run.dataset_id
+                    else None)
     return below_baseline_causes(record)
 
 
