@@ -175,3 +175,21 @@ def test_the_demo_corpus_end_to_end(tmp_path):
     data = open_shards(tmp_path / "tok", "valid")
     first_doc = (tmp_path / "corpus" / "valid.txt").read_text(encoding="utf-8").split("\n\n")[0].split("\n")
     assert [a.tolist() for a in data.document(0)] == [bundle.encode(s) for s in first_doc]
+
+
+def test_the_word_segmenter_recorded_is_the_one_used(encoded, tmp_path):
+    """An English corpus's shards say no segmenter gave their word starts; a corpus with Chinese
+    text says jieba did (issue 46: shards of English text were labelled jieba)."""
+    root, _, _ = encoded
+    for split in ("train", "valid"):
+        meta = json.loads((root / "tok" / "shards" / split / "shard.json").read_text())
+        assert meta["word_segmenter"] == "none"
+    corpus = tmp_path / "corpus"
+    make_corpus(corpus)
+    with (corpus / "train.txt").open("a", encoding="utf-8") as f:
+        f.write("\n我今天吃了一个苹果。我买了一部苹果手机。\n")
+    train_tokenizer(corpus, tmp_path / "tok", vocab_size=160)
+    encode_corpus(corpus, tmp_path / "tok")
+    segmenters = {split: json.loads((tmp_path / "tok" / "shards" / split / "shard.json").read_text())["word_segmenter"]
+                  for split in ("train", "valid")}
+    assert segmenters == {"train": "jieba", "valid": "none"}

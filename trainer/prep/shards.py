@@ -34,7 +34,7 @@ import numpy as np
 from trainer.errors import CorpusError, TokenizerError
 from trainer.prep.tokenization import load_tokenizer
 from trainer.progress import Stages
-from trainer.prep.segmenter import refine_word_starts
+from trainer.prep.segmenter import has_cjk, refine_word_starts
 from trainer.prep.textfile import documents
 from trainer.prep.workers import PieceFailed, done_progress, progress_file, run_pieces, serve
 
@@ -214,6 +214,7 @@ def _encode_part(bundle, text_path: Path, start: int, stop: int, out: Path, dtyp
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     n_tokens = n_sentences = skipped = 0
+    segmented = False  # whether any sentence had CJK text, whose word starts jieba gave
     with (
         open(out / "tokens.bin", "wb") as tokens_fh,
         open(out / "word_starts.bin", "wb") as starts_fh,
@@ -235,6 +236,7 @@ def _encode_part(bundle, text_path: Path, start: int, stop: int, out: Path, dtyp
             starts[firsts] = 1
             # CJK text arrives one character per token: word boundaries come from a segmenter.
             starts = refine_word_starts(sentences, encodings, starts)
+            segmented = segmented or has_cjk("".join(sentences))
 
             # A document starts at its first kept sentence; one left with no kept sentence
             # starts where the next does and is removed when the parts are joined.
@@ -249,7 +251,11 @@ def _encode_part(bundle, text_path: Path, start: int, stop: int, out: Path, dtyp
             skipped += int((~keep).sum())
             on_bytes(bytes_read)
     (out / "part.json").write_text(json.dumps({"n_tokens": n_tokens, "n_sentences": n_sentences,
-                                               "skipped_sentences": skipped}), encoding="utf-8")
+                                               "skipped_sentences": skipped, "segmented": segmented}),
+                                   encoding="utf-8")
+
+
+SEGMENTED, NOT_SEGMENTED = "jieba", "none"  # shard.json's word_segmenter (older shards: always "jieba")
 
 
 def _join_parts(bundle, parts: list[Path], out: Path, dtype: np.dtype, text_path: Path) -> dict:
@@ -283,7 +289,9 @@ def _join_parts(bundle, parts: list[Path], out: Path, dtype: np.dtype, text_path
     _save_npy(out / "documents.npy", doc_starts_all, n_sentences)
     meta = {
         "dtype": dtype.name,
-        "word_segmenter": "jieba",  # word_starts.bin has CJK word boundaries (trainer.prep.segmenter)
+        # what gave word_starts.bin its CJK word boundaries: "jieba" where the split has CJK text
+        # (trainer.prep.segmenter), "none" where it has none (the tokenizer's word ids alone)
+        "word_segmenter": SEGMENTED if any(m.get("segmented", True) for m in metas) else NOT_SEGMENTED,
         "n_tokens": n_tokens,
         "n_sentences": n_sentences,
         "n_documents": n_documents,

@@ -324,7 +324,7 @@ def make_source(config: RunConfig, index: ShardIndex, special: SpecialIds, colla
         return ExampleSource(index, special=special, seq_len=config.seq_len, static=static, seed=config.seed,
                              layout=layout, streams=config.batch_size if layout.kind == "streams" else 0)
     refine = None
-    if collator.needs_word_starts and tokenizer is not None and index.meta.get("word_segmenter") != "jieba":
+    if collator.needs_word_starts and tokenizer is not None and index.meta.get("word_segmenter") not in ("jieba", "none"):
         words = TokenWordStarts.from_tokenizer(tokenizer)
         if words.has_cjk or index.word_starts is None:  # CJK runs need jieba; no flags need the vocab
             refine = words
