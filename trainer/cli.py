@@ -2,8 +2,9 @@
 fine-tuning: `python -m trainer finetune config.yaml` (see cmd_finetune for its YAML), and GPT-3's
 in-context evaluation: `python -m trainer incontext --checkpoint DIR --dataset DIR --k-max N`.
 What the web pages do with models, from the command line: `import DIR_OR_ARCHIVE OUT` (a Hugging
-Face model as a checkpoint), `export CHECKPOINT OUT [--format hf|zip]` (a checkpoint in the
-Hugging Face format) and `evaluate CHECKPOINT DATASET` (a fine-tuned checkpoint's test report).
+Face model as a checkpoint), `export CHECKPOINT OUT [--format hf|zip|onnx|gguf] [--license ID]` (a checkpoint in the
+Hugging Face format, ONNX or GGUF), `evaluate CHECKPOINT DATASET` (a fine-tuned checkpoint's test report)
+and `serve PATH` (an OpenAI-compatible server for one checkpoint: trainer.serve).
 Long steps draw a progress bar when the command runs in a terminal (trainer.progress.TerminalBar).
 
 The YAML file holds the RunConfig fields plus:
@@ -28,21 +29,24 @@ machines: the same command on each with `--nnodes M --node-rank R --rdzv-endpoin
 (c10d rendezvous at host:port, a machine of the run); output_dir should be on a filesystem they
 share (checkpoints are written by global rank 0, resume reads them on every machine). A DistilBERT run's teacher_checkpoint is a checkpoint folder (relative paths: from
 the YAML file's folder). Preparation steps whose outputs exist are skipped. Ctrl-C stops after the
-current step and saves a checkpoint; `--resume` continues from the latest one. A problem
+current step and saves a checkpoint (none when one was saved after the last logged loss: a resume
+trains those few steps again); `--resume` continues from the latest one. A problem
 the user can fix is printed as one line on stderr and the exit code is 2.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import dataclasses
 import json
 import os
+import re
 import signal
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import yaml
 
@@ -87,11 +91,25 @@ IMPORT_EXAMPLES = """examples:
 EXPORT_EXAMPLES = """examples:
   python -m trainer export out/checkpoints/step-00000300 ./hf-model        # a folder transformers loads
   python -m trainer export out ./model-hf.zip                              # a run folder: its latest checkpoint, zipped
+  python -m trainer export ft-out ./model-onnx --format onnx               # model.onnx (T5: encoder + decoder), checked in onnxruntime
+  python -m trainer export gpt-out ./model-gguf --format gguf              # a GPT-2 run: model.gguf for llama.cpp / Ollama
 """
 EVALUATE_EXAMPLES = """examples:
   python -m trainer evaluate ft-out/checkpoints/step-00000300 ft-out/dataset          # its test split
   python -m trainer evaluate ft-out reviews-2024.csv --out report/                    # every row of a file
   python -m trainer evaluate ft-out ft-out/dataset --split validation
+"""
+
+
+SERVE_EXAMPLES = """examples:
+  python -m trainer serve out                                  # a run folder: its latest checkpoint, on 127.0.0.1:8000
+  python -m trainer serve out/checkpoints/step-00000300 --port 9000 --api-key-file keys.txt
+  LMWB_SERVE_API_KEYS=sk-local python -m trainer serve ft-out --host 0.0.0.0 --name my-gpt
+
+then, with the official client (pip install openai):
+  from openai import OpenAI
+  client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="sk-local")
+  client.completions.create(model="my-gpt", prompt="The cat", max_tokens=20)
 """
 
 
@@ -106,12 +124,58 @@ max_steps or epochs, batch_size, lr, ...). The run ends with its test split's re
 """
 
 
+RUN_EXAMPLES = """examples:
+  python -m trainer demo-corpus examples/demo.txt                  # the corpus examples/bert-tiny.yaml names
+  python -m trainer run examples/bert-tiny.yaml                    # prepare, then pre-train (Ctrl-C: a checkpoint)
+  python -m trainer run examples/bert-tiny.yaml --resume           # on from its latest checkpoint
+  python -m trainer run examples/gpt-tiny.yaml --devices 2         # two processes on this machine (torchrun)
+
+The YAML names the data: corpus (a file, a folder, a glob or a list of them: .txt, .jsonl/.json,
+.parquet or Arrow, plain or gzip-, zstd- or bz2-compressed), text_field, tokenizer ({algorithm,
+vocab_size, lowercase, extra_ids}), output_dir, cleaning (C4 rules) and valid_fraction; and any of
+the training settings:
+{settings}
+Each setting's meaning and bounds are in the web app's launch form (Runs > New run), the
+examples/*.yaml files show them commented, and README.md ("The command line") says how long a
+run trains.
+"""
+TRAIN_EXAMPLES = """examples:
+  python -m trainer train config.yaml --data runs/bert-tiny/tokenizer --out runs/again   # the shards `run` prepared
+  python -m trainer train config.yaml --data runs/bert-tiny/tokenizer --out runs/again --resume
+  torchrun --standalone --nproc-per-node 2 -m trainer train config.yaml --data runs/bert-tiny/tokenizer \\
+      --out runs/two --events
+
+config.yaml: a run page's "Export YAML", or a run YAML's training settings alone. `run` prepares the
+corpus and the tokenizer folder (with its shards/) first, then trains as this does.
+"""
+INCONTEXT_EXAMPLES = """examples:
+  python -m trainer incontext --checkpoint runs/gpt-tiny --dataset ft/dataset --k-max 8
+  python -m trainer incontext --checkpoint runs/gpt-tiny --dataset ft/dataset --k-max 4 --queries 200 \\
+      --template "Review: {text}\\nSentiment: {label}"
+"""
+DEMO_EXAMPLES = """examples:
+  python -m trainer demo-corpus examples/demo.txt      # then: python -m trainer run examples/bert-tiny.yaml
+"""
+
+
+def run_examples() -> str:
+    """RUN_EXAMPLES with the names of the training settings (trainer.settings_schema), wrapped."""
+    import textwrap
+
+    from trainer.settings_schema import PRETRAIN, settings
+
+    names = ", ".join(s.name for s in settings(PRETRAIN))
+    return RUN_EXAMPLES.replace("{settings}", textwrap.fill(names, width=100, initial_indent="  ",
+                                                            subsequent_indent="  "))
+
+
 def _command(sub: Any, name: str, help: str, examples: str = "") -> argparse.ArgumentParser:
     return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".", epilog=examples or None,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser: every command has a description and examples (`_command`)."""
     import trainer
 
     parser = argparse.ArgumentParser(prog="python -m trainer", description="Train language models from the command line.")
@@ -119,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of a failure instead of its one-line sentence (also LMWB_DEBUG=1)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    run = sub.add_parser("run", help="prepare the corpus and tokenizer, then train, as a YAML file says")
+    run = _command(sub, "run", "prepare the corpus and tokenizer, then train, as a YAML file says", run_examples())
     run.add_argument("config", type=Path, help="the run's YAML file (see examples/bert-tiny.yaml)")
     run.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in output_dir")
     run.add_argument("--devices", default=None, metavar="N",
@@ -129,19 +193,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument("--node-rank", type=int, default=0, metavar="R", help="this machine's number, 0 to M-1")
     run.add_argument("--rdzv-endpoint", default="", metavar="HOST:PORT",
                      help="where the machines meet (c10d rendezvous): host:port of one of them")
-    tr = sub.add_parser("train", help="train a run config on prepared shards (how the web app starts a run on "
-                                      "several devices, under torchrun)")
-    tr.add_argument("config", type=Path, help="the run's settings: a RunConfig YAML (RunConfig.to_yaml)")
+    tr = _command(sub, "train", "train on prepared shards as a YAML file of settings says (how the web app starts a "
+                                "run on several devices)", TRAIN_EXAMPLES)
+    tr.add_argument("config", type=Path, help="the training settings (those `run --help` lists, without corpus, "
+                                              "tokenizer and output_dir), as a YAML file")
     tr.add_argument("--data", type=Path, required=True, help="the tokenizer folder, with its shards/")
     tr.add_argument("--out", type=Path, required=True, help="the run's folder (checkpoints/ go there)")
     tr.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in --out")
     tr.add_argument("--events", action="store_true",
-                    help="report as JSON lines on stdout (trainer.training.sinks.JsonLinesSink) instead of text")
+                    help="report on stdout as one JSON object per line (metrics, log lines, checkpoints: what the "
+                         "web app's worker reads) instead of text")
     tune = _command(sub, "finetune", "fine-tune a checkpoint on a labelled dataset, as a YAML file says, and print "
                                      "its test split's report", FINETUNE_EXAMPLES)
     tune.add_argument("config", type=Path, help="the fine-tuning YAML file (see examples/finetune-classification.yaml)")
-    icl = sub.add_parser("incontext", help="zero-, one- and few-shot accuracy (GPT-3) of a causal checkpoint on a "
-                                           "labelled classification dataset, for k = 0 .. --k-max")
+    icl = _command(sub, "incontext", "zero-, one- and few-shot accuracy (GPT-3) of a causal checkpoint on a "
+                                     "labelled classification dataset, for k = 0 .. --k-max", INCONTEXT_EXAMPLES)
     icl.add_argument("--checkpoint", type=Path, required=True,
                      help="a GPT checkpoint folder (or a run's folder: its latest checkpoint)")
     icl.add_argument("--dataset", type=Path, required=True,
@@ -152,7 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     icl.add_argument("--seed", type=int, default=0, help="draws the demonstrations from the training split")
     icl.add_argument("--queries", type=int, default=100, metavar="Q", help="held-out examples evaluated (default 100)")
     icl.add_argument("--no-normalise", action="store_true", help="score labels by total, not per-token, log-likelihood")
-    demo = sub.add_parser("demo-corpus", help="write a small English corpus (Python docstrings) to a .txt file")
+    demo = _command(sub, "demo-corpus", "write a small English corpus (Python docstrings) to a .txt file",
+                    DEMO_EXAMPLES)
     demo.add_argument("out", type=Path, help="the .txt file to write")
     imp = _command(sub, "import", "make a checkpoint of a Hugging Face model (BERT, RoBERTa, ALBERT, ELECTRA, "
                                   "DistilBERT, T5, GPT-2 or XLNet), as the explorer's import does", IMPORT_EXAMPLES)
@@ -170,6 +237,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     exp.add_argument("--format", choices=tuple(FORMATS), default=None,
                      help="; ".join(f"{k}: {v}" for k, v in FORMATS.items()) + " (default: zip when OUT ends in "
                                                                                ".zip, else hf)")
+    from trainer.model_card import LICENSES
+
+    exp.add_argument("--license", default="other", metavar="ID",
+                     help=f"the license the model card names: {', '.join(LICENSES)} (default: other)")
     ev = _command(sub, "evaluate", "score a fine-tuned checkpoint on a labelled dataset: the test report its run "
                                    "ends with (the task's metrics, the confusion matrix and per-class table, and with "
                                    "--out the predictions)", EVALUATE_EXAMPLES)
@@ -184,8 +255,35 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help="also write test_metrics.json, test_report.json and predictions.jsonl / .csv there")
     ev.add_argument("--batch-size", type=int, default=None, metavar="N", help="default: the run's batch size")
     ev.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: auto")
-    args = parser.parse_args(argv)
+    srv = _command(sub, "serve", "answer OpenAI's API (completions, chat, embeddings) and Hugging Face's task "
+                                 "shapes (fill-mask, classification, tagging, question answering) for one checkpoint",
+                   SERVE_EXAMPLES)
+    srv.add_argument("path", type=Path, metavar="PATH",
+                     help="a checkpoint folder, a run's folder (its latest checkpoint), or an exported Hugging Face folder")
+    srv.add_argument("--host", default="127.0.0.1", help="the address to listen on (default: 127.0.0.1, this machine only)")
+    srv.add_argument("--port", type=int, default=8000, help="the port (default: 8000; 0 picks a free one)")
+    srv.add_argument("--api-key", action="append", default=[], metavar="KEY",
+                     help="a key clients must send as 'Authorization: Bearer KEY' (repeat for several; also "
+                          "LMWB_SERVE_API_KEYS, comma-separated)")
+    srv.add_argument("--api-key-file", type=Path, default=None, metavar="FILE", help="keys, one per line")
+    srv.add_argument("--name", default="", metavar="MODEL_ID",
+                     help="the model id clients name (default: the run's or the folder's name)")
+    srv.add_argument("--pooling", choices=("mean", "cls"), default="mean",
+                     help="how /v1/embeddings makes one vector of a text's token vectors (default: mean)")
+    srv.add_argument("--max-batch", type=int, default=16, metavar="N",
+                     help="replies generated together in one batch (default: 16)")
+    srv.add_argument("--max-waiting", type=int, default=64, metavar="N",
+                     help="replies that may wait for the generator before requests get 429 (default: 64)")
+    srv.add_argument("--ready-file", type=Path, default=None, metavar="FILE",
+                     help="write {url, host, port, pid, model} there as JSON once the server listens")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     try:
+        if args.command == "serve":
+            return cmd_serve(args)
         if args.command == "run":
             return cmd_run(args.config, resume=args.resume, devices=args.devices,
                            nodes=Nodes(args.nnodes, args.node_rank, args.rdzv_endpoint))
@@ -197,7 +295,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "import":
             return cmd_import(args.source, args.out)
         if args.command == "export":
-            return cmd_export(args.checkpoint, args.out, fmt=args.format)
+            with named_as_given(args.out, zipped=args.format == "zip" or (args.format is None
+                                                                          and args.out.suffix.lower() == ".zip")):
+                return cmd_export(args.checkpoint, args.out, fmt=args.format, license=args.license)
         if args.command == "evaluate":
             return cmd_evaluate(args.checkpoint, args.dataset, split=args.split, out=args.out,
                                 batch_size=args.batch_size, device=args.device)
@@ -498,6 +598,44 @@ def cmd_incontext(checkpoint: Path, dataset: Path, *, k_max: int, template: str 
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """One checkpoint behind an OpenAI-compatible address (trainer.serve) until Ctrl-C."""
+    from trainer.serve import read_keys, serve
+
+    if not 0 <= args.port <= 65535:
+        raise ConfigError(f"--port must be between 0 and 65535, not {args.port}.")
+    for flag, value in (("--max-batch", args.max_batch), ("--max-waiting", args.max_waiting)):
+        if value < 1:
+            raise ConfigError(f"{flag} must be at least 1, not {value}.")
+    keys = read_keys(args.api_key, args.api_key_file)
+    return serve(args.path, host=args.host, port=args.port, keys=keys, name=args.name, ready_file=args.ready_file,
+                 pooling=args.pooling, max_batch=args.max_batch, max_waiting=args.max_waiting)
+
+
+@contextlib.contextmanager
+def named_as_given(out: Path, *, zipped: bool = False) -> Iterator[None]:
+    """An error of a command that writes `out` through hidden folders beside it (an export stages
+    .NAME-xxxx/ or .NAME.export/ and moves it into place; a zip is written as NAME.tmp first) names
+    `out`, the path the user gave, instead: with the file's path inside it, or, for a zip, `out` alone."""
+    try:
+        yield
+    except OSError as e:
+        for attr in ("filename", "filename2"):
+            if isinstance(getattr(e, attr, None), str):
+                setattr(e, attr, _as_given(getattr(e, attr), out, zipped))
+        raise
+    except UserError as e:
+        e.args = (_as_given(str(e), out, zipped), *e.args[1:])
+        raise
+
+
+def _as_given(text: str, out: Path, zipped: bool) -> str:
+    name = re.escape(out.name)
+    staged = rf"(?:\.+{name}(?:[^/\s'\"]*[^/\s'\".,;:)])?|{name}\.tmp)"  # .NAME-xxxx, .NAME.export, NAME.tmp
+    inside = r"(?:/[^\s'\"]*[^\s'\".,;:)])?" if zipped else ""  # a file in it (not the sentence's full stop)
+    return re.sub(rf"(?:[^\s'\"(]*/)?{staged}{inside}", lambda _: str(out), text)
+
+
 def _check_new(out: Path) -> None:
     """A command writes a new file or folder: an existing one (other than an empty folder) is refused."""
     if out.exists() and not (out.is_dir() and not any(out.iterdir())):
@@ -519,24 +657,35 @@ def cmd_import(source: Path, out: Path) -> int:
     return 0
 
 
-def cmd_export(checkpoint: Path, out: Path, *, fmt: str | None = None) -> int:
-    """A checkpoint (or a run's latest) -> the transformers folder, or its zip (trainer.export)."""
+def cmd_export(checkpoint: Path, out: Path, *, fmt: str | None = None, license: str = "other") -> int:
+    """A checkpoint (or a run's latest) -> the transformers folder, or its zip, or another format
+    (trainer.export), each with its model card naming `license` (trainer.model_card)."""
     import shutil
 
     from trainer.export import check_exportable, export_checkpoint, zip_export
+    from trainer.model_card import check_license
     from trainer.progress import TerminalBar
 
+    license = check_license(license)  # a sentence before anything is loaded
     fmt = fmt or ("zip" if out.suffix.lower() == ".zip" else "hf")
     folder = _latest_checkpoint(checkpoint)
-    check_exportable(folder)  # ELMo, adapters: a sentence before anything is loaded
+    check_exportable(folder, fmt)  # ELMo, adapters, ...: a sentence before anything is loaded
     _check_new(out)
+    if fmt not in ("hf", "zip"):
+        from trainer.export import exporter
+
+        with TerminalBar(f"Exporting {folder.name} as {fmt.upper()}") as bar:
+            result = exporter(fmt)(folder, out, name=out.name, license=license, progress=bar)
+        print(f"Exported {folder.name} as {fmt.upper()} ({result.architecture}) to {out} ({', '.join(result.files)}).")
+        return 0
     with TerminalBar(f"Exporting {folder.name}") as bar:
         if fmt == "hf":
-            result = export_checkpoint(folder, out, progress=bar)
+            result = export_checkpoint(folder, out, license=license, progress=bar)
         else:
             staging = out.with_name(f".{out.name}.export")
             try:
-                result = export_checkpoint(folder, staging, name=out.stem, progress=lambda p: bar(0.8 * p))
+                result = export_checkpoint(folder, staging, name=out.stem, license=license,
+                                           progress=lambda p: bar(0.8 * p))
                 zip_export(result, out, top=out.stem or "model", progress=lambda p: bar(80 + 0.2 * p))
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
@@ -553,6 +702,8 @@ def cmd_evaluate(checkpoint: Path, dataset: Path, *, split: str = "test", out: P
 
     from trainer.finetune.evaluation import evaluate_checkpoint, finetuned_config
 
+    if out is not None:
+        _check_new(out)  # the report of another evaluation is never overwritten
     folder = _latest_checkpoint(checkpoint)
     if batch_size is not None and batch_size < 1:
         raise ConfigError(f"--batch-size must be at least 1, not {batch_size}.")

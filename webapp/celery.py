@@ -14,6 +14,8 @@ app.conf.task_routes = {
     "trainer.tasks.train_run": {"queue": "cpu"},  # overridden per run by run_create
     "webapp.runs.tasks.reap_stale_runs": {"queue": "maintenance"},  # never behind a training run
     "webapp.sweeps.tasks.advance_sweeps": {"queue": "maintenance"},
+    "webapp.serving.tasks.serve_model": {"queue": "serve"},  # a model server: only the serve worker's
+    "webapp.serving.tasks.reap_servers": {"queue": "maintenance"},
 }
 app.autodiscover_tasks()  # <app>/tasks.py of every installed app
 

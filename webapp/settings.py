@@ -11,10 +11,12 @@ UPLOAD_MAX_DECOMPRESSED_BYTES  the most a gzip-compressed upload may unpack to (
 CORPUS_IMPORT_ROOTS  folders on the server that corpora may be imported from, os.pathsep-separated absolute paths (default none: no imports)
 STORAGE_MIN_FREE_BYTES  free space kept on the storage volume: uploads and launches beyond it get a 507 (default 1 GiB)
 NEIGHBOURS_MAX_TEXTS  the most texts of a dataset the explorer embeds for nearest neighbours (default 2000)
+SERVE_HOST, SERVE_PUBLIC_HOST, SERVE_PORTS, SERVE_MAX_PER_USER  model servers (the Serve action: webapp/serving)
 """
 from __future__ import annotations
 
 import os
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -100,6 +102,7 @@ INSTALLED_APPS = [
     "webapp.explorer",
     "webapp.datasets",
     "webapp.sweeps",
+    "webapp.serving",  # model servers (`python -m trainer serve`), each a job on the serve queue
     "webapp.api",
     "axes",
 ]
@@ -208,7 +211,7 @@ CHANNEL_LAYERS = {
         # now and then never finishes and keeps the layer's receive lock, so that no consumer of
         # the process receives again (reproduced with channels_redis 4.3 and redis-py 7.4 and 8.1:
         # about 1 in 40 cancellations of two concurrent receives). Events are live data: a
-        # dashboard that was not listening reads them from the database (?since=), so pub/sub's
+        # dashboard that was not listening reads them from the database (?after=), so pub/sub's
         # no-delivery-to-absent-listeners is what we want anyway.
         "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
         "CONFIG": {"hosts": [REDIS_URL]},
@@ -258,6 +261,24 @@ MAX_ACTIVE_RUNS_PER_USER = int(os.environ.get("MAX_ACTIVE_RUNS_PER_USER", "8"))
 # computed, never listed): Optuna's grid sampler builds every one of them in memory.
 SWEEP_MAX_GRID = int(os.environ.get("SWEEP_MAX_GRID", "10000"))
 
+# Model servers (webapp/serving): the Serve action starts `python -m trainer serve` on a checkpoint
+# as a task of its own on the "serve" queue, which only the serve worker consumes (scripts/serve.py,
+# docker-compose.yml's worker-serve); the task supervises the server until it is stopped.
+SERVE_QUEUE = "serve"
+SERVE_COMMAND = [sys.executable, "-m", "trainer", "serve"]  # the checkpoint and the options follow
+# Where a server listens (on the serve worker's machine), and the host name clients are shown
+# ("" = the listen host, or the worker's host name when it listens on every interface).
+SERVE_HOST = os.environ.get("SERVE_HOST", "127.0.0.1")
+SERVE_PUBLIC_HOST = os.environ.get("SERVE_PUBLIC_HOST", "")
+# The ports servers may listen on, e.g. "8100-8109" (a container publishes them); "" = any free port.
+SERVE_PORTS = os.environ.get("SERVE_PORTS", "")
+# The most servers one user may have live at once (a 429 beyond it).
+SERVE_MAX_PER_USER = int(os.environ.get("SERVE_MAX_PER_USER", "3"))
+SERVE_START_TIMEOUT_S = int(os.environ.get("SERVE_START_TIMEOUT_S", "600"))  # to load the model and listen
+SERVE_STOP_GRACE_S = float(os.environ.get("SERVE_STOP_GRACE_S", "10"))  # SIGTERM, then SIGKILL after this
+SERVE_HEARTBEAT_S = 10.0  # how often a supervisor writes seen_at
+SERVE_HEARTBEAT_TIMEOUT_S = int(os.environ.get("SERVE_HEARTBEAT_TIMEOUT_S", "60"))  # then it counts as dead
+
 # The CPU priority (nice value, 0-19) Celery workers lower themselves to at start (webapp/celery.py):
 # where training shares the cores with the web server, pages, the API and live events go first.
 # 0 leaves the priority the worker was started with.
@@ -277,6 +298,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "webapp.runs.tasks.reap_stale_runs",
         "schedule": RUN_REAP_EVERY_S,
         "options": {"expires": RUN_REAP_EVERY_S},  # one not taken by then is dropped, not piled up
+    },
+    "reap-servers": {  # model servers whose worker died are marked failed (webapp.serving.services)
+        "task": "webapp.serving.tasks.reap_servers",
+        "schedule": RUN_REAP_EVERY_S,
+        "options": {"expires": RUN_REAP_EVERY_S},
     },
     "advance-sweeps": {  # a safety net: sweeps advance when a trial's run ends (webapp.sweeps.tasks)
         "task": "webapp.sweeps.tasks.advance_sweeps",

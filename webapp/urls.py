@@ -13,6 +13,7 @@ urlpatterns = [
     path("explore/", include("webapp.explorer.urls")),
     path("datasets/", include("webapp.datasets.urls")),
     path("sweeps/", include("webapp.sweeps.urls")),
+    path("serve/", include("webapp.serving.urls")),
 ]
 
 handler400 = "webapp.api.errors.bad_request_page"

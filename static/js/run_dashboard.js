@@ -38,6 +38,7 @@
 
   const logged = { train: new Map(), valid: new Map() }; // split -> step -> the values logged there
   const newest = { train: -1, valid: -1 };
+  let lastCursor = 0; // the newest point's cursor (its place in the order the run's points were stored)
 
   let drawnEmpty = true;
 
@@ -96,6 +97,7 @@
     const appended = [];
     let outOfOrder = false;
     for (const p of points) {
+      if (p.cursor > lastCursor) lastCursor = p.cursor;
       const s = logged[p.split];
       if (!s || s.has(p.step)) continue; // already drawn
       s.set(p.step, p.values || {});
@@ -292,9 +294,23 @@
     const m = c.metrics || {};
     const loss = (split) => (m[split] && typeof m[split].loss === "number" ? m[split].loss.toFixed(4) : "–");
     const cells = [count(c.step), loss("train"), loss("valid"),
-      c.created_at ? checkpointTime(c.created_at) : ""];
+      c.created_at ? checkpointTime(c.created_at) : "", c.holds || "", c.size || ""];
     for (const text of cells) { const td = document.createElement("td"); td.textContent = text; row.appendChild(td); }
+    row.children[4].dataset.holds = ""; row.children[5].dataset.size = "";
     const td = document.createElement("td"), a = document.createElement("a");
+    const csrf = document.querySelector("input[name=csrfmiddlewaretoken]");
+    if (c.pin_url && csrf) {  // the Pin button of the rows the page was rendered with
+      const form = document.createElement("form");
+      form.method = "post"; form.action = c.pin_url; form.className = "inline"; form.dataset.pin = "";
+      for (const [name, value] of [["csrfmiddlewaretoken", csrf.value], ["pin", "1"]]) {
+        const input = document.createElement("input");
+        input.type = "hidden"; input.name = name; input.value = value; form.appendChild(input);
+      }
+      const button = document.createElement("button");
+      button.type = "submit"; button.className = "link"; button.textContent = "Pin";
+      button.title = "Keep it whatever keep_last says: the run's retention never removes a pinned checkpoint";
+      form.appendChild(button); td.append(form, " · ");
+    }
     a.href = c.explore_url; a.textContent = "Explore"; td.appendChild(a);
     if (c.finetune_url) {  // the same links as the rows the page was rendered with
       const tune = document.createElement("a");
@@ -303,14 +319,38 @@
     }
     if (c.export_url) {
       const hf = document.createElement("a");
-      hf.href = c.export_url; hf.textContent = "Export HF";
-      hf.title = "Export it in the Hugging Face transformers format (a zip made in the background)";
+      hf.href = c.export_url; hf.textContent = "Export";
+      hf.title = "Export it as Hugging Face transformers, ONNX or GGUF (a zip made in the background)";
       td.append(" · ", hf);
+    }
+    if (c.serve_url) {
+      const serve = document.createElement("a");
+      serve.href = c.serve_url; serve.textContent = "Serve";
+      serve.title = "Serve it over an OpenAI-compatible API (a model server run by the serve worker)";
+      td.append(" · ", serve);
     }
     row.appendChild(td);
     const after = Array.from(body.children).find((r) => Number(r.dataset.step) > c.step);
+    if (!after && run.keep_last > 0) {  // retention: only the newest keeps the optimizer state now
+      for (const cell of body.querySelectorAll("td[data-holds]")) {
+        const pinned = cell.querySelector("[data-pinned]");
+        cell.textContent = "weights";
+        if (pinned) cell.append(" · ", pinned);
+      }
+    }
     body.insertBefore(row, after || null);
     document.getElementById("checkpoints-empty").hidden = true;
+    refreshButtons();
+  }
+
+  // Retention removed these checkpoints after a save: their rows go (their files are gone).
+  function removeCheckpoints(steps) {
+    const body = document.getElementById("checkpoints-body");
+    for (const step of steps || []) {
+      const row = body.querySelector(`tr[data-step="${step}"]`);
+      if (row) row.remove();
+    }
+    document.getElementById("checkpoints-empty").hidden = hasCheckpoints();
     refreshButtons();
   }
 
@@ -353,18 +393,13 @@
   const wsState = document.getElementById("ws-state");
   let socket = null, retry = 0, everOpened = false;
 
-  // The socket replays every stored metric point after `since` before the live ones, each point
-  // once and in step order (webapp/runs/consumers.py). The page asks from the step before the
-  // last one it drew (a validation point can follow the training point of its step), so a point
-  // published while it was away, or while it was connecting, is never missed; one it already
-  // has is not drawn twice (addPoints keeps a step once per split). Steps start at 1.
-  function sinceStep() {
-    return Math.max(0, Math.max(newest.train, newest.valid) - 1);
-  }
-
+  // The socket replays every stored metric point after the cursor `after` before the live ones,
+  // each point once and in the order they were stored (webapp/runs/consumers.py). The page asks
+  // from the newest cursor it has read (over HTTP or the socket), so a point published while it
+  // was away, or while it was connecting, is never missed, whatever its split; after=0 is all.
   function connect() {
     const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-    socket = new WebSocket(`${scheme}//${location.host}/ws/runs/${run.run_id}/?since=${sinceStep()}`);
+    socket = new WebSocket(`${scheme}//${location.host}/ws/runs/${run.run_id}/?after=${lastCursor}`);
     socket.onopen = () => {
       retry = 0;
       wsState.textContent = "Live.";
@@ -383,6 +418,7 @@
         case "length": state.maxSteps = msg.max_steps; setStep(state.step); break;
         case "log": appendLog(msg); break;
         case "checkpoint": addCheckpoint(msg); break;
+        case "checkpoints_removed": removeCheckpoints(msg.steps); break;
         case "samples": showSamples(msg); break;
         case "status":
           if (msg.resumed_from !== undefined && msg.resumed_from !== null) dropAfter(msg.resumed_from);

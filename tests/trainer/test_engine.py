@@ -93,6 +93,29 @@ def test_cancel_then_resume_equals_an_uninterrupted_run(tokenizer_dir, tmp_path,
     assert [s for s, _ in list_checkpoints(tmp_path / "split")] == [7, 16]
 
 
+def test_a_stop_just_after_a_checkpoint_keeps_it_and_adds_none_repeating_its_losses(tokenizer_dir, tmp_path,
+                                                                                    make_config):
+    """Issue 45, point 8: stopped one step after the checkpoint of step 4 (nothing logged since), the
+    run saves no step-5 checkpoint with step 4's losses; the resume trains step 5 again. Stopped
+    after a logged step (6), it saves one, with that step's losses."""
+    config = make_config(max_steps=8, log_every=2, eval_every=100, checkpoint_every=4, warmup_steps=1, data_workers=0)
+    first = ListSink()
+    stopped = train(config, data_dir=tokenizer_dir, out_dir=tmp_path, sink=first,
+                    should_stop=lambda: len(first.heartbeats) >= 5)
+    assert stopped.status == "cancelled" and stopped.final_step == 5
+    assert [s for s, _, _ in first.checkpoints] == [4] and stopped.last_checkpoint.name == "step-00000004"
+    assert first.lines[-1] == ("Stopped at step 5; the last checkpoint is step-00000004 (1 step before, with the "
+                               "losses logged last; a resume trains it again).")
+    second = ListSink()
+    stopped = train(config, data_dir=tokenizer_dir, out_dir=tmp_path, sink=second, resume=True,
+                    should_stop=lambda: len(second.heartbeats) >= 3)  # steps 5, 6, 7
+    assert stopped.final_step == 7 and [s for s, _, _ in second.checkpoints] == [7]
+    assert [s for s, _ in second.split("train")] == [6]
+    saved = json.loads((stopped.last_checkpoint / "trainer_state.json").read_text())["metrics"]["train"]
+    assert saved["loss"] == second.split("train")[-1][1]["loss"]  # its own losses: those logged after step 4
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [4, 7]
+
+
 def test_static_masking_mlm_only_with_grad_accum(tokenizer_dir, tmp_path, make_config):
     config = make_config(objectives=["mlm"], masking="static", max_steps=3, warmup_steps=1, grad_accum=2, log_every=1,
                          schedule="cosine", checkpoint_every=3, eval_every=3)
@@ -172,3 +195,27 @@ def test_a_step_adds_whole_set_metrics_after_validation(tokenizer_dir, tmp_path,
     valid = [values for _, split, values in sink.events if split == "valid"]
     assert len(valid) == 2 and all(v["examples_seen"] == 2 * config.batch_size for v in valid)
     assert calls == ["start", "finish"] * 2
+
+
+def test_the_runs_clock_leaves_out_the_peak_measurement(tokenizer_dir, tmp_path, make_config, monkeypatch):
+    """elapsed_s (what the ETA and every time derived from it read) starts after the set-up probe of
+    the device's peak FLOP/s, which trainer_state.json records apart as probe_s (issue 46). The probe
+    here moves the run's clock on by 1,000 s, which must all land in probe_s."""
+    import time
+
+    from trainer.training import engine
+
+    clock = {"offset": 0.0}
+    real_clock, real_peak = time.perf_counter, engine.flops.peak_for
+
+    def probe(device, precision):
+        clock["offset"] += 1000.0
+        return real_peak(device, precision)
+
+    monkeypatch.setattr(engine.time, "perf_counter", lambda: real_clock() + clock["offset"])
+    monkeypatch.setattr(engine.flops, "peak_for", probe)
+    result = train(make_config(max_steps=2, warmup_steps=0, data_workers=0), data_dir=tokenizer_dir, out_dir=tmp_path,
+                   sink=ListSink())
+    state = json.loads((result.last_checkpoint / "trainer_state.json").read_text())
+    assert state["probe_s"] >= 1000
+    assert state["elapsed_s"] < 1000

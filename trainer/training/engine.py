@@ -27,7 +27,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from trainer.training import batch_workers, checkpoints, distributed
+from trainer.training import batch_workers, checkpoints, distributed, retention
 from trainer import objectives
 from trainer.training import flops, speedups, steps, tracker_sinks
 from trainer.catalog import validation
@@ -278,6 +278,7 @@ class Loop:
         self.first_step = state.step
         self.last_checkpoint: Path | None = resumed_from
         self.last_checkpoint_step = state.step if resumed_from is not None else -1
+        self.last_log_step = state.step if resumed_from is not None else -1  # the last step whose loss was logged
         self.last_eval_step = -1
         self.session_start = time.perf_counter()
         self.interval = _Interval()
@@ -291,7 +292,12 @@ class Loop:
         self.flops_per_token = (flops.training_flops_per_token(model_config, flops.run_workload(config, model, forward,
                                                                                                 stream))
                                 if model_config is not None else None)
+        probing = time.perf_counter()
         self.peak = flops.peak_for(device, precision) if self.flops_per_token else None
+        # The peak's measurement (a second or two of matmuls, once a process) is set-up, not training:
+        # the run's clock (elapsed_s, the ETA, "Finished after") starts after it; its time is kept apart.
+        self.probe_s = time.perf_counter() - probing
+        self.session_start = time.perf_counter()
         self._said_mfu = False
         # torch.compile: recompiles after warm-up go to the log; the batches' varying sizes are dynamic
         self.compile_watch = speedups.watch(distributed.unwrap(model), sink)
@@ -421,6 +427,7 @@ class Loop:
             values["epoch"] = self.epochs_done()
         self.state.train_metrics = values
         self.sink.metrics(step, "train", values)
+        self.last_log_step = step
         self.interval = _Interval()
         self.tally = Tally(weighted=False)
 
@@ -500,9 +507,12 @@ class Loop:
         metrics = {"train": s.train_metrics, "valid": s.valid_metrics}
         state = {"step": s.step, "tokens_seen": s.tokens_seen, "config": self.config.to_dict(),
                  "data_position": s.position.to_dict(), "epoch": s.position.epoch,
-                 "elapsed_s": round(elapsed, 3), "metrics": metrics,
+                 "elapsed_s": round(elapsed, 3), "probe_s": round(self.probe_s, 3), "metrics": metrics,
+                 "valid_step": self.last_eval_step,  # the step the valid metrics were measured at (retention's best)
                  "family": self.config.family, "objectives": list(self.config.objectives),
-                 "tokenizer_sha256": self.tokenizer_sha256}
+                 "tokenizer_sha256": self.tokenizer_sha256,
+                 # what the model card of an export says it was trained on, and on what (trainer.model_card)
+                 "data_dir": str(Path(self.data_dir).resolve()), "hardware": self.hardware()}
         opt_state = {"optimizer": optimizer_state, "scheduler": self.scheduler.state_dict(),
                      "rng": checkpoints.capture_rng_state(), "data_position": s.position.to_dict(),
                      "step": s.step, "family_state": self.forward.state_dict()}
@@ -515,14 +525,52 @@ class Loop:
         self.last_checkpoint, self.last_checkpoint_step = folder, s.step
         self.sink.checkpoint(s.step, folder, metrics)
         self.sink.log(f"Saved checkpoint {folder.name}.")
+        if self.dist.is_main:
+            self.retain()
         return folder
 
+    def kept_besides(self) -> set[int]:
+        """Steps retention keeps besides the last, the best by validation loss and the pinned ones
+        (fine-tuning: early stopping's best)."""
+        return set()
+
+    def retain(self) -> None:
+        """Retention after a save (trainer.training.retention): the older checkpoints it does not
+        keep are removed and told to the sink (its optional checkpoints_removed(steps))."""
+        try:
+            done = retention.prune(self.out_dir, keep_last=int(getattr(self.config, "keep_last", 0)),
+                                   also=self.kept_besides())
+        except OSError as e:
+            self.sink.log(f"Older checkpoints could not be removed ({e.strerror or e}); they stay on disk.")
+            return
+        if done.removed:
+            tell = getattr(self.sink, "checkpoints_removed", None)
+            if callable(tell):
+                tell(done.removed)
+            names = ", ".join(checkpoints.checkpoint_name(s) for s in done.removed)
+            self.sink.log(f"Removed {names} (keep_last {self.config.keep_last}; the best and pinned ones stay).")
+
+    def hardware(self) -> dict[str, Any]:
+        """The device the run trains on, as the model card reports it: {"device", "name", "devices",
+        "precision"} (the GPU's name, else the CPU's)."""
+        name = torch.cuda.get_device_name() if self.device == "cuda" else flops._cpu_name()
+        return {"device": self.device, "name": name, "devices": self.dist.world_size, "precision": self.precision}
+
     def cancel(self) -> TrainResult:
+        """Stop with a checkpoint of this step, unless no loss was logged since the last checkpoint
+        (stopped a step or a few after it, fewer than log_every): this one would repeat its losses
+        beside it (issue 45, point 8: step 151 after 150), so the run keeps that one, and a resume
+        trains those few steps again, to the same model."""
         step = self.state.step
-        if step > 0 and step != self.last_checkpoint_step:
+        repeat = self.last_checkpoint is not None and self.last_log_step <= self.last_checkpoint_step
+        if step > 0 and step != self.last_checkpoint_step and not repeat:
             self.save_checkpoint()
-        self.sink.log(f"Stopped at step {step}" + (f"; the last checkpoint is {self.last_checkpoint.name}."
-                                                    if self.last_checkpoint else "."))
+        since = step - self.last_checkpoint_step if self.last_checkpoint is not None else 0
+        kept = (f"; the last checkpoint is {self.last_checkpoint.name}" if self.last_checkpoint else "")
+        if since > 0 and repeat:
+            kept += (f" ({since:,} step{'s' if since != 1 else ''} before, with the losses logged last; a resume "
+                     f"trains {'them' if since != 1 else 'it'} again)")
+        self.sink.log(f"Stopped at step {step}{kept}.")
         return TrainResult(step, "cancelled", self.last_checkpoint)
 
     def epochs_done(self) -> float:

@@ -10,5 +10,6 @@ urlpatterns = [
     path("", include("webapp.explorer.api_urls")),
     path("", include("webapp.datasets.api_urls")),
     path("", include("webapp.sweeps.api_urls")),
+    path("", include("webapp.serving.api_urls")),
     re_path(r"^(?P<path>.*)$", api_not_found),  # last: what no endpoint above matched
 ]

@@ -15,7 +15,7 @@ from webapp.corpora.models import Corpus, Tokenizer
 from webapp.runs import exports, launch, readiness, results, selectors, services
 from webapp.runs.models import Checkpoint, Run
 from webapp.runs.serializers import (
-    CheckpointExportSerializer, CheckpointSerializer, FinetuneCreateSerializer, FinetuneOnSerializer,
+    CheckpointExportSerializer, CheckpointSerializer, ExportFormatQuerySerializer, ExportStartSerializer, FinetuneCreateSerializer, FinetuneOnSerializer,
     LogLineSerializer, LogQuerySerializer, MetricPointSerializer, MetricsQuerySerializer, MetricsSerializer,
     ReadinessQuerySerializer, RunCloneSerializer, RunCreateSerializer, RunSamplesSerializer, RunSerializer,
     finetune_create_serializer,
@@ -136,7 +136,8 @@ class RunMetricsView(APIView):
         run = owned_run(request, run_id)
         query = MetricsQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        points = list(selectors.metrics_since(run, query.validated_data.get("since")))
+        points = list(selectors.metrics_since(run, query.validated_data.get("since"),
+                                              after=query.validated_data.get("after")))
         return Response({
             "status": run.status, "current_step": run.current_step, "max_steps": run.max_steps,
             "last_step": points[-1].step if points else None,
@@ -318,47 +319,68 @@ class CheckpointReadinessView(APIView):
         return Response({**readiness.check(checkpoint, dataset), "importer_url": reverse("explorer:import")})
 
 
+def _query_format(request: Request) -> str:
+    if request.query_params.get("fmt", None) == "":
+        raise exceptions.ValidationError({"fmt": ["Name the export's format (?fmt=hf, onnx or gguf), or leave fmt "
+                                                  "out for hf."]})
+    query = ExportFormatQuerySerializer(data=request.query_params)
+    query.is_valid(raise_exception=True)
+    return exports.check_format(query.validated_data["fmt"])
+
+
 class CheckpointExportJobView(APIView):
-    @extend_schema(request=None, responses={200: CheckpointExportSerializer, 404: ERROR},
-                   summary="Where the Hugging Face export of a checkpoint of yours stands",
-                   description="status (pending, processing, ready, failed), progress (0-100), the error sentence "
-                               "of a failed export, and download_url once it is ready. A 404 until an export "
-                               "was started.")
+    @extend_schema(parameters=[ExportFormatQuerySerializer], request=None,
+                   responses={200: CheckpointExportSerializer, 400: ERROR, 404: ERROR},
+                   summary="Where an export (Hugging Face, ONNX or GGUF) of a checkpoint of yours stands",
+                   description="?fmt= hf (default), onnx or gguf. status (pending, processing, ready, failed), "
+                               "progress (0-100), the error sentence of a failed export, and download_url once it "
+                               "is ready. A 404 until an export in that format was started.")
     def get(self, request: Request, checkpoint_id) -> Response:
         checkpoint = owned_checkpoint(request, checkpoint_id)
-        export = exports.export_of(checkpoint)
+        fmt = _query_format(request)
+        export = exports.export_of(checkpoint, fmt)
         if export is None:
-            raise Missing("This checkpoint has not been exported yet; POST to this address starts the export.")
+            raise Missing(f"This checkpoint has not been exported as {fmt} yet; POST to this address (with "
+                          f'{{"format": "{fmt}"}}) starts the export.')
         return Response(CheckpointExportSerializer(export).data)
 
-    @extend_schema(request=None, responses={200: CheckpointExportSerializer, 202: CheckpointExportSerializer,
-                                            400: ERROR, 404: ERROR, 507: ERROR},
-                   summary="Export a checkpoint of yours to the Hugging Face transformers format (a background job)",
-                   description="Queues the export on the short-jobs queue (202) and answers where it stands; poll "
-                               "GET on this address, then download download_url (a zip: config.json, "
-                               "model.safetensors, tokenizer.json, tokenizer_config.json and a README; a fine-tuned "
-                               "checkpoint as ...ForSequenceClassification / ForTokenClassification / "
-                               "ForQuestionAnswering with id2label). An export under way, or a ready one made "
-                               "after the weights were last written, is answered as it is (200). 400 with a "
-                               "sentence for a checkpoint whose files are gone or that transformers cannot hold "
-                               "(ELMo; bottleneck adapters, adapter_size), 507 when the server's storage is nearly "
-                               "full.")
+    @extend_schema(request=ExportStartSerializer,
+                   responses={200: CheckpointExportSerializer, 202: CheckpointExportSerializer,
+                              400: ERROR, 404: ERROR, 507: ERROR},
+                   summary="Export a checkpoint of yours as Hugging Face transformers, ONNX or GGUF (a background "
+                           "job)",
+                   description="Body: {\"format\": \"hf\" | \"onnx\" | \"gguf\", \"license\": an id of "
+                               "trainer.model_card.LICENSES}, both optional (hf, other). Queues the export on the "
+                               "short-jobs queue (202) and answers where it stands; poll GET on this address with "
+                               "?fmt=, then download download_url (a zip of the format's folder with its model "
+                               "card README.md: for hf config.json, model.safetensors and the tokenizer files; a "
+                               "fine-tuned checkpoint as ...ForSequenceClassification / ForTokenClassification / "
+                               "ForQuestionAnswering with id2label). An export under way, or a ready one with the "
+                               "same license made after the weights were last written, is answered as it is (200). "
+                               "400 with a sentence for an unknown format or license, a checkpoint whose files are "
+                               "gone or that the format cannot hold (ELMo; bottleneck adapters; GGUF: not GPT-2), "
+                               "507 when the server's storage is nearly full.")
     def post(self, request: Request, checkpoint_id) -> Response:
         checkpoint = owned_checkpoint(request, checkpoint_id)
-        export, started = exports.export_start(checkpoint=checkpoint)
+        body = ExportStartSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        export, started = exports.export_start(checkpoint=checkpoint, fmt=body.validated_data["format"],
+                                               license=body.validated_data["license"])
         export.refresh_from_db()
         return Response(CheckpointExportSerializer(export).data,
                         status=status.HTTP_202_ACCEPTED if started else status.HTTP_200_OK)
 
 
 class CheckpointExportView(APIView):
-    @extend_schema(responses={(200, "application/zip"): OpenApiTypes.BINARY, 404: ERROR, 409: ERROR},
-                   summary="Download the Hugging Face export of a checkpoint of yours (a zip)",
+    @extend_schema(parameters=[ExportFormatQuerySerializer],
+                   responses={(200, "application/zip"): OpenApiTypes.BINARY, 400: ERROR, 404: ERROR, 409: ERROR},
+                   summary="Download an export of a checkpoint of yours (a zip; ?fmt= hf, onnx or gguf)",
                    description="Once the export (POST /api/checkpoints/<id>/export/) is ready; 409 with a sentence "
                                "while it is under way, when it failed, was never started or is out of date.")
     def get(self, request: Request, checkpoint_id) -> HttpResponse:
         checkpoint = owned_checkpoint(request, checkpoint_id)
-        return export_response(checkpoint, exports.ready_archive(checkpoint))
+        fmt = _query_format(request)
+        return export_response(checkpoint, exports.ready_archive(checkpoint, fmt), fmt)
 
 
 class RegistryView(APIView):
@@ -406,6 +428,6 @@ def predictions_response(run: Run, fmt: str) -> FileResponse | None:
 
 
 
-def export_response(checkpoint: Checkpoint, archive) -> FileResponse:
+def export_response(checkpoint: Checkpoint, archive, fmt: str = "hf") -> FileResponse:
     return FileResponse(archive.open("rb"), content_type="application/zip", as_attachment=True,
-                        filename=exports.download_name(checkpoint))
+                        filename=exports.download_name(checkpoint, fmt))

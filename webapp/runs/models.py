@@ -9,7 +9,8 @@ import uuid
 from pathlib import Path
 
 from django.conf import settings
-from django.db import models
+from django.db import models, transaction
+from django.db.models import F
 
 from webapp.jobs.models import IN_FLIGHT, status_field
 
@@ -60,12 +61,24 @@ class Run(models.Model):
     current_step = models.PositiveIntegerField(default=0)
     max_steps = models.PositiveIntegerField(default=0)
     tokens_seen = models.BigIntegerField(default=0)
+    # The cursor of the run's newest metric point (MetricPoint.seq): only ever grows, so a point
+    # stored after a resume dropped later ones never reuses a cursor a client has seen.
+    metrics_cursor = models.PositiveBigIntegerField(default=0, editable=False)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["-created_at"]
+
+    def save(self, *args, **kwargs) -> None:
+        """A full save of a run read earlier never writes metrics_cursor back: only storing a point
+        moves it (MetricPoint.save), and an older copy of the row would take it back, so the next
+        point would reuse a cursor a client has seen."""
+        if not self._state.adding and kwargs.get("update_fields") is None:
+            kwargs["update_fields"] = [f.name for f in self._meta.concrete_fields
+                                       if not f.primary_key and f.name != "metrics_cursor"]
+        super().save(*args, **kwargs)
 
     def __str__(self) -> str:
         return self.name
@@ -93,18 +106,43 @@ class Run(models.Model):
 
 
 class MetricPoint(models.Model):
-    """One metric event: a step of one split with its values ({"loss": .., "lr": ..})."""
+    """One metric event: a step of one split with its values ({"loss": .., "lr": ..}).
+
+    `seq` is the point's cursor: its place in the order the run's points were stored (1, 2, ...;
+    a training point comes before the validation point of its step). The run socket's
+    `?after=<cursor>` replays the points with a greater one (webapp.runs.consumers). It is given
+    on the first save from the run's counter (Run.metrics_cursor), in the same transaction, so
+    cursors follow the order in which points were committed and are never given twice, not even
+    after a resume deleted the points logged past its checkpoint."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metrics")
     step = models.PositiveIntegerField()
     split = models.CharField(max_length=10)  # "train" or "valid"
     values = models.JSONField(default=dict)
+    seq = models.PositiveBigIntegerField(editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["step", "split"]
-        constraints = [models.UniqueConstraint(fields=["run", "split", "step"], name="unique_metric_step")]
+        constraints = [models.UniqueConstraint(fields=["run", "split", "step"], name="unique_metric_step"),
+                       models.UniqueConstraint(fields=["run", "seq"], name="unique_metric_seq")]
         indexes = [models.Index(fields=["run", "step"])]
+
+    def save(self, *args, **kwargs) -> None:
+        if self.seq is not None:
+            super().save(*args, **kwargs)
+            return
+        # The counter's row stays locked until the point is committed: a second writer waits, so
+        # it takes the next cursor and commits after this one. A point refused (a step already
+        # stored: IntegrityError) rolls the counter back with it.
+        with transaction.atomic(using=kwargs.get("using")):
+            Run.objects.filter(pk=self.run_id).update(metrics_cursor=F("metrics_cursor") + 1)
+            self.seq = Run.objects.filter(pk=self.run_id).values_list("metrics_cursor", flat=True).first()
+            try:
+                super().save(*args, **kwargs)
+            except BaseException:
+                self.seq = None
+                raise
 
 
 class LogLine(models.Model):
@@ -170,30 +208,42 @@ class Checkpoint(models.Model):
         return Path(settings.STORAGE_ROOT) / self.path
 
 
+class ExportFormat(models.TextChoices):
+    """The formats the export page offers (trainer.export.EXPORTERS; "zip" is how each is downloaded)."""
+
+    HF = "hf", "Hugging Face transformers"
+    ONNX = "onnx", "ONNX"
+    GGUF = "gguf", "GGUF"
+
+
 class CheckpointExport(models.Model):
-    """A checkpoint's Hugging Face export, made by a worker on the short-jobs queue
-    (webapp.runs.exports): its status and progress for the page and the API, and the zip once it
-    is ready. The zip lives in the checkpoint's own folder (`path`, relative to STORAGE_ROOT), so
-    it goes with the checkpoint: deleting the checkpoint or its run deletes the row and the files
-    (webapp.runs.exports.remove_export_files)."""
+    """One export of a checkpoint in one format (hf, onnx, gguf), made by a worker on the short-jobs
+    queue (webapp.runs.exports): its status and progress for the page and the API, the license its
+    model card names, and the zip once it is ready. The zip lives in the checkpoint's own folder
+    (`path`, relative to STORAGE_ROOT: exports/<format>/; exports/ for a row made before there were
+    formats), so it goes with the checkpoint: deleting the checkpoint or its run deletes the rows and
+    the files (webapp.runs.exports.remove_export_files)."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="checkpoint_exports")
-    checkpoint = models.OneToOneField(Checkpoint, on_delete=models.CASCADE, related_name="hf_export")
+    checkpoint = models.ForeignKey(Checkpoint, on_delete=models.CASCADE, related_name="exports")
+    format = models.CharField(max_length=10, choices=ExportFormat.choices, default=ExportFormat.HF)
+    license = models.CharField(max_length=40, default="other")  # trainer.model_card.LICENSES
     path = models.CharField(max_length=500)  # the export's folder, relative to STORAGE_ROOT
     status = status_field()  # a job (webapp.jobs.lifecycle) without a name, so no JobRow
     progress = models.FloatField(default=0.0)
     error = models.TextField(blank=True)
-    architecture = models.CharField(max_length=100, blank=True)  # transformers' class, once made
+    architecture = models.CharField(max_length=100, blank=True)  # the exported class, once made
     size_bytes = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["checkpoint", "format"], name="one_export_per_format")]
 
     def __str__(self) -> str:
-        return f"Export of {self.checkpoint_id}"
+        return f"{self.format} export of {self.checkpoint_id}"
 
     @property
     def folder(self) -> Path:
@@ -201,7 +251,7 @@ class CheckpointExport(models.Model):
 
     @property
     def archive(self) -> Path:
-        return self.folder / "hf.zip"
+        return self.folder / f"{self.format}.zip"
 
     @property
     def in_flight(self) -> bool:

@@ -18,11 +18,12 @@ class CheckpointSerializer(BuiltOnceFields, serializers.ModelSerializer):
     explore_url = serializers.SerializerMethodField()
     finetune_url = serializers.SerializerMethodField()
     export_url = serializers.SerializerMethodField()
+    serve_url = serializers.SerializerMethodField(help_text="The page of its model server (Serve).")
 
     class Meta:
         model = Checkpoint
         fields = ["id", "run", "step", "metrics", "created_at", "files_present", "explore_url", "finetune_url",
-                  "export_url"]
+                  "export_url", "serve_url"]
 
     def get_files_present(self, obj: Checkpoint) -> bool:
         return obj.folder.is_dir()
@@ -36,12 +37,17 @@ class CheckpointSerializer(BuiltOnceFields, serializers.ModelSerializer):
     def get_export_url(self, obj: Checkpoint) -> str:
         return reverse("runs:checkpoint-export", args=[obj.id])
 
+    def get_serve_url(self, obj: Checkpoint) -> str:
+        return reverse("serving:page", args=[obj.id])
+
 
 class CheckpointExportSerializer(serializers.ModelSerializer):
-    """A checkpoint's Hugging Face export, a job on the short-jobs queue (webapp.runs.exports)."""
+    """A checkpoint's export in one format, a job on the short-jobs queue (webapp.runs.exports)."""
 
     status = JobStatusField()
     status_label = serializers.CharField(source="get_status_display", read_only=True)
+    format = serializers.CharField(read_only=True, help_text="hf, onnx or gguf.")
+    license = serializers.CharField(read_only=True, help_text="The license its model card names.")
     error = serializers.CharField(read_only=True, help_text="Why a failed export failed: a sentence ('' otherwise).")
     progress = serializers.FloatField(read_only=True, help_text="0-100.")
     download_url = serializers.SerializerMethodField(help_text="The zip, once the export is ready (null before).")
@@ -49,8 +55,8 @@ class CheckpointExportSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = CheckpointExport
-        fields = ["id", "checkpoint", "status", "status_label", "progress", "error", "architecture", "size_bytes",
-                  "download_url", "page_url", "created_at", "finished_at"]
+        fields = ["id", "checkpoint", "format", "license", "status", "status_label", "progress", "error",
+                  "architecture", "size_bytes", "download_url", "page_url", "created_at", "finished_at"]
         read_only_fields = fields
 
     def get_download_url(self, obj: CheckpointExport) -> str | None:
@@ -58,10 +64,42 @@ class CheckpointExportSerializer(serializers.ModelSerializer):
 
         if obj.status != JobStatus.READY:
             return None
-        return reverse("api-checkpoint-export", args=[obj.checkpoint_id])
+        return f"{reverse('api-checkpoint-export', args=[obj.checkpoint_id])}?fmt={obj.format}"
 
     def get_page_url(self, obj: CheckpointExport) -> str:
         return reverse("runs:checkpoint-export", args=[obj.checkpoint_id])
+
+
+def _format_field(help_text: str) -> serializers.ChoiceField:
+    from webapp.runs.models import ExportFormat
+
+    return serializers.ChoiceField(
+        choices=ExportFormat.choices, required=False, default=ExportFormat.HF, help_text=help_text,
+        error_messages={"invalid_choice": f'There is no "{{input}}" export; the formats are '
+                                          f'{", ".join(ExportFormat.values)}.'})
+
+
+def _license_field() -> serializers.ChoiceField:
+    from trainer.model_card import LICENSES
+
+    return serializers.ChoiceField(
+        choices=list(LICENSES), required=False, default="other",
+        help_text="The license the model card names (default other).",
+        error_messages={"invalid_choice": f'"{{input}}" is not a license an export can name; choose one of '
+                                          f'{", ".join(LICENSES)}.'})
+
+
+class ExportFormatQuerySerializer(serializers.Serializer):
+    """?fmt= (DRF keeps ?format= for its own renderers)."""
+
+    fmt = _format_field("The export's format: hf (default), onnx or gguf.")
+
+
+class ExportStartSerializer(serializers.Serializer):
+    """What to export: the format and the license its model card names (trainer.model_card.LICENSES)."""
+
+    format = _format_field("hf (default), onnx or gguf.")
+    license = _license_field()
 
 
 class RunSerializer(BuiltOnceFields, serializers.ModelSerializer):
@@ -101,10 +139,13 @@ class RunSerializer(BuiltOnceFields, serializers.ModelSerializer):
 
 class MetricPointSerializer(serializers.ModelSerializer):
     values = serializers.DictField(child=serializers.FloatField(allow_null=True))
+    cursor = serializers.IntegerField(source="seq", read_only=True, help_text=(
+        "The point's place in the order the run's points were stored (1, 2, ...): the run socket's "
+        "?after=<cursor> replays the points stored after it."))
 
     class Meta:
         model = MetricPoint
-        fields = ["step", "split", "values"]
+        fields = ["step", "split", "values", "cursor"]
 
 
 class MetricsSerializer(serializers.Serializer):
@@ -118,6 +159,9 @@ class MetricsSerializer(serializers.Serializer):
 class MetricsQuerySerializer(QuerySerializer):
     since = serializers.IntegerField(required=False, min_value=-1,
                                      help_text="Return only points with a step greater than this.")
+    after = serializers.IntegerField(required=False, min_value=0, max_value=2**63 - 1, help_text=(
+        "Return only points stored after the one with this cursor, in cursor order (what a client that "
+        "read up to it has not seen, whatever the splits; `since` is then ignored)."))
 
 
 class ReadinessQuerySerializer(QuerySerializer):

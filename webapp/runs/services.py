@@ -529,6 +529,13 @@ def finetune_create(*, owner, checkpoint: Checkpoint | None, dataset, training: 
                                            extra_datasets=extra_datasets, only_applicable=only_applicable)
     name = (name or "").strip() or f"{checkpoint.label} on {dataset.name}" + (
         f" and {len(extra_datasets)} more" if extra_datasets else "")
+    if checkpoint.run_id is not None:  # its run's retention keeps it: this run (and its resume) reads it
+        from trainer.training.retention import pin
+
+        try:
+            pin(checkpoint.run.folder, checkpoint.step)
+        except (UserError, OSError):
+            pass  # not a whole checkpoint on disk: check_finetune_sources has said what it lacks
     run = Run.objects.create(
         owner=owner, name=name[:200], kind=RunKind.FINETUNE, dataset=dataset, base_checkpoint=checkpoint,
         family=family, preset=checkpoint.label[:40], objectives=[config.task], config=config.to_dict(),

@@ -2,12 +2,15 @@
 
 Every metric point is written to the database before it is published to the run's websocket
 group: a point anyone can have seen live is already stored. A dashboard that reconnects with
-`?since=<step>` (webapp.runs.consumers) relies on it: it joins the group, then reads the
+`?after=<cursor>` (webapp.runs.consumers) relies on it: it joins the group, then reads the
 database, so each point is either in what it reads or published after it joined. (The points
 used to be written in batches, up to a second after they were published; one published before a
 socket joined and written after it read fell between the two and never reached it. A point is
 one small INSERT, made every `log_every` steps.) Log lines and checkpoints are also written
 before they are published.
+
+Each point is published with its cursor (MetricPoint.seq, given as it is stored), which the socket
+passes on, so that a client reconnects with `?after=<the last cursor it read>`.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from django.conf import settings
+from django.db import IntegrityError
 from django.db.models import Q
 from django.utils import timezone
 
@@ -91,11 +95,10 @@ class DatabaseChannelsSink:
     # -- MetricsSink ---------------------------------------------------------------------
     def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
         values = clean_values(values)
-        # Stored first, then published (see the module docstring); a step already stored (a resumed
-        # run reporting it again) is kept as it was, not duplicated.
-        MetricPoint.objects.bulk_create([MetricPoint(run_id=self.run_id, step=int(step), split=split, values=values)],
-                                        ignore_conflicts=True)
-        send_run_event(self.run_id, {"type": "run.metrics", "step": int(step), "split": split, "values": values})
+        # Stored first, then published as stored, with its cursor (see the module docstring).
+        point = store_point(self.run_id, int(step), split, values)
+        send_run_event(self.run_id, {"type": "run.metrics", "step": point.step, "split": point.split,
+                                     "values": point.values, "cursor": point.seq})
         if split == "valid":
             try:
                 validation_reported.send(sender=Run, run_id=self.run_id, step=int(step), values=values)
@@ -113,6 +116,14 @@ class DatabaseChannelsSink:
             defaults={"path": storage_relative(path), "metrics": clean_nested(metrics or {})},
         )
         send_run_event(self.run_id, checkpoint_event(ckpt))
+
+    def checkpoints_removed(self, steps: list[int]) -> None:
+        """Retention removed these checkpoints after a save (trainer.training.retention): their rows
+        go, and the page drops them."""
+        from webapp.runs.retention import checkpoints_removed
+
+        gone = checkpoints_removed(self.run_id, steps)
+        send_run_event(self.run_id, {"type": "run.checkpoints_removed", "steps": gone})
 
     def samples(self, step: int, rows: list[dict]) -> None:
         """A validation's generated samples: the worker wrote them to the run's samples.json
@@ -151,9 +162,25 @@ class DatabaseChannelsSink:
             self._held_beat = None
 
 
+def store_point(run_id, step: int, split: str, values: dict) -> MetricPoint:
+    """Store a metric point with the run's next cursor (MetricPoint.seq); a step already stored (a
+    resumed run reporting it again) is kept as it was, with its cursor, and returned, not duplicated."""
+    try:
+        return MetricPoint.objects.create(run_id=run_id, step=step, split=split, values=values)
+    except IntegrityError:
+        stored = MetricPoint.objects.filter(run_id=run_id, split=split, step=step).first()
+        if stored is None:  # not the step's constraint (the run is gone): the error stands
+            raise
+        return stored
+
+
 def checkpoint_event(ckpt: Checkpoint) -> dict:
     from django.urls import reverse
 
+    from webapp.runs.retention import HOLDS_RESUMABLE, HOLDS_WEIGHTS
+    from trainer.training.retention import describe, human_size
+
+    disk = describe(ckpt.folder)
     return {
         "type": "run.checkpoint",
         "id": str(ckpt.id),
@@ -163,6 +190,9 @@ def checkpoint_event(ckpt: Checkpoint) -> dict:
         "explore_url": f"{reverse('explorer:index')}?checkpoint={ckpt.id}",
         "finetune_url": f"{reverse('runs:finetune')}?checkpoint={ckpt.id}",
         "export_url": reverse("runs:checkpoint-export", args=[ckpt.id]),
+        "serve_url": reverse("serving:page", args=[ckpt.id]),
+        "size": human_size(disk["size_bytes"]), "holds": HOLDS_RESUMABLE if disk["resumable"] else HOLDS_WEIGHTS,
+        "pin_url": reverse("runs:checkpoint-pin", args=[ckpt.id]),
     }
 
 

@@ -12,6 +12,7 @@ urlpatterns = [
     path("compare/", views.run_compare, name="compare"),
     path("static/plotly.min.js", views.plotly_js, name="plotly-js"),
     path("checkpoints/<uuid:checkpoint_id>/export/", views.checkpoint_export, name="checkpoint-export"),
+    path("checkpoints/<uuid:checkpoint_id>/pin/", views.checkpoint_pin, name="checkpoint-pin"),
     path("checkpoints/<uuid:checkpoint_id>/export-hf.zip", views.checkpoint_export_download,
          name="checkpoint-export-download"),
     path("<uuid:run_id>/", views.run_detail, name="detail"),

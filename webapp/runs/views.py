@@ -17,7 +17,7 @@ from trainer.config import RunConfig
 from trainer.errors import UserError
 from webapp.corpora.models import Tokenizer
 from webapp.jobs.models import JobStatus
-from webapp.runs import capacity, exports, launch, readiness, results, selectors, services
+from webapp.runs import capacity, exports, launch, readiness, results, retention, selectors, services
 from webapp.runs.api import NO_PREDICTIONS, config_text, config_yaml_response, export_response, predictions_response
 from webapp.runs.forms import FinetuneForm, RunForm, YamlImportForm
 from webapp.runs.models import RunStatus
@@ -202,7 +202,8 @@ def batch_summary(config: dict) -> str:
 @login_required
 def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     run = selectors.run_get(request.user, run_id)
-    checkpoints = list(run.checkpoints.order_by("step"))
+    checkpoints = retention.annotate(run, list(run.checkpoints.order_by("step")))  # size, holds, pinned
+    keep_last = retention.keep_last(run)
     log_lines = selectors.log_tail(run)
     charts, stats = selectors.dashboard_specs(run)
     baseline = results.baseline_verdict(run)
@@ -229,12 +230,14 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
         "config_yaml": config_text(run, shown=True),
         "batch": batch_summary(run.config),
         "can_resume": run.status in services.RESUMABLE_STATES and bool(checkpoints),
+        "keep_last": keep_last,
         "waiting": capacity.waiting(run),
         "dashboard": {
             "run_id": str(run.id), "status": run.status, "status_label": run.get_status_display(),
             "step": run.current_step, "max_steps": run.max_steps, "error": run.error,
             "epochs": run_epochs(run), "cancel_requested": run.cancel_requested, "finished": run.is_finished,
             "objectives": run.objectives, "last_log_id": log_lines[-1].id if log_lines else 0,
+            "keep_last": keep_last,
         },
     })
 
@@ -267,6 +270,25 @@ def run_cancel(request: HttpRequest, run_id) -> HttpResponse:
         else:
             messages.success(request, "Cancel requested: the run saves a checkpoint and stops.")
     return redirect("runs:detail", run_id=run.id)
+
+
+@login_required
+@require_POST
+def checkpoint_pin(request: HttpRequest, checkpoint_id) -> HttpResponse:
+    """Pin (pin=1) or unpin (pin=0) a run's checkpoint: retention never removes a pinned one."""
+    checkpoint = selectors.checkpoint_get(request.user, checkpoint_id)
+    pinned = request.POST.get("pin", "1") != "0"
+    try:
+        retention.set_pinned(checkpoint, pinned)
+    except UserError as e:
+        messages.error(request, str(e))
+    else:
+        messages.success(request, f"Step {checkpoint.step:,} is pinned: it stays whatever keep_last says."
+                         if pinned else f"Step {checkpoint.step:,} is no longer pinned: the run's retention may "
+                         f"remove it at its next save.")
+    if checkpoint.run_id is None:
+        return redirect("explorer:index")
+    return redirect("runs:detail", run_id=checkpoint.run_id)
 
 
 @login_required
@@ -330,41 +352,51 @@ def run_compare(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def checkpoint_export(request: HttpRequest, checkpoint_id) -> HttpResponse:
-    """A checkpoint's Hugging Face export: where it stands (a live progress bar while a worker
-    makes it), its download once ready, the sentence when it failed; POST starts it."""
+    """A checkpoint's exports, one per format (Hugging Face, ONNX, GGUF): where each stands (a live
+    progress bar while a worker makes it), its download once ready, the sentence when it failed or
+    why the format cannot hold this checkpoint; POST (format, license) starts one."""
     from webapp.server.storage import StorageFullError
 
     checkpoint = selectors.checkpoint_get(request.user, checkpoint_id)  # another user's: a 404
     if request.method == "POST":
+        fmt, license = request.POST.get("format", "hf"), request.POST.get("license", "other")
         try:
-            _, started = exports.export_start(checkpoint=checkpoint)
+            _, started = exports.export_start(checkpoint=checkpoint, fmt=fmt, license=license)
         except UserError as e:
             messages.error(request, str(e))
             status = 507 if isinstance(e, StorageFullError) else 400
-            return render(request, "runs/export.html", _export_context(checkpoint), status=status)
+            return render(request, "runs/export.html", _export_context(checkpoint, fmt, license), status=status)
         if started:
             messages.success(request, "The export is queued; this page follows it.")
         return redirect("runs:checkpoint-export", checkpoint_id=checkpoint.id)
-    return render(request, "runs/export.html", _export_context(checkpoint))
+    return render(request, "runs/export.html", _export_context(checkpoint, request.GET.get("fmt", "")))
 
 
-def _export_context(checkpoint) -> dict:
-    export = exports.export_of(checkpoint)
-    return {"checkpoint": checkpoint, "export": export, "fresh": export is not None and exports.is_fresh(export),
+def _export_context(checkpoint, fmt: str = "", license: str = "") -> dict:
+    from trainer.model_card import LICENSES
+
+    formats = exports.formats_offered(checkpoint)
+    offered = [f["format"] for f in formats if not f["refusal"]]
+    return {"checkpoint": checkpoint, "formats": formats,
+            "selected": fmt if fmt in offered else (offered[0] if offered else ""),
+            "licenses": list(LICENSES.items()), "license": license if license in LICENSES else "other",
+            "any_in_flight": any(f["export"] is not None and f["export"].in_flight for f in formats),
             "files_present": (checkpoint.folder / "model.safetensors").is_file()}
 
 
 @login_required
 @require_GET
 def checkpoint_export_download(request: HttpRequest, checkpoint_id) -> HttpResponse:
-    """The ready export's zip; while it is not ready, its page (which says why) instead."""
+    """The ready export's zip (?fmt=, default hf); while it is not ready, its page (which says
+    why) instead."""
     checkpoint = selectors.checkpoint_get(request.user, checkpoint_id)
+    fmt = request.GET.get("fmt", "hf")
     try:
-        archive = exports.ready_archive(checkpoint)
-    except exports.ExportNotReady as e:
+        archive = exports.ready_archive(checkpoint, fmt)
+    except UserError as e:
         messages.info(request, str(e))
         return redirect("runs:checkpoint-export", checkpoint_id=checkpoint.id)
-    return export_response(checkpoint, archive)
+    return export_response(checkpoint, archive, fmt)
 
 
 @login_required
