@@ -18,6 +18,8 @@ import os
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -111,6 +113,23 @@ def write_tokenizer_files(checkpoint: Path, out: Path, *, max_positions: int, wi
     (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n", encoding="utf-8")
 
 
+@contextmanager
+def staged(out: Path) -> Iterator[Path]:
+    """A staging folder beside `out` for an export to write into; when the block ends without an
+    error it becomes `out` (an older one replaced whole), else it is removed, so a failed export
+    leaves no half-written folder."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        yield staging
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(staging, out)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
 def check_exportable(checkpoint_dir: str | Path, fmt: str = "hf") -> None:
     """ExportError, before anything is loaded, for what the `fmt` export would refuse that the
     checkpoint's model_config.json already says (hf and zip: an ELMo model, a model with bottleneck
@@ -156,9 +175,7 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, *, name: 
     if export_refusal(family):
         raise ExportError(export_refusal(family))
     progress(30)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with staged(out) as staging:
         try:
             hf.to_pretrained(model, staging)
         except (TypeError, ValueError) as e:
@@ -171,12 +188,6 @@ def export_checkpoint(checkpoint_dir: str | Path, out_dir: str | Path, *, name: 
                          with_token_types=with_types)
         write_model_card(checkpoint, staging, fmt="hf", architecture=architecture, name=name or checkpoint.name,
                          license=license, files=sorted(p.name for p in staging.iterdir()))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
     progress(100)
     return ExportResult(out, architecture, sorted(p.name for p in out.iterdir()))
 

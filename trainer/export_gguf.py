@@ -47,13 +47,10 @@ be checked against our model the way GPT-2 is, and an unchecked file is not give
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
-from trainer.export import ExportError, ExportResult, write_tokenizer_files
+from trainer.export import ExportError, ExportResult, staged, write_tokenizer_files
 
 ARCHITECTURE = "gpt2"
 GGUF_NAME = "model.gguf"
@@ -267,12 +264,7 @@ def export_gguf(checkpoint_dir: str | Path, out_dir: str | Path, *, name: str = 
         raise ExportError(f"{SUPPORTED}; this checkpoint holds a {type(model).__name__}.")
     progress(30)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    except OSError as e:
-        raise ExportError(f"The export folder {out} cannot be written: {e.strerror or e}.") from None
-    try:
-        try:
+        with staged(out) as staging:
             _write_gguf(staging / GGUF_NAME, model, checkpoint, name=name or checkpoint.name, license=license,
                         progress=progress)
             progress(85)
@@ -281,13 +273,7 @@ def export_gguf(checkpoint_dir: str | Path, out_dir: str | Path, *, name: str = 
             files = sorted(p.name for p in staging.iterdir()) + ["README.md"]
             write_model_card(checkpoint, staging, fmt="gguf", architecture=ARCHITECTURE, name=name or checkpoint.name,
                              license=license, files=sorted(set(files)))
-            if out.exists():
-                shutil.rmtree(out)
-            os.replace(staging, out)
-        except OSError as e:
-            raise ExportError(f"The GGUF export could not be written to {out}: {e.strerror or e}.") from None
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+    except OSError as e:
+        raise ExportError(f"The GGUF export could not be written to {out}: {e.strerror or e}.") from None
     progress(100)
     return ExportResult(out, ARCHITECTURE, sorted(p.name for p in out.iterdir()))

@@ -75,13 +75,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from trainer.export import ExportError, ExportResult, write_tokenizer_files
+from trainer.export import ExportError, ExportResult, staged, write_tokenizer_files
 
 TOLERANCE = 1e-4  # the largest absolute difference of logits between onnxruntime and PyTorch
 OPSET = 18
@@ -656,9 +654,7 @@ def export_onnx(checkpoint_dir: str | Path, out_dir: str | Path, *, name: str = 
         graphs = _encoder_graphs(model, holder, kind, with_types, int(model.config.max_positions))
     architecture, hf_config = _hf_config(model, kind, family, meta)
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with staged(out) as staging:
         files: list[str] = []
         torch.manual_seed(0)
         for i, graph in enumerate(graphs):
@@ -691,11 +687,5 @@ def export_onnx(checkpoint_dir: str | Path, out_dir: str | Path, *, name: str = 
         write_model_card(checkpoint, staging, fmt="onnx", architecture=architecture, name=name or checkpoint.name,
                          license=license, files=listed)
         progress(95)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
     progress(100)
     return ExportResult(out, architecture, sorted(p.name for p in out.iterdir()))

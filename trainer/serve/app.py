@@ -301,6 +301,39 @@ async def collect(request: Request, events: asyncio.Queue, choices: list[Choice]
             choice.cancel()
 
 
+def streamed(events: asyncio.Queue, choices: list[Choice], opening: list[dict], piece, closing) -> StreamingResponse:
+    """Server-sent events of a request's choices: `opening` chunks, then piece(index, text, None) for
+    each text piece and piece(index, "", finish_reason) as each choice ends, closing(completion
+    tokens) if it gives a chunk (the usage), then [DONE]. The choices are cancelled when the client
+    goes away (Starlette ends the generator)."""
+    async def lines() -> AsyncIterator[str]:
+        completion = 0
+        try:
+            for data in opening:
+                yield sse(data)
+            left = len(choices)
+            while left:
+                event = await events.get()
+                if event.kind == "delta":
+                    yield sse(piece(event.index, event.text, None))
+                    continue
+                left -= 1
+                if event.kind == "done":
+                    completion += event.tokens
+                    yield sse(piece(event.index, "", event.finish_reason))
+                else:
+                    yield sse({"error": {"message": event.text, "type": "server_error", "param": None, "code": None}})
+            last = closing(completion)
+            if last is not None:
+                yield sse(last)
+            yield "data: [DONE]\n\n"
+        finally:
+            for c in choices:
+                c.cancel()
+
+    return StreamingResponse(lines(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
 def queue_for(loop: asyncio.AbstractEventLoop) -> tuple[asyncio.Queue, Any]:
     events: asyncio.Queue = asyncio.Queue()
     return events, lambda event: loop.call_soon_threadsafe(events.put_nowait, event)
@@ -357,36 +390,12 @@ async def completions(request: Request) -> Response:
                 "system_fingerprint": None, **(extra or {})}
 
     if stream:
-        async def pieces() -> AsyncIterator[str]:
-            completion = 0
-            try:
-                if echo:
-                    for c in choices:
-                        yield sse(chunk([{"text": texts[c.index // n], "index": c.index, "logprobs": None,
-                                          "finish_reason": None}]))
-                left = len(choices)
-                while left:
-                    event = await events.get()
-                    if event.kind == "delta":
-                        yield sse(chunk([{"text": event.text, "index": event.index, "logprobs": None,
-                                          "finish_reason": None}]))
-                    elif event.kind == "done":
-                        left -= 1
-                        completion += event.tokens
-                        yield sse(chunk([{"text": "", "index": event.index, "logprobs": None,
-                                          "finish_reason": event.finish_reason}]))
-                    else:
-                        left -= 1
-                        yield sse({"error": {"message": event.text, "type": "server_error", "param": None,
-                                             "code": None}})
-                if include_usage:
-                    yield sse(chunk([], {"usage": usage(sum(prompt_tokens), completion)}))
-                yield "data: [DONE]\n\n"
-            finally:
-                for c in choices:
-                    c.cancel()
+        def piece(index: int, text: str, finish: str | None) -> dict:
+            return chunk([{"text": text, "index": index, "logprobs": None, "finish_reason": finish}])
 
-        return StreamingResponse(pieces(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        opening = [piece(c.index, texts[c.index // n], None) for c in choices] if echo else []
+        return streamed(events, choices, opening, piece, lambda tokens: chunk([], {"usage": usage(
+            sum(prompt_tokens), tokens)}) if include_usage else None)
     done = await collect(request, events, choices)
     out = [{"text": (texts[i // n] if echo else "") + done[i].text, "index": i, "logprobs": None,
             "finish_reason": done[i].finish_reason} for i in sorted(done)]
@@ -429,35 +438,14 @@ async def chat_completions(request: Request) -> Response:
                 "choices": choices_out, "system_fingerprint": None, **(extra or {})}
 
     if stream:
-        async def pieces() -> AsyncIterator[str]:
-            completion = 0
-            try:
-                for c in choices:
-                    yield sse(chunk([{"index": c.index, "delta": {"role": "assistant", "content": ""},
-                                      "logprobs": None, "finish_reason": None}]))
-                left = len(choices)
-                while left:
-                    event = await events.get()
-                    if event.kind == "delta":
-                        yield sse(chunk([{"index": event.index, "delta": {"content": event.text}, "logprobs": None,
-                                          "finish_reason": None}]))
-                    elif event.kind == "done":
-                        left -= 1
-                        completion += event.tokens
-                        yield sse(chunk([{"index": event.index, "delta": {}, "logprobs": None,
-                                          "finish_reason": event.finish_reason}]))
-                    else:
-                        left -= 1
-                        yield sse({"error": {"message": event.text, "type": "server_error", "param": None,
-                                             "code": None}})
-                if include_usage:
-                    yield sse(chunk([], {"usage": usage(sum(prompt_tokens), completion)}))
-                yield "data: [DONE]\n\n"
-            finally:
-                for c in choices:
-                    c.cancel()
+        def piece(index: int, text: str, finish: str | None) -> dict:
+            return chunk([{"index": index, "delta": {"content": text} if finish is None else {}, "logprobs": None,
+                           "finish_reason": finish}])
 
-        return StreamingResponse(pieces(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        opening = [chunk([{"index": c.index, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                           "finish_reason": None}]) for c in choices]
+        return streamed(events, choices, opening, piece, lambda tokens: chunk([], {"usage": usage(
+            sum(prompt_tokens), tokens)}) if include_usage else None)
     done = await collect(request, events, choices)
     out = [{"index": i, "message": {"role": "assistant", "content": done[i].text, "refusal": None},
             "logprobs": None, "finish_reason": done[i].finish_reason} for i in sorted(done)]

@@ -174,17 +174,11 @@ class Engine:
             return out
 
     def _take(self, batched: bool) -> list[Choice]:
+        """What is waiting (up to a batch, or one), once something is."""
         with self._cv:
             while not self._waiting and not self._stopping:
                 self._cv.wait()
-            batch = []
-            while self._waiting and len(batch) < (self.max_batch if batched else 1):
-                choice = self._waiting.popleft()
-                if choice.cancelled.is_set():
-                    self.cancelled += 1
-                else:
-                    batch.append(choice)
-            return batch
+        return self._take_now(self.max_batch if batched else 1)
 
     def _loop(self) -> None:
         while True:
