@@ -22,6 +22,15 @@ from urllib3.util.retry import Retry
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def gone(pid: int) -> bool:
+    """Whether no process has this pid any more."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
 def runs_real_processes(item: pytest.Item) -> bool:
     """A test beside which a real worker or web server may be running: it uses the live stack or is
     marked e2e or browser."""

@@ -5,7 +5,6 @@ Served again, the worker's warm shutdown (SIGTERM, as ./run.sh and `docker compo
 stops its server, marks it stopped and the worker exits."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.livestack import start_worker, stop_process, token_session, wait_for, wait_until
+from tests.livestack import gone, start_worker, stop_process, token_session, wait_for, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -25,14 +24,6 @@ def tiny_gpt(owner, storage: Path):
     relative = Path("imports") / f"serve-{owner.pk}" / "checkpoint"
     make_checkpoint("gpt", storage / relative, make_tokenizer(storage / "test-cache" / "serve-tokenizer"))
     return Checkpoint.objects.create(owner=owner, source=CheckpointSource.IMPORT, name="tiny gpt", path=str(relative))
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def test_a_serve_worker_runs_the_model_server_until_it_is_stopped(live_stack, django_user_model, tmp_path):

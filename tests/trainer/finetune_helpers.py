@@ -28,3 +28,17 @@ def fine_tuned(checkpoint: Path, dataset: Path, out_dir: Path, *, steps: int, ba
     result = finetune(config, out_dir=out_dir, sink=ListSink())
     assert result.status == "succeeded"
     return result.last_checkpoint
+
+
+def fine_tuner(checkpoint: Path, root: Path, *, steps: int, batch_size: int = 8):
+    """name -> the checkpoint of a short fine-tuning (fine_tuned) of `checkpoint` on the demo dataset
+    `name`, made on first use under `root` and kept for the next (a module fixture's body)."""
+    made: dict[str, Path] = {}
+
+    def make(name: str) -> Path:
+        if name not in made:
+            made[name] = fine_tuned(checkpoint, ingested_demo(name, root), root / f"run-{name}", steps=steps,
+                                    batch_size=batch_size)
+        return made[name]
+    return make
+

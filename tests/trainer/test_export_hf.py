@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from tests.trainer.finetune_helpers import fine_tuned, ingested_demo
+from tests.trainer.finetune_helpers import fine_tuner
 from trainer.export import ExportError, export_checkpoint
 
 TEXTS = ["Return the absolute path of a file.", "Raise ValueError when the os.path module cannot read it."]
@@ -16,14 +16,7 @@ TEXTS = ["Return the absolute path of a file.", "Raise ValueError when the os.pa
 
 @pytest.fixture(scope="module")
 def tuned(trained_run, tmp_path_factory):
-    root, out = tmp_path_factory.mktemp("export"), {}
-
-    def make(name):
-        if name not in out:
-            out[name] = fine_tuned(trained_run[0].last_checkpoint, ingested_demo(name, root), root / f"run-{name}",
-                                   steps=10, batch_size=8)
-        return out[name]
-    return make
+    return fine_tuner(trained_run[0].last_checkpoint, tmp_path_factory.mktemp("export"), steps=10)
 
 
 @pytest.mark.parametrize("name, auto, architecture", [

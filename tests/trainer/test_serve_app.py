@@ -12,7 +12,7 @@ import pytest
 import torch
 from starlette.testclient import TestClient
 
-from tests.trainer.finetune_helpers import fine_tuned, ingested_demo
+from tests.trainer.finetune_helpers import fine_tuner
 from tests.trainer.inference_generate_helpers import make_checkpoint, make_tokenizer
 from tests.trainer.serve_helpers import long_gpt
 from trainer.inference import downstream, generate, masked
@@ -102,14 +102,7 @@ def test_fill_mask_in_hugging_faces_shape(tok, tmp_path, client_of):
 
 @pytest.fixture(scope="module")
 def tuned(trained_run, tmp_path_factory):
-    root, out = tmp_path_factory.mktemp("serve-tuned"), {}
-
-    def make(name):
-        if name not in out:
-            out[name] = fine_tuned(trained_run[0].last_checkpoint, ingested_demo(name, root), root / f"run-{name}",
-                                   steps=4, batch_size=8)
-        return out[name]
-    return make
+    return fine_tuner(trained_run[0].last_checkpoint, tmp_path_factory.mktemp("serve-tuned"), steps=4)
 
 
 def test_a_classifier_a_tagger_and_a_reader_answer_in_hugging_faces_shapes(tuned, client_of):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.livestack import gone
 from tests.webapp.runs_helpers import make_checkpoint, make_run
 from webapp.runs.models import RunStatus
 from webapp.serving import services, supervisor
@@ -77,14 +78,6 @@ def wait_for(served, statuses: set[str]) -> ServedModel:
             return current
         time.sleep(0.05)
     pytest.fail(f"the server did not reach {statuses}: {row(served).status} {row(served).error}")
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def get(url: str, key: str | None = None) -> tuple[int, dict]:
